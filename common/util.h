@@ -1,0 +1,45 @@
+/*
+ * common/util.h - small helpers every program in the runtime uses: fatal errors with one clear line,
+ * checked allocation and checked file I/O that name the file on failure, a monotonic clock.
+ * Not for: anything model- or optimizer-specific.
+ */
+#ifndef COMMON_UTIL_H
+#define COMMON_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __GNUC__
+#define NORETURN __attribute__((noreturn))
+#define PRINTF_LIKE(a, b) __attribute__((format(printf, a, b)))
+#else
+#define NORETURN
+#define PRINTF_LIKE(a, b)
+#endif
+
+/* Prints "error: <message>" as one line on stderr and exits with status 1. If the process runs under MPI
+ * (comm layer initialised) the hook set by set_fatal_hook runs first so the whole job is brought down. */
+NORETURN void fatal(const char *fmt, ...) PRINTF_LIKE(1, 2);
+/* Hook called by fatal() before exit (e.g. MPI_Abort); NULL clears it. */
+void set_fatal_hook(void (*hook)(int status));
+
+/* malloc/calloc that never return NULL: on failure fatal() names `what` and the size asked for. */
+void *xmalloc(size_t bytes, const char *what);
+void *xcalloc(size_t n, size_t size, const char *what);
+
+/* fopen that fails with "error: cannot open <path> for <reading|writing>: <strerror>. <hint>" */
+FILE *xfopen(const char *path, const char *mode, const char *hint);
+/* fread/fwrite of exactly `bytes` bytes or fatal() naming the path and what was being read. */
+void xfread(void *dst, size_t bytes, FILE *f, const char *path, const char *what);
+void xfwrite(const void *src, size_t bytes, FILE *f, const char *path, const char *what);
+/* Size of a file in bytes, or -1 if it cannot be stat'ed. */
+int64_t file_size(const char *path);
+int file_exists(const char *path);
+/* mkdir -p; fatal() on failure. */
+void make_dirs(const char *path);
+
+/* Seconds since an arbitrary monotonic origin. */
+double now_seconds(void);
+
+#endif

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the project needs (run as root, or via sudo). Safe to run again.
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
+export DEBIAN_FRONTEND=noninteractive
+pkgs="build-essential libopenblas-dev libopenmpi-dev openmpi-bin libpcre2-dev nodejs npm python3-torch gnuplot-nox"
+missing=""
+for p in $pkgs; do
+    # nodejs may come from another source that also provides npm; accept any installed node + npm
+    if [ "$p" = npm ] && command -v npm >/dev/null; then continue; fi
+    if [ "$p" = nodejs ] && command -v node >/dev/null; then continue; fi
+    dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    $SUDO apt-get update
+    $SUDO apt-get install -y --no-install-recommends $missing
+fi

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# test/run.sh CMD... - runs each test command, echoes its output, counts "ok"/"FAIL" lines, and ends with
+# "N passed, N failed". A command that exits non-zero without printing a FAIL line counts as one failure.
+# Exits non-zero when anything failed.
+passed=0; failed=0
+for cmd in "$@"; do
+    echo "=== $cmd"
+    out=$(mktemp)
+    start=$(date +%s)
+    bash -c "$cmd" > >(tee "$out") 2>&1
+    rc=$?
+    wait
+    p=$(grep -c '^ok ' "$out"); f=$(grep -c '^FAIL ' "$out")
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "FAIL $cmd: exited with status $rc"; fi
+    if [ "$rc" -eq 0 ] && [ "$f" -ne 0 ]; then echo "FAIL $cmd: printed FAIL but exited 0"; f=$((f+1)); fi
+    if [ "$rc" -eq 0 ] && [ "$p" -eq 0 ]; then echo "FAIL $cmd: ran no case"; f=$((f+1)); fi
+    echo "--- $cmd: $p passed, $f failed ($(( $(date +%s) - start ))s)"
+    passed=$((passed+p)); failed=$((failed+f))
+    rm -f "$out"
+done
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
