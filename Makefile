@@ -19,7 +19,7 @@ TEST_BINS :=
 TEST_CMDS :=
 TEST_DEPS :=
 
-COMMON_SRC := common/util.c common/params.c
+COMMON_SRC := common/util.c common/params.c common/rng.c
 COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
 
 .PHONY: all data train test bench clean cuda test-gpu
