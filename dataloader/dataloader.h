@@ -49,6 +49,8 @@ typedef struct {
     uint64_t seed;         /* shuffle seed the loader was opened with */
     uint64_t num_windows;  /* W, to detect a changed data set or B*T on restore */
     int32_t rank, world;   /* the layout the position was saved under */
+    uint64_t start;        /* position in the epoch's order where this epoch's reading began: 0, except after
+                              a resume on a different world size (see dataloader_set_pos) */
 } DataPos;
 
 typedef struct DataLoader DataLoader;
@@ -65,8 +67,10 @@ uint64_t dataloader_num_windows(const DataLoader *dl);   /* W over all shards */
 uint64_t dataloader_windows_per_epoch(const DataLoader *dl); /* floor(W / world): batches per rank per epoch */
 int dataloader_token_bytes(const DataLoader *dl);
 void dataloader_get_pos(const DataLoader *dl, DataPos *pos);
-/* Restores a saved position; fatal() if the data set or B*T changed. A different world size is accepted: the
- * position then restarts the saved epoch's order at the global window count already consumed. */
+/* Restores a saved position; fatal() if the data set or B*T changed. The saved seed replaces the one the loader
+ * was opened with, so the same batches follow. A different world size is accepted: the position then restarts
+ * the saved epoch's order at the global window count already consumed (start = start + index * saved world),
+ * and that epoch gives each rank floor((W - start) / world) windows. */
 void dataloader_set_pos(DataLoader *dl, const DataPos *pos);
 void dataloader_free(DataLoader *dl);
 
@@ -74,6 +78,8 @@ void dataloader_free(DataLoader *dl);
  * max_batches (0 = all) bounds one pass. val_next returns 0 when the pass is done; val_reset starts over. */
 typedef struct ValLoader ValLoader;
 ValLoader *valloader_open(const char *spec, int B, int T, int rank, int world, int vocab_size);
+/* Bounds every pass, the current one included, to at most max_batches per rank (0 = all windows). */
+void valloader_set_max_batches(ValLoader *vl, uint64_t max_batches);
 int valloader_next(ValLoader *vl, int *inputs, int *targets);
 uint64_t valloader_num_batches(const ValLoader *vl); /* batches per rank in one pass */
 void valloader_reset(ValLoader *vl);

@@ -1,0 +1,290 @@
+/*
+ * dataloader/shard.c - the token-shard file: atomic writer, header validation, whole-file reader, and the
+ * expansion of a shard specification (file, directory, glob) into a sorted path list.
+ * Not for: batching, sampling or shuffling (dataloader.c).
+ *
+ * All sizes and offsets are 64-bit so shards over 4 GB work. The header's token count header[2] is read as an
+ * unsigned 32-bit value: llm.c writes it as a non-negative int32, so every llm.c shard reads the same, and our
+ * shards may hold up to 2^32 - 1 tokens.
+ */
+#define _FILE_OFFSET_BITS 64
+#include "dataloader/dataloader.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/util.h"
+
+#define HEADER_BYTES (SHARD_HEADER_INTS * 4)
+
+static uint32_t le32_get(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void le32_put(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
+}
+
+static char *path_dup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = xmalloc(n, "path");
+    memcpy(p, s, n);
+    return p;
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* writer */
+
+/* Writes all of buf or returns -1 (errno set); write() may return short counts on large buffers. */
+static int write_all(int fd, const void *buf, size_t bytes) {
+    const char *p = buf;
+    while (bytes > 0) {
+        ssize_t w = write(fd, p, bytes);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        bytes -= (size_t)w;
+    }
+    return 0;
+}
+
+/* fatal() after removing the half-written temp file, so a failed write leaves nothing behind. */
+static void write_failed(int fd, const char *tmp, const char *path, const char *what) {
+    int err = errno;
+    if (fd >= 0) close(fd);
+    unlink(tmp);
+    fatal("%s: %s failed (%s); check free disk space and permissions of the directory", path, what,
+          strerror(err));
+}
+
+void shard_write(const char *path, const int32_t *tokens, size_t n, int token_bytes) {
+    if (token_bytes != 2 && token_bytes != 4)
+        fatal("%s: token size %d bytes is not supported; use 2 (uint16, GPT-2) or 4 (uint32, Llama)", path,
+              token_bytes);
+    if ((uint64_t)n > UINT32_MAX)
+        fatal("%s: %zu tokens do not fit one shard (at most %u); split the data into several shards", path, n,
+              UINT32_MAX);
+    /* Check every id before creating any file: nothing half-written on bad input. */
+    int32_t max_id = token_bytes == 2 ? 65535 : INT32_MAX;
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] > max_id)
+            fatal("%s: token %zu has id %d, which does not fit a %s shard; use token_bytes 4 for vocabularies "
+                  "over 65536 tokens",
+                  path, i, tokens[i], token_bytes == 2 ? "uint16" : "uint32");
+
+    size_t tlen = strlen(path) + 32;
+    char *tmp = xmalloc(tlen, "shard temp path");
+    snprintf(tmp, tlen, "%s.tmp.%d", path, (int)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        int err = errno;
+        fatal("cannot open %s for writing: %s; check that the directory exists and is writable", tmp,
+              strerror(err));
+    }
+
+    unsigned char header[HEADER_BYTES];
+    memset(header, 0, sizeof header);
+    le32_put(header + 0, token_bytes == 2 ? SHARD_MAGIC_U16 : SHARD_MAGIC_U32);
+    le32_put(header + 4, token_bytes == 2 ? SHARD_VERSION_U16 : SHARD_VERSION_U32);
+    le32_put(header + 8, (uint32_t)n);
+    if (write_all(fd, header, sizeof header) != 0) write_failed(fd, tmp, path, "writing the header");
+
+    /* Encode in chunks so memory stays small for large shards. */
+    enum { CHUNK = 1 << 16 };
+    unsigned char *buf = xmalloc((size_t)CHUNK * 4, "shard write buffer");
+    for (size_t start = 0; start < n; start += CHUNK) {
+        size_t m = n - start < CHUNK ? n - start : CHUNK;
+        for (size_t i = 0; i < m; i++) {
+            uint32_t v = (uint32_t)tokens[start + i];
+            if (token_bytes == 2) {
+                buf[2 * i] = (unsigned char)v;
+                buf[2 * i + 1] = (unsigned char)(v >> 8);
+            } else {
+                le32_put(buf + 4 * i, v);
+            }
+        }
+        if (write_all(fd, buf, m * (size_t)token_bytes) != 0) {
+            free(buf);
+            write_failed(fd, tmp, path, "writing tokens");
+        }
+    }
+    free(buf);
+    if (fsync(fd) != 0) write_failed(fd, tmp, path, "fsync");
+    if (close(fd) != 0) write_failed(-1, tmp, path, "close");
+    if (rename(tmp, path) != 0) write_failed(-1, tmp, path, "rename of the temp file");
+    free(tmp);
+    /* fsync the directory too, so the rename itself survives a crash */
+    char *dir = path_dup(path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir) slash[1] = '\0';
+    else if (slash) *slash = '\0';
+    else strcpy(dir, ".");
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        fsync(dfd); /* best effort: some file systems refuse fsync on directories */
+        close(dfd);
+    }
+    free(dir);
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* readers */
+
+int64_t shard_check_header(const char *path, int *token_bytes) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        int err = errno;
+        fatal("cannot open token shard %s: %s; check the path (see scripts/fetch_data.sh to make shards)", path,
+              strerror(err));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int err = errno;
+        fatal("cannot stat token shard %s: %s", path, strerror(err));
+    }
+    unsigned char header[HEADER_BYTES];
+    ssize_t got = pread(fd, header, sizeof header, 0);
+    close(fd);
+    if (got != (ssize_t)sizeof header)
+        fatal("%s: file has %lld bytes, shorter than the %d-byte shard header; is this a token shard?", path,
+              (long long)st.st_size, HEADER_BYTES);
+
+    uint32_t magic = le32_get(header), version = le32_get(header + 4), n = le32_get(header + 8);
+    int tb;
+    if (magic == SHARD_MAGIC_U16) {
+        if (version != SHARD_VERSION_U16)
+            fatal("%s: unknown version %u for magic %d (expected %d, uint16 tokens); re-create the shard with "
+                  "this runtime's tokenizer",
+                  path, version, SHARD_MAGIC_U16, SHARD_VERSION_U16);
+        tb = 2;
+    } else if (magic == SHARD_MAGIC_U32) {
+        if (version != SHARD_VERSION_U32)
+            fatal("%s: unknown version %u for magic %d (expected %d, uint32 tokens); re-create the shard with "
+                  "this runtime's tokenizer",
+                  path, version, SHARD_MAGIC_U32, SHARD_VERSION_U32);
+        tb = 4;
+    } else {
+        fatal("%s: bad magic %u (expected %d for GPT-2 uint16 shards or %d for uint32 shards); is this a token "
+              "shard?",
+              path, magic, SHARD_MAGIC_U16, SHARD_MAGIC_U32);
+    }
+    int64_t expected = (int64_t)HEADER_BYTES + (int64_t)n * tb;
+    int64_t actual = (int64_t)st.st_size;
+    if (actual < expected)
+        fatal("%s: truncated: header says %u tokens (%lld bytes) but the file has %lld bytes; re-create the shard",
+              path, n, (long long)expected, (long long)actual);
+    if (actual > expected)
+        fatal("%s: %lld bytes longer than its header says (%u tokens, %lld bytes); the header's token count is "
+              "wrong or data were appended; re-create the shard",
+              path, (long long)(actual - expected), n, (long long)expected);
+    if (token_bytes) *token_bytes = tb;
+    return (int64_t)n;
+}
+
+int32_t *shard_read_all(const char *path, int64_t *n_tokens, int vocab_size) {
+    int tb;
+    int64_t n = shard_check_header(path, &tb);
+    if ((uint64_t)n > SIZE_MAX / 4) fatal("%s: %lld tokens do not fit in memory on this machine", path, (long long)n);
+    int32_t *tokens = xmalloc((size_t)n * 4, "shard tokens");
+    FILE *f = xfopen(path, "rb", "check the path");
+    if (fseeko(f, HEADER_BYTES, SEEK_SET) != 0) fatal("%s: cannot seek past the header", path);
+    enum { CHUNK = 1 << 16 };
+    unsigned char *buf = xmalloc((size_t)CHUNK * 4, "shard read buffer");
+    for (int64_t start = 0; start < n; start += CHUNK) {
+        size_t m = (size_t)(n - start < CHUNK ? n - start : CHUNK);
+        xfread(buf, m * (size_t)tb, f, path, "tokens");
+        for (size_t i = 0; i < m; i++) {
+            uint32_t v = tb == 2 ? (uint32_t)buf[2 * i] | (uint32_t)buf[2 * i + 1] << 8 : le32_get(buf + 4 * i);
+            if (vocab_size > 0 && v >= (uint32_t)vocab_size)
+                fatal("%s: token id %u at token offset %lld is >= vocab_size %d; the data were tokenized for a "
+                      "different vocabulary than the model's (re-tokenize or pick the matching model)",
+                      path, v, (long long)(start + (int64_t)i), vocab_size);
+            tokens[start + (int64_t)i] = (int32_t)v;
+        }
+    }
+    free(buf);
+    fclose(f);
+    *n_tokens = n;
+    return tokens;
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* shard lists */
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static int ends_with_bin(const char *name) {
+    size_t n = strlen(name);
+    return n > 4 && strcmp(name + n - 4, ".bin") == 0;
+}
+
+char **shard_list(const char *spec, int *count) {
+    char **paths = NULL;
+    int n = 0, cap = 0;
+    struct stat st;
+    if (spec == NULL || spec[0] == '\0') fatal("empty shard specification; pass a file, directory or glob");
+    if (stat(spec, &st) == 0 && S_ISDIR(st.st_mode)) {
+        DIR *d = opendir(spec);
+        if (!d) {
+            int err = errno;
+            fatal("cannot read directory %s: %s", spec, strerror(err));
+        }
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            if (!ends_with_bin(e->d_name)) continue;
+            size_t len = strlen(spec) + strlen(e->d_name) + 2;
+            char *p = xmalloc(len, "path");
+            snprintf(p, len, "%s/%s", spec, e->d_name);
+            struct stat fst;
+            if (stat(p, &fst) != 0 || !S_ISREG(fst.st_mode)) {
+                free(p);
+                continue;
+            }
+            if (n == cap) {
+                cap = cap ? 2 * cap : 16;
+                paths = realloc(paths, (size_t)cap * sizeof *paths);
+                if (!paths) fatal("out of memory listing %s", spec);
+            }
+            paths[n++] = p;
+        }
+        closedir(d);
+        if (n == 0) fatal("%s: directory holds no *.bin token shards; tokenize data into it first", spec);
+    } else if (stat(spec, &st) == 0) {
+        paths = xmalloc(sizeof *paths, "path list");
+        paths[n++] = path_dup(spec);
+    } else {
+        glob_t g;
+        int rc = glob(spec, 0, NULL, &g);
+        if (rc != 0 || g.gl_pathc == 0) {
+            if (rc == 0) globfree(&g);
+            fatal("%s: no token shard matches (not a file, directory or matching glob); check the path", spec);
+        }
+        paths = xmalloc(g.gl_pathc * sizeof *paths, "path list");
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            struct stat fst;
+            if (stat(g.gl_pathv[i], &fst) == 0 && S_ISREG(fst.st_mode)) paths[n++] = path_dup(g.gl_pathv[i]);
+        }
+        globfree(&g);
+        if (n == 0) fatal("%s: the glob matches no regular files; check the path", spec);
+    }
+    qsort(paths, (size_t)n, sizeof *paths, cmp_str);
+    *count = n;
+    return paths;
+}
+
+void shard_list_free(char **paths, int count) {
+    if (!paths) return;
+    for (int i = 0; i < count; i++) free(paths[i]);
+    free(paths);
+}
