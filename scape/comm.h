@@ -37,4 +37,38 @@ void comm_allgather(const void *in, void *out, size_t bytes);
 /* Counters since the last call; resets them. */
 void comm_stats_take(CommStats *out);
 
+/* ---- Asynchronous jobs, run in order by the communication thread (added by the distributed engineer). ----
+ * Every rank must queue the same jobs in the same order (as with any MPI collective). The buffers must stay
+ * valid and untouched until the job is waited for. A CommHandle is a ticket: waiting for it also waits for
+ * every job queued before it; 0 means "nothing" and returns at once. Only the compute thread queues and waits.
+ * The blocking helpers above go through the same queue, so they are ordered with the queued jobs. */
+typedef uint64_t CommHandle;
+
+typedef enum {
+    COMM_ALLREDUCE = 0,   /* averaging all-reduces of fp32 buffers (gradients, SCAPE payload) */
+    COMM_REDUCE_SCATTER,  /* ZeRO-1 gradient reduce-scatter */
+    COMM_ALLGATHER,       /* ZeRO-1 parameter all-gather, SCAPE mask all-gather */
+    COMM_BCAST,           /* broadcasts (initial parameters) */
+    COMM_CONTROL,         /* small blocking helpers: barrier, f64 sums, i64 max, comm_allgather */
+    COMM_NKINDS
+} CommKind;
+
+/* buf (n floats) <- mean over ranks of buf, in place. The result is bit-identical on every rank (it is computed
+ * as reduce-scatter + all-gather, so each element is summed once, in one place). Bytes: 2 * 4n (N-1)/N. */
+CommHandle comm_iallreduce_avg_f32(float *buf, size_t n);
+/* in (sum_r counts[r] floats, identical layout on every rank) is summed over ranks and divided by N; this rank
+ * gets its part, counts[rank] floats starting at sum_{r<rank} counts[r], written to out. counts has world
+ * entries and is copied. Bytes: 4 * sum(counts) (N-1)/N. */
+CommHandle comm_ireduce_scatter_avg_f32(const float *in, float *out, const size_t *counts);
+/* In place all-gather: buf holds world consecutive parts, part r = counts[r] elements of elem_bytes bytes;
+ * this rank's part is already in place, the others are filled in. Bytes: total (N-1)/N. */
+CommHandle comm_iallgatherv(void *buf, const size_t *counts, size_t elem_bytes);
+CommHandle comm_ibcast(void *buf, size_t bytes, int root);
+/* Blocks until job h (and all before it) finished; the time blocked is added to wait_ms of h's kind. */
+void comm_wait(CommHandle h);
+/* Per-kind counters since the last call of this function (independent of comm_stats_take); resets them. */
+void comm_stats_take_kind(CommStats out[COMM_NKINDS]);
+/* 1 when running under MPI (launched by mpirun), 0 for the no-MPI single-rank world. */
+int comm_using_mpi(void);
+
 #endif

@@ -55,4 +55,22 @@ size_t distopt_state_bytes(const DistOptim *d);
 void distopt_save(const DistOptim *d, void *blob);
 void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, int n_blobs);
 
+/* ---- Inspection, for tests and logs (added by the distributed engineer) ---- */
+
+/* SCAPE: payload values K_t of the last completed step (0 for dense optimizers). */
+size_t distopt_payload_count(const DistOptim *d);
+/* This rank's owned elements [*lo, *hi) in the owner table / ZeRO-1 shard layout of `rank`. */
+void distopt_owner_range(const DistOptim *d, int rank, size_t *lo, size_t *hi);
+/* Optimizer state views (NULL where the optimizer has none). m: SCAPE and non-ZeRO dense, (P) floats, stored
+ * densely (SCAPE's m is zero off the current mask); with ZeRO-1 m and v cover the owned range only.
+ * r: SCAPE residual (P). Masks: packed bits (P); `next` is the mask computed at the last step for the next
+ * one (waits for its all-gather). */
+const float *distopt_moment(const DistOptim *d);
+const float *distopt_residual(const DistOptim *d);
+const uint8_t *distopt_mask(DistOptim *d, int next);
+/* Test hook: at every later SCAPE step copies, densely (P floats each, any may be NULL), this rank's corrected
+ * momentum c_i, its payload s_i scattered to its coordinates (0 off the mask), and g_hat before clipping
+ * (0 off the mask). Costs three extra passes; never set in training. */
+void distopt_debug_capture(DistOptim *d, float *c, float *s, float *ghat);
+
 #endif

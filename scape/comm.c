@@ -1,0 +1,378 @@
+/*
+ * scape/comm.c - the communication layer (see comm.h): Open MPI collectives on host buffers, executed in order by
+ * one communication thread from a ticketed job queue, so that backward can queue a bucket's collective and go on.
+ * Not for: deciding what to send (dist.c, scape.c).
+ *
+ * Threading: MPI is initialised with MPI_THREAD_MULTIPLE requested (SERIALIZED at least is required). After
+ * comm_init every collective runs on the communication thread, so collectives are issued in queue order on
+ * every rank; the compute thread only calls MPI for MPI_Abort (fatal hook), which is why MULTIPLE is preferred.
+ * Without mpirun (no Open MPI / PMIx environment) MPI is not touched at all and the world is one rank.
+ */
+#include "scape/comm.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+
+#define QCAP 4096 /* jobs in flight; enough for every bucket of a step plus the mask all-gather */
+
+typedef enum { JOB_ALLREDUCE_AVG, JOB_REDUCE_SCATTER_AVG, JOB_ALLGATHERV, JOB_BCAST, JOB_SUM_F64, JOB_MAX_I64,
+               JOB_BARRIER, JOB_STOP } JobOp;
+
+typedef struct {
+    JobOp op;
+    CommKind kind;
+    void *buf;          /* in/out buffer */
+    void *out;          /* reduce-scatter output */
+    size_t n;           /* elements (allreduce, bcast bytes, control) */
+    size_t elem_bytes;  /* allgatherv */
+    size_t *counts;     /* world entries (reduce-scatter, allgatherv), owned by the job */
+    int root;
+} Job;
+
+static struct {
+    int inited, use_mpi, rank, world;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_job, cv_done;
+    Job q[QCAP];
+    uint64_t next_ticket; /* ticket of the next queued job (first is 1) */
+    uint64_t done;        /* highest finished ticket */
+    /* Byte counters hold numerators n * (N-1) of the ring formulas, divided by N when taken, so that many
+     * bucket-sized calls sum to exactly the formula applied to their total. */
+    uint64_t calls[2][COMM_NKINDS], sent_num[2][COMM_NKINDS], recv_num[2][COMM_NKINDS];
+    double wait_s[2][COMM_NKINDS];
+    float *scratch; /* comm-thread scratch for the averaging all-reduce */
+    size_t scratch_n;
+} C;
+
+static void abort_hook(int status) {
+    if (C.use_mpi) MPI_Abort(MPI_COMM_WORLD, status ? status : 1);
+}
+
+int comm_rank(void) { return C.inited ? C.rank : 0; }
+int comm_world(void) { return C.inited ? C.world : 1; }
+int comm_using_mpi(void) { return C.use_mpi; }
+
+static int to_int(size_t n, const char *what) {
+    if (n > (size_t)INT_MAX) fatal("comm: %s of %zu elements exceeds MPI's int count; use more ranks or smaller buckets", what, n);
+    return (int)n;
+}
+
+/* ---- the communication thread ---- */
+
+static void run_allreduce_avg(float *buf, size_t n) {
+    int N = C.world;
+    if (!C.use_mpi || N == 1 || n == 0) return;
+    int *cnt = xmalloc((size_t)N * sizeof(int), "comm counts");
+    int *dsp = xmalloc((size_t)N * sizeof(int), "comm displacements");
+    size_t off = 0;
+    for (int r = 0; r < N; r++) {
+        size_t c = n / (size_t)N + ((size_t)r < n % (size_t)N);
+        cnt[r] = to_int(c, "all-reduce part");
+        dsp[r] = to_int(off, "all-reduce offset");
+        off += c;
+    }
+    size_t mine = (size_t)cnt[C.rank];
+    if (mine > C.scratch_n) {
+        free(C.scratch);
+        C.scratch = xmalloc((mine ? mine : 1) * sizeof(float), "comm scratch");
+        C.scratch_n = mine;
+    }
+    MPI_Reduce_scatter(buf, C.scratch, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    float fN = (float)N;
+    for (size_t i = 0; i < mine; i++) C.scratch[i] /= fN;
+    MPI_Allgatherv(C.scratch, cnt[C.rank], MPI_FLOAT, buf, cnt, dsp, MPI_FLOAT, MPI_COMM_WORLD);
+    free(cnt);
+    free(dsp);
+}
+
+static void run_job(Job *j) {
+    int N = C.world;
+    switch (j->op) {
+    case JOB_ALLREDUCE_AVG: run_allreduce_avg(j->buf, j->n); break;
+    case JOB_REDUCE_SCATTER_AVG: {
+        size_t off = 0;
+        for (int r = 0; r < C.rank; r++) off += j->counts[r];
+        size_t mine = j->counts[C.rank];
+        if (!C.use_mpi || N == 1) {
+            memmove(j->out, (const float *)j->buf + off, mine * sizeof(float));
+            break;
+        }
+        int *cnt = xmalloc((size_t)N * sizeof(int), "comm counts");
+        for (int r = 0; r < N; r++) cnt[r] = to_int(j->counts[r], "reduce-scatter part");
+        MPI_Reduce_scatter(j->buf, j->out, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        float fN = (float)N, *o = j->out;
+        for (size_t i = 0; i < mine; i++) o[i] /= fN;
+        free(cnt);
+        break;
+    }
+    case JOB_ALLGATHERV: {
+        if (!C.use_mpi || N == 1) break;
+        MPI_Datatype t;
+        MPI_Type_contiguous(to_int(j->elem_bytes, "element size"), MPI_BYTE, &t);
+        MPI_Type_commit(&t);
+        int *cnt = xmalloc((size_t)N * sizeof(int), "comm counts");
+        int *dsp = xmalloc((size_t)N * sizeof(int), "comm displacements");
+        size_t off = 0;
+        for (int r = 0; r < N; r++) {
+            cnt[r] = to_int(j->counts[r], "all-gather part");
+            dsp[r] = to_int(off, "all-gather offset");
+            off += j->counts[r];
+        }
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, j->buf, cnt, dsp, t, MPI_COMM_WORLD);
+        MPI_Type_free(&t);
+        free(cnt);
+        free(dsp);
+        break;
+    }
+    case JOB_BCAST: {
+        if (!C.use_mpi || N == 1) break;
+        /* chunked so byte counts beyond INT_MAX work */
+        char *p = j->buf;
+        for (size_t done = 0; done < j->n;) {
+            size_t c = j->n - done < (1u << 30) ? j->n - done : (1u << 30);
+            MPI_Bcast(p + done, (int)c, MPI_BYTE, j->root, MPI_COMM_WORLD);
+            done += c;
+        }
+        break;
+    }
+    case JOB_SUM_F64: {
+        if (!C.use_mpi || N == 1) break;
+        /* all-gather then sum in rank order: the same bits on every rank and in every run */
+        double *all = xmalloc((size_t)N * j->n * sizeof(double), "comm f64 gather");
+        MPI_Allgather(j->buf, to_int(j->n, "f64 sum"), MPI_DOUBLE, all, (int)j->n, MPI_DOUBLE, MPI_COMM_WORLD);
+        double *b = j->buf;
+        for (size_t i = 0; i < j->n; i++) {
+            double s = 0;
+            for (int r = 0; r < N; r++) s += all[(size_t)r * j->n + i];
+            b[i] = s;
+        }
+        free(all);
+        break;
+    }
+    case JOB_MAX_I64:
+        if (C.use_mpi && N > 1)
+            MPI_Allreduce(MPI_IN_PLACE, j->buf, to_int(j->n, "i64 max"), MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+        break;
+    case JOB_BARRIER:
+        if (C.use_mpi && N > 1) MPI_Barrier(MPI_COMM_WORLD);
+        break;
+    case JOB_STOP: break;
+    }
+}
+
+static void *comm_thread_main(void *arg) {
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&C.mu);
+        while (C.done + 1 == C.next_ticket) pthread_cond_wait(&C.cv_job, &C.mu);
+        uint64_t ticket = C.done + 1;
+        Job j = C.q[(ticket - 1) % QCAP];
+        pthread_mutex_unlock(&C.mu);
+
+        run_job(&j);
+        free(j.counts);
+
+        pthread_mutex_lock(&C.mu);
+        C.done = ticket;
+        pthread_cond_broadcast(&C.cv_done);
+        pthread_mutex_unlock(&C.mu);
+        if (j.op == JOB_STOP) return NULL;
+    }
+}
+
+/* ---- queueing (compute thread) ---- */
+
+static void count(CommKind k, uint64_t sent_num, uint64_t recv_num) {
+    for (int s = 0; s < 2; s++) {
+        C.calls[s][k]++;
+        C.sent_num[s][k] += sent_num;
+        C.recv_num[s][k] += recv_num;
+    }
+}
+
+static CommHandle enqueue(const Job *j) {
+    if (!C.inited) fatal("comm: collective used before comm_init(); call comm_init first in main");
+    pthread_mutex_lock(&C.mu);
+    while (C.next_ticket - 1 - C.done >= QCAP) pthread_cond_wait(&C.cv_done, &C.mu);
+    uint64_t t = C.next_ticket++;
+    C.q[(t - 1) % QCAP] = *j;
+    pthread_cond_signal(&C.cv_job);
+    pthread_mutex_unlock(&C.mu);
+    return t;
+}
+
+void comm_wait(CommHandle h) {
+    if (h == 0) return;
+    CommKind k = C.q[(h - 1) % QCAP].kind; /* slot stays valid: only this thread queues new jobs */
+    double t0 = now_seconds();
+    pthread_mutex_lock(&C.mu);
+    while (C.done < h) pthread_cond_wait(&C.cv_done, &C.mu);
+    pthread_mutex_unlock(&C.mu);
+    double dt = now_seconds() - t0;
+    C.wait_s[0][k] += dt;
+    C.wait_s[1][k] += dt;
+}
+
+static size_t *copy_counts(const size_t *counts, size_t *total) {
+    size_t *c = xmalloc((size_t)C.world * sizeof(size_t), "comm counts");
+    *total = 0;
+    for (int r = 0; r < C.world; r++) {
+        c[r] = counts[r];
+        *total += counts[r];
+    }
+    return c;
+}
+
+CommHandle comm_iallreduce_avg_f32(float *buf, size_t n) {
+    uint64_t b = 2ull * 4ull * n * (uint64_t)(C.world - 1);
+    count(COMM_ALLREDUCE, b, b);
+    Job j = {.op = JOB_ALLREDUCE_AVG, .kind = COMM_ALLREDUCE, .buf = buf, .n = n};
+    return enqueue(&j);
+}
+
+CommHandle comm_ireduce_scatter_avg_f32(const float *in, float *out, const size_t *counts) {
+    size_t total;
+    Job j = {.op = JOB_REDUCE_SCATTER_AVG, .kind = COMM_REDUCE_SCATTER, .buf = (void *)in, .out = out};
+    j.counts = copy_counts(counts, &total);
+    uint64_t b = 4ull * total * (uint64_t)(C.world - 1);
+    count(COMM_REDUCE_SCATTER, b, b);
+    return enqueue(&j);
+}
+
+CommHandle comm_iallgatherv(void *buf, const size_t *counts, size_t elem_bytes) {
+    size_t total;
+    Job j = {.op = JOB_ALLGATHERV, .kind = COMM_ALLGATHER, .buf = buf, .elem_bytes = elem_bytes};
+    j.counts = copy_counts(counts, &total);
+    uint64_t b = (uint64_t)elem_bytes * total * (uint64_t)(C.world - 1);
+    count(COMM_ALLGATHER, b, b);
+    return enqueue(&j);
+}
+
+CommHandle comm_ibcast(void *buf, size_t bytes, int root) {
+    if (root < 0 || root >= comm_world()) fatal("comm_bcast: root %d outside the world of %d ranks", root, comm_world());
+    /* counted as scatter + all-gather (the large-message broadcast): n (N-1)/N each way */
+    uint64_t b = (uint64_t)bytes * (uint64_t)(C.world - 1);
+    count(COMM_BCAST, b, b);
+    Job j = {.op = JOB_BCAST, .kind = COMM_BCAST, .buf = buf, .n = bytes, .root = root};
+    return enqueue(&j);
+}
+
+void comm_barrier(void) {
+    count(COMM_CONTROL, 0, 0);
+    Job j = {.op = JOB_BARRIER, .kind = COMM_CONTROL};
+    comm_wait(enqueue(&j));
+}
+
+void comm_allreduce_sum_f64(double *buf, size_t n) {
+    uint64_t b = 8ull * n * (uint64_t)(C.world - 1) * (uint64_t)C.world; /* all-gather of N * 8n bytes */
+    count(COMM_CONTROL, b, b);
+    Job j = {.op = JOB_SUM_F64, .kind = COMM_CONTROL, .buf = buf, .n = n};
+    comm_wait(enqueue(&j));
+}
+
+void comm_allreduce_max_i64(int64_t *buf, size_t n) {
+    uint64_t b = 2ull * 8ull * n * (uint64_t)(C.world - 1);
+    count(COMM_CONTROL, b, b);
+    Job j = {.op = JOB_MAX_I64, .kind = COMM_CONTROL, .buf = buf, .n = n};
+    comm_wait(enqueue(&j));
+}
+
+void comm_bcast(void *buf, size_t bytes, int root) { comm_wait(comm_ibcast(buf, bytes, root)); }
+
+void comm_allgather(const void *in, void *out, size_t bytes) {
+    memmove((char *)out + (size_t)comm_rank() * bytes, in, bytes);
+    size_t *counts = xmalloc((size_t)comm_world() * sizeof(size_t), "comm counts");
+    for (int r = 0; r < comm_world(); r++) counts[r] = bytes;
+    size_t total;
+    Job j = {.op = JOB_ALLGATHERV, .kind = COMM_CONTROL, .buf = out, .elem_bytes = 1};
+    j.counts = copy_counts(counts, &total);
+    free(counts);
+    uint64_t b = (uint64_t)total * (uint64_t)(C.world - 1);
+    count(COMM_CONTROL, b, b);
+    comm_wait(enqueue(&j));
+}
+
+static void take(int s, CommStats *out, int k) {
+    uint64_t N = (uint64_t)comm_world();
+    out->calls = C.calls[s][k];
+    out->bytes_sent = C.sent_num[s][k] / N;
+    out->bytes_recv = C.recv_num[s][k] / N;
+    out->wait_ms = 1e3 * C.wait_s[s][k];
+    C.calls[s][k] = C.sent_num[s][k] = C.recv_num[s][k] = 0;
+    C.wait_s[s][k] = 0;
+}
+
+void comm_stats_take(CommStats *out) {
+    /* totals: sum the per-kind numerators first so the division by N is applied once */
+    uint64_t N = (uint64_t)comm_world(), calls = 0, sn = 0, rn = 0;
+    double w = 0;
+    for (int k = 0; k < COMM_NKINDS; k++) {
+        calls += C.calls[0][k];
+        sn += C.sent_num[0][k];
+        rn += C.recv_num[0][k];
+        w += C.wait_s[0][k];
+        C.calls[0][k] = C.sent_num[0][k] = C.recv_num[0][k] = 0;
+        C.wait_s[0][k] = 0;
+    }
+    out->calls = calls;
+    out->bytes_sent = sn / N;
+    out->bytes_recv = rn / N;
+    out->wait_ms = 1e3 * w;
+}
+
+void comm_stats_take_kind(CommStats out[COMM_NKINDS]) {
+    for (int k = 0; k < COMM_NKINDS; k++) take(1, &out[k], k);
+}
+
+/* ---- life cycle ---- */
+
+static int launched_by_mpirun(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+}
+
+void comm_init(int *argc, char ***argv) {
+    if (C.inited) return;
+    C.rank = 0;
+    C.world = 1;
+    if (launched_by_mpirun()) {
+        int provided;
+        MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+        C.use_mpi = 1;
+        set_fatal_hook(abort_hook);
+        if (provided < MPI_THREAD_SERIALIZED) {
+            fatal("comm: this MPI library gives thread level %d, the communication thread needs at least "
+                  "MPI_THREAD_SERIALIZED; use an Open MPI built with thread support", provided);
+        }
+        MPI_Comm_rank(MPI_COMM_WORLD, &C.rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &C.world);
+    }
+    pthread_mutex_init(&C.mu, NULL);
+    pthread_cond_init(&C.cv_job, NULL);
+    pthread_cond_init(&C.cv_done, NULL);
+    C.next_ticket = 1;
+    C.done = 0;
+    if (pthread_create(&C.thread, NULL, comm_thread_main, NULL) != 0) fatal("comm: cannot start the communication thread");
+    C.inited = 1;
+}
+
+void comm_finalize(void) {
+    if (!C.inited) return;
+    Job j = {.op = JOB_STOP, .kind = COMM_CONTROL};
+    comm_wait(enqueue(&j));
+    pthread_join(C.thread, NULL);
+    free(C.scratch);
+    C.scratch = NULL;
+    C.scratch_n = 0;
+    C.inited = 0;
+    if (C.use_mpi) {
+        set_fatal_hook(NULL);
+        MPI_Finalize();
+        C.use_mpi = 0;
+    }
+}

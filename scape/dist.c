@@ -1,0 +1,677 @@
+/*
+ * scape/dist.c - the data-parallel parameter update (see dist.h): gradient buckets are packed and handed to the
+ * communication thread as backward finishes them; distopt_step waits, clips, updates and zeroes the gradients.
+ *   dense:        per-bucket averaging all-reduce; every rank updates everything (identical results).
+ *   dense ZeRO-1: per-bucket reduce-scatter over the owner table, update of the owned shard (m, v kept for the
+ *                 shard only), all-gather of the parameters.
+ *   SCAPE:        SCAPE.md section 3: per bucket c_i into the gradient buffer and one averaging all-reduce of
+ *                 the masked values; at the step, the next mask (owners' top-k) goes out on an asynchronous
+ *                 all-gather that the next step's first bucket waits for, then error feedback and the masked
+ *                 AdamS update. m is stored densely (P floats, zero off the mask); checkpoints hold it compactly.
+ * Built with -ffp-contract=off (scape/module.mk) so every rank and every run rounds identically.
+ * Not for: the collectives themselves (comm.c), top-k and masks (scape.c), the dense update formulas (optim.c).
+ */
+#include "scape/dist.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "scape/scape.h"
+
+#define DIST_MAGIC 0x45504353u /* "SCPE" */
+#define DIST_VERSION 1
+
+struct DistOptim {
+    const ParamTable *tab;
+    float *params, *grads; /* (P) the model's buffers */
+    DistConfig cfg;
+    int rank, world;
+    size_t P;
+    OwnerTable own;
+    /* buckets: slices of each bucket in memory order, packed consecutively into stage at bucket_off */
+    int nb;
+    int **bslices;
+    int *bn;
+    size_t *bucket_off, *bucket_numel;
+    float *stage;          /* (P) packed gradients / SCAPE payload, by bucket */
+    float *rs_out;         /* ZeRO: the owned part of each bucket after reduce-scatter */
+    size_t *rs_off;        /* ZeRO: offset of bucket b's owned part in rs_out */
+    CommHandle *bh;        /* per bucket: its collective */
+    int *bstate;           /* per bucket: 0 nothing, 1 c computed (SCAPE), 2 queued */
+    int step_begun;
+    /* dense state over [slo, shi): the whole buffer, or the owned shard with ZeRO-1 */
+    size_t slo, shi;
+    float *m, *v;          /* m: (P) for SCAPE */
+    /* SCAPE */
+    float *r;              /* (P) residual */
+    uint8_t *mask_cur, *mask_next; /* (P bits) */
+    uint8_t *seg;          /* owners' packed segments, concatenated in rank order */
+    size_t *seg_bytes, *seg_off;
+    uint32_t *topk_tmp;
+    size_t *bucket_k;      /* K_b of the step in progress */
+    size_t last_k;
+    int have_cur, have_next;
+    CommHandle next_h;
+    int swapped;           /* mask_next became mask_cur at this step (undone if the step is skipped) */
+    int last_t;
+    float *dbg_c, *dbg_s, *dbg_ghat;
+};
+
+static int slice_sparse(const DistOptim *d, const ParamSlice *s) {
+    return !(d->cfg.exclude_norms && s->dense_only);
+}
+
+DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, const DistConfig *cfg) {
+    if (cfg->opt.kind != OPT_ADAMW && cfg->opt.kind != OPT_ADAMS && cfg->opt.kind != OPT_SCAPE)
+        fatal("distopt_create: optimizer kind %d is not supported; use adamw, adams or scape", cfg->opt.kind);
+    if (cfg->opt.kind == OPT_SCAPE && !(cfg->density > 0 && cfg->density <= 1))
+        fatal("--density %g is outside (0, 1]; 0.1 means 90%% sparsity", cfg->density);
+    if (cfg->opt.kind == OPT_SCAPE && !(cfg->density_start > 0 && cfg->density_start <= 1))
+        fatal("density start %g is outside (0, 1]; use 1 for the default warm-up from dense", cfg->density_start);
+    if (cfg->opt.kind == OPT_SCAPE && cfg->zero)
+        fatal("--zero 1 applies to the dense optimizers; SCAPE already partitions its work by owner, drop --zero");
+    if (!(cfg->opt.beta1 >= 0 && cfg->opt.beta1 < 1)) fatal("beta1 %g is outside [0, 1)", cfg->opt.beta1);
+    DistOptim *d = xcalloc(1, sizeof *d, "DistOptim");
+    d->tab = tab;
+    d->params = params;
+    d->grads = grads;
+    d->cfg = *cfg;
+    d->rank = comm_rank();
+    d->world = comm_world();
+    d->P = tab->total;
+    owner_table_build(&d->own, tab, d->world);
+
+    d->nb = tab->num_buckets;
+    d->bslices = xcalloc((size_t)d->nb, sizeof(int *), "bucket slices");
+    d->bn = xcalloc((size_t)d->nb, sizeof(int), "bucket slices");
+    d->bucket_off = xcalloc((size_t)d->nb, sizeof(size_t), "bucket offsets");
+    d->bucket_numel = xcalloc((size_t)d->nb, sizeof(size_t), "bucket sizes");
+    d->rs_off = xcalloc((size_t)d->nb, sizeof(size_t), "bucket offsets");
+    d->bucket_k = xcalloc((size_t)d->nb, sizeof(size_t), "bucket payload sizes");
+    d->bh = xcalloc((size_t)d->nb, sizeof(CommHandle), "bucket handles");
+    d->bstate = xcalloc((size_t)d->nb, sizeof(int), "bucket state");
+    for (int i = 0; i < tab->n; i++) {
+        int b = tab->slices[i].bucket;
+        if (b < 0 || b >= d->nb) fatal("parameter table: slice %s has bucket %d outside 0..%d", tab->slices[i].name, b, d->nb - 1);
+        d->bn[b]++;
+    }
+    for (int b = 0; b < d->nb; b++) {
+        d->bslices[b] = xmalloc((size_t)(d->bn[b] ? d->bn[b] : 1) * sizeof(int), "bucket slices");
+        d->bn[b] = 0;
+    }
+    size_t owned_total = 0;
+    for (int i = 0; i < tab->n; i++) {
+        int b = tab->slices[i].bucket;
+        d->bslices[b][d->bn[b]++] = i;
+        d->bucket_numel[b] += tab->slices[i].numel;
+        if (i >= d->own.first[d->rank] && i < d->own.first[d->rank + 1]) owned_total += tab->slices[i].numel;
+    }
+    size_t off = 0, roff = 0;
+    for (int b = 0; b < d->nb; b++) {
+        d->bucket_off[b] = off;
+        off += d->bucket_numel[b];
+        d->rs_off[b] = roff;
+        for (int k = 0; k < d->bn[b]; k++) {
+            int i = d->bslices[b][k];
+            if (i >= d->own.first[d->rank] && i < d->own.first[d->rank + 1]) roff += tab->slices[i].numel;
+        }
+    }
+    d->stage = xmalloc(d->P * sizeof(float), "gradient staging buffer");
+
+    if (cfg->opt.kind == OPT_SCAPE) {
+        d->slo = 0;
+        d->shi = d->P;
+        d->m = xcalloc(d->P, sizeof(float), "SCAPE first moment");
+        d->r = xcalloc(d->P, sizeof(float), "SCAPE residual");
+        d->mask_cur = xcalloc(mask_bytes(d->P), 1, "SCAPE mask");
+        d->mask_next = xcalloc(mask_bytes(d->P), 1, "SCAPE mask");
+        d->seg_bytes = xmalloc((size_t)d->world * sizeof(size_t), "mask segments");
+        d->seg_off = xmalloc((size_t)d->world * sizeof(size_t), "mask segments");
+        size_t so = 0, maxn = 1;
+        for (int r = 0; r < d->world; r++) {
+            d->seg_off[r] = so;
+            d->seg_bytes[r] = mask_bytes(d->own.hi[r] - d->own.lo[r]);
+            so += d->seg_bytes[r];
+        }
+        d->seg = xcalloc(so ? so : 1, 1, "mask segments");
+        for (int i = d->own.first[d->rank]; i < d->own.first[d->rank + 1]; i++)
+            if (tab->slices[i].numel > maxn) maxn = tab->slices[i].numel;
+        d->topk_tmp = xmalloc(maxn * sizeof(uint32_t), "top-k scratch");
+    } else {
+        d->slo = cfg->zero ? d->own.lo[d->rank] : 0;
+        d->shi = cfg->zero ? d->own.hi[d->rank] : d->P;
+        size_t n = d->shi - d->slo;
+        d->m = xcalloc(n ? n : 1, sizeof(float), "first moment");
+        if (cfg->opt.kind == OPT_ADAMW) d->v = xcalloc(n ? n : 1, sizeof(float), "second moment");
+        if (cfg->zero) d->rs_out = xmalloc((owned_total ? owned_total : 1) * sizeof(float), "ZeRO gradient shard");
+    }
+    comm_bcast(params, d->P * sizeof(float), 0);
+    return d;
+}
+
+void distopt_free(DistOptim *d) {
+    if (!d) return;
+    comm_wait(d->next_h);
+    for (int b = 0; b < d->nb; b++) comm_wait(d->bh[b]);
+    for (int b = 0; b < d->nb; b++) free(d->bslices[b]);
+    free(d->bslices); free(d->bn); free(d->bucket_off); free(d->bucket_numel); free(d->rs_off);
+    free(d->bucket_k); free(d->bh); free(d->bstate); free(d->stage); free(d->rs_out);
+    free(d->m); free(d->v); free(d->r); free(d->mask_cur); free(d->mask_next); free(d->seg);
+    free(d->seg_bytes); free(d->seg_off); free(d->topk_tmp);
+    owner_table_free(&d->own);
+    free(d);
+}
+
+float distopt_density(const DistOptim *d, int t) {
+    if (d->cfg.opt.kind != OPT_SCAPE) return 1.0f;
+    return (float)scape_density(d->cfg.density, d->cfg.density_start, d->cfg.density_warmup, t);
+}
+
+/* ---- SCAPE pieces ---- */
+
+/* Waits for the all-gather of the mask computed last step and assembles it into mask_next. */
+static void scape_collect_next(DistOptim *d) {
+    if (!d->next_h) return;
+    comm_wait(d->next_h);
+    d->next_h = 0;
+    memset(d->mask_next, 0, mask_bytes(d->P));
+    for (int r = 0; r < d->world; r++)
+        mask_or_bits(d->mask_next, d->own.lo[r], d->seg + d->seg_off[r], d->own.hi[r] - d->own.lo[r]);
+    d->have_next = 1;
+}
+
+/* Top-k of |c| (c in grads) over this rank's owned slices with density dens, into its segment of seg, then the
+ * all-gather of all segments (asynchronous; waited for by scape_collect_next). */
+static CommHandle scape_make_mask(DistOptim *d, double dens) {
+    uint8_t *mine = d->seg + d->seg_off[d->rank];
+    size_t base = d->own.lo[d->rank];
+    memset(mine, 0, d->seg_bytes[d->rank]);
+    for (int i = d->own.first[d->rank]; i < d->own.first[d->rank + 1]; i++) {
+        const ParamSlice *s = &d->tab->slices[i];
+        if (!slice_sparse(d, s)) mask_set_range(mine, s->offset - base, s->numel);
+        else scape_topk_mask(d->grads + s->offset, s->numel, scape_k(dens, s->numel), mine, s->offset - base, d->topk_tmp);
+    }
+    return comm_iallgatherv(d->seg, d->seg_bytes, 1);
+}
+
+static void scape_c_bucket(DistOptim *d, int b) {
+    for (int k = 0; k < d->bn[b]; k++) {
+        const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
+        scape_corrected_momentum(d->grads, d->m, d->r, s->offset, s->offset + s->numel, d->cfg.opt.beta1);
+    }
+    d->bstate[b] = 1;
+}
+
+static void scape_queue_bucket(DistOptim *d, int b) {
+    float *out = d->stage + d->bucket_off[b];
+    size_t K = 0;
+    for (int k = 0; k < d->bn[b]; k++) {
+        const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
+        K += scape_gather_masked(d->grads, d->mask_cur, s->offset, s->offset + s->numel, out + K);
+    }
+    d->bucket_k[b] = K;
+    if (d->dbg_s) {
+        for (int k = 0, q = 0; k < d->bn[b]; k++) {
+            const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
+            for (size_t j = s->offset; j < s->offset + s->numel; j++)
+                d->dbg_s[j] = mask_get(d->mask_cur, j) ? out[q++] : 0.0f;
+        }
+    }
+    d->bh[b] = comm_iallreduce_avg_f32(out, K);
+    d->bstate[b] = 2;
+}
+
+/* Start of a SCAPE step at its first bucket: M_t becomes the current mask (SCAPE.md section 3, first line). */
+static void scape_begin(DistOptim *d) {
+    d->step_begun = 1;
+    d->swapped = 0;
+    scape_collect_next(d);
+    if (d->have_next) {
+        uint8_t *t = d->mask_cur;
+        d->mask_cur = d->mask_next;
+        d->mask_next = t;
+        d->have_next = 0;
+        d->have_cur = 1;
+        d->swapped = 1;
+    }
+}
+
+/* ---- dense pieces ---- */
+
+static int is_owned_slice(const DistOptim *d, int i) {
+    return i >= d->own.first[d->rank] && i < d->own.first[d->rank + 1];
+}
+
+static void dense_queue_bucket(DistOptim *d, int b) {
+    float *st = d->stage + d->bucket_off[b];
+    size_t o = 0;
+    for (int k = 0; k < d->bn[b]; k++) {
+        const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
+        memcpy(st + o, d->grads + s->offset, s->numel * sizeof(float));
+        o += s->numel;
+    }
+    if (!d->cfg.zero) {
+        d->bh[b] = comm_iallreduce_avg_f32(st, o);
+    } else {
+        size_t *counts = xcalloc((size_t)d->world, sizeof(size_t), "bucket counts");
+        for (int k = 0; k < d->bn[b]; k++) {
+            int i = d->bslices[b][k];
+            for (int r = 0; r < d->world; r++)
+                if (i >= d->own.first[r] && i < d->own.first[r + 1]) counts[r] += d->tab->slices[i].numel;
+        }
+        d->bh[b] = comm_ireduce_scatter_avg_f32(st, d->rs_out + d->rs_off[b], counts);
+        free(counts);
+    }
+    d->bstate[b] = 2;
+}
+
+static void dense_unpack_bucket(DistOptim *d, int b) {
+    if (!d->cfg.zero) {
+        const float *st = d->stage + d->bucket_off[b];
+        for (int k = 0; k < d->bn[b]; k++) {
+            const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
+            memcpy(d->grads + s->offset, st, s->numel * sizeof(float));
+            st += s->numel;
+        }
+    } else {
+        const float *st = d->rs_out + d->rs_off[b];
+        for (int k = 0; k < d->bn[b]; k++) {
+            int i = d->bslices[b][k];
+            if (!is_owned_slice(d, i)) continue;
+            const ParamSlice *s = &d->tab->slices[i];
+            memcpy(d->grads + s->offset, st, s->numel * sizeof(float));
+            st += s->numel;
+        }
+    }
+}
+
+void distopt_bucket_ready(void *ctx, int bucket) {
+    DistOptim *d = ctx;
+    if (bucket < 0 || bucket >= d->nb) fatal("distopt_bucket_ready: bucket %d outside 0..%d", bucket, d->nb - 1);
+    if (d->bstate[bucket]) return;
+    if (d->cfg.opt.kind != OPT_SCAPE) {
+        dense_queue_bucket(d, bucket);
+        return;
+    }
+    if (!d->step_begun) scape_begin(d);
+    if (!d->have_cur) return; /* step 1: the mask is made from all gradients in distopt_step */
+    scape_c_bucket(d, bucket);
+    scape_queue_bucket(d, bucket);
+}
+
+/* Sum of squares in double over [lo, hi) in fixed 64Ki chunks added in order: the same bits for any thread
+ * count, so every rank takes the same clip and skip decisions. */
+static double sumsq(const float *x, size_t lo, size_t hi) {
+    const size_t CH = 65536;
+    size_t nch = (hi - lo + CH - 1) / CH;
+    if (nch == 0) return 0;
+    double *part = xmalloc(nch * sizeof(double), "norm partials");
+    #pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < nch; c++) {
+        size_t a = lo + c * CH, e = a + CH < hi ? a + CH : hi;
+        double s = 0;
+        for (size_t j = a; j < e; j++) s += (double)x[j] * (double)x[j];
+        part[c] = s;
+    }
+    double s = 0;
+    for (size_t c = 0; c < nch; c++) s += part[c];
+    free(part);
+    return s;
+}
+
+static void end_step(DistOptim *d) {
+    memset(d->grads, 0, d->P * sizeof(float));
+    for (int b = 0; b < d->nb; b++) {
+        d->bstate[b] = 0;
+        d->bh[b] = 0;
+    }
+    d->step_begun = 0;
+}
+
+static int dense_step(DistOptim *d, int t, float lr, float *grad_norm) {
+    for (int b = 0; b < d->nb; b++)
+        if (!d->bstate[b]) dense_queue_bucket(d, b);
+    for (int b = 0; b < d->nb; b++) {
+        comm_wait(d->bh[b]);
+        dense_unpack_bucket(d, b);
+    }
+    double ss = sumsq(d->grads, d->slo, d->shi);
+    if (d->cfg.zero) comm_allreduce_sum_f64(&ss, 1);
+    float norm = (float)sqrt(ss);
+    *grad_norm = norm;
+    if (!isfinite(norm)) {
+        end_step(d);
+        return 1;
+    }
+    if (d->cfg.clip > 0 && norm > d->cfg.clip) {
+        float sc = d->cfg.clip / (norm + 1e-6f);
+        for (size_t j = d->slo; j < d->shi; j++) d->grads[j] *= sc;
+    }
+    /* m, v hold [slo, shi); the update indexes them by flat element, hence the shifted base */
+    if (d->cfg.opt.kind == OPT_ADAMW)
+        adamw_update(d->tab, d->params, d->grads, d->m - d->slo, d->v - d->slo, d->slo, d->shi, t, lr, &d->cfg.opt);
+    else
+        adams_update(d->tab, d->params, d->grads, d->m - d->slo, d->slo, d->shi, t, lr, &d->cfg.opt);
+    if (d->cfg.zero) {
+        size_t *counts = xmalloc((size_t)d->world * sizeof(size_t), "shard counts");
+        for (int r = 0; r < d->world; r++) counts[r] = d->own.hi[r] - d->own.lo[r];
+        comm_wait(comm_iallgatherv(d->params, counts, sizeof(float)));
+        free(counts);
+    }
+    end_step(d);
+    d->last_t = t;
+    return 0;
+}
+
+/* Calls fn for every masked coordinate in payload order (bucket by bucket, slices in memory order, indices
+ * ascending) with its compact index q. Written as a macro so the hot loops stay inlined. */
+#define FOR_MASKED(d, s, j, q, ...)                                                                          \
+    do {                                                                                                      \
+        size_t q = 0;                                                                                         \
+        for (int b_ = 0; b_ < (d)->nb; b_++) {                                                                \
+            q = (d)->bucket_off[b_];                                                                          \
+            for (int k_ = 0; k_ < (d)->bn[b_]; k_++) {                                                        \
+                const ParamSlice *s = &(d)->tab->slices[(d)->bslices[b_][k_]];                                \
+                for (size_t j = s->offset; j < s->offset + s->numel; j++) {                                   \
+                    __VA_ARGS__                                                                               \
+                }                                                                                             \
+            }                                                                                                 \
+        }                                                                                                     \
+    } while (0)
+
+static int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
+    const float b1 = d->cfg.opt.beta1, b2 = d->cfg.opt.beta2, eps = d->cfg.opt.eps, omb1 = 1.0f - b1;
+    if (!d->step_begun) scape_begin(d);
+    int bootstrapped = 0;
+    if (!d->have_cur) {
+        /* first step: c for everything, then M_1 = all ones (d(1) = 1) or the owners' top-k, gathered now */
+        for (int b = 0; b < d->nb; b++) scape_c_bucket(d, b);
+        double d1 = scape_density(d->cfg.density, d->cfg.density_start, d->cfg.density_warmup, t);
+        if (d1 >= 1.0) {
+            mask_set_range(d->mask_cur, 0, d->P);
+        } else {
+            d->next_h = scape_make_mask(d, d1);
+            scape_collect_next(d);
+            uint8_t *tmp = d->mask_cur;
+            d->mask_cur = d->mask_next;
+            d->mask_next = tmp;
+            d->have_next = 0;
+        }
+        d->have_cur = 1;
+        bootstrapped = 1;
+    }
+    for (int b = 0; b < d->nb; b++) {
+        if (d->bstate[b] == 0) scape_c_bucket(d, b);
+        if (d->bstate[b] == 1) scape_queue_bucket(d, b);
+    }
+    size_t K = 0;
+    for (int b = 0; b < d->nb; b++) {
+        comm_wait(d->bh[b]);
+        K += d->bucket_k[b];
+    }
+    if (d->dbg_c) memcpy(d->dbg_c, d->grads, d->P * sizeof(float));
+
+    /* g_hat = (m_t - beta1 m_{t-1}) / (1 - beta1) on M_t (SCAPE.md section 3 item 5); its norm for clipping */
+    double ss = 0;
+    FOR_MASKED(d, s, j, q, {
+        if (mask_get(d->mask_cur, j)) {
+            float gh = (d->stage[q] - b1 * d->m[j]) / omb1;
+            ss += (double)gh * (double)gh;
+            q++;
+        }
+    });
+    if (d->dbg_ghat) {
+        memset(d->dbg_ghat, 0, d->P * sizeof(float));
+        FOR_MASKED(d, s, j, q, {
+            if (mask_get(d->mask_cur, j)) {
+                d->dbg_ghat[j] = (d->stage[q] - b1 * d->m[j]) / omb1;
+                q++;
+            }
+        });
+    }
+    float norm = (float)sqrt(ss);
+    /* A non-finite c off the mask would never reach g_hat but would poison r forever: skip on it too. Any
+     * rank may hold one, so the decision takes one tiny control all-reduce. */
+    int64_t bad = 0;
+    #pragma omp parallel for schedule(static) reduction(|: bad)
+    for (size_t j = 0; j < d->P; j++) bad |= !isfinite(d->grads[j]);
+    comm_allreduce_max_i64(&bad, 1);
+    if (bad) norm = NAN;
+    *grad_norm = norm;
+    if (!isfinite(norm)) {
+        /* skipped: put the masks back as they were before the step, so m stays supported on mask_cur */
+        if (bootstrapped) d->have_cur = 0;
+        else if (d->swapped) {
+            uint8_t *tmp = d->mask_cur;
+            d->mask_cur = d->mask_next;
+            d->mask_next = tmp;
+            d->have_next = 1;
+        }
+        end_step(d);
+        return 1;
+    }
+    float sc = 1.0f;
+    int clipped = d->cfg.clip > 0 && norm > d->cfg.clip;
+    if (clipped) sc = d->cfg.clip / (norm + 1e-6f);
+
+    /* next mask from |c| (c still in grads), gathered while the update and the next forward/backward run */
+    d->next_h = scape_make_mask(d, scape_density(d->cfg.density, d->cfg.density_start, d->cfg.density_warmup, t + 1));
+
+    /* error feedback: r <- c (1 - M_t) */
+    #pragma omp parallel for schedule(static)
+    for (size_t j = 0; j < d->P; j++) d->r[j] = mask_get(d->mask_cur, j) ? 0.0f : d->grads[j];
+
+    /* AdamS on M_t, decay only elsewhere (SCAPE.md section 3 items 4-7) */
+    float bc1 = (float)(1.0 - pow((double)b1, t));
+    float sqrt_bc2 = (float)sqrt(1.0 - pow((double)b2, t));
+    float *p = d->params, *m = d->m;
+    const float *bv = d->stage;
+    const uint8_t *M = d->mask_cur;
+    FOR_MASKED(d, s, j, q, {
+        float wd = s->decay ? d->cfg.opt.weight_decay : 0.0f;
+        if (mask_get(M, j)) {
+            float mp = m[j], mt = bv[q++];
+            float gh = (mt - b1 * mp) / omb1;
+            if (clipped) {
+                gh = gh * sc;
+                mt = b1 * mp + omb1 * gh;
+            }
+            float nu = b2 * mp * mp + (1.0f - b2) * gh * gh;
+            m[j] = mt;
+            p[j] -= lr * ((mt / bc1) / (sqrtf(nu) / sqrt_bc2 + eps) + wd * p[j]);
+        } else {
+            m[j] = 0.0f;
+            p[j] -= lr * (wd * p[j]);
+        }
+    });
+    d->last_k = K;
+    end_step(d);
+    d->last_t = t;
+    return 0;
+}
+
+int distopt_step(DistOptim *d, int t, float lr, float *grad_norm) {
+    if (t < 1) fatal("distopt_step: step %d < 1; steps count from 1", t);
+    float gn = 0;
+    int skipped = d->cfg.opt.kind == OPT_SCAPE ? scape_step(d, t, lr, &gn) : dense_step(d, t, lr, &gn);
+    if (grad_norm) *grad_norm = gn;
+    return skipped;
+}
+
+/* ---- inspection ---- */
+
+size_t distopt_payload_count(const DistOptim *d) { return d->last_k; }
+
+void distopt_owner_range(const DistOptim *d, int rank, size_t *lo, size_t *hi) {
+    *lo = d->own.lo[rank];
+    *hi = d->own.hi[rank];
+}
+
+const float *distopt_moment(const DistOptim *d) { return d->m; }
+const float *distopt_residual(const DistOptim *d) { return d->r; }
+
+const uint8_t *distopt_mask(DistOptim *d, int next) {
+    if (d->cfg.opt.kind != OPT_SCAPE) return NULL;
+    if (!next) return d->have_cur ? d->mask_cur : NULL;
+    scape_collect_next(d);
+    return d->have_next ? d->mask_next : NULL;
+}
+
+void distopt_debug_capture(DistOptim *d, float *c, float *s, float *ghat) {
+    d->dbg_c = c;
+    d->dbg_s = s;
+    d->dbg_ghat = ghat;
+}
+
+/* ---- checkpoint blob ----
+ * header, then
+ *   adamw/adams: m (and v) over [lo, hi) (the owned shard with ZeRO-1, else everything)
+ *   scape:       r (P), mask_cur (P bits, if have_cur), mask_next (P bits, if have_next), m on mask_cur (K)
+ * Every rank's blob holds the shared SCAPE state (masks, m) too, so a rank can resume from its own file alone. */
+typedef struct {
+    uint32_t magic, version;
+    int32_t kind, world, rank, zero, last_t, have_cur, have_next, pad;
+    uint64_t P, lo, hi, K;
+} BlobHeader;
+_Static_assert(sizeof(BlobHeader) == 72, "the blob header layout is part of the checkpoint format");
+
+/* masks are padded to 8 bytes in the blob so the floats after them stay aligned */
+static size_t blob_mask_bytes(size_t P) { return (mask_bytes(P) + 7) / 8 * 8; }
+
+static size_t scape_m_count(const DistOptim *d) { return d->have_cur ? mask_count(d->mask_cur, 0, d->P) : 0; }
+
+size_t distopt_state_bytes(const DistOptim *d) {
+    DistOptim *dm = (DistOptim *)d; /* the pending mask all-gather must land before the state is complete */
+    size_t n = sizeof(BlobHeader);
+    if (d->cfg.opt.kind == OPT_SCAPE) {
+        scape_collect_next(dm);
+        n += d->P * sizeof(float);
+        if (d->have_cur) n += blob_mask_bytes(d->P);
+        if (d->have_next) n += blob_mask_bytes(d->P);
+        n += scape_m_count(d) * sizeof(float);
+    } else {
+        n += (d->shi - d->slo) * sizeof(float) * (d->cfg.opt.kind == OPT_ADAMW ? 2 : 1);
+    }
+    return n;
+}
+
+void distopt_save(const DistOptim *d, void *blob) {
+    DistOptim *dm = (DistOptim *)d;
+    if (d->cfg.opt.kind == OPT_SCAPE) scape_collect_next(dm);
+    BlobHeader h = {.magic = DIST_MAGIC, .version = DIST_VERSION, .kind = (int32_t)d->cfg.opt.kind,
+                    .world = d->world, .rank = d->rank, .zero = d->cfg.zero, .last_t = d->last_t,
+                    .have_cur = d->have_cur, .have_next = d->have_next, .P = d->P, .lo = d->slo, .hi = d->shi};
+    char *p = (char *)blob + sizeof h;
+    if (d->cfg.opt.kind == OPT_SCAPE) {
+        h.K = scape_m_count(d);
+        memcpy(p, d->r, d->P * sizeof(float));
+        p += d->P * sizeof(float);
+        if (d->have_cur) {
+            memset(p, 0, blob_mask_bytes(d->P));
+            memcpy(p, d->mask_cur, mask_bytes(d->P));
+            p += blob_mask_bytes(d->P);
+        }
+        if (d->have_next) {
+            memset(p, 0, blob_mask_bytes(d->P));
+            memcpy(p, d->mask_next, mask_bytes(d->P));
+            p += blob_mask_bytes(d->P);
+        }
+        if (d->have_cur) scape_gather_masked(d->m, d->mask_cur, 0, d->P, (float *)p);
+    } else {
+        size_t n = d->shi - d->slo;
+        memcpy(p, d->m, n * sizeof(float));
+        if (d->v) memcpy(p + n * sizeof(float), d->v, n * sizeof(float));
+    }
+    memcpy(blob, &h, sizeof h);
+}
+
+static BlobHeader check_blob(const DistOptim *d, const void *blob, size_t size, int i) {
+    BlobHeader h;
+    if (size < sizeof h) fatal("optimizer state of rank %d is %zu bytes, shorter than its header; the checkpoint is truncated", i, size);
+    memcpy(&h, blob, sizeof h);
+    if (h.magic != DIST_MAGIC || h.version != DIST_VERSION)
+        fatal("optimizer state of rank %d: bad magic/version (%08x v%u); not a checkpoint of this runtime", i, h.magic, h.version);
+    if (h.kind != (int32_t)d->cfg.opt.kind)
+        fatal("optimizer state of rank %d was written by optimizer kind %d, this run uses %d; resume with the same --optimizer", i, h.kind, (int)d->cfg.opt.kind);
+    if (h.P != d->P)
+        fatal("optimizer state of rank %d covers %llu parameters, the model has %zu; resume with the same --model", i, (unsigned long long)h.P, d->P);
+    size_t want = sizeof h;
+    if (h.kind == OPT_SCAPE) {
+        want += h.P * sizeof(float) + (h.have_cur ? blob_mask_bytes(h.P) : 0) + (h.have_next ? blob_mask_bytes(h.P) : 0) + h.K * sizeof(float);
+    } else {
+        if (h.lo > h.hi || h.hi > h.P) fatal("optimizer state of rank %d: bad range [%llu, %llu)", i, (unsigned long long)h.lo, (unsigned long long)h.hi);
+        want += (h.hi - h.lo) * sizeof(float) * (h.kind == OPT_ADAMW ? 2 : 1);
+    }
+    if (want != size) fatal("optimizer state of rank %d is %zu bytes, expected %zu from its header; the checkpoint is corrupt", i, size, want);
+    return h;
+}
+
+void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, int n_blobs) {
+    if (n_blobs < 1) fatal("distopt_load: no optimizer state given");
+    BlobHeader h0 = check_blob(d, blobs[0], sizes[0], 0);
+    for (int i = 1; i < n_blobs; i++) check_blob(d, blobs[i], sizes[i], i);
+    if (n_blobs == 1 && h0.world != d->world && (h0.kind == OPT_SCAPE || h0.lo > d->slo || h0.hi < d->shi))
+        fatal("optimizer state was saved by %d ranks, this run has %d; pass the state of all %d saved ranks", h0.world, d->world, h0.world);
+    comm_wait(d->next_h);
+    d->next_h = 0;
+    d->last_t = h0.last_t;
+    for (int b = 0; b < d->nb; b++) d->bstate[b] = 0;
+    d->step_begun = 0;
+    if (d->cfg.opt.kind == OPT_SCAPE) {
+        const size_t PB = mask_bytes(d->P);
+        const char *p0 = (const char *)blobs[0] + sizeof(BlobHeader);
+        /* residual: this rank's own when the world is unchanged, else the mean over the saved ranks
+         * (SCAPE.md section 8: the mean residual is what the algorithm sees) */
+        if (n_blobs == 1 || h0.world == d->world) {
+            int src = n_blobs == 1 ? 0 : d->rank;
+            memcpy(d->r, (const char *)blobs[src] + sizeof(BlobHeader), d->P * sizeof(float));
+        } else {
+            memset(d->r, 0, d->P * sizeof(float));
+            for (int i = 0; i < n_blobs; i++) {
+                const float *ri = (const float *)((const char *)blobs[i] + sizeof(BlobHeader));
+                for (size_t j = 0; j < d->P; j++) d->r[j] += ri[j];
+            }
+            for (size_t j = 0; j < d->P; j++) d->r[j] /= (float)n_blobs;
+        }
+        const char *p = p0 + d->P * sizeof(float);
+        d->have_cur = h0.have_cur;
+        d->have_next = h0.have_next;
+        memset(d->mask_cur, 0, PB);
+        memset(d->mask_next, 0, PB);
+        if (h0.have_cur) {
+            memcpy(d->mask_cur, p, PB);
+            p += blob_mask_bytes(d->P);
+        }
+        if (h0.have_next) {
+            memcpy(d->mask_next, p, PB);
+            p += blob_mask_bytes(d->P);
+        }
+        memset(d->m, 0, d->P * sizeof(float));
+        if (h0.have_cur) {
+            if (mask_count(d->mask_cur, 0, d->P) != h0.K) fatal("optimizer state of rank 0: mask and moment sizes disagree; the checkpoint is corrupt");
+            const float *mv = (const float *)p;
+            size_t q = 0;
+            for (size_t j = 0; j < d->P; j++)
+                if (mask_get(d->mask_cur, j)) d->m[j] = mv[q++];
+        }
+        return;
+    }
+    /* dense: assemble [slo, shi) from whichever blobs cover it */
+    size_t n = d->shi - d->slo;
+    size_t covered = 0;
+    for (int i = 0; i < n_blobs; i++) {
+        BlobHeader h;
+        memcpy(&h, blobs[i], sizeof h);
+        size_t a = h.lo > d->slo ? h.lo : d->slo, e = h.hi < d->shi ? h.hi : d->shi;
+        if (a >= e) continue;
+        const float *bm = (const float *)((const char *)blobs[i] + sizeof h);
+        const float *bv = bm + (h.hi - h.lo);
+        memcpy(d->m + (a - d->slo), bm + (a - h.lo), (e - a) * sizeof(float));
+        if (d->v) memcpy(d->v + (a - d->slo), bv + (a - h.lo), (e - a) * sizeof(float));
+        covered += e - a;
+        if (h.lo <= d->slo && h.hi >= d->shi) break; /* one blob covers everything (non-ZeRO runs) */
+    }
+    if (covered < n) fatal("optimizer state does not cover this rank's parameters [%zu, %zu); pass the state of all saved ranks", d->slo, d->shi);
+}

@@ -1,0 +1,59 @@
+# scape/module.mk - shared by two engineers; each keeps to its own marked section.
+
+# --- optimizers (model engineer)
+# scape/optim.c (AdamW, AdamS) and, for want of a top-level module.mk, the GPT-2 parity test of train_gpt.c:
+# build/test_gpt2 DATA checks the model against test/ref/gpt2_ref.bin and regenerates that file with
+# dev/ref/gpt2_ref.py (needs `make data` for the validation shard). `make gpt2-ref` rewrites the committed file.
+OPTIM_OBJ := $(BUILD)/scape/optim.o
+# no fused multiply-adds, like scape.o: dense AdamS and SCAPE at density 1 must round identically
+$(OPTIM_OBJ): CFLAGS += -ffp-contract=off
+
+$(BUILD)/test_gpt2: test/test_gpt2.c train_gpt.c $(OPTIM_OBJ) $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) test/test_gpt2.c $(OPTIM_OBJ) $(COMMON_OBJ) -o $@ $(LDLIBS) $(BLAS_LIBS)
+
+.PHONY: gpt2-ref test-gpt2
+gpt2-ref: $(BUILD)/test_gpt2 data
+	$(BUILD)/test_gpt2 --write-init $(BUILD)/gpt2_ref_init.bin
+	$(PYTHON_REF) dev/ref/gpt2_ref.py --model $(BUILD)/gpt2_ref_init.bin \
+		--shard $(DATA)/sotu/gpt2/sotu_val_000000.bin --out test/ref/gpt2_ref.bin
+
+test-gpt2: $(BUILD)/test_gpt2 data
+	PYTHON_REF=$(PYTHON_REF) $(BUILD)/test_gpt2 $(DATA)
+
+TEST_BINS += $(BUILD)/test_gpt2
+TEST_DEPS += data
+TEST_CMDS += "PYTHON_REF=$(PYTHON_REF) $(BUILD)/test_gpt2 $(DATA)"
+# --- end optimizers
+
+# --- communication, data-parallel update and SCAPE (distributed engineer)
+# Programs that use DIST_OBJ link with $(MPICC) (Open MPI) and -lpthread.
+DIST_OBJ := $(BUILD)/scape/comm.o $(BUILD)/scape/dist.o $(BUILD)/scape/scape.o $(OPTIM_OBJ)
+MPI_CFLAGS := $(shell $(MPICC) --showme:compile 2>/dev/null)
+$(BUILD)/scape/comm.o: CFLAGS += $(MPI_CFLAGS)
+# no fused multiply-adds: SCAPE's conservation test recomputes c bit for bit, and ranks must round alike
+$(BUILD)/scape/dist.o $(BUILD)/scape/scape.o: CFLAGS += -ffp-contract=off
+MPIRUN_TEST := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe --bind-to none
+
+.PHONY: scape
+scape: $(DIST_OBJ) $(BUILD)/test_comm $(BUILD)/test_dist
+
+$(BUILD)/test_comm: test/test_comm.c $(BUILD)/scape/comm.o $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lpthread
+
+$(BUILD)/test_dist: test/test_dist.c $(DIST_OBJ) $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) -ffp-contract=off $^ -o $@ $(LDLIBS) -lpthread
+
+TEST_BINS += $(BUILD)/test_comm $(BUILD)/test_dist
+TEST_CMDS += $(BUILD)/test_comm
+TEST_CMDS += "$(MPIRUN_TEST) -np 2 $(BUILD)/test_comm"
+TEST_CMDS += "$(MPIRUN_TEST) -np 3 $(BUILD)/test_comm"
+TEST_CMDS += "test/test_comm_kill.sh $(BUILD)/test_comm"
+TEST_CMDS += $(BUILD)/test_dist
+TEST_CMDS += "$(MPIRUN_TEST) -np 2 $(BUILD)/test_dist"
+TEST_CMDS += "$(MPIRUN_TEST) -np 3 $(BUILD)/test_dist"
+TEST_CMDS += "$(MPIRUN_TEST) -np 4 $(BUILD)/test_dist"
+TEST_CMDS += "test/test_dist_resume.sh $(BUILD)/test_dist"
+# --- end communication

@@ -1,0 +1,62 @@
+/*
+ * scape/optim.c - the dense optimizer updates of scape/optim.h (AdamW, AdamS) over a range of the flat buffer.
+ * Float math per element; the bias corrections are computed once per call in double and cast, so every backend
+ * can reproduce them exactly. OpenMP over elements, one slice at a time (weight decay is per slice).
+ * Not for: SCAPE's sparse update (scape/scape.c), gradient clipping or learning-rate schedules (the loop).
+ */
+#include "scape/optim.h"
+
+#include <math.h>
+
+/* The part [*first, *last) of slice s that lies inside [lo, hi); returns 0 if empty. */
+static int clip_slice(const ParamSlice *s, size_t lo, size_t hi, size_t *first, size_t *last) {
+    *first = s->offset > lo ? s->offset : lo;
+    *last = s->offset + s->numel < hi ? s->offset + s->numel : hi;
+    return *first < *last;
+}
+
+void adamw_update(const ParamTable *tab, float *params, const float *grads, float *m, float *v, size_t lo,
+                  size_t hi, int t, float lr, const OptimConfig *cfg) {
+    float b1 = cfg->beta1, b2 = cfg->beta2, eps = cfg->eps;
+    float bc1 = (float)(1.0 - pow((double)cfg->beta1, t));
+    float bc2 = (float)(1.0 - pow((double)cfg->beta2, t));
+    #pragma omp parallel
+    for (int k = 0; k < tab->n; k++) {
+        const ParamSlice *s = &tab->slices[k];
+        size_t first, last;
+        if (!clip_slice(s, lo, hi, &first, &last)) continue; /* same decision on every thread */
+        float wd = s->decay ? cfg->weight_decay : 0.0f;
+        /* nowait: slices are disjoint, no thread reads what another writes */
+        #pragma omp for schedule(static) nowait
+        for (size_t i = first; i < last; i++) {
+            float g = grads[i];
+            float mi = b1 * m[i] + (1.0f - b1) * g;
+            float vi = b2 * v[i] + (1.0f - b2) * g * g;
+            m[i] = mi;
+            v[i] = vi;
+            params[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * params[i]);
+        }
+    }
+}
+
+void adams_update(const ParamTable *tab, float *params, const float *grads, float *m, size_t lo, size_t hi,
+                  int t, float lr, const OptimConfig *cfg) {
+    float b1 = cfg->beta1, b2 = cfg->beta2, eps = cfg->eps;
+    float bc1 = (float)(1.0 - pow((double)cfg->beta1, t));
+    float sqrt_bc2 = (float)sqrt(1.0 - pow((double)cfg->beta2, t));
+    #pragma omp parallel
+    for (int k = 0; k < tab->n; k++) {
+        const ParamSlice *s = &tab->slices[k];
+        size_t first, last;
+        if (!clip_slice(s, lo, hi, &first, &last)) continue; /* same decision on every thread */
+        float wd = s->decay ? cfg->weight_decay : 0.0f;
+        #pragma omp for schedule(static) nowait
+        for (size_t i = first; i < last; i++) {
+            float g = grads[i], mp = m[i];
+            float nu = b2 * mp * mp + (1.0f - b2) * g * g; /* uses the PREVIOUS momentum (SCAPE.md section 1) */
+            float mi = b1 * mp + (1.0f - b1) * g;
+            m[i] = mi;
+            params[i] -= lr * ((mi / bc1) / (sqrtf(nu) / sqrt_bc2 + eps) + wd * params[i]);
+        }
+    }
+}

@@ -1,0 +1,156 @@
+/*
+ * test/test_comm.c - the communication layer (scape/comm.h) on 1..N ranks: each collective's result against
+ * values every rank can compute itself, queue ordering, the per-kind byte counters against the ring formulas of
+ * SCAPE.md section 6. With --die-rank R / --fatal-rank R it instead makes rank R die (SIGKILL) or fail (fatal())
+ * while the others block in a collective; test/test_comm_kill.sh checks that the job then ends, non-zero, soon.
+ */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "test/test_comm_mpi.h"
+
+static int R, N;
+
+TEST(allreduce_avg_is_the_mean_on_every_rank) {
+    size_t sizes[] = {0, 1, 3, 1000, 4099};
+    for (int c = 0; c < 5; c++) {
+        size_t n = sizes[c];
+        float *x = xmalloc(n * sizeof(float) + 4, "x");
+        for (size_t i = 0; i < n; i++) x[i] = (float)(R + 1) + 0.5f * (float)i;
+        comm_wait(comm_iallreduce_avg_f32(x, n));
+        for (size_t i = 0; i < n; i++) {
+            float want = (float)(N + 1) / 2.0f + 0.5f * (float)i;
+            if (x[i] != want) {
+                CHECK(0, "n=%zu x[%zu] expected %g, got %g", n, i, want, x[i]);
+                break;
+            }
+        }
+        free(x);
+    }
+}
+
+TEST(queued_jobs_run_in_order_and_one_wait_covers_earlier_ones) {
+    enum { J = 20, n = 257 };
+    float *x = xmalloc(J * n * sizeof(float), "x");
+    CommHandle h = 0;
+    for (int j = 0; j < J; j++) {
+        for (int i = 0; i < n; i++) x[j * n + i] = (float)(R * 100 + j);
+        h = comm_iallreduce_avg_f32(x + j * n, n);
+    }
+    comm_wait(h);
+    for (int j = 0; j < J; j++) {
+        float want = (float)(100.0 * (N - 1) / 2.0 + j);
+        CHECK(x[j * n] == want && x[j * n + n - 1] == want, "job %d expected %g, got %g", j, want, x[j * n]);
+    }
+    free(x);
+}
+
+TEST(reduce_scatter_avg_gives_each_rank_its_part_of_the_mean) {
+    size_t *counts = xmalloc((size_t)N * sizeof(size_t), "counts");
+    size_t total = 0, off = 0;
+    for (int r = 0; r < N; r++) {
+        counts[r] = (size_t)(r * 7 % 5) * 3 + (r == 1 ? 0 : 1); /* uneven, rank 1 gets nothing */
+        if (r < R) off += counts[r];
+        total += counts[r];
+    }
+    float *in = xmalloc(total * sizeof(float) + 4, "in"), *out = xmalloc(counts[R] * sizeof(float) + 4, "out");
+    for (size_t i = 0; i < total; i++) in[i] = (float)(2 * R) + (float)i;
+    comm_wait(comm_ireduce_scatter_avg_f32(in, out, counts));
+    for (size_t i = 0; i < counts[R]; i++) {
+        float want = (float)(N - 1) + (float)(off + i);
+        CHECK(out[i] == want, "out[%zu] expected %g, got %g", i, want, out[i]);
+    }
+    free(in); free(out); free(counts);
+}
+
+TEST(allgatherv_in_place_fills_every_part) {
+    size_t *counts = xmalloc((size_t)N * sizeof(size_t), "counts");
+    size_t total = 0, off = 0;
+    for (int r = 0; r < N; r++) {
+        counts[r] = (size_t)(3 + 5 * r) % 7;
+        if (r < R) off += counts[r];
+        total += counts[r];
+    }
+    int32_t *buf = xcalloc(total + 1, sizeof(int32_t), "buf");
+    for (size_t i = 0; i < counts[R]; i++) buf[off + i] = 1000 * R + (int32_t)i;
+    comm_wait(comm_iallgatherv(buf, counts, sizeof(int32_t)));
+    size_t o = 0;
+    for (int r = 0; r < N; r++)
+        for (size_t i = 0; i < counts[r]; i++, o++)
+            CHECK(buf[o] == 1000 * r + (int32_t)i, "part %d[%zu] expected %d, got %d", r, i, 1000 * r + (int)i, buf[o]);
+    free(buf); free(counts);
+}
+
+TEST(bcast_and_control_helpers_agree_everywhere) {
+    char s[32];
+    snprintf(s, sizeof s, "from rank %d", R);
+    comm_bcast(s, sizeof s, N - 1);
+    char want[32];
+    snprintf(want, sizeof want, "from rank %d", N - 1);
+    CHECK(strcmp(s, want) == 0, "bcast expected '%s', got '%s'", want, s);
+    double v[2] = {R + 0.25, -1.0};
+    comm_allreduce_sum_f64(v, 2);
+    CHECK(v[0] == N * (N - 1) / 2.0 + 0.25 * N && v[1] == -N, "sum expected %g %d, got %g %g", N * (N - 1) / 2.0 + 0.25 * N, -N, v[0], v[1]);
+    int64_t mx = R * 3 - 1;
+    comm_allreduce_max_i64(&mx, 1);
+    CHECK(mx == (N - 1) * 3 - 1, "max expected %d, got %lld", (N - 1) * 3 - 1, (long long)mx);
+    int32_t mine = 10 + R, *all = xmalloc((size_t)N * sizeof(int32_t), "all");
+    comm_allgather(&mine, all, sizeof mine);
+    for (int r = 0; r < N; r++) CHECK(all[r] == 10 + r, "allgather[%d] expected %d, got %d", r, 10 + r, all[r]);
+    free(all);
+    comm_barrier();
+}
+
+TEST(byte_counters_follow_the_ring_formulas) {
+    CommStats k[COMM_NKINDS];
+    comm_stats_take_kind(k); /* reset */
+    size_t n1 = 1001, n2 = 77;
+    float *x = xcalloc(n1 + n2, sizeof(float), "x");
+    comm_iallreduce_avg_f32(x, n1);
+    comm_wait(comm_iallreduce_avg_f32(x + n1, n2));
+    size_t counts[64];
+    for (int r = 0; r < N; r++) counts[r] = 13 + (size_t)r;
+    size_t tot = 0;
+    for (int r = 0; r < N; r++) tot += counts[r];
+    uint8_t *g = xcalloc(tot, 1, "g");
+    comm_wait(comm_iallgatherv(g, counts, 1));
+    comm_stats_take_kind(k);
+    uint64_t ar = 2ull * 4 * (n1 + n2) * (uint64_t)(N - 1) / (uint64_t)N;
+    uint64_t ag = (uint64_t)tot * (uint64_t)(N - 1) / (uint64_t)N;
+    CHECK(k[COMM_ALLREDUCE].calls == 2, "all-reduce calls expected 2, got %llu", (unsigned long long)k[COMM_ALLREDUCE].calls);
+    CHECK(k[COMM_ALLREDUCE].bytes_sent == ar && k[COMM_ALLREDUCE].bytes_recv == ar, "all-reduce bytes expected %llu, got %llu/%llu",
+          (unsigned long long)ar, (unsigned long long)k[COMM_ALLREDUCE].bytes_sent, (unsigned long long)k[COMM_ALLREDUCE].bytes_recv);
+    CHECK(k[COMM_ALLGATHER].calls == 1 && k[COMM_ALLGATHER].bytes_recv == ag, "all-gather expected 1 call %llu bytes, got %llu calls %llu bytes",
+          (unsigned long long)ag, (unsigned long long)k[COMM_ALLGATHER].calls, (unsigned long long)k[COMM_ALLGATHER].bytes_recv);
+    CHECK(k[COMM_REDUCE_SCATTER].calls == 0, "reduce-scatter calls expected 0, got %llu", (unsigned long long)k[COMM_REDUCE_SCATTER].calls);
+    CHECK(k[COMM_ALLREDUCE].wait_ms >= 0, "negative wait time %g", k[COMM_ALLREDUCE].wait_ms);
+    free(x); free(g);
+}
+
+int main(int argc, char **argv) {
+    comm_init(&argc, &argv);
+    R = comm_rank();
+    N = comm_world();
+    if (N > 64) fatal("test_comm: at most 64 ranks");
+    if (argc == 3 && (strcmp(argv[1], "--die-rank") == 0 || strcmp(argv[1], "--fatal-rank") == 0)) {
+        int victim = atoi(argv[2]);
+        comm_barrier();
+        if (R == victim) {
+            usleep(200 * 1000);
+            if (argv[1][2] == 'd') raise(SIGKILL);
+            fatal("test_comm: rank %d fails on purpose (--fatal-rank)", R);
+        }
+        for (;;) comm_barrier(); /* the survivors block here until the job is brought down */
+    }
+    MPI_RUN_TEST(allreduce_avg_is_the_mean_on_every_rank);
+    MPI_RUN_TEST(queued_jobs_run_in_order_and_one_wait_covers_earlier_ones);
+    MPI_RUN_TEST(reduce_scatter_avg_gives_each_rank_its_part_of_the_mean);
+    MPI_RUN_TEST(allgatherv_in_place_fills_every_part);
+    MPI_RUN_TEST(bcast_and_control_helpers_agree_everywhere);
+    MPI_RUN_TEST(byte_counters_follow_the_ring_formulas);
+    comm_finalize();
+    TEST_EXIT();
+}

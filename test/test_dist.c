@@ -1,0 +1,608 @@
+/*
+ * test/test_dist.c - the data-parallel update (scape/dist.h) and SCAPE (SCAPE.md section 9 invariants) on
+ * 1..N ranks, with a synthetic differentiable model: per-coordinate weighted least squares over random samples,
+ *   loss_s = 0.5 sum_j w_j (theta_j - x_{s,j})^2,  grad_j = mean over this rank's samples of w_j (theta_j - x_{s,j}),
+ * laid out like a transformer (tensor-major slices, one bucket per layer, gains/biases dense-only). Sample s of
+ * step t is drawn from rng_mix(t, s) and rank i takes samples i*B .. i*B+B-1, so N ranks x B samples see the
+ * same data as 1 rank x N*B. References (sort-based top-k, explicit second reduction, optim.c updates on the full
+ * batch) are computed here independently of dist.c. Built with -ffp-contract=off like dist.c.
+ * With --save DIR / --resume DIR it writes / reads per-rank state for test/test_dist_resume.sh.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/rng.h"
+#include "common/util.h"
+#include "scape/dist.h"
+#include "scape/scape.h"
+#include "test/test_comm_mpi.h"
+
+static int R, N;
+#define L 3
+#define B 2
+#define LR 0.01f
+
+typedef struct {
+    ParamTable tab;
+    float *p, *g;
+} Toy;
+
+static void toy_build(Toy *m) {
+    memset(m, 0, sizeof *m);
+    size_t s2[2];
+    /* tensor-major like GPT-2; bucket of layer l is L-1-l (backward order), embeddings/final norm last */
+    s2[0] = 20; s2[1] = 6;
+    param_table_add(&m->tab, "wte", -1, L, 1, 2, s2);
+    for (int l = 0; l < L; l++) { s2[0] = 8; s2[1] = 12; param_table_add(&m->tab, "w1", l, L - 1 - l, 1, 2, s2); }
+    for (int l = 0; l < L; l++) { s2[0] = 12; param_table_add(&m->tab, "b1", l, L - 1 - l, 0, 1, s2); }
+    for (int l = 0; l < L; l++) { s2[0] = 12; s2[1] = 5; param_table_add(&m->tab, "w2", l, L - 1 - l, 1, 2, s2); }
+    for (int l = 0; l < L; l++) { s2[0] = 5; param_table_add(&m->tab, "ln", l, L - 1 - l, 0, 1, s2); }
+    s2[0] = 6;
+    param_table_add(&m->tab, "lnf", -1, L, 0, 1, s2);
+    m->p = xmalloc(m->tab.total * sizeof(float), "p");
+    m->g = xcalloc(m->tab.total, sizeof(float), "g");
+    Rng r;
+    rng_seed(&r, 7);
+    rng_normal(&r, m->p, m->tab.total, 0.0f, 1.0f);
+}
+
+static void toy_free(Toy *m) {
+    free(m->p);
+    free(m->g);
+    param_table_free(&m->tab);
+}
+
+/* g = mean over samples [first, first + n) of step t of w_j (theta_j - x_{s,j}) */
+static void toy_grad(const Toy *m, float *g, int t, int first, int n) {
+    size_t P = m->tab.total;
+    float *x = xmalloc(P * sizeof(float), "x");
+    memset(g, 0, P * sizeof(float));
+    for (int s = first; s < first + n; s++) {
+        Rng r;
+        rng_seed(&r, rng_mix((uint64_t)t, (uint64_t)s));
+        rng_normal(&r, x, P, 0.5f, 2.0f);
+        for (size_t j = 0; j < P; j++) g[j] += (1.0f + (float)(j % 7)) * (m->p[j] - x[j]) / (float)n;
+    }
+    free(x);
+}
+
+static DistConfig config(OptimizerKind kind) {
+    DistConfig c = {0};
+    c.opt.kind = kind;
+    c.opt.beta1 = 0.9f;
+    c.opt.beta2 = 0.95f;
+    c.opt.eps = 1e-8f;
+    c.opt.weight_decay = 0.1f;
+    c.density = 1.0f;
+    c.density_start = 1.0f;
+    c.exclude_norms = 1;
+    return c;
+}
+
+/* One training step as the loop does it: backward finishes buckets 0..nb-1 in order, then the update. */
+static int train_step(DistOptim *d, Toy *m, int t) {
+    toy_grad(m, m->g, t, R * B, B);
+    for (int b = 0; b < m->tab.num_buckets; b++) distopt_bucket_ready(d, b);
+    float gn;
+    return distopt_step(d, t, LR, &gn);
+}
+
+static uint64_t fnv(const void *p, size_t n) {
+    const uint8_t *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* 1 if the value is the same on every rank */
+static int same_everywhere(uint64_t h) {
+    uint64_t *all = xmalloc((size_t)N * sizeof(uint64_t), "hashes");
+    comm_allgather(&h, all, sizeof h);
+    int ok = 1;
+    for (int r = 0; r < N; r++) ok &= all[r] == all[0];
+    free(all);
+    return ok;
+}
+
+static float max_rel_diff(const float *a, const float *b, size_t n) {
+    float w = 0;
+    for (size_t i = 0; i < n; i++) {
+        float e = fabsf(a[i] - b[i]) / (fabsf(b[i]) + 1e-3f);
+        if (!(e <= w)) w = e;
+    }
+    return w;
+}
+
+/* ---- pieces ---- */
+
+TEST(topk_matches_sort_reference_with_ties_to_lower_index) {
+    Rng r;
+    rng_seed(&r, 99);
+    for (int trial = 0; trial < 200; trial++) {
+        size_t n = 1 + rng_below(&r, 300), k = 1 + rng_below(&r, n);
+        float *c = xmalloc(n * sizeof(float), "c");
+        for (size_t j = 0; j < n; j++) {
+            /* few distinct magnitudes, both signs, zeros: many ties */
+            float v = (float)rng_below(&r, 6) * 0.25f;
+            c[j] = rng_below(&r, 2) ? -v : v;
+        }
+        if (trial % 3 == 0) rng_normal(&r, c, n, 0, 1);
+        uint8_t *bits = xcalloc(mask_bytes(n + 5), 1, "bits");
+        uint32_t *tmp = xmalloc(n * sizeof(uint32_t), "tmp");
+        scape_topk_mask(c, n, k, bits, 5, tmp);
+        /* reference: sort indices by (|c| descending, index ascending), take the first k */
+        size_t *idx = xmalloc(n * sizeof(size_t), "idx");
+        for (size_t j = 0; j < n; j++) idx[j] = j;
+        for (size_t a = 1; a < n; a++) { /* insertion sort, stable on index */
+            size_t x = idx[a], b = a;
+            while (b > 0 && fabsf(c[idx[b - 1]]) < fabsf(c[x])) { idx[b] = idx[b - 1]; b--; }
+            idx[b] = x;
+        }
+        uint8_t *want = xcalloc(n, 1, "want");
+        for (size_t q = 0; q < k; q++) want[idx[q]] = 1;
+        size_t bad = 0;
+        for (size_t j = 0; j < n; j++) bad += mask_get(bits, 5 + j) != want[j];
+        for (size_t j = 0; j < 5; j++) bad += mask_get(bits, j);
+        CHECK(bad == 0 && mask_count(bits, 0, n + 5) == k, "trial %d n=%zu k=%zu: %zu bits differ from the sort reference, %zu set",
+              trial, n, k, bad, mask_count(bits, 0, n + 5));
+        free(c); free(bits); free(tmp); free(idx); free(want);
+        if (bad) break;
+    }
+}
+
+TEST(mask_bits_merge_at_any_offset) {
+    uint8_t src[5] = {0xA5, 0x3C, 0xFF, 0x01, 0x07};
+    for (size_t off = 0; off < 17; off++) {
+        uint8_t dst[12] = {0};
+        mask_or_bits(dst, off, src, 37);
+        size_t bad = 0;
+        for (size_t j = 0; j < 96; j++) {
+            int want = j >= off && j < off + 37 ? mask_get(src, j - off) : 0;
+            bad += mask_get(dst, j) != want;
+        }
+        CHECK(bad == 0, "offset %zu: %zu bits wrong", off, bad);
+    }
+}
+
+TEST(owner_table_is_contiguous_balanced_and_complete) {
+    Toy m;
+    toy_build(&m);
+    for (int w = 1; w <= 6; w++) {
+        OwnerTable o;
+        owner_table_build(&o, &m.tab, w);
+        CHECK(o.lo[0] == 0 && o.hi[w - 1] == m.tab.total, "world %d: owners cover [%zu, %zu) not [0, %zu)", w, o.lo[0], o.hi[w - 1], m.tab.total);
+        for (int r = 1; r < w; r++) {
+            CHECK(o.lo[r] == o.hi[r - 1] && o.first[r] >= o.first[r - 1], "world %d: rank %d does not start where rank %d ends", w, r, r - 1);
+            /* boundary is the slice start nearest to r P / w */
+            double target = (double)m.tab.total * r / w, best = 1e30;
+            for (int s = 0; s <= m.tab.n; s++) {
+                double off = s < m.tab.n ? (double)m.tab.slices[s].offset : (double)m.tab.total;
+                if (fabs(off - target) < best) best = fabs(off - target);
+            }
+            CHECK(fabs((double)o.lo[r] - target) == best, "world %d rank %d: boundary %zu, nearest slice start is %g from %g", w, r, o.lo[r], best, target);
+        }
+        owner_table_free(&o);
+    }
+    toy_free(&m);
+}
+
+TEST(density_schedule_is_geometric_warmup) {
+    CHECK(scape_density(0.01f, 1.0f, 100, 0) == 1.0, "d(0) expected 1, got %g", scape_density(0.01f, 1.0f, 100, 0));
+    double mid = scape_density(0.01f, 1.0f, 100, 50);
+    CHECK(fabs(mid - sqrt((double)0.01f)) < 1e-12, "d(W/2) expected sqrt(d) %g, got %g", sqrt((double)0.01f), mid);
+    CHECK(scape_density(0.01f, 1.0f, 100, 100) == (double)0.01f && scape_density(0.01f, 1.0f, 100, 5000) == (double)0.01f, "d(t >= W) is not d");
+    CHECK(scape_k(0.7f, 10) == 7 && scape_k(0.01, 50) == 1 && scape_k(1.0, 9) == 9, "k: expected 7 1 9, got %zu %zu %zu", scape_k(0.7f, 10), scape_k(0.01, 50), scape_k(1.0, 9));
+}
+
+/* ---- invariants ---- */
+
+/* SCAPE.md 9.1: density 1 is dense AdamS (same N), and r stays exactly 0 */
+TEST(inv1_density_one_equals_dense_adams_and_residual_stays_zero) {
+    Toy a, b;
+    toy_build(&a);
+    toy_build(&b);
+    DistConfig cs = config(OPT_SCAPE), ca = config(OPT_ADAMS);
+    DistOptim *ds = distopt_create(&a.tab, a.p, a.g, &cs), *da = distopt_create(&b.tab, b.p, b.g, &ca);
+    for (int t = 1; t <= 6; t++) {
+        train_step(ds, &a, t);
+        train_step(da, &b, t);
+        const float *r = distopt_residual(ds);
+        size_t nz = 0;
+        for (size_t j = 0; j < a.tab.total; j++) nz += r[j] != 0.0f;
+        CHECK(nz == 0, "step %d: %zu residual entries are non-zero", t, nz);
+        CHECK(distopt_payload_count(ds) == a.tab.total, "step %d: K_t expected P=%zu, got %zu", t, a.tab.total, distopt_payload_count(ds));
+    }
+    float e = max_rel_diff(a.p, b.p, a.tab.total), em = max_rel_diff(distopt_moment(ds), distopt_moment(da), a.tab.total);
+    CHECK(e < 1e-5f && em < 1e-4f, "after 6 steps params differ by rel %g, m by %g (want < 1e-5, 1e-4)", e, em);
+    distopt_free(ds);
+    distopt_free(da);
+    toy_free(&a);
+    toy_free(&b);
+}
+
+static DistConfig sparse_config(void) {
+    DistConfig c = config(OPT_SCAPE);
+    c.density = 0.1f;
+    c.density_start = 1.0f;
+    c.density_warmup = 4;
+    c.clip = 5.0f;
+    return c;
+}
+
+/* SCAPE.md 9.2, 9.3, 9.5, 9.7 on one run: conservation bit for bit, identical shared state on every rank,
+ * the mask in use at t is the one made at t-1, g_hat equals an explicit second reduction. */
+TEST(inv2_3_5_7_conservation_identical_state_mask_lag_and_ghat) {
+    Toy m;
+    toy_build(&m);
+    size_t P = m.tab.total;
+    DistConfig cfg = sparse_config();
+    DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
+    float *c = xmalloc(P * 4, "c"), *s = xmalloc(P * 4, "s"), *gh = xmalloc(P * 4, "gh");
+    float *mprev = xmalloc(P * 4, "mprev"), *rprev = xmalloc(P * 4, "rprev"), *g = xmalloc(P * 4, "g");
+    float *v = xmalloc(P * 4, "v");
+    uint8_t *made = xcalloc(mask_bytes(P), 1, "made");
+    distopt_debug_capture(d, c, s, gh);
+    const float b1 = cfg.opt.beta1, omb1 = 1.0f - b1;
+    for (int t = 1; t <= 7; t++) {
+        memcpy(mprev, distopt_moment(d), P * 4);
+        memcpy(rprev, distopt_residual(d), P * 4);
+        toy_grad(&m, m.g, t, R * B, B);
+        memcpy(g, m.g, P * 4);
+        for (int b = 0; b < m.tab.num_buckets; b++) distopt_bucket_ready(d, b);
+        float gn;
+        CHECK(distopt_step(d, t, LR, &gn) == 0, "step %d skipped", t);
+        const float *r = distopt_residual(d);
+        const uint8_t *M = distopt_mask(d, 0);
+        size_t badc = 0, bads = 0, badg = 0;
+        for (size_t j = 0; j < P; j++) {
+            float cj = b1 * mprev[j] + omb1 * g[j] + rprev[j];
+            if (memcmp(&cj, &c[j], 4)) badc++;
+            float back = s[j] + r[j];
+            if (memcmp(&back, &c[j], 4) || (mask_get(M, j) ? r[j] != 0 : s[j] != 0)) bads++;
+        }
+        CHECK(badc == 0, "step %d: %zu coordinates of c differ from beta1 m + (1-beta1) g + r", t, badc);
+        CHECK(bads == 0, "step %d: scatter(s)+r != c at %zu coordinates", t, bads);
+        /* 9.7: explicit second reduction of (1-beta1) g_i + r_i */
+        for (size_t j = 0; j < P; j++) v[j] = omb1 * g[j] + rprev[j];
+        comm_wait(comm_iallreduce_avg_f32(v, P));
+        for (size_t j = 0; j < P; j++) {
+            if (!mask_get(M, j)) { badg += gh[j] != 0; continue; }
+            float want = v[j] / omb1, tol = 3e-6f * (fabsf(b1 * mprev[j]) + fabsf(v[j])) / omb1 + 1e-7f;
+            if (!(fabsf(gh[j] - want) <= tol)) {
+                if (!badg) CHECK(0, "step %d: g_hat[%zu] %.9g, explicit reduction %.9g (tol %g)", t, j, gh[j], want, tol);
+                badg++;
+            }
+        }
+        CHECK(badg == 0, "step %d: g_hat differs from the explicit reduction at %zu coordinates", t, badg);
+        /* 9.5: the mask in use now is the one made at the previous step */
+        if (t > 1) CHECK(memcmp(M, made, mask_bytes(P)) == 0, "step %d: mask in use is not the one made at step %d", t, t - 1);
+        const uint8_t *Mn = distopt_mask(d, 1);
+        memcpy(made, Mn, mask_bytes(P));
+        /* 9.3 */
+        CHECK(same_everywhere(fnv(m.p, P * 4)), "step %d: params differ across ranks", t);
+        CHECK(same_everywhere(fnv(distopt_moment(d), P * 4)), "step %d: m differs across ranks", t);
+        CHECK(same_everywhere(fnv(M, mask_bytes(P))) && same_everywhere(fnv(Mn, mask_bytes(P))), "step %d: masks differ across ranks", t);
+    }
+    distopt_free(d);
+    free(c); free(s); free(gh); free(mprev); free(rprev); free(g); free(v); free(made);
+    toy_free(&m);
+}
+
+/* SCAPE.md 9.4: each owned slice's next mask has exactly k_s bits, equal to a sort-based top-k of |c|;
+ * excluded slices are all ones. Checked by every rank for the slices it owns, on the gathered mask. */
+TEST(inv4_owned_masks_are_exact_topk_and_norms_dense) {
+    Toy m;
+    toy_build(&m);
+    size_t P = m.tab.total;
+    DistConfig cfg = sparse_config();
+    DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
+    float *c = xmalloc(P * 4, "c");
+    distopt_debug_capture(d, c, NULL, NULL);
+    size_t lo, hi;
+    distopt_owner_range(d, R, &lo, &hi);
+    for (int t = 1; t <= 6; t++) {
+        train_step(d, &m, t);
+        const uint8_t *Mn = distopt_mask(d, 1);
+        double dens = scape_density(cfg.density, cfg.density_start, cfg.density_warmup, t + 1);
+        for (int i = 0; i < m.tab.n; i++) {
+            const ParamSlice *sl = &m.tab.slices[i];
+            size_t n = sl->numel, cnt = mask_count(Mn, sl->offset, sl->offset + n);
+            if (sl->dense_only) {
+                CHECK(cnt == n, "step %d %s/%d: excluded slice has %zu of %zu bits", t, sl->name, sl->layer, cnt, n);
+                continue;
+            }
+            size_t k = scape_k(dens, n);
+            CHECK(cnt == k, "step %d %s/%d: %zu bits set, k_s = %zu", t, sl->name, sl->layer, cnt, k);
+            if (sl->offset < lo || sl->offset >= hi) continue;
+            /* sort-based reference: rank of each element = how many beat it (larger |c|, or equal and lower index) */
+            size_t bad = 0;
+            for (size_t a = 0; a < n; a++) {
+                float ca = fabsf(c[sl->offset + a]);
+                size_t beats = 0;
+                for (size_t b2 = 0; b2 < n; b2++) {
+                    float cb = fabsf(c[sl->offset + b2]);
+                    beats += cb > ca || (cb == ca && b2 < a);
+                }
+                bad += (beats < k) != mask_get(Mn, sl->offset + a);
+            }
+            CHECK(bad == 0, "step %d %s/%d: %zu bits differ from the sort-based top-%zu", t, sl->name, sl->layer, bad, k);
+        }
+    }
+    distopt_free(d);
+    free(c);
+    toy_free(&m);
+}
+
+/* SCAPE.md 9.6: one payload all-reduce per bucket carrying K_t values in all, one mask all-gather per step, and
+ * the byte counters equal the section 6 formulas; step 1 adds the bootstrap's blocking all-gather. */
+TEST(inv6_one_payload_allreduce_and_one_mask_allgather_per_step_with_formula_bytes) {
+    Toy m;
+    toy_build(&m);
+    size_t P = m.tab.total;
+    DistConfig cfg = sparse_config();
+    DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
+    uint64_t seg = 0;
+    for (int r = 0; r < N; r++) {
+        size_t lo, hi;
+        distopt_owner_range(d, r, &lo, &hi);
+        seg += mask_bytes(hi - lo);
+    }
+    CHECK(seg >= P / 8 && seg <= P / 8 + (uint64_t)N, "mask message %llu bytes, expected P/8 = %zu (+ at most N)", (unsigned long long)seg, P / 8);
+    CommStats k[COMM_NKINDS];
+    comm_stats_take_kind(k);
+    for (int t = 1; t <= 5; t++) {
+        train_step(d, &m, t);
+        comm_stats_take_kind(k);
+        uint64_t K = mask_count(distopt_mask(d, 0), 0, P);
+        CHECK(distopt_payload_count(d) == K, "step %d: payload count %zu, mask has %llu", t, distopt_payload_count(d), (unsigned long long)K);
+        uint64_t ngather = t == 1 ? 2 : 1;
+        uint64_t ar = 2ull * 4 * K * (uint64_t)(N - 1) / (uint64_t)N, ag = ngather * seg * (uint64_t)(N - 1) / (uint64_t)N;
+        CHECK(k[COMM_ALLREDUCE].calls == (uint64_t)m.tab.num_buckets, "step %d: %llu payload all-reduces, expected one per bucket (%d)", t,
+              (unsigned long long)k[COMM_ALLREDUCE].calls, m.tab.num_buckets);
+        CHECK(k[COMM_ALLREDUCE].bytes_sent == ar && k[COMM_ALLREDUCE].bytes_recv == ar, "step %d: payload bytes %llu, formula 2*4*K*(N-1)/N = %llu",
+              t, (unsigned long long)k[COMM_ALLREDUCE].bytes_sent, (unsigned long long)ar);
+        CHECK(k[COMM_ALLGATHER].calls == ngather && k[COMM_ALLGATHER].bytes_recv == ag, "step %d: %llu mask all-gathers of %llu bytes, expected %llu of %llu",
+              t, (unsigned long long)k[COMM_ALLGATHER].calls, (unsigned long long)k[COMM_ALLGATHER].bytes_recv, (unsigned long long)ngather, (unsigned long long)ag);
+        CHECK(k[COMM_REDUCE_SCATTER].calls == 0 && k[COMM_BCAST].calls == 0, "step %d: unexpected reduce-scatter/bcast", t);
+        if (t > 1) CHECK(K < P, "step %d: density %g but K = P", t, distopt_density(d, t));
+    }
+    distopt_free(d);
+    toy_free(&m);
+}
+
+/* SCAPE.md 9.8 at the dist level: save after step 3, resume into a fresh optimizer, continue == uninterrupted */
+static void save_resume_case(const char *test_name_, DistConfig cfg) {
+    Toy a, b;
+    toy_build(&a);
+    toy_build(&b);
+    size_t P = a.tab.total;
+    DistOptim *d = distopt_create(&a.tab, a.p, a.g, &cfg);
+    for (int t = 1; t <= 3; t++) train_step(d, &a, t);
+    size_t nbytes = distopt_state_bytes(d);
+    void *blob = xmalloc(nbytes, "blob");
+    distopt_save(d, blob);
+    memcpy(b.p, a.p, P * 4);
+    for (int t = 4; t <= 7; t++) train_step(d, &a, t);
+    DistOptim *e = distopt_create(&b.tab, b.p, b.g, &cfg);
+    const void *blobs[1] = {blob};
+    distopt_load(e, blobs, &nbytes, 1);
+    for (int t = 4; t <= 7; t++) train_step(e, &b, t);
+    CHECK(memcmp(a.p, b.p, P * 4) == 0, "params after resume differ (max rel %g)", max_rel_diff(a.p, b.p, P));
+    if (cfg.opt.kind == OPT_SCAPE) {
+        CHECK(memcmp(distopt_residual(d), distopt_residual(e), P * 4) == 0, "residual after resume differs");
+        CHECK(memcmp(distopt_mask(d, 1), distopt_mask(e, 1), mask_bytes(P)) == 0, "next mask after resume differs");
+    }
+    if (!cfg.zero) CHECK(memcmp(distopt_moment(d), distopt_moment(e), P * 4) == 0, "m after resume differs");
+    distopt_free(d);
+    distopt_free(e);
+    free(blob);
+    toy_free(&a);
+    toy_free(&b);
+}
+
+TEST(inv8_scape_save_resume_continues_bit_identically) { save_resume_case(test_name_, sparse_config()); }
+TEST(dense_adamw_zero1_save_resume_continues_bit_identically) {
+    DistConfig c = config(OPT_ADAMW);
+    c.zero = 1;
+    save_resume_case(test_name_, c);
+}
+
+/* SCAPE.md 9.9: N ranks x B == 1 rank x N*B. The reference is computed on this rank alone with optim.c on the
+ * full batch's gradient, no communication. */
+static void dense_vs_full_batch(const char *test_name_, OptimizerKind kind, int zero) {
+    Toy a, ref;
+    toy_build(&a);
+    toy_build(&ref);
+    size_t P = a.tab.total;
+    DistConfig cfg = config(kind);
+    cfg.zero = zero;
+    cfg.clip = 1e9f;
+    DistOptim *d = distopt_create(&a.tab, a.p, a.g, &cfg);
+    float *m = xcalloc(P, 4, "m"), *v = xcalloc(P, 4, "v");
+    for (int t = 1; t <= 5; t++) {
+        train_step(d, &a, t);
+        toy_grad(&ref, ref.g, t, 0, N * B);
+        if (kind == OPT_ADAMW) adamw_update(&ref.tab, ref.p, ref.g, m, v, 0, P, t, LR, &cfg.opt);
+        else adams_update(&ref.tab, ref.p, ref.g, m, 0, P, t, LR, &cfg.opt);
+    }
+    float e = max_rel_diff(a.p, ref.p, P);
+    CHECK(e < 2e-5f, "params differ from the 1-rank full-batch reference by rel %g (want < 2e-5)", e);
+    CHECK(same_everywhere(fnv(a.p, P * 4)), "params differ across ranks");
+    distopt_free(d);
+    free(m); free(v);
+    toy_free(&a);
+    toy_free(&ref);
+}
+
+TEST(inv9_dense_adamw_n_ranks_equals_one_rank_full_batch) { dense_vs_full_batch(test_name_, OPT_ADAMW, 0); }
+TEST(inv9_dense_adams_n_ranks_equals_one_rank_full_batch) { dense_vs_full_batch(test_name_, OPT_ADAMS, 0); }
+TEST(zero1_adamw_equals_one_rank_full_batch_and_no_zero) {
+    dense_vs_full_batch(test_name_, OPT_ADAMW, 1);
+    Toy a, b;
+    toy_build(&a);
+    toy_build(&b);
+    DistConfig c0 = config(OPT_ADAMW), c1 = config(OPT_ADAMW);
+    c1.zero = 1;
+    DistOptim *d0 = distopt_create(&a.tab, a.p, a.g, &c0), *d1 = distopt_create(&b.tab, b.p, b.g, &c1);
+    CommStats k[COMM_NKINDS];
+    for (int t = 1; t <= 4; t++) {
+        train_step(d0, &a, t);
+        comm_stats_take_kind(k);
+        train_step(d1, &b, t);
+        comm_stats_take_kind(k);
+        CHECK(k[COMM_REDUCE_SCATTER].calls == (uint64_t)b.tab.num_buckets && k[COMM_ALLGATHER].calls == 1 && k[COMM_ALLREDUCE].calls == 0,
+              "ZeRO step %d: %llu reduce-scatters, %llu all-gathers, %llu all-reduces; expected one per bucket, 1, 0", t,
+              (unsigned long long)k[COMM_REDUCE_SCATTER].calls, (unsigned long long)k[COMM_ALLGATHER].calls, (unsigned long long)k[COMM_ALLREDUCE].calls);
+    }
+    float e = max_rel_diff(a.p, b.p, a.tab.total);
+    CHECK(e < 1e-6f, "ZeRO-1 params differ from no-ZeRO by rel %g", e);
+    distopt_free(d0);
+    distopt_free(d1);
+    toy_free(&a);
+    toy_free(&b);
+}
+
+/* A non-finite gradient skips the step and leaves params and every piece of optimizer state unchanged. */
+static void skip_case(const char *test_name_, DistConfig cfg) {
+    Toy m;
+    toy_build(&m);
+    size_t P = m.tab.total;
+    DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
+    for (int t = 1; t <= 2; t++) train_step(d, &m, t);
+    size_t nb = distopt_state_bytes(d);
+    void *s0 = xmalloc(nb, "s0"), *s1 = xmalloc(nb, "s1");
+    float *p0 = xmalloc(P * 4, "p0");
+    distopt_save(d, s0);
+    memcpy(p0, m.p, P * 4);
+    toy_grad(&m, m.g, 3, R * B, B);
+    m.g[P / 2] = NAN; /* on every rank: the reduced value is NaN everywhere */
+    for (int b = 0; b < m.tab.num_buckets; b++) distopt_bucket_ready(d, b);
+    float gn;
+    int skipped = distopt_step(d, 3, LR, &gn);
+    CHECK(skipped == 1 && !isfinite(gn), "expected a skip with a non-finite norm, got %d, %g", skipped, gn);
+    CHECK(distopt_state_bytes(d) == nb, "state size changed on skip");
+    distopt_save(d, s1);
+    CHECK(memcmp(s0, s1, nb) == 0 && memcmp(p0, m.p, P * 4) == 0, "params or optimizer state changed by a skipped step");
+    CHECK(train_step(d, &m, 3) == 0, "the step after a skip did not run");
+    distopt_free(d);
+    free(s0); free(s1); free(p0);
+    toy_free(&m);
+}
+
+TEST(nonfinite_gradient_skips_scape_step_unchanged) { skip_case(test_name_, sparse_config()); }
+TEST(nonfinite_gradient_skips_adamw_step_unchanged) { skip_case(test_name_, config(OPT_ADAMW)); }
+
+/* ---- resume on another world size (driven by test/test_dist_resume.sh) ---- */
+
+static const char *resume_dir;
+static int resume_world;
+
+static void path_of(char *buf, size_t n, const char *dir, int rank) { snprintf(buf, n, "%s/state_%d.bin", dir, rank); }
+
+static int save_mode(const char *dir) {
+    Toy m;
+    toy_build(&m);
+    DistConfig cfg = sparse_config();
+    DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
+    for (int t = 1; t <= 3; t++) train_step(d, &m, t);
+    size_t nb = distopt_state_bytes(d);
+    void *blob = xmalloc(nb, "blob");
+    distopt_save(d, blob);
+    char path[512];
+    path_of(path, sizeof path, dir, R);
+    FILE *f = xfopen(path, "wb", NULL);
+    xfwrite(blob, nb, f, path, "state");
+    fclose(f);
+    if (R == 0) {
+        snprintf(path, sizeof path, "%s/params.bin", dir);
+        f = xfopen(path, "wb", NULL);
+        xfwrite(m.p, m.tab.total * 4, f, path, "params");
+        fclose(f);
+    }
+    comm_barrier();
+    if (R == 0) printf("ok saved_state_of_%d_ranks\n", N);
+    distopt_free(d);
+    free(blob);
+    toy_free(&m);
+    return 0;
+}
+
+TEST(resume_on_other_world_starts_from_mean_residual) {
+    Toy m;
+    toy_build(&m);
+    size_t P = m.tab.total;
+    char path[512];
+    snprintf(path, sizeof path, "%s/params.bin", resume_dir);
+    FILE *f = xfopen(path, "rb", NULL);
+    xfread(m.p, P * 4, f, path, "params");
+    fclose(f);
+    const void **blobs = xmalloc((size_t)resume_world * sizeof(void *), "blobs");
+    size_t *sizes = xmalloc((size_t)resume_world * sizeof(size_t), "sizes");
+    float *mean = xcalloc(P, 4, "mean");
+    for (int i = 0; i < resume_world; i++) {
+        path_of(path, sizeof path, resume_dir, i);
+        int64_t n = file_size(path);
+        if (n < 0) fatal("%s missing; run with --save first", path);
+        sizes[i] = (size_t)n;
+        void *b = xmalloc(sizes[i], "blob");
+        f = xfopen(path, "rb", NULL);
+        xfread(b, sizes[i], f, path, "state");
+        fclose(f);
+        blobs[i] = b;
+    }
+    DistConfig cfg = sparse_config();
+    DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
+    distopt_load(d, blobs, sizes, resume_world);
+    /* the residual follows the 72-byte header in each blob (scape/dist.c) */
+    for (int i = 0; i < resume_world; i++) {
+        const float *ri = (const float *)((const char *)blobs[i] + 72);
+        for (size_t j = 0; j < P; j++) mean[j] += ri[j];
+    }
+    for (size_t j = 0; j < P; j++) mean[j] /= (float)resume_world;
+    CHECK(memcmp(mean, distopt_residual(d), P * 4) == 0, "residual after resume on %d ranks is not mean_i(r_i) of the %d saved", N, resume_world);
+    size_t nz = 0;
+    for (size_t j = 0; j < P; j++) nz += mean[j] != 0;
+    CHECK(nz > 0, "saved residuals are all zero: the test checks nothing");
+    for (int t = 4; t <= 6; t++) CHECK(train_step(d, &m, t) == 0, "step %d skipped after resume", t);
+    CHECK(same_everywhere(fnv(m.p, P * 4)) && same_everywhere(fnv(distopt_mask(d, 1), mask_bytes(P))), "state differs across ranks after resume");
+    distopt_free(d);
+    for (int i = 0; i < resume_world; i++) free((void *)blobs[i]);
+    free(blobs); free(sizes); free(mean);
+    toy_free(&m);
+}
+
+int main(int argc, char **argv) {
+    comm_init(&argc, &argv);
+    R = comm_rank();
+    N = comm_world();
+    if (argc == 3 && strcmp(argv[1], "--save") == 0) {
+        save_mode(argv[2]);
+        comm_finalize();
+        return 0;
+    }
+    if (argc == 4 && strcmp(argv[1], "--resume") == 0) {
+        resume_dir = argv[2];
+        resume_world = atoi(argv[3]);
+        MPI_RUN_TEST(resume_on_other_world_starts_from_mean_residual);
+        comm_finalize();
+        TEST_EXIT();
+    }
+    MPI_RUN_TEST(topk_matches_sort_reference_with_ties_to_lower_index);
+    MPI_RUN_TEST(mask_bits_merge_at_any_offset);
+    MPI_RUN_TEST(owner_table_is_contiguous_balanced_and_complete);
+    MPI_RUN_TEST(density_schedule_is_geometric_warmup);
+    MPI_RUN_TEST(inv1_density_one_equals_dense_adams_and_residual_stays_zero);
+    MPI_RUN_TEST(inv2_3_5_7_conservation_identical_state_mask_lag_and_ghat);
+    MPI_RUN_TEST(inv4_owned_masks_are_exact_topk_and_norms_dense);
+    MPI_RUN_TEST(inv6_one_payload_allreduce_and_one_mask_allgather_per_step_with_formula_bytes);
+    MPI_RUN_TEST(inv8_scape_save_resume_continues_bit_identically);
+    MPI_RUN_TEST(dense_adamw_zero1_save_resume_continues_bit_identically);
+    MPI_RUN_TEST(inv9_dense_adamw_n_ranks_equals_one_rank_full_batch);
+    MPI_RUN_TEST(inv9_dense_adams_n_ranks_equals_one_rank_full_batch);
+    MPI_RUN_TEST(zero1_adamw_equals_one_rank_full_batch_and_no_zero);
+    MPI_RUN_TEST(nonfinite_gradient_skips_scape_step_unchanged);
+    MPI_RUN_TEST(nonfinite_gradient_skips_adamw_step_unchanged);
+    comm_finalize();
+    TEST_EXIT();
+}
