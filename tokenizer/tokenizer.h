@@ -17,14 +17,18 @@ typedef struct Tokenizer Tokenizer;
 Tokenizer *tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe);
 /* Loads a tokenizer by kind ("gpt2") from the data cache directory (e.g. "data"), i.e. data/gpt2/encoder.json. */
 Tokenizer *tokenizer_load(const char *kind, const char *data_dir);
+/* Frees the tokenizer and this thread's cache; other threads must be done with it (their per-thread caches
+ * are freed when they exit). */
 void tokenizer_free(Tokenizer *tok);
 
 int tokenizer_vocab_size(const Tokenizer *tok); /* 50257 for GPT-2 */
 int tokenizer_eot(const Tokenizer *tok);        /* end-of-text id, 50256 for GPT-2 */
 
 /* Encodes len bytes (need not be valid UTF-8). allow_special != 0: the literal "<|endoftext|>" becomes the EOT
- * id; otherwise it is ordinary text. Appends ids to *ids (growing *cap with realloc; *ids may start NULL) and
- * returns the number of ids written. Thread-safe for concurrent calls on one Tokenizer. */
+ * id; otherwise it is ordinary text. Stores the ids in (*ids)[0..n) (growing *cap with realloc; *ids may start NULL)
+ * and returns n. Thread-safe for concurrent calls on one Tokenizer (per-thread cache).
+ * Invalid UTF-8 (undefined for OpenAI's encoders, which take Unicode strings): each valid stretch is encoded
+ * as it would be alone, and each run of invalid bytes between stretches is one BPE piece of its own. */
 size_t tokenizer_encode(const Tokenizer *tok, const char *text, size_t len, int allow_special, int32_t **ids,
                         size_t *cap);
 /* The bytes of one token (not NUL-terminated); NULL and *len = 0 for an id out of range. */

@@ -1,0 +1,696 @@
+/*
+ * tokenizer/bpe.c - GPT-2's byte-level BPE (r50k_base): loads encoder.json and vocab.bpe, pre-tokenizes with
+ * GPT-2's regex (PCRE2, JIT), merges by rank, decodes. Output equals OpenAI's tokenizer on valid UTF-8.
+ *
+ * Byte-level BPE (Radford et al. 2019, "Language Models are Unsupervised Multitask Learners", sec. 2.2; the
+ * reference is openai/gpt-2 src/encoder.py): text is split into pieces by a regex, each piece's bytes start as
+ * one symbol each, and the adjacent pair with the lowest merge rank is merged until no ranked pair is left.
+ * encoder.json spells each token's bytes in a printable alphabet (bytes_to_unicode), undone here at load.
+ *
+ * Invalid UTF-8: OpenAI's encoders take Unicode strings, so they define nothing for it. Here PCRE2 runs with
+ * PCRE2_MATCH_INVALID_UTF, under which an invalid sequence matches no pattern item: each valid stretch is
+ * pre-tokenized exactly as it would be alone (the stretch's end acts as end of text), and each run of bytes
+ * between stretches becomes one piece of its own, merged like any other. Every byte lands in exactly one
+ * piece, so decode(encode(x)) == x for all x.
+ *
+ * Not for: shard files (tok.c writes them), other vocabularies (Llama goes beside this file).
+ */
+#define _GNU_SOURCE /* memmem */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "tokenizer/bpe_internal.h"
+#include "tokenizer/tokenizer.h"
+
+#define NO_RANK UINT32_MAX
+#define HEAP_MIN_LEN 64 /* pieces this long or longer merge with a heap (O(n log n)), shorter ones by scanning */
+
+/* GPT-2's pre-tokenizer: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * \s is spelled out as Unicode's White_Space property, which is what tiktoken's Rust regex uses. Engines' own \s
+ * disagree on a few characters (U+0085, U+180E, U+FEFF, U+001C..U+001F; JavaScript's, Python's and PCRE2's
+ * differ), so spelling it out makes the result independent of the PCRE2 build; scripts/bench_tokenizer.sh
+ * checks those characters against tiktoken. \p{L} and \p{N} come from PCRE2's Unicode tables. */
+#define WS "\\t\\n\\x0B\\f\\r\\x20\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+static const char GPT2_PATTERN[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+
+static const char EOT_TEXT[] = "<|endoftext|>";
+
+/* Per-thread state: PCRE2 match data cannot be shared between threads, and the piece cache is per thread so
+ * concurrent encodes need no locks. Direct-mapped; a piece is cached if it fits CACHE_KEY_MAX bytes and
+ * CACHE_IDS_MAX ids. */
+#define CACHE_SLOTS 8192
+#define CACHE_KEY_MAX 24
+#define CACHE_IDS_MAX 10
+typedef struct {
+    uint64_t hash;
+    uint8_t len, n_ids; /* len 0 = empty slot */
+    unsigned char key[CACHE_KEY_MAX];
+    int32_t ids[CACHE_IDS_MAX];
+} CacheSlot;
+
+typedef struct {
+    pcre2_match_data *md;
+    CacheSlot *cache; /* (CACHE_SLOTS) */
+} ThreadState;
+
+struct Tokenizer {
+    int vocab_size; /* V = 50257 */
+    int eot;        /* 50256 */
+    char *bytes;    /* all tokens' bytes, concatenated */
+    uint32_t *off;  /* (V+1) token i is bytes[off[i] .. off[i+1]) */
+    /* bytes -> id, open addressing; slot holds id+1, 0 = empty */
+    uint32_t *vocab_slots;
+    size_t vocab_mask;
+    /* (left id, right id) -> (rank, merged id), open addressing; key UINT64_MAX = empty */
+    uint64_t *merge_key;
+    uint32_t *merge_rank, *merge_id;
+    size_t merge_mask;
+    int byte_id[256]; /* id of each single byte */
+    pcre2_code *re;
+    pthread_key_t state_key;
+};
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* hashing */
+
+static uint64_t hash_bytes(const unsigned char *p, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xFF51AFD7ED558CCDull;
+        h ^= h >> 32;
+        p += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p, n);
+    h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
+    h ^= h >> 29;
+    return h;
+}
+
+static uint64_t hash_u64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xFF51AFD7ED558CCDull;
+    x ^= x >> 33;
+    return x;
+}
+
+static size_t table_size_for(size_t n) {
+    size_t s = 1;
+    while (s < 2 * n) s <<= 1;
+    return s;
+}
+
+static void vocab_insert(Tokenizer *t, int id) {
+    const unsigned char *p = (const unsigned char *)t->bytes + t->off[id];
+    size_t n = t->off[id + 1] - t->off[id];
+    size_t i = hash_bytes(p, n) & t->vocab_mask;
+    while (t->vocab_slots[i]) i = (i + 1) & t->vocab_mask;
+    t->vocab_slots[i] = (uint32_t)id + 1;
+}
+
+int bpe_lookup_bytes(const Tokenizer *t, const unsigned char *p, size_t n) {
+    size_t i = hash_bytes(p, n) & t->vocab_mask;
+    for (uint32_t s; (s = t->vocab_slots[i]); i = (i + 1) & t->vocab_mask) {
+        int id = (int)s - 1;
+        if (t->off[id + 1] - t->off[id] == n && memcmp(t->bytes + t->off[id], p, n) == 0) return id;
+    }
+    return -1;
+}
+
+static inline uint64_t pair_key(int32_t a, int32_t b) { return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b; }
+
+/* Rank of merging (a, b), NO_RANK if they never merge; *merged gets the result's id. */
+static inline uint32_t merge_lookup(const Tokenizer *t, int32_t a, int32_t b, int32_t *merged) {
+    uint64_t k = pair_key(a, b);
+    for (size_t i = hash_u64(k) & t->merge_mask;; i = (i + 1) & t->merge_mask) {
+        if (t->merge_key[i] == k) {
+            *merged = (int32_t)t->merge_id[i];
+            return t->merge_rank[i];
+        }
+        if (t->merge_key[i] == UINT64_MAX) return NO_RANK;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* loading */
+
+/* GPT-2's bytes_to_unicode: printable Latin-1 bytes map to themselves, the other 68 to U+0100.. in byte order.
+ * Fills byte_of[code point] (code points < 324) with the byte, -1 elsewhere. */
+static void unicode_to_byte_table(int byte_of[324]) {
+    for (int i = 0; i < 324; i++) byte_of[i] = -1;
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        byte_of[printable ? b : 256 + n++] = b;
+    }
+}
+
+/* Reads a whole file, NUL-terminated; fatal() naming the file and `make data` if it cannot. */
+static char *read_file(const char *path, size_t *len) {
+    if (!file_exists(path))
+        fatal("tokenizer file %s not found; run `make data` (or scripts/fetch_data.sh) to fetch it", path);
+    FILE *f = xfopen(path, "rb", "run `make data` to fetch the tokenizer files");
+    int64_t n = file_size(path);
+    if (n < 0) fatal("cannot stat %s; run `make data` to fetch it again", path);
+    char *buf = xmalloc((size_t)n + 1, path);
+    xfread(buf, (size_t)n, f, path, "the whole file");
+    fclose(f);
+    buf[n] = 0;
+    *len = (size_t)n;
+    return buf;
+}
+
+/* Appends code point cp as UTF-8 to out; returns bytes written. */
+static int put_utf8(unsigned char *out, uint32_t cp) {
+    if (cp < 0x80) { out[0] = (unsigned char)cp; return 1; }
+    if (cp < 0x800) { out[0] = 0xC0 | (cp >> 6); out[1] = 0x80 | (cp & 63); return 2; }
+    if (cp < 0x10000) {
+        out[0] = 0xE0 | (cp >> 12); out[1] = 0x80 | ((cp >> 6) & 63); out[2] = 0x80 | (cp & 63);
+        return 3;
+    }
+    out[0] = 0xF0 | (cp >> 18); out[1] = 0x80 | ((cp >> 12) & 63); out[2] = 0x80 | ((cp >> 6) & 63);
+    out[3] = 0x80 | (cp & 63);
+    return 4;
+}
+
+/* Decodes one UTF-8 code point at *p (known valid: produced by put_utf8 or checked by the caller). */
+static uint32_t get_utf8(const unsigned char **p) {
+    const unsigned char *s = *p;
+    uint32_t cp;
+    int n;
+    if (s[0] < 0x80) { cp = s[0]; n = 1; }
+    else if (s[0] < 0xE0) { cp = s[0] & 31; n = 2; }
+    else if (s[0] < 0xF0) { cp = s[0] & 15; n = 3; }
+    else { cp = s[0] & 7; n = 4; }
+    for (int i = 1; i < n; i++) cp = (cp << 6) | (s[i] & 63);
+    *p = s + n;
+    return cp;
+}
+
+typedef struct {
+    const char *path, *s;
+    size_t pos, len;
+} JsonIn;
+
+static void json_fail(const JsonIn *in, const char *what) {
+    fatal("%s: malformed JSON at byte %zu (%s); delete it and run `make data` to fetch it again", in->path,
+          in->pos, what);
+}
+
+static void json_ws(JsonIn *in) {
+    while (in->pos < in->len && (in->s[in->pos] == ' ' || in->s[in->pos] == '\t' || in->s[in->pos] == '\r' ||
+                                  in->s[in->pos] == '\n'))
+        in->pos++;
+}
+
+static unsigned json_hex4(JsonIn *in) {
+    if (in->pos + 4 > in->len) json_fail(in, "truncated \\u escape");
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = in->s[in->pos++];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= c - '0';
+        else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
+        else json_fail(in, "bad hex digit in \\u escape");
+    }
+    return v;
+}
+
+/* Parses a JSON string at in->pos into UTF-8 in out (at most as long as the JSON text); returns its length.
+ * \uXXXX escapes, including surrogate pairs, become UTF-8. */
+static size_t json_string(JsonIn *in, unsigned char *out) {
+    json_ws(in);
+    if (in->pos >= in->len || in->s[in->pos] != '"') json_fail(in, "expected a string");
+    in->pos++;
+    size_t n = 0;
+    for (;;) {
+        if (in->pos >= in->len) json_fail(in, "unterminated string");
+        unsigned char c = (unsigned char)in->s[in->pos++];
+        if (c == '"') return n;
+        if (c < 0x20) json_fail(in, "control character in string");
+        if (c != '\\') { out[n++] = c; continue; }
+        if (in->pos >= in->len) json_fail(in, "unterminated escape");
+        char e = in->s[in->pos++];
+        switch (e) {
+        case '"': case '\\': case '/': out[n++] = (unsigned char)e; break;
+        case 'b': out[n++] = '\b'; break;
+        case 'f': out[n++] = '\f'; break;
+        case 'n': out[n++] = '\n'; break;
+        case 'r': out[n++] = '\r'; break;
+        case 't': out[n++] = '\t'; break;
+        case 'u': {
+            uint32_t cp = json_hex4(in);
+            if (cp >= 0xD800 && cp < 0xDC00) { /* high surrogate: a low one must follow */
+                if (in->pos + 2 > in->len || in->s[in->pos] != '\\' || in->s[in->pos + 1] != 'u')
+                    json_fail(in, "high surrogate without a low surrogate");
+                in->pos += 2;
+                uint32_t lo = json_hex4(in);
+                if (lo < 0xDC00 || lo >= 0xE000) json_fail(in, "high surrogate without a low surrogate");
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            } else if (cp >= 0xDC00 && cp < 0xE000) {
+                json_fail(in, "lone low surrogate");
+            }
+            n += put_utf8(out + n, cp); /* at most 4 bytes for 6 or 12 bytes of escape */
+            break;
+        }
+        default: json_fail(in, "unknown escape");
+        }
+    }
+}
+
+/* Converts a token spelled in GPT-2's byte alphabet (UTF-8 in s[0..n)) to its raw bytes in place; returns the
+ * byte count, or -1 if a character is outside the alphabet. */
+static long alphabet_to_bytes(unsigned char *s, size_t n, const int byte_of[324]) {
+    const unsigned char *p = s, *end = s + n;
+    size_t m = 0;
+    while (p < end) {
+        uint32_t cp = get_utf8(&p);
+        if (cp >= 324 || byte_of[cp] < 0) return -1;
+        s[m++] = (unsigned char)byte_of[cp];
+    }
+    return (long)m;
+}
+
+static void load_encoder_json(Tokenizer *t, const char *path, const int byte_of[324]) {
+    size_t len;
+    char *text = read_file(path, &len);
+    JsonIn in = {path, text, 0, len};
+    /* first pass collects (id, bytes) in file order; ids must come out dense 0..V-1 */
+    size_t cap = 1 << 16, n = 0, bytes_used = 0;
+    int32_t *ids = xmalloc(cap * sizeof(int32_t), "encoder ids");
+    uint32_t *starts = xmalloc(cap * sizeof(uint32_t), "encoder offsets");
+    unsigned char *bytes = xmalloc(len + 1, "encoder bytes");
+    json_ws(&in);
+    if (in.pos >= len || text[in.pos] != '{') json_fail(&in, "expected '{'");
+    in.pos++;
+    json_ws(&in);
+    if (in.pos < len && text[in.pos] == '}') json_fail(&in, "empty vocabulary");
+    for (;;) {
+        if (n == cap) {
+            cap *= 2;
+            ids = realloc(ids, cap * sizeof(int32_t));
+            starts = realloc(starts, cap * sizeof(uint32_t));
+            if (!ids || !starts) fatal("out of memory reading %s", path);
+        }
+        size_t slen = json_string(&in, bytes + bytes_used);
+        long b = alphabet_to_bytes(bytes + bytes_used, slen, byte_of); /* "<|endoftext|>" maps to itself */
+        if (b < 0) json_fail(&in, "token outside GPT-2's byte alphabet");
+        slen = (size_t)b;
+        json_ws(&in);
+        if (in.pos >= len || text[in.pos] != ':') json_fail(&in, "expected ':'");
+        in.pos++;
+        json_ws(&in);
+        char *endp;
+        long id = strtol(text + in.pos, &endp, 10);
+        if (endp == text + in.pos || id < 0 || id > 10000000) json_fail(&in, "expected a token id");
+        in.pos = (size_t)(endp - text);
+        ids[n] = (int32_t)id;
+        starts[n] = (uint32_t)bytes_used;
+        bytes_used += slen;
+        n++;
+        json_ws(&in);
+        if (in.pos < len && text[in.pos] == ',') { in.pos++; continue; }
+        if (in.pos < len && text[in.pos] == '}') break;
+        json_fail(&in, "expected ',' or '}'");
+    }
+    t->vocab_size = (int)n;
+    /* place tokens by id */
+    int32_t *where = xmalloc(n * sizeof(int32_t), "encoder index");
+    for (size_t i = 0; i < n; i++) where[i] = -1;
+    for (size_t i = 0; i < n; i++) {
+        if ((size_t)ids[i] >= n) fatal("%s: token id %d out of range 0..%zu; run `make data` again", path, ids[i], n - 1);
+        if (where[ids[i]] >= 0) fatal("%s: token id %d appears twice; run `make data` again", path, ids[i]);
+        where[ids[i]] = (int32_t)i;
+    }
+    t->off = xmalloc((n + 1) * sizeof(uint32_t), "token offsets");
+    t->bytes = xmalloc(bytes_used + 1, "token bytes");
+    size_t o = 0;
+    for (size_t id = 0; id < n; id++) {
+        size_t i = (size_t)where[id];
+        size_t blen = (i + 1 < n ? starts[i + 1] : bytes_used) - starts[i];
+        memcpy(t->bytes + o, bytes + starts[i], blen);
+        t->off[id] = (uint32_t)o;
+        o += blen;
+    }
+    t->off[n] = (uint32_t)o;
+    for (size_t id = 0; id < n; id++)
+        if (t->off[id + 1] - t->off[id] == sizeof(EOT_TEXT) - 1 && !memcmp(t->bytes + t->off[id], EOT_TEXT, sizeof(EOT_TEXT) - 1))
+            t->eot = (int)id;
+    if (t->eot < 0) fatal("%s has no \"<|endoftext|>\" entry; delete it and run `make data` again", path);
+    t->vocab_mask = table_size_for(n) - 1;
+    t->vocab_slots = xcalloc(t->vocab_mask + 1, sizeof(uint32_t), "vocabulary table");
+    for (size_t id = 0; id < n; id++)
+        if ((int)id != t->eot) vocab_insert(t, (int)id);
+    for (int b = 0; b < 256; b++) {
+        unsigned char c = (unsigned char)b;
+        t->byte_id[b] = bpe_lookup_bytes(t, &c, 1);
+        if (t->byte_id[b] < 0) fatal("%s lacks the single-byte token for byte %d; run `make data` again", path, b);
+    }
+    free(where);
+    free(ids);
+    free(starts);
+    free(bytes);
+    free(text);
+}
+
+static void load_vocab_bpe(Tokenizer *t, const char *path, const int byte_of[324]) {
+    size_t len;
+    char *text = read_file(path, &len);
+    size_t n_lines = 0;
+    for (size_t i = 0; i < len; i++) n_lines += text[i] == '\n';
+    t->merge_mask = table_size_for(n_lines + 1) - 1;
+    t->merge_key = xmalloc((t->merge_mask + 1) * sizeof(uint64_t), "merge table");
+    t->merge_rank = xmalloc((t->merge_mask + 1) * sizeof(uint32_t), "merge table");
+    t->merge_id = xmalloc((t->merge_mask + 1) * sizeof(uint32_t), "merge table");
+    memset(t->merge_key, 0xFF, (t->merge_mask + 1) * sizeof(uint64_t));
+    unsigned char *buf = xmalloc(len + 1, "merge line");
+    uint32_t rank = 0;
+    size_t line_no = 0;
+    for (char *line = text; line < text + len;) {
+        char *eol = memchr(line, '\n', (size_t)(text + len - line));
+        if (!eol) eol = text + len;
+        line_no++;
+        size_t ll = (size_t)(eol - line);
+        if (ll && line[ll - 1] == '\r') ll--;
+        if (ll == 0 || (line_no == 1 && line[0] == '#')) { line = eol + 1; continue; }
+        char *sp = memchr(line, ' ', ll);
+        if (!sp || sp == line || sp == line + ll - 1)
+            fatal("%s:%zu: expected two tokens separated by one space; run `make data` again", path, line_no);
+        size_t la = (size_t)(sp - line), lb = ll - la - 1;
+        memcpy(buf, line, la);
+        memcpy(buf + la, sp + 1, lb);
+        long ba = alphabet_to_bytes(buf, la, byte_of);
+        long bb = alphabet_to_bytes(buf + la, lb, byte_of);
+        if (ba < 0 || bb < 0) fatal("%s:%zu: character outside GPT-2's byte alphabet; run `make data` again", path, line_no);
+        memmove(buf + ba, buf + la, (size_t)bb); /* alphabet_to_bytes shrinks in place: close the gap */
+        int a = bpe_lookup_bytes(t, buf, (size_t)ba);
+        int b = bpe_lookup_bytes(t, buf + ba, (size_t)bb);
+        int m = bpe_lookup_bytes(t, buf, (size_t)(ba + bb));
+        if (a < 0 || b < 0 || m < 0)
+            fatal("%s:%zu: merge of tokens not in encoder.json; the two files do not belong together, run `make data` again",
+                  path, line_no);
+        uint64_t k = pair_key(a, b);
+        size_t i = hash_u64(k) & t->merge_mask;
+        while (t->merge_key[i] != UINT64_MAX && t->merge_key[i] != k) i = (i + 1) & t->merge_mask;
+        if (t->merge_key[i] == UINT64_MAX) { /* a repeated pair keeps its first (lowest) rank */
+            t->merge_key[i] = k;
+            t->merge_rank[i] = rank;
+            t->merge_id[i] = (uint32_t)m;
+        }
+        rank++;
+        line = eol + 1;
+    }
+    if (rank == 0) fatal("%s holds no merges; delete it and run `make data` again", path);
+    free(buf);
+    free(text);
+}
+
+static void free_thread_state(void *p) {
+    ThreadState *s = p;
+    if (!s) return;
+    pcre2_match_data_free(s->md);
+    free(s->cache);
+    free(s);
+}
+
+Tokenizer *tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe) {
+    Tokenizer *t = xcalloc(1, sizeof(Tokenizer), "tokenizer");
+    t->eot = -1;
+    int byte_of[324];
+    unicode_to_byte_table(byte_of);
+    load_encoder_json(t, encoder_json, byte_of);
+    load_vocab_bpe(t, vocab_bpe, byte_of);
+    int err;
+    PCRE2_SIZE erroff;
+    t->re = pcre2_compile((PCRE2_SPTR)GPT2_PATTERN, PCRE2_ZERO_TERMINATED,
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &erroff, NULL);
+    if (!t->re) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(err, msg, sizeof msg);
+        fatal("PCRE2 cannot compile GPT-2's pattern at offset %zu: %s; libpcre2-8 10.34 or newer is needed",
+              (size_t)erroff, (char *)msg);
+    }
+    /* JIT is a speed-up only; without it pcre2_match interprets the same pattern */
+    pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE);
+    if (pthread_key_create(&t->state_key, free_thread_state) != 0) fatal("pthread_key_create failed");
+    return t;
+}
+
+Tokenizer *tokenizer_load(const char *kind, const char *data_dir) {
+    if (strcmp(kind, "gpt2") != 0) fatal("unknown tokenizer kind '%s'; the supported kind is gpt2", kind);
+    size_t n = strlen(data_dir) + 32;
+    char *enc = xmalloc(n, "path"), *bpe = xmalloc(n, "path");
+    snprintf(enc, n, "%s/gpt2/encoder.json", data_dir);
+    snprintf(bpe, n, "%s/gpt2/vocab.bpe", data_dir);
+    Tokenizer *t = tokenizer_load_gpt2(enc, bpe);
+    free(enc);
+    free(bpe);
+    return t;
+}
+
+void tokenizer_free(Tokenizer *t) {
+    if (!t) return;
+    /* other threads' states were freed when they exited; this thread's is freed here */
+    free_thread_state(pthread_getspecific(t->state_key));
+    pthread_key_delete(t->state_key);
+    pcre2_code_free(t->re);
+    free(t->bytes);
+    free(t->off);
+    free(t->vocab_slots);
+    free(t->merge_key);
+    free(t->merge_rank);
+    free(t->merge_id);
+    free(t);
+}
+
+int tokenizer_vocab_size(const Tokenizer *t) { return t->vocab_size; }
+int tokenizer_eot(const Tokenizer *t) { return t->eot; }
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* merging one piece */
+
+/* Short pieces: scan for the lowest-ranked pair, merge it, repeat. Ties go to the leftmost pair, which gives
+ * the same result as encoder.py merging every occurrence of the best pair in one left-to-right sweep. */
+static size_t merge_scan(const Tokenizer *t, const unsigned char *p, size_t n, int32_t *sym) {
+    uint32_t rank[HEAP_MIN_LEN];      /* rank[i]: of the pair (sym[i], sym[i+1]) */
+    int32_t merged[HEAP_MIN_LEN];
+    for (size_t i = 0; i < n; i++) sym[i] = t->byte_id[p[i]];
+    for (size_t i = 0; i + 1 < n; i++) rank[i] = merge_lookup(t, sym[i], sym[i + 1], &merged[i]);
+    while (n > 1) {
+        size_t best = 0;
+        for (size_t i = 1; i + 1 < n; i++)
+            if (rank[i] < rank[best]) best = i;
+        if (rank[best] == NO_RANK) break;
+        sym[best] = merged[best];
+        memmove(sym + best + 1, sym + best + 2, (n - best - 2) * sizeof(int32_t));
+        memmove(rank + best + 1, rank + best + 2, (n - best - 2) * sizeof(uint32_t));
+        memmove(merged + best + 1, merged + best + 2, (n - best - 2) * sizeof(int32_t));
+        n--;
+        if (best > 0) rank[best - 1] = merge_lookup(t, sym[best - 1], sym[best], &merged[best - 1]);
+        if (best + 1 < n) rank[best] = merge_lookup(t, sym[best], sym[best + 1], &merged[best]);
+    }
+    return n;
+}
+
+/* Long pieces (e.g. a run of thousands of digits or spaces): a binary min-heap of (rank, position) entries
+ * over a linked list of symbols. Entries go stale when a neighbour merges; a popped entry is used only if the
+ * pair now at its position still has its rank (ranks are unique per pair, so that identifies the pair). */
+static void heap_push(uint64_t *h, size_t *n, uint64_t v) {
+    size_t i = (*n)++;
+    while (i > 0 && h[(i - 1) / 2] > v) { h[i] = h[(i - 1) / 2]; i = (i - 1) / 2; }
+    h[i] = v;
+}
+
+static uint64_t heap_pop(uint64_t *h, size_t *n) {
+    uint64_t top = h[0], v = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && h[c + 1] < h[c]) c++;
+        if (h[c] >= v) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = v;
+    return top;
+}
+
+static size_t merge_heap(const Tokenizer *t, const unsigned char *p, size_t n, int32_t *out) {
+    int32_t *sym = xmalloc(n * sizeof(int32_t), "bpe symbols");
+    int64_t *next = xmalloc(n * sizeof(int64_t), "bpe links"), *prev = xmalloc(n * sizeof(int64_t), "bpe links");
+    uint64_t *heap = xmalloc(3 * n * sizeof(uint64_t), "bpe heap"); /* n initial + at most 2 per merge */
+    size_t hn = 0;
+    int32_t m;
+    for (size_t i = 0; i < n; i++) {
+        sym[i] = t->byte_id[p[i]];
+        next[i] = i + 1 < n ? (int64_t)i + 1 : -1;
+        prev[i] = (int64_t)i - 1;
+    }
+    for (size_t i = 0; i + 1 < n; i++) {
+        uint32_t r = merge_lookup(t, sym[i], sym[i + 1], &m);
+        if (r != NO_RANK) heap_push(heap, &hn, ((uint64_t)r << 32) | i);
+    }
+    while (hn) {
+        uint64_t e = heap_pop(heap, &hn);
+        uint32_t r = (uint32_t)(e >> 32);
+        size_t i = (size_t)(e & 0xFFFFFFFFu);
+        if (sym[i] < 0 || next[i] < 0) continue; /* merged away, or now last */
+        if (merge_lookup(t, sym[i], sym[next[i]], &m) != r) continue;
+        int64_t j = next[i];
+        sym[i] = m;
+        sym[j] = -1;
+        next[i] = next[j];
+        if (next[j] >= 0) prev[next[j]] = (int64_t)i;
+        if (prev[i] >= 0 && (r = merge_lookup(t, sym[prev[i]], sym[i], &m)) != NO_RANK)
+            heap_push(heap, &hn, ((uint64_t)r << 32) | (uint64_t)prev[i]);
+        if (next[i] >= 0 && (r = merge_lookup(t, sym[i], sym[next[i]], &m)) != NO_RANK)
+            heap_push(heap, &hn, ((uint64_t)r << 32) | i);
+    }
+    size_t k = 0;
+    for (int64_t i = 0; i >= 0; i = next[i]) out[k++] = sym[i];
+    free(sym);
+    free(next);
+    free(prev);
+    free(heap);
+    return k;
+}
+
+size_t bpe_merge_piece(const Tokenizer *t, const unsigned char *p, size_t n, int use_heap, int32_t *out) {
+    if (n == 0) return 0;
+    if (use_heap < 0) use_heap = n >= HEAP_MIN_LEN;
+    if (use_heap) return merge_heap(t, p, n, out);
+    if (n > HEAP_MIN_LEN) fatal("bpe_merge_piece: the scan handles pieces below %d bytes", HEAP_MIN_LEN);
+    return merge_scan(t, p, n, out);
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* encoding */
+
+static ThreadState *thread_state(const Tokenizer *t) {
+    ThreadState *s = pthread_getspecific(t->state_key);
+    if (s) return s;
+    s = xmalloc(sizeof(ThreadState), "tokenizer thread state");
+    s->md = pcre2_match_data_create(1, NULL);
+    if (!s->md) fatal("out of memory creating PCRE2 match data");
+    s->cache = xcalloc(CACHE_SLOTS, sizeof(CacheSlot), "tokenizer cache");
+    pthread_setspecific(t->state_key, s);
+    return s;
+}
+
+/* Encodes one piece into out (room for n ids); returns the id count. */
+static size_t encode_piece(const Tokenizer *t, ThreadState *s, const unsigned char *p, size_t n, int32_t *out) {
+    if (n == 1) { out[0] = t->byte_id[p[0]]; return 1; }
+    CacheSlot *slot = NULL;
+    uint64_t h = 0;
+    if (n <= CACHE_KEY_MAX) {
+        h = hash_bytes(p, n);
+        slot = &s->cache[h & (CACHE_SLOTS - 1)];
+        if (slot->len == n && slot->hash == h && memcmp(slot->key, p, n) == 0) {
+            memcpy(out, slot->ids, slot->n_ids * sizeof(int32_t));
+            return slot->n_ids;
+        }
+    }
+    size_t k;
+    /* A piece that is a whole token is that token: BPE could only rebuild it (checked for every GPT-2 token in
+     * test/test_tokenizer.c); tiktoken takes the same shortcut. */
+    int whole = bpe_lookup_bytes(t, p, n);
+    if (whole >= 0) { out[0] = whole; k = 1; }
+    else k = bpe_merge_piece(t, p, n, -1, out);
+    if (slot && k <= CACHE_IDS_MAX) {
+        slot->hash = h;
+        slot->len = (uint8_t)n;
+        slot->n_ids = (uint8_t)k;
+        memcpy(slot->key, p, n);
+        memcpy(slot->ids, out, k * sizeof(int32_t));
+    }
+    return k;
+}
+
+static void reserve(int32_t **ids, size_t *cap, size_t need) {
+    if (need <= *cap) return;
+    size_t c = *cap ? *cap : 1024;
+    while (c < need) c *= 2;
+    int32_t *p = realloc(*ids, c * sizeof(int32_t));
+    if (!p) fatal("out of memory growing the token buffer to %zu ids", c);
+    *ids = p;
+    *cap = c;
+}
+
+/* Pre-tokenizes and merges text[0..len) (no special tokens), appending at (*ids)[at]; returns the new count. */
+static size_t encode_ordinary(const Tokenizer *t, ThreadState *s, const unsigned char *text, size_t len,
+                              int32_t **ids, size_t *cap, size_t at) {
+    reserve(ids, cap, at + len); /* a piece never yields more ids than bytes */
+    size_t pos = 0;
+    while (pos < len) {
+        int rc = pcre2_match(t->re, (PCRE2_SPTR)text, len, pos, 0, s->md, NULL);
+        size_t start = len, end = len;
+        if (rc >= 0) {
+            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
+            start = ov[0];
+            end = ov[1];
+        } else if (rc != PCRE2_ERROR_NOMATCH) {
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(rc, msg, sizeof msg);
+            fatal("PCRE2 match failed at byte %zu: %s", pos, (char *)msg);
+        }
+        if (start > pos) at += encode_piece(t, s, text + pos, start - pos, *ids + at); /* invalid UTF-8 */
+        if (end > start) at += encode_piece(t, s, text + start, end - start, *ids + at);
+        pos = end;
+    }
+    return at;
+}
+
+size_t tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int allow_special, int32_t **ids,
+                        size_t *cap) {
+    ThreadState *s = thread_state(t);
+    const unsigned char *p = (const unsigned char *)text;
+    size_t at = 0;
+    if (allow_special) {
+        /* tiktoken's rule: each special token's text becomes its id, the text between is encoded on its own */
+        const size_t el = sizeof(EOT_TEXT) - 1;
+        for (;;) {
+            const unsigned char *hit = memmem(p, len, EOT_TEXT, el);
+            if (!hit) break;
+            at = encode_ordinary(t, s, p, (size_t)(hit - p), ids, cap, at);
+            reserve(ids, cap, at + 1);
+            (*ids)[at++] = t->eot;
+            len -= (size_t)(hit - p) + el;
+            p = hit + el;
+        }
+    }
+    return encode_ordinary(t, s, p, len, ids, cap, at);
+}
+
+const char *tokenizer_token_bytes(const Tokenizer *t, int id, size_t *len) {
+    if (id < 0 || id >= t->vocab_size) { *len = 0; return NULL; }
+    *len = t->off[id + 1] - t->off[id];
+    return t->bytes + t->off[id];
+}
+
+char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, size_t *len) {
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < t->vocab_size) total += t->off[ids[i] + 1] - t->off[ids[i]];
+    char *out = xmalloc(total + 1, "decoded text");
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= t->vocab_size) continue;
+        size_t bl = t->off[ids[i] + 1] - t->off[ids[i]];
+        memcpy(out + o, t->bytes + t->off[ids[i]], bl);
+        o += bl;
+    }
+    out[o] = 0;
+    *len = o;
+    return out;
+}

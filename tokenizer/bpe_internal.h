@@ -1,0 +1,18 @@
+/*
+ * tokenizer/bpe_internal.h - pieces of tokenizer/bpe.c that only the tokenizer's own tests call.
+ * Not for: programs (use tokenizer/tokenizer.h).
+ */
+#ifndef TOKENIZER_BPE_INTERNAL_H
+#define TOKENIZER_BPE_INTERNAL_H
+
+#include "tokenizer/tokenizer.h"
+
+/* Runs the BPE merges on one pre-tokenized piece of len bytes (no regex, no cache, no whole-piece shortcut).
+ * out must hold len ids; returns the number written. use_heap: 0 = the quadratic scan used for short pieces,
+ * 1 = the heap used for long ones, -1 = whichever encode would pick. */
+size_t bpe_merge_piece(const Tokenizer *tok, const unsigned char *piece, size_t len, int use_heap, int32_t *out);
+
+/* The id whose bytes are exactly piece[0..len), or -1 (the special token is never returned). */
+int bpe_lookup_bytes(const Tokenizer *tok, const unsigned char *piece, size_t len);
+
+#endif

@@ -1,0 +1,39 @@
+# tokenizer/module.mk - GPT-2 BPE (bpe.c), the `tok` program (encode/decode/shards), `make data`, and the
+# tokenizer tests. DATA (default `data`) is the data cache directory.
+TOKENIZER_OBJ := $(BUILD)/tokenizer/bpe.o
+
+tok: $(BUILD)/tokenizer/tok.o $(TOKENIZER_OBJ) $(BUILD)/dataloader/shard.o $(COMMON_OBJ)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(PCRE2_LIBS) -lpthread
+
+PROGRAMS += tok
+
+# `make data`: fetch the vocabulary, test vectors and the default corpus, then shard the corpus (once; the
+# stamp records that the shards are complete for these inputs and this tok).
+SOTU_SHARDS := $(DATA)/sotu/gpt2/.stamp
+
+.PHONY: data tokenizer bench-tokenizer
+data: $(SOTU_SHARDS)
+
+$(DATA)/gpt2/.fetched: scripts/fetch_data.sh
+	scripts/fetch_data.sh $(DATA)
+	@touch $@
+
+$(SOTU_SHARDS): $(DATA)/gpt2/.fetched tok
+	@rm -f $@
+	./tok shards --out $(DATA)/sotu/gpt2 --name sotu --val-percent 5 $(DATA)/sotu/txt
+	@touch $@
+
+$(BUILD)/test_tokenizer: test/test_tokenizer.c $(TOKENIZER_OBJ) $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(PCRE2_LIBS) -lpthread
+
+tokenizer: tok $(BUILD)/test_tokenizer
+
+bench-tokenizer: tok
+	scripts/bench_tokenizer.sh $(DATA)
+
+TEST_BINS += $(BUILD)/test_tokenizer
+TEST_DEPS += data
+TEST_CMDS += "$(BUILD)/test_tokenizer $(DATA)"
+TEST_CMDS += "test/test_tokenizer_node.sh $(DATA)"
+TEST_CMDS += "test/test_tokenizer_shards.sh $(DATA)"
