@@ -45,7 +45,7 @@ struct Model {
 /* How the shared loop creates models of one family. */
 typedef struct {
     const char *family;          /* "gpt2" */
-    const char *tokenizer;       /* tokenizer kind for tokenizer_load(): "gpt2" */
+    const char *tokenizer;       /* tokenizer kind for tokenizer_load(): "gpt2"; NULL: samples print as token ids */
     const char *default_model;   /* --model default, e.g. "d4c256" */
     const char *model_help;      /* one line for --help describing accepted --model values */
     /* Creates a model: from the file `init_path` if non-NULL (fatal() on a bad file), else from `spec`

@@ -1,0 +1,145 @@
+/* common/args.c - see args.h. Builds getopt_long's option array from the table; one parse function per type. */
+#include "args.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+
+/* Usage errors exit 2 (not fatal()'s 1) so scripts can tell "you called it wrong" from "it failed". */
+static void NORETURN PRINTF_LIKE(1, 2) args_error(const char *fmt, ...) {
+    va_list ap;
+    fflush(stdout);
+    fputs("error: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(2);
+}
+
+static int in_choices(const char *choices, const char *v) {
+    size_t n = strlen(v);
+    const char *p = choices;
+    while (*p) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, v, n) == 0) return 1;
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return 0;
+}
+
+static void check_range(const ArgSpec *s, double x, const char *text) {
+    if (x < s->min || x > s->max) args_error("--%s: %s is out of range [%.15g, %.15g]", s->name, text, s->min, s->max);
+}
+
+/* Parses `text` into the field; `text` is either user input or the table's default. */
+static void set_value(ArgSpec *s, const char *text) {
+    char *end = NULL;
+    switch (s->type) {
+    case ARG_INT:
+    case ARG_U64: {
+        errno = 0;
+        /* strtod first so "1e6" works for sizes; then insist it is an exact integer */
+        double x = strtod(text, &end);
+        if (end == text || *end != '\0' || errno == ERANGE || !isfinite(x) || x != floor(x))
+            args_error("--%s: '%s' is not an integer", s->name, text);
+        check_range(s, x, text);
+        if (s->type == ARG_INT) *(int *)s->field = (int)x;
+        else {
+            /* large seeds lose precision as doubles: reparse exactly */
+            unsigned long long u = strtoull(text, &end, 10);
+            *(uint64_t *)s->field = (*end == '\0') ? (uint64_t)u : (uint64_t)x;
+        }
+        break;
+    }
+    case ARG_FLOAT: {
+        errno = 0;
+        double x = strtod(text, &end);
+        if (end == text || *end != '\0' || errno == ERANGE || !isfinite(x))
+            args_error("--%s: '%s' is not a number", s->name, text);
+        check_range(s, x, text);
+        *(float *)s->field = (float)x;
+        break;
+    }
+    case ARG_STRING:
+        if (s->choices && !in_choices(s->choices, text))
+            args_error("--%s: '%s' is not one of %s", s->name, text, s->choices);
+        *(const char **)s->field = text;
+        break;
+    case ARG_FLAG:
+        *(int *)s->field = 1;
+        break;
+    }
+}
+
+ArgSpec *args_find(ArgSpec *specs, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(specs[i].name, name) == 0) return &specs[i];
+    return NULL;
+}
+
+void args_parse(ArgSpec *specs, int n, int argc, char **argv, const char *usage, const char *extra) {
+    for (int i = 0; i < n; i++) {
+        specs[i].given = 0;
+        if (specs[i].type == ARG_FLAG) *(int *)specs[i].field = 0;
+        else set_value(&specs[i], specs[i].def ? specs[i].def : "");
+    }
+    struct option *opts = xcalloc((size_t)n + 2, sizeof(struct option), "option table");
+    for (int i = 0; i < n; i++) {
+        opts[i].name = specs[i].name;
+        opts[i].has_arg = specs[i].type == ARG_FLAG ? no_argument : required_argument;
+        opts[i].val = 256 + i;
+    }
+    opts[n].name = "help";
+    opts[n].val = 'h';
+    optind = 0; /* glibc: full re-initialisation, so the parser can run more than once (tests) */
+    opterr = 0; /* we print our own one-line errors */
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        if (c == 'h') {
+            args_print_help(stdout, specs, n, usage, extra);
+            exit(0);
+        } else if (c == ':') {
+            args_error("%s needs a value; see --help", argv[optind - 1]);
+        } else if (c == '?') {
+            const char *bad = argv[optind - 1];
+            if (optopt && optopt < 256) args_error("unknown option -%c; see --help", optopt);
+            args_error("unknown option %s; see --help", bad);
+        } else {
+            ArgSpec *s = &specs[c - 256];
+            set_value(s, s->type == ARG_FLAG ? "1" : optarg);
+            s->given = 1;
+        }
+    }
+    if (optind < argc) args_error("unexpected argument '%s' (options are --name value); see --help", argv[optind]);
+    free(opts);
+}
+
+void args_print_help(FILE *out, const ArgSpec *specs, int n, const char *usage, const char *extra) {
+    fprintf(out, "%s\n", usage);
+    if (extra) fprintf(out, "%s\n", extra);
+    fprintf(out, "\noptions:\n");
+    for (int i = 0; i < n; i++) {
+        const ArgSpec *s = &specs[i];
+        const char *meta = s->type == ARG_INT || s->type == ARG_U64 ? " N"
+                           : s->type == ARG_FLOAT                   ? " X"
+                           : s->type == ARG_STRING                  ? " S"
+                                                                    : "";
+        char left[64];
+        snprintf(left, sizeof left, "--%s%s", s->name, meta);
+        fprintf(out, "  %-24s %s", left, s->help);
+        if (s->type == ARG_STRING && s->choices) fprintf(out, " (%s)", s->choices);
+        if (s->type != ARG_FLAG) fprintf(out, " [default %s]", s->def && s->def[0] ? s->def : "none");
+        if (s->type == ARG_INT || s->type == ARG_U64 || s->type == ARG_FLOAT)
+            fprintf(out, " [range %.15g..%.15g]", s->min, s->max);
+        fputc('\n', out);
+    }
+    fprintf(out, "  %-24s %s\n", "--help", "print this help and exit");
+}

@@ -1,0 +1,46 @@
+/*
+ * common/args.h - command-line options from ONE table: the getopt_long parser and the --help text are both
+ * generated from it, so the help can never disagree with the parser.
+ * Every option is a long option taking a value ("--lr 3e-4" or "--lr=3e-4"), except flags ("--zero").
+ * Errors (unknown option, missing value, malformed number, out of range, not one of the choices) print one line
+ * "error: --lr: 5 is out of range [0, 1]" on stderr and exit with status 2.
+ * Not for: what the options mean (common/train.c owns the training table).
+ */
+#ifndef COMMON_ARGS_H
+#define COMMON_ARGS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum {
+    ARG_INT,    /* int field; min/max apply */
+    ARG_U64,    /* uint64_t field (seeds); min/max apply */
+    ARG_FLOAT,  /* float field; min/max apply */
+    ARG_STRING, /* const char * field; `choices` ("adamw|adams|scape") restricts it when non-NULL */
+    ARG_FLAG    /* int field set to 1 when present; takes no value; default 0 */
+} ArgType;
+
+typedef struct {
+    const char *name;    /* long name without dashes, e.g. "lr" */
+    ArgType type;
+    void *field;         /* where the value goes */
+    const char *def;     /* default as it would be typed ("3e-4"; "" for an empty string; NULL for flags) */
+    double min, max;     /* inclusive range for numbers */
+    const char *choices; /* ARG_STRING only: allowed values separated by '|', or NULL */
+    const char *help;    /* one line */
+    int given;           /* set by args_parse: 1 if the option appeared on the command line */
+} ArgSpec;
+
+/* Stores every default into its field, then parses argv[1..argc). Options may repeat (last wins). Positional
+ * arguments are an error. "--help" / "-h" prints args_print_help(stdout) and exits 0.
+ * `usage` is the first line of the help (e.g. "usage: train_gpt [options]"), `extra` a paragraph after it (or
+ * NULL). Exits 2 on any error (see above). String fields point into argv or into `def` (no copies). */
+void args_parse(ArgSpec *specs, int n, int argc, char **argv, const char *usage, const char *extra);
+
+/* Prints the help: usage, extra, then one line per option "  --name VALUE  help (default X, range [a, b])". */
+void args_print_help(FILE *out, const ArgSpec *specs, int n, const char *usage, const char *extra);
+
+/* The spec named `name`, or NULL. */
+ArgSpec *args_find(ArgSpec *specs, int n, const char *name);
+
+#endif

@@ -1,0 +1,121 @@
+/* common/log.c - see log.h. Each event is built in memory and written with one fwrite + fflush. */
+#include "log.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+
+struct JsonLog {
+    FILE *f;
+    char *path;
+    char *line; /* the event being built; grows as needed (samples can be long) */
+    size_t len, cap;
+};
+
+static void reserve(JsonLog *l, size_t more) {
+    if (l->len + more + 1 <= l->cap) return;
+    while (l->len + more + 1 > l->cap) l->cap = l->cap ? 2 * l->cap : 4096;
+    l->line = realloc(l->line, l->cap);
+    if (!l->line) fatal("out of memory building a log line of %zu bytes", l->cap);
+}
+
+static void append(JsonLog *l, const char *fmt, ...) PRINTF_LIKE(2, 3);
+static void append(JsonLog *l, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    reserve(l, (size_t)n);
+    va_start(ap, fmt);
+    vsnprintf(l->line + l->len, l->cap - l->len, fmt, ap);
+    va_end(ap);
+    l->len += (size_t)n;
+}
+
+void json_escape(char *buf, size_t cap, size_t *len, const char *s) {
+    size_t n = *len;
+#define PUT(c) do { if (n + 1 < cap) buf[n++] = (c); } while (0)
+    PUT('"');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') { PUT('\\'); PUT((char)*p); }
+        else if (*p == '\n') { PUT('\\'); PUT('n'); }
+        else if (*p == '\t') { PUT('\\'); PUT('t'); }
+        else if (*p < 0x20) {
+            char tmp[8];
+            snprintf(tmp, sizeof tmp, "\\u%04x", *p);
+            for (char *q = tmp; *q; q++) PUT(*q);
+        } else if (*p < 0x80) {
+            PUT((char)*p);
+        } else {
+            /* copy a well-formed UTF-8 sequence; a stray byte (a sample can end mid-character) becomes U+FFFD so
+             * the line stays valid JSON for strict readers */
+            int need = (*p & 0xE0) == 0xC0 ? 1 : (*p & 0xF0) == 0xE0 ? 2 : (*p & 0xF8) == 0xF0 ? 3 : -1;
+            int k = 1;
+            if (need > 0)
+                while (k <= need && (p[k] & 0xC0) == 0x80) k++;
+            if (need > 0 && k == need + 1 && *p >= 0xC2) {
+                for (int j = 0; j <= need; j++) PUT((char)p[j]);
+                p += need;
+            } else {
+                const char *rep = "\\ufffd";
+                for (const char *q = rep; *q; q++) PUT(*q);
+            }
+        }
+    }
+    PUT('"');
+#undef PUT
+    if (n < cap) buf[n] = '\0';
+    *len = n;
+}
+
+JsonLog *jlog_open(const char *path) {
+    JsonLog *l = xcalloc(1, sizeof *l, "log");
+    l->f = xfopen(path, "a", "check that --out is a writable directory");
+    l->path = strdup(path);
+    return l;
+}
+
+void jlog_close(JsonLog *l) {
+    if (!l) return;
+    fclose(l->f);
+    free(l->path);
+    free(l->line);
+    free(l);
+}
+
+void jlog_begin(JsonLog *l, const char *event) {
+    if (!l) return;
+    l->len = 0;
+    append(l, "{\"event\": ");
+    reserve(l, 6 * strlen(event) + 2);
+    json_escape(l->line, l->cap, &l->len, event);
+}
+
+void jlog_int(JsonLog *l, const char *key, int64_t v) {
+    if (!l) return;
+    append(l, ", \"%s\": %lld", key, (long long)v);
+}
+
+void jlog_num(JsonLog *l, const char *key, double v) {
+    if (!l) return;
+    if (isfinite(v)) append(l, ", \"%s\": %.9g", key, v);
+    else append(l, ", \"%s\": null", key);
+}
+
+void jlog_str(JsonLog *l, const char *key, const char *v) {
+    if (!l) return;
+    append(l, ", \"%s\": ", key);
+    reserve(l, 6 * strlen(v) + 2); /* worst case: every byte becomes \u00XX or \ufffd */
+    json_escape(l->line, l->cap, &l->len, v);
+}
+
+void jlog_end(JsonLog *l) {
+    if (!l) return;
+    append(l, "}\n");
+    xfwrite(l->line, l->len, l->f, l->path, "a log line");
+    fflush(l->f);
+}

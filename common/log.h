@@ -1,0 +1,31 @@
+/*
+ * common/log.h - <out>/log.jsonl: one JSON object per line per event ("start", "train", "val", "sample", "ckpt",
+ * "resume"), always with an "event" key, flushed after each line so a crash loses at most the current event.
+ * Numbers are written with 9 significant digits (float32 values round-trip exactly); non-finite values as null.
+ * A NULL Log* makes every call a no-op, so ranks other than 0 can call the same code.
+ * Not for: the human-readable per-step stdout line (common/train.c).
+ */
+#ifndef COMMON_LOG_H
+#define COMMON_LOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct JsonLog JsonLog;
+
+/* Opens `path` for appending (a resumed run continues the same file); fatal() naming the path on failure. */
+JsonLog *jlog_open(const char *path);
+void jlog_close(JsonLog *l);
+
+/* jlog_begin starts an object with "event": event; the setters add keys in call order; jlog_end writes it. */
+void jlog_begin(JsonLog *l, const char *event);
+void jlog_int(JsonLog *l, const char *key, int64_t v);
+void jlog_num(JsonLog *l, const char *key, double v);
+void jlog_str(JsonLog *l, const char *key, const char *v);
+void jlog_end(JsonLog *l);
+
+/* Appends s as a JSON string literal (quotes, escapes for ", \, control bytes) to buf of size cap at *len;
+ * truncates safely. Exposed for the checkpoint manifest. */
+void json_escape(char *buf, size_t cap, size_t *len, const char *s);
+
+#endif

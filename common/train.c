@@ -1,0 +1,583 @@
+/*
+ * common/train.c - the shared training loop (see train.h). Reads top to bottom: options, set-up (threads, data,
+ * model, optimizer, resume), then the step loop with its periodic validation, sampling and checkpoints.
+ * One step t = 1..steps: `accum` micro-steps of forward/backward over this rank's B x T windows (the last
+ * backward hands finished gradient buckets to the communication thread), then distopt_step(t, lr_t).
+ * Not for: model maths (train_gpt.c, ...), update formulas and communication (scape/), file formats (ckpt.c).
+ */
+#define _GNU_SOURCE
+#include "common/train.h"
+
+#include <cblas.h>
+#include <glob.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/ckpt.h"
+#include "common/log.h"
+#include "common/rng.h"
+#include "common/sampler.h"
+#include "common/schedule.h"
+#include "common/util.h"
+#include "dataloader/dataloader.h"
+#include "scape/comm.h"
+#include "scape/dist.h"
+#include "tokenizer/tokenizer.h"
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* set-up helpers */
+
+/* Ranks sharing this node: the launcher tells us (Open MPI, MPICH); without one, the whole world is local. */
+static int local_ranks(void) {
+    const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && atoi(v) > 0) return atoi(v);
+    }
+    return comm_world();
+}
+
+static int set_threads(int requested) {
+    int threads = requested;
+    if (threads <= 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = (int)(cores / local_ranks());
+        if (threads < 1) threads = 1;
+    }
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+    return threads;
+}
+
+/* 1 if spec names an existing file or directory or a glob that matches something. */
+static int shards_exist(const char *spec) {
+    if (file_exists(spec)) return 1;
+    glob_t g;
+    int rc = glob(spec, 0, NULL, &g);
+    int found = rc == 0 && g.gl_pathc > 0;
+    if (rc == 0) globfree(&g);
+    return found;
+}
+
+/* The default corpus is "prepared on first use": rank 0 runs `make -s data` once while the others wait. */
+static void ensure_data(const TrainConfig *c, const char *train, const char *val, int defaults) {
+    int missing = !shards_exist(train) || !shards_exist(val);
+    if (missing && defaults) {
+        if (comm_rank() == 0) {
+            char cmd[4400];
+            snprintf(cmd, sizeof cmd, "make -s data DATA='%s'", c->data);
+            printf("default corpus missing under %s/: preparing it once with `%s`\n", c->data, cmd);
+            fflush(stdout);
+            int rc = system(cmd);
+            if (rc != 0)
+                fatal("`%s` failed (status %d); run it from the repository root, or pass --train and --val", cmd,
+                      rc);
+        }
+        comm_barrier();
+    }
+    if (!shards_exist(train))
+        fatal("--train %s: no shard matches; run `make data` for the default corpus, or point --train at "
+              "token shards (file, dir or glob)", train);
+    if (!shards_exist(val))
+        fatal("--val %s: no shard matches; run `make data` for the default corpus, or point --val at "
+              "token shards (file, dir or glob)", val);
+}
+
+static OptimizerKind optimizer_kind(const char *name) {
+    if (strcmp(name, "adams") == 0) return OPT_ADAMS;
+    if (strcmp(name, "scape") == 0) return OPT_SCAPE;
+    return OPT_ADAMW;
+}
+
+/* What identifies "the same model" across a resume: the init file if one was given, else the spec. */
+static void model_id(const TrainConfig *c, char *buf) {
+    snprintf(buf, CKPT_ID_MAX, "%s", c->init[0] ? c->init : c->model);
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* the run's state */
+
+typedef struct {
+    TrainConfig c;
+    const ModelFamily *fam;
+    int rank, world, accum, threads;
+    Model *m;
+    DistOptim *d;
+    DataLoader *dl;
+    ValLoader *vl;
+    Tokenizer *tok;
+    JsonLog *log; /* rank 0 only */
+    LrSchedule sched;
+    Rng sample_rng;
+    int *inputs, *targets; /* (B,T) */
+    int64_t tokens_per_step;
+    char ckpt_path[4096]; /* checkpoint being resumed, "" for a fresh run */
+} Run;
+
+/* Mean validation loss over up to eval_batches batches per rank, averaged over all ranks' batches. */
+static double validate(Run *r, int step) {
+    double t0 = now_seconds();
+    valloader_reset(r->vl);
+    double acc[2] = {0.0, 0.0}; /* loss sum, batches */
+    while (valloader_next(r->vl, r->inputs, r->targets)) {
+        acc[0] += r->m->forward(r->m, r->inputs, r->targets, r->c.B, r->c.T);
+        acc[1] += 1.0;
+    }
+    comm_allreduce_sum_f64(acc, 2);
+    double loss = acc[1] > 0 ? acc[0] / acc[1] : NAN;
+    double ms = 1e3 * (now_seconds() - t0);
+    if (r->rank == 0) {
+        printf("step %6d | val loss %.6f over %.0f batches | %.1f ms\n", step, loss, acc[1], ms);
+        fflush(stdout);
+    }
+    jlog_begin(r->log, "val");
+    jlog_int(r->log, "step", step);
+    jlog_num(r->log, "val_loss", loss);
+    jlog_int(r->log, "batches", (int64_t)acc[1]);
+    jlog_num(r->log, "ms", ms);
+    jlog_end(r->log);
+    return loss;
+}
+
+/* Rank 0 continues the prompt by sample_tokens tokens, feeding at most T tokens of context (a sliding window);
+ * forward runs on (1, len) so short contexts cost little. */
+static void sample(Run *r, int step) {
+    if (r->rank != 0) return;
+    const TrainConfig *c = &r->c;
+    int32_t *ids = NULL;
+    size_t cap = 0, n = 0;
+    int eot = r->tok ? tokenizer_eot(r->tok) : 0;
+    int32_t *prompt = NULL;
+    if (r->tok && c->prompt[0]) n = tokenizer_encode(r->tok, c->prompt, strlen(c->prompt), 1, &prompt, &cap);
+    /* the whole sequence: prompt (or a lone end-of-text when there is none), then the sampled tokens */
+    ids = xmalloc(((n ? n : 1) + (size_t)c->sample_tokens) * sizeof(int32_t), "sample tokens");
+    if (n) memcpy(ids, prompt, n * sizeof(int32_t));
+    else ids[n++] = eot;
+    free(prompt);
+    size_t n_prompt = n;
+    int *window = xmalloc((size_t)c->T * sizeof(int), "sample context");
+    int V = r->m->vocab_size, Vp = r->m->padded_vocab_size;
+    for (int i = 0; i < c->sample_tokens; i++) {
+        int w = n < (size_t)c->T ? (int)n : c->T;
+        for (int j = 0; j < w; j++) window[j] = ids[n - (size_t)w + (size_t)j];
+        r->m->forward(r->m, window, NULL, 1, w);
+        const float *logits = r->m->logits(r->m) + (size_t)(w - 1) * (size_t)Vp;
+        ids[n++] = sample_token(logits, V, c->temperature, c->top_k, &r->sample_rng);
+    }
+    free(window);
+    char *text;
+    if (r->tok) {
+        size_t len;
+        /* the initial end-of-text is a start marker, not part of the sample */
+        size_t from = (n_prompt == 1 && ids[0] == eot) ? 1 : 0;
+        text = tokenizer_decode(r->tok, ids + from, n - from, &len);
+    } else {
+        size_t tcap = n * 12 + 1, len = 0;
+        text = xmalloc(tcap, "sample text");
+        text[0] = '\0';
+        for (size_t j = 0; j < n; j++) len += (size_t)snprintf(text + len, tcap - len, "%s%d", j ? " " : "", ids[j]);
+    }
+    printf("step %6d | sample: %s\n", step, text);
+    fflush(stdout);
+    jlog_begin(r->log, "sample");
+    jlog_int(r->log, "step", step);
+    jlog_str(r->log, "text", text);
+    jlog_end(r->log);
+    free(text);
+    free(ids);
+}
+
+static void save_checkpoint(Run *r, int step) {
+    double t0 = now_seconds();
+    char dir[4096], path[4400];
+    ckpt_dir(dir, sizeof dir, r->c.out, step);
+    make_dirs(dir);
+    if (r->rank == 0) ckpt_invalidate(dir); /* rewriting an existing step: not complete until the new manifest */
+    comm_barrier();
+    if (r->rank == 0) {
+        snprintf(path, sizeof path, "%s/model.bin", dir);
+        r->m->save(r->m, path);
+    }
+    size_t bytes = distopt_state_bytes(r->d);
+    void *blob = xmalloc(bytes, "optimizer state for the checkpoint");
+    distopt_save(r->d, blob);
+    CkptState h;
+    memset(&h, 0, sizeof h);
+    h.rank = r->rank;
+    h.world = r->world;
+    h.step = step;
+    h.sample_rng = r->sample_rng.s;
+    dataloader_get_pos(r->dl, &h.data);
+    h.blob_bytes = bytes;
+    h.table_hash = param_table_hash(&r->m->table);
+    h.num_params = r->m->table.total;
+    h.optimizer = (int32_t)optimizer_kind(r->c.optimizer);
+    h.zero = r->c.zero;
+    h.B = r->c.B;
+    h.T = r->c.T;
+    h.total_batch = r->tokens_per_step;
+    model_id(&r->c, h.model_id);
+    ckpt_write_state(dir, &h, blob);
+    free(blob);
+    /* every rank reports its file size to rank 0 (no shared file system needed for the manifest itself) */
+    int64_t mine = (int64_t)(sizeof h + bytes);
+    int64_t *sizes = xmalloc((size_t)(r->world + 1) * sizeof(int64_t), "checkpoint sizes");
+    comm_allgather(&mine, sizes + 1, sizeof mine);
+    if (r->rank == 0) {
+        snprintf(path, sizeof path, "%s/model.bin", dir);
+        sizes[0] = file_size(path);
+        if (sizes[0] < 0) fatal("%s was not written by the model's save(); cannot complete the checkpoint", path);
+        const char **names = xmalloc((size_t)(r->world + 1) * sizeof(char *), "checkpoint names");
+        char (*rank_names)[40] = xmalloc((size_t)r->world * 40, "checkpoint names");
+        names[0] = "model.bin";
+        for (int i = 0; i < r->world; i++) {
+            snprintf(rank_names[i], 40, "state_rank%d.bin", i);
+            names[i + 1] = rank_names[i];
+        }
+        ckpt_write_manifest(dir, r->world, step, r->world + 1, names, sizes);
+        ckpt_prune(r->c.out, r->c.keep_ckpts);
+        double ms = 1e3 * (now_seconds() - t0);
+        printf("step %6d | checkpoint %s (%.1f ms)\n", step, dir, ms);
+        fflush(stdout);
+        jlog_begin(r->log, "ckpt");
+        jlog_int(r->log, "step", step);
+        jlog_str(r->log, "dir", dir);
+        jlog_num(r->log, "ms", ms);
+        jlog_end(r->log);
+        free(rank_names);
+        free(names);
+    }
+    free(sizes);
+    comm_barrier(); /* nobody races ahead (and maybe dies) before the checkpoint is complete */
+}
+
+/* Rank 0 decides which checkpoint to resume (so every rank uses the same one) and broadcasts its directory. */
+static void choose_checkpoint(Run *r) {
+    const TrainConfig *c = &r->c;
+    r->ckpt_path[0] = '\0';
+    if (!c->resume[0]) return;
+    if (r->rank == 0) {
+        if (strcmp(c->resume, "latest") == 0) {
+            int step = ckpt_find_latest(c->out, r->ckpt_path, sizeof r->ckpt_path);
+            if (step < 0) {
+                printf("--resume latest: no complete checkpoint under %s, starting from step 0\n", c->out);
+                r->ckpt_path[0] = '\0';
+            }
+        } else {
+            char why[512];
+            int step, world;
+            if (!file_exists(c->resume))
+                fatal("--resume %s: no such checkpoint directory; pass <out>/ckpt_<step> or \"latest\"", c->resume);
+            if (!ckpt_is_complete(c->resume, &step, &world, why, sizeof why))
+                fatal("--resume %s: incomplete checkpoint (%s); use an older one or --resume latest", c->resume,
+                      why);
+            snprintf(r->ckpt_path, sizeof r->ckpt_path, "%s", c->resume);
+        }
+    }
+    comm_bcast(r->ckpt_path, sizeof r->ckpt_path, 0);
+}
+
+/* NULL if the checkpoint fits this run, else the one-line reason (in a static buffer). */
+static const char *fingerprint_mismatch(const Run *r, const CkptState *h, const char *path) {
+    static char msg[4096 + 1024];
+    char id[CKPT_ID_MAX];
+    const char *names[] = {"adamw", "adams", "scape", "topk-ef"};
+    const char *saved_opt = h->optimizer >= 0 && h->optimizer < 4 ? names[h->optimizer] : "?";
+    model_id(&r->c, id);
+    if (strcmp(id, h->model_id) != 0)
+        snprintf(msg, sizeof msg, "%s: checkpoint is of model '%s', this run asks for '%s'; pass --model/--init as "
+                 "saved, or a new --out", path, h->model_id, id);
+    else if (h->table_hash != param_table_hash(&r->m->table) || h->num_params != r->m->table.total)
+        snprintf(msg, sizeof msg, "%s: parameter layout differs from the model in model.bin (%llu vs %zu "
+                 "parameters); the checkpoint is from another model or program version", path,
+                 (unsigned long long)h->num_params, r->m->table.total);
+    else if (h->optimizer != (int32_t)optimizer_kind(r->c.optimizer))
+        snprintf(msg, sizeof msg, "%s: checkpoint was trained with --optimizer %s, this run asks for %s; pass "
+                 "--optimizer %s", path, saved_opt, r->c.optimizer, saved_opt);
+    else if ((int64_t)h->B * h->T != (int64_t)r->c.B * r->c.T)
+        snprintf(msg, sizeof msg, "%s: checkpoint used B*T = %d*%d = %lld tokens per micro-batch, this run %d*%d = "
+                 "%lld; pass --batch %d --seq %d", path, h->B, h->T, (long long)h->B * h->T, r->c.B, r->c.T,
+                 (long long)r->c.B * r->c.T, h->B, h->T);
+    else
+        return NULL;
+    return msg;
+}
+
+/* Restores optimizer, loader position, sampler RNG and step from the chosen checkpoint; returns the step. */
+static int restore(Run *r) {
+    char path[4400];
+    int step, old_world;
+    char why[512];
+    if (!ckpt_is_complete(r->ckpt_path, &step, &old_world, why, sizeof why))
+        fatal("%s: checkpoint became incomplete (%s)", r->ckpt_path, why);
+    int same_world = old_world == r->world;
+    int n_blobs = same_world ? 1 : old_world; /* a new world size needs every saved rank's state */
+    void **blobs = xcalloc((size_t)n_blobs, sizeof(void *), "checkpoint blobs");
+    size_t *sizes = xcalloc((size_t)n_blobs, sizeof(size_t), "checkpoint sizes");
+    CkptState mine;
+    int mine_set = 0;
+    for (int i = 0; i < n_blobs; i++) {
+        int src = same_world ? r->rank : i;
+        CkptState h;
+        snprintf(path, sizeof path, "%s/state_rank%d.bin", r->ckpt_path, src);
+        blobs[i] = ckpt_read_state(path, &h);
+        sizes[i] = h.blob_bytes;
+        char mixed[4096 + 512];
+        const char *bad = fingerprint_mismatch(r, &h, path);
+        if (h.step != step || h.world != old_world || h.rank != src) {
+            snprintf(mixed, sizeof mixed, "%s: header says rank %d of %d at step %d, manifest says rank %d of %d at "
+                     "step %d; the checkpoint mixes runs", path, h.rank, h.world, h.step, src, old_world, step);
+            bad = mixed;
+        }
+        if (bad) { /* free first: a clean exit for leak checkers */
+            for (int j = 0; j <= i; j++) free(blobs[j]);
+            free(blobs);
+            free(sizes);
+            fatal("%s", bad);
+        }
+        /* after a world-size change every new rank continues the data order from the same global position */
+        if (src == (r->rank < old_world ? r->rank : 0)) {
+            mine = h;
+            mine_set = 1;
+        }
+    }
+    if (!mine_set) {
+        snprintf(path, sizeof path, "%s/state_rank%d.bin", r->ckpt_path, r->rank);
+        fatal("%s: internal error choosing the rank's state", path);
+    }
+    if (r->rank == 0 && old_world != r->world)
+        printf("note: resuming a %d-rank checkpoint on %d rank%s: the optimizer states of all saved ranks are "
+               "merged (distopt_load) and the data order continues from the same global position\n",
+               old_world, r->world, r->world == 1 ? "" : "s");
+    if (mine.total_batch != r->tokens_per_step && r->rank == 0)
+        printf("note: --total-batch changed from %lld to %lld tokens on resume\n", (long long)mine.total_batch,
+               (long long)r->tokens_per_step);
+    distopt_load(r->d, (const void *const *)blobs, sizes, n_blobs);
+    dataloader_set_pos(r->dl, &mine.data);
+    r->sample_rng.s = mine.sample_rng;
+    for (int i = 0; i < n_blobs; i++) free(blobs[i]);
+    free(blobs);
+    free(sizes);
+    return step;
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+
+static void log_start(Run *r, int start_step) {
+    const TrainConfig *c = &r->c;
+    if (r->rank == 0) {
+        printf("%s %s: %zu parameters | %d rank%s x %d thread%s | B=%d T=%d accum=%d -> %lld tokens/step | "
+               "optimizer %s | steps %d | lr %g -> %g (warm-up %d)\n",
+               r->fam->family, r->m->desc, r->m->table.total, r->world, r->world == 1 ? "" : "s", r->threads,
+               r->threads == 1 ? "" : "s", c->B, c->T, r->accum, (long long)r->tokens_per_step, c->optimizer,
+               c->steps, c->lr, c->lr_floor, c->warmup);
+        if (c->warmup >= c->steps)
+            printf("note: --warmup %d >= --steps %d, so the learning rate never reaches --lr %g\n", c->warmup,
+                   c->steps, c->lr);
+        if (r->ckpt_path[0]) printf("resuming from %s at step %d\n", r->ckpt_path, start_step);
+        fflush(stdout);
+    }
+    jlog_begin(r->log, r->ckpt_path[0] ? "resume" : "start");
+    jlog_int(r->log, "step", start_step);
+    jlog_str(r->log, "family", r->fam->family);
+    jlog_str(r->log, "model", r->m->desc);
+    jlog_int(r->log, "params", (int64_t)r->m->table.total);
+    jlog_int(r->log, "world", r->world);
+    jlog_int(r->log, "threads", r->threads);
+    jlog_int(r->log, "B", c->B);
+    jlog_int(r->log, "T", c->T);
+    jlog_int(r->log, "accum", r->accum);
+    jlog_int(r->log, "total_batch", r->tokens_per_step);
+    jlog_str(r->log, "optimizer", c->optimizer);
+    jlog_int(r->log, "steps", c->steps);
+    jlog_num(r->log, "lr", c->lr);
+    jlog_num(r->log, "lr_floor", c->lr_floor);
+    jlog_int(r->log, "warmup", c->warmup);
+    jlog_num(r->log, "weight_decay", c->weight_decay);
+    jlog_num(r->log, "density", c->density);
+    jlog_int(r->log, "seed", (int64_t)c->seed);
+    if (r->ckpt_path[0]) jlog_str(r->log, "checkpoint", r->ckpt_path);
+    jlog_end(r->log);
+}
+
+int train_main(int argc, char **argv, const ModelFamily *fam) {
+    Run run, *r = &run;
+    memset(r, 0, sizeof *r);
+    r->fam = fam;
+    TrainConfig *c = &r->c;
+
+    /* options first, before MPI, so --help and usage errors need no launcher */
+    int n_opts;
+    ArgSpec *opts = train_options(c, fam, &n_opts);
+    char usage[256];
+    snprintf(usage, sizeof usage, "usage: %s [options]   (multi-rank: mpirun -np N %s [options])", argv[0], argv[0]);
+    args_parse(opts, n_opts, argc, argv, usage,
+               "Pre-trains a model on token shards and writes <out>/log.jsonl and <out>/ckpt_<step>/.");
+    int defaults_data = !args_find(opts, n_opts, "train")->given && !args_find(opts, n_opts, "val")->given;
+    int floor_given = args_find(opts, n_opts, "lr-floor")->given;
+    free(opts);
+    if (c->lr_floor > c->lr && !floor_given) c->lr_floor = 0.1f * c->lr; /* a small --lr with the default floor */
+    if (c->lr_floor > c->lr) {
+        fprintf(stderr, "error: --lr-floor %g is above --lr %g; the cosine decays from --lr down to --lr-floor\n",
+                c->lr_floor, c->lr);
+        exit(2);
+    }
+    if (c->density < 1.0f && strcmp(c->optimizer, "scape") != 0) {
+        fprintf(stderr, "error: --density %g applies only to --optimizer scape (got %s)\n", c->density,
+                c->optimizer);
+        exit(2);
+    }
+
+    comm_init(&argc, &argv);
+    r->rank = comm_rank();
+    r->world = comm_world();
+    r->threads = set_threads(c->threads);
+
+    /* batch arithmetic: total = B * T * world * accum */
+    int64_t micro = (int64_t)c->B * c->T * r->world;
+    r->tokens_per_step = c->total_batch ? c->total_batch : micro;
+    if (r->tokens_per_step % micro != 0)
+        fatal("--total-batch %lld is not a multiple of --batch %d x --seq %d x %d rank%s = %lld tokens; use a "
+              "multiple such as %lld", (long long)r->tokens_per_step, c->B, c->T, r->world, r->world == 1 ? "" : "s",
+              (long long)micro, (long long)(r->tokens_per_step / micro + 1) * micro);
+    r->accum = (int)(r->tokens_per_step / micro);
+
+    /* data paths; the default corpus is prepared on first use */
+    const char *tokdir = fam->tokenizer ? fam->tokenizer : fam->family;
+    char train_spec[4200], val_spec[4200];
+    if (c->train[0]) snprintf(train_spec, sizeof train_spec, "%s", c->train);
+    else snprintf(train_spec, sizeof train_spec, "%s/sotu/%s/sotu_train_*.bin", c->data, tokdir);
+    if (c->val[0]) snprintf(val_spec, sizeof val_spec, "%s", c->val);
+    else snprintf(val_spec, sizeof val_spec, "%s/sotu/%s/sotu_val_*.bin", c->data, tokdir);
+    ensure_data(c, train_spec, val_spec, defaults_data);
+
+    /* model: from the checkpoint's model.bin when resuming, else --init or --model */
+    choose_checkpoint(r);
+    char model_file[4400];
+    const char *init = c->init[0] ? c->init : NULL;
+    if (r->ckpt_path[0]) {
+        snprintf(model_file, sizeof model_file, "%s/model.bin", r->ckpt_path);
+        init = model_file;
+    }
+    r->m = fam->create(c->model, init, c->seed, c->B, c->T);
+    if (c->T > r->m->max_seq_len)
+        fatal("--seq %d exceeds the model's maximum sequence length %d; use --seq %d or less", c->T,
+              r->m->max_seq_len, r->m->max_seq_len);
+
+    if (c->sample_every > 0 && fam->tokenizer) {
+        r->tok = tokenizer_load(fam->tokenizer, c->data);
+        if (tokenizer_vocab_size(r->tok) > r->m->vocab_size)
+            fatal("tokenizer '%s' has %d tokens but the model only %d; use a model built for this tokenizer",
+                  fam->tokenizer, tokenizer_vocab_size(r->tok), r->m->vocab_size);
+    }
+
+    r->dl = dataloader_open(train_spec, c->B, c->T, r->rank, r->world, rng_mix(c->seed, 0x64617461ull), c->shuffle,
+                            r->m->vocab_size);
+    r->vl = valloader_open(val_spec, c->B, c->T, r->rank, r->world, r->m->vocab_size);
+    valloader_set_max_batches(r->vl, (uint64_t)c->eval_batches);
+
+    DistConfig dc;
+    memset(&dc, 0, sizeof dc);
+    dc.opt.kind = optimizer_kind(c->optimizer);
+    dc.opt.beta1 = c->beta1;
+    dc.opt.beta2 = c->beta2;
+    dc.opt.eps = c->eps;
+    dc.opt.weight_decay = c->weight_decay;
+    dc.clip = c->clip;
+    dc.zero = c->zero;
+    dc.density = c->density;
+    dc.density_start = c->density_start;
+    dc.density_warmup = c->density_warmup;
+    dc.exclude_norms = c->scape_exclude_norms;
+    r->d = distopt_create(&r->m->table, r->m->params, r->m->grads, &dc);
+
+    rng_seed(&r->sample_rng, rng_mix(c->seed, 0x73616d70ull));
+    int start = r->ckpt_path[0] ? restore(r) : 0;
+
+    r->sched = (LrSchedule){c->lr, c->lr_floor, c->warmup, c->steps};
+    r->inputs = xmalloc((size_t)c->B * c->T * sizeof(int), "inputs");
+    r->targets = xmalloc((size_t)c->B * c->T * sizeof(int), "targets");
+    if (r->rank == 0) {
+        make_dirs(c->out);
+        char path[4400];
+        snprintf(path, sizeof path, "%s/log.jsonl", c->out);
+        r->log = jlog_open(path);
+    }
+    log_start(r, start);
+    if (start >= c->steps && r->rank == 0) printf("checkpoint is at step %d, --steps %d: nothing to do\n", start,
+                                                   c->steps);
+    if (start == 0 && c->eval_every > 0) validate(r, 0);
+    CommStats cs;
+    comm_stats_take(&cs); /* set-up traffic (parameter broadcast) is not a step's */
+
+    for (int t = start + 1; t <= c->steps; t++) {
+        double t0 = now_seconds();
+        float lr = lr_at(&r->sched, t);
+        double loss = 0.0;
+        for (int a = 0; a < r->accum; a++) {
+            dataloader_next(r->dl, r->inputs, r->targets);
+            loss += r->m->forward(r->m, r->inputs, r->targets, c->B, c->T);
+            /* only the last micro-step's gradients are final, so only then may buckets go on the wire */
+            r->m->backward(r->m, 1.0f / (float)r->accum, a == r->accum - 1 ? distopt_bucket_ready : NULL, r->d);
+        }
+        float grad_norm = 0.0f;
+        int skipped = distopt_step(r->d, t, lr, &grad_norm);
+        double mean_loss = loss / r->accum;
+        comm_allreduce_sum_f64(&mean_loss, 1);
+        mean_loss /= r->world;
+        double secs = now_seconds() - t0;
+        comm_stats_take(&cs);
+        double tok_s = (double)r->tokens_per_step / secs;
+        float density = distopt_density(r->d, t);
+        if (r->rank == 0) {
+            char mfu[32] = "n/a";
+            if (c->peak_flops > 0)
+                snprintf(mfu, sizeof mfu, "%.1f%%",
+                         100.0 * r->m->flops_per_token * tok_s / ((double)c->peak_flops * r->world));
+            printf("step %6d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | MFU %s | comm %.2f MB",
+                   t, c->steps, mean_loss, lr, grad_norm, 1e3 * secs, tok_s, mfu, cs.bytes_sent / 1e6);
+            if (dc.opt.kind == OPT_SCAPE) printf(" | d %.4f", density);
+            if (skipped) printf(" | SKIPPED (non-finite gradient norm)");
+            printf("\n");
+            fflush(stdout);
+        }
+        jlog_begin(r->log, "train");
+        jlog_int(r->log, "step", t);
+        jlog_num(r->log, "train_loss", mean_loss);
+        jlog_num(r->log, "lr", lr);
+        jlog_num(r->log, "grad_norm", grad_norm);
+        jlog_num(r->log, "ms", 1e3 * secs);
+        jlog_num(r->log, "tok_per_s", tok_s);
+        if (c->peak_flops > 0)
+            jlog_num(r->log, "mfu", r->m->flops_per_token * tok_s / ((double)c->peak_flops * r->world));
+        jlog_int(r->log, "comm_bytes_sent", (int64_t)cs.bytes_sent);
+        jlog_int(r->log, "comm_bytes_recv", (int64_t)cs.bytes_recv);
+        jlog_num(r->log, "comm_wait_ms", cs.wait_ms);
+        jlog_num(r->log, "comm_busy_ms", cs.busy_ms); /* comm thread time in collectives (scape/comm.h) */
+        jlog_num(r->log, "density", density);
+        jlog_int(r->log, "skipped", skipped);
+        jlog_end(r->log);
+
+        int last = t == c->steps;
+        if (last || (c->eval_every > 0 && t % c->eval_every == 0)) validate(r, t);
+        if (c->sample_every > 0 && (last || t % c->sample_every == 0)) sample(r, t);
+        /* after sampling, so the saved sampler RNG is the one the next step would use */
+        if (last || (c->ckpt_every > 0 && t % c->ckpt_every == 0)) save_checkpoint(r, t);
+        comm_stats_take(&cs); /* validation/checkpoint traffic is not the next step's */
+    }
+
+    jlog_close(r->log);
+    free(r->inputs);
+    free(r->targets);
+    distopt_free(r->d);
+    valloader_free(r->vl);
+    dataloader_free(r->dl);
+    if (r->tok) tokenizer_free(r->tok);
+    r->m->free(r->m);
+    comm_finalize();
+    return 0;
+}

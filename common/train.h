@@ -1,0 +1,39 @@
+/*
+ * common/train.h - the shared CPU training loop: one call runs a whole pre-training job for any ModelFamily
+ * (train_gpt.c, train_llama.c, the toy model of the tests). It owns the command line, data, optimizer and
+ * communication (scape/dist.h), validation, sampling, checkpoints/resume and logging.
+ * Not for: model maths (the model files) or the update formulas (scape/).
+ */
+#ifndef COMMON_TRAIN_H
+#define COMMON_TRAIN_H
+
+#include <stdint.h>
+
+#include "common/args.h"
+#include "common/model.h"
+
+/* Every option of the trainer; filled by args_parse from train_options(). */
+typedef struct {
+    const char *model, *init, *train, *val, *out, *data, *resume, *optimizer, *prompt;
+    int B, T, total_batch, steps, warmup;
+    float lr, lr_floor, weight_decay, clip, beta1, beta2, eps;
+    int eval_every, eval_batches, sample_every, sample_tokens, top_k;
+    float temperature;
+    int ckpt_every, keep_ckpts;
+    uint64_t seed;
+    int threads, shuffle, zero;
+    float density, density_start;
+    int density_warmup, scape_exclude_norms;
+    float peak_flops;
+} TrainConfig;
+
+/* The option table bound to the fields of *c (defaults depend on fam: --model defaults to fam->default_model).
+ * Returns a malloc'd array of *n specs (caller frees). Exposed so tests can check --help against it. */
+ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n);
+
+/* Parses argv, trains, writes <out>/log.jsonl and checkpoints; returns the process exit status (0).
+ * Usage errors exit 2 (common/args.h); runtime errors exit 1 with one line via fatal(). Calls comm_init and
+ * comm_finalize itself, so a trainer's main is just `return train_main(argc, argv, &family);`. */
+int train_main(int argc, char **argv, const ModelFamily *fam);
+
+#endif

@@ -1,0 +1,72 @@
+/*
+ * common/train_options.c - the trainer's one option table (common/args.h generates the parser and --help from it).
+ * Kept apart from train.c so tests can check the table and its help without linking the whole runtime.
+ */
+#include <string.h>
+
+#include "common/train.h"
+#include "common/util.h"
+
+
+ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
+    const double IMAX = 2147483647.0;
+    ArgSpec t[] = {
+        {"model", ARG_STRING, &c->model, fam->default_model, 0, 0, NULL, fam->model_help, 0},
+        {"init", ARG_STRING, &c->init, "", 0, 0, NULL, "start from this model file instead of --model", 0},
+        {"data", ARG_STRING, &c->data, "data", 0, 0, NULL, "data cache dir (corpus shards, tokenizer files)", 0},
+        {"train", ARG_STRING, &c->train, "", 0, 0, NULL,
+         "training shards: file, dir or glob (default <data>/sotu/<tok>/sotu_train_*.bin)", 0},
+        {"val", ARG_STRING, &c->val, "", 0, 0, NULL,
+         "validation shards (default <data>/sotu/<tok>/sotu_val_*.bin)", 0},
+        {"out", ARG_STRING, &c->out, "out", 0, 0, NULL, "output dir: log.jsonl and ckpt_<step>/", 0},
+        {"batch", ARG_INT, &c->B, "8", 1, 65536, NULL, "B, sequences per micro-step per rank", 0},
+        {"seq", ARG_INT, &c->T, "128", 1, 1048576, NULL, "T, tokens per sequence", 0},
+        {"total-batch", ARG_INT, &c->total_batch, "0", 0, IMAX, NULL,
+         "tokens per optimizer step, B*T*ranks*accum (0: B*T*ranks, no accumulation)", 0},
+        {"steps", ARG_INT, &c->steps, "300", 1, IMAX, NULL, "optimizer steps", 0},
+        {"lr", ARG_FLOAT, &c->lr, "1e-3", 0, 1, NULL, "peak learning rate", 0},
+        {"warmup", ARG_INT, &c->warmup, "30", 0, IMAX, NULL, "linear warm-up steps", 0},
+        {"lr-floor", ARG_FLOAT, &c->lr_floor, "1e-4", 0, 1, NULL, "final learning rate of the cosine decay (lr/10 if the default is above --lr)", 0},
+        {"weight-decay", ARG_FLOAT, &c->weight_decay, "0.1", 0, 10, NULL,
+         "decoupled weight decay (matrices only)", 0},
+        {"clip", ARG_FLOAT, &c->clip, "1.0", 0, 1e9, NULL, "global gradient-norm clip, 0 = off", 0},
+        {"optimizer", ARG_STRING, &c->optimizer, "adamw", 0, 0, "adamw|adams|scape", "update rule", 0},
+        {"beta1", ARG_FLOAT, &c->beta1, "0.9", 0, 0.999999, NULL, "first-moment decay", 0},
+        {"beta2", ARG_FLOAT, &c->beta2, "0.95", 0, 0.999999, NULL, "second-moment decay", 0},
+        {"eps", ARG_FLOAT, &c->eps, "1e-8", 0, 1, NULL, "denominator epsilon", 0},
+        {"eval-every", ARG_INT, &c->eval_every, "50", 0, IMAX, NULL,
+         "validate every N steps (and at step 0 and the end); 0 = only at the end", 0},
+        {"eval-batches", ARG_INT, &c->eval_batches, "20", 0, IMAX, NULL,
+         "validation batches per rank per pass, 0 = all", 0},
+        {"sample-every", ARG_INT, &c->sample_every, "100", 0, IMAX, NULL,
+         "print a sample every N steps (and at the end), 0 = never", 0},
+        {"sample-tokens", ARG_INT, &c->sample_tokens, "64", 1, 1000000, NULL, "tokens per sample", 0},
+        {"prompt", ARG_STRING, &c->prompt, "", 0, 0, NULL, "sample prompt text (empty: start from end-of-text)", 0},
+        {"temperature", ARG_FLOAT, &c->temperature, "1.0", 0, 100, NULL, "sampling temperature, 0 = greedy", 0},
+        {"top-k", ARG_INT, &c->top_k, "40", 0, IMAX, NULL, "sample among the k likeliest tokens, 0 = all", 0},
+        {"ckpt-every", ARG_INT, &c->ckpt_every, "0", 0, IMAX, NULL,
+         "checkpoint every N steps (and always at the end), 0 = only at the end", 0},
+        {"keep-ckpts", ARG_INT, &c->keep_ckpts, "2", 0, IMAX, NULL, "keep the newest N checkpoints, 0 = all", 0},
+        {"resume", ARG_STRING, &c->resume, "", 0, 0, NULL,
+         "continue from a checkpoint dir, or \"latest\" (newest complete one under --out)", 0},
+        {"seed", ARG_U64, &c->seed, "1337", 0, 1.8446744073709552e19, NULL,
+         "seed of initialisation, data order, sampling", 0},
+        {"shuffle", ARG_INT, &c->shuffle, "1", 0, 1, NULL, "1: shuffle training windows every epoch", 0},
+        {"threads", ARG_INT, &c->threads, "0", 0, 4096, NULL,
+         "OpenMP/OpenBLAS threads per rank, 0 = online cores / ranks on this node", 0},
+        {"zero", ARG_FLAG, &c->zero, NULL, 0, 1, NULL, "ZeRO-1: shard the dense optimizer state over ranks", 0},
+        {"density", ARG_FLOAT, &c->density, "1.0", 1e-6, 1, NULL, "SCAPE target density d (0.01 = 99% sparse)", 0},
+        {"density-start", ARG_FLOAT, &c->density_start, "1.0", 1e-6, 1, NULL,
+         "SCAPE density at step 1 of the warm-up", 0},
+        {"density-warmup", ARG_INT, &c->density_warmup, "0", 0, IMAX, NULL,
+         "SCAPE geometric density warm-up steps", 0},
+        {"scape-exclude-norms", ARG_INT, &c->scape_exclude_norms, "1", 0, 1, NULL,
+         "1: norm gains and biases stay dense under SCAPE", 0},
+        {"peak-flops", ARG_FLOAT, &c->peak_flops, "0", 0, 1e18, NULL,
+         "peak FLOP/s of one rank for MFU, 0 = print n/a", 0},
+    };
+    *n = (int)(sizeof t / sizeof t[0]);
+    ArgSpec *out = xmalloc(sizeof t, "option table");
+    memcpy(out, t, sizeof t);
+    return out;
+}

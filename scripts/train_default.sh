@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# scripts/train_default.sh - the quick start behind `make train`: trains the default GPT-2 on the default corpus
+# (State of the Union addresses, prepared by `make data`) into out/default, prints the samples, and plots
+# out/default/loss.png. Sized to learn visibly in about 10 minutes on 2 CPU cores. Every setting is a variable:
+#   MODEL=d4c128h4 STEPS=400 scripts/train_default.sh      RANKS=2 (mpirun)      RESUME=latest (continue)
+# Not for: paper-scale runs (see the other scripts/), or choosing data other than the default corpus.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=${OUT:-out/default}
+MODEL=${MODEL:-d4c256}          # GPT-2, 4 layers, C=256, NH=4, maxT=1024 (~16M parameters, 12.9M of them wte)
+BATCH=${BATCH:-8}
+SEQ=${SEQ:-128}
+STEPS=${STEPS:-200}
+LR=${LR:-2e-3}
+LR_FLOOR=${LR_FLOOR:-2e-4}
+WARMUP=${WARMUP:-20}
+OPTIMIZER=${OPTIMIZER:-adamw}
+EVAL_EVERY=${EVAL_EVERY:-25}
+EVAL_BATCHES=${EVAL_BATCHES:-4}
+SAMPLE_EVERY=${SAMPLE_EVERY:-100}
+SAMPLE_TOKENS=${SAMPLE_TOKENS:-48}
+PROMPT=${PROMPT:-"The state of our Union is"}
+RANKS=${RANKS:-1}
+RESUME=${RESUME:-}
+EXTRA=${EXTRA:-}                # any further trainer flags, e.g. EXTRA="--density 0.1 --optimizer scape"
+
+[ -x ./train_gpt ] || make -s train_gpt
+make -s data
+
+if [ -z "$RESUME" ] && [ -d "$OUT" ]; then
+    echo "note: starting over in $OUT (removing its log and checkpoints; RESUME=latest would continue instead)"
+    rm -rf "$OUT"/log.jsonl "$OUT"/ckpt_* "$OUT"/loss.png
+fi
+mkdir -p "$OUT"
+
+launch=()
+if [ "$RANKS" -gt 1 ]; then launch=(mpirun --oversubscribe --bind-to none -np "$RANKS"); fi
+# shellcheck disable=SC2086
+"${launch[@]}" ./train_gpt --model "$MODEL" --batch "$BATCH" --seq "$SEQ" --steps "$STEPS" --lr "$LR" \
+    --lr-floor "$LR_FLOOR" --warmup "$WARMUP" --optimizer "$OPTIMIZER" --eval-every "$EVAL_EVERY" \
+    --eval-batches "$EVAL_BATCHES" --sample-every "$SAMPLE_EVERY" --sample-tokens "$SAMPLE_TOKENS" \
+    --prompt "$PROMPT" --ckpt-every 100 --keep-ckpts 2 --out "$OUT" ${RESUME:+--resume "$RESUME"} $EXTRA
+
+echo
+echo "=== samples (prompt: \"$PROMPT\")"
+grep '"event": "sample"' "$OUT/log.jsonl" | /usr/bin/python3 -c '
+import json, sys
+for line in sys.stdin:
+    o = json.loads(line)
+    print("--- step %s:\n%s\n" % (o["step"], o["text"]))
+' 2>/dev/null || grep '"event": "sample"' "$OUT/log.jsonl"
+scripts/plot_loss.sh "$OUT/loss.png" "$OUT/log.jsonl"

@@ -1,0 +1,398 @@
+/*
+ * test/test_train_units.c - unit tests of the training loop's plumbing: the LR schedule against hand-computed
+ * values, the sampler against counted frequencies, the option parser (values, ranges, one-line errors with exit
+ * status 2, --help generated from the table), the JSON log and the checkpoint files (atomic write, manifest,
+ * completeness, latest, pruning). Error paths run in a forked child so the exit status and stderr can be checked.
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/args.h"
+#include "common/ckpt.h"
+#include "common/log.h"
+#include "common/sampler.h"
+#include "common/schedule.h"
+#include "common/train.h"
+#include "common/util.h"
+#include "test/test.h"
+
+static char tmpdir[256];
+
+/* ---- schedule ---- */
+
+TEST(lr_schedule_matches_hand_computed_values) {
+    LrSchedule s = {1e-3f, 1e-4f, 10, 110};
+    /* warm-up: lr * t / warmup */
+    CHECK(fabsf(lr_at(&s, 1) - 1e-4f) < 1e-11f, "t=1: expected 1e-4, got %.9g", lr_at(&s, 1));
+    CHECK(fabsf(lr_at(&s, 5) - 5e-4f) < 1e-11f, "t=5: expected 5e-4, got %.9g", lr_at(&s, 5));
+    CHECK(lr_at(&s, 10) == 1e-3f, "t=10 (end of warm-up): expected 1e-3, got %g", lr_at(&s, 10));
+    /* halfway through the decay, p = 0.5, cos = 0: floor + (lr - floor) / 2 = 5.5e-4 */
+    CHECK(fabsf(lr_at(&s, 60) - 5.5e-4f) < 1e-10f, "t=60: expected 5.5e-4, got %.9g", lr_at(&s, 60));
+    /* p = 0.25: 1e-4 + 9e-4 * (1 + cos(pi/4)) / 2 = 1e-4 + 9e-4 * 0.8535533906 = 8.681980516e-4 */
+    CHECK(fabsf(lr_at(&s, 35) - 8.681980516e-4f) < 1e-10f, "t=35: expected 8.681980516e-4, got %.9g",
+          lr_at(&s, 35));
+    CHECK(lr_at(&s, 110) == 1e-4f, "t=steps: expected the floor 1e-4, got %g", lr_at(&s, 110));
+    CHECK(lr_at(&s, 200) == 1e-4f, "t>steps: expected the floor, got %g", lr_at(&s, 200));
+    LrSchedule nw = {2e-3f, 0.0f, 0, 10}; /* no warm-up: step 1 is p = 1/10 */
+    float want = (float)(2e-3 * 0.5 * (1 + cos(M_PI * 0.1)));
+    CHECK(fabsf(lr_at(&nw, 1) - want) < 5e-10f, "no warm-up t=1: expected %.9g, got %.9g", want, lr_at(&nw, 1));
+    for (int t = 11; t < 110; t++)
+        CHECK(lr_at(&s, t + 1) <= lr_at(&s, t), "decay not monotone at t=%d", t);
+}
+
+/* ---- sampler ---- */
+
+TEST(sampler_greedy_topk_and_frequencies) {
+    float logits[6] = {0.0f, 2.0f, 1.0f, 2.0f, -1.0f, 0.5f};
+    Rng r;
+    rng_seed(&r, 7);
+    CHECK(sample_token(logits, 6, 0.0f, 0, &r) == 1, "greedy: expected lowest id of the tied max (1)");
+    /* top-2 keeps ids 1 and 3 (equal logits): each ~50%, nothing else ever */
+    int counts[6] = {0};
+    for (int i = 0; i < 20000; i++) counts[sample_token(logits, 6, 1.0f, 2, &r)]++;
+    CHECK(counts[0] + counts[2] + counts[4] + counts[5] == 0, "top-2 sampled outside {1,3}: %d %d %d %d",
+          counts[0], counts[2], counts[4], counts[5]);
+    CHECK(abs(counts[1] - 10000) < 400, "top-2: id 1 drawn %d of 20000, expected ~10000", counts[1]);
+    /* full softmax at temperature 2: p_i ~ exp(l_i / 2) */
+    double z = 0, p[6];
+    for (int i = 0; i < 6; i++) z += exp(logits[i] / 2.0);
+    for (int i = 0; i < 6; i++) p[i] = exp(logits[i] / 2.0) / z;
+    memset(counts, 0, sizeof counts);
+    int n = 60000;
+    for (int i = 0; i < n; i++) counts[sample_token(logits, 6, 2.0f, 0, &r)]++;
+    for (int i = 0; i < 6; i++) {
+        double sd = sqrt(n * p[i] * (1 - p[i]));
+        CHECK(fabs(counts[i] - n * p[i]) < 5 * sd, "T=2: id %d drawn %d times, expected %.0f +- %.0f", i, counts[i],
+              n * p[i], 5 * sd);
+    }
+    /* same RNG state, same draws */
+    Rng a, b;
+    rng_seed(&a, 99);
+    rng_seed(&b, 99);
+    for (int i = 0; i < 100; i++)
+        CHECK(sample_token(logits, 6, 1.0f, 3, &a) == sample_token(logits, 6, 1.0f, 3, &b), "not deterministic");
+}
+
+/* ---- args ---- */
+
+typedef struct {
+    int n;
+    float x;
+    const char *s;
+    int flag;
+    uint64_t seed;
+} Opts;
+
+static ArgSpec *opt_table(Opts *o, int *n) {
+    static ArgSpec t[5];
+    ArgSpec init[5] = {
+        {"num", ARG_INT, &o->n, "3", 1, 10, NULL, "an int", 0},
+        {"lr", ARG_FLOAT, &o->x, "0.5", 0, 1, NULL, "a float", 0},
+        {"optimizer", ARG_STRING, &o->s, "adamw", 0, 0, "adamw|adams|scape", "a choice", 0},
+        {"zero", ARG_FLAG, &o->flag, NULL, 0, 1, NULL, "a flag", 0},
+        {"seed", ARG_U64, &o->seed, "1337", 0, 1.8446744073709552e19, NULL, "a seed", 0},
+    };
+    memcpy(t, init, sizeof t);
+    *n = 5;
+    return t;
+}
+
+TEST(args_defaults_values_and_repeats) {
+    Opts o;
+    int n;
+    ArgSpec *t = opt_table(&o, &n);
+    char *argv0[] = {"prog", NULL};
+    args_parse(t, n, 1, argv0, "usage", NULL);
+    CHECK(o.n == 3 && o.x == 0.5f && strcmp(o.s, "adamw") == 0 && o.flag == 0 && o.seed == 1337,
+          "defaults: got %d %g %s %d %llu", o.n, o.x, o.s, o.flag, (unsigned long long)o.seed);
+    char *argv1[] = {"prog", "--num", "7", "--lr=1e-2", "--optimizer", "scape", "--zero", "--num", "9",
+                     "--seed", "18446744073709551615", NULL};
+    args_parse(t, n, 11, argv1, "usage", NULL);
+    CHECK(o.n == 9, "last repeat wins: expected 9, got %d", o.n);
+    CHECK(o.x == 1e-2f, "--lr=1e-2: got %g", o.x);
+    CHECK(strcmp(o.s, "scape") == 0 && o.flag == 1, "choice/flag: got %s %d", o.s, o.flag);
+    CHECK(o.seed == UINT64_MAX, "64-bit seed: got %llu", (unsigned long long)o.seed);
+    CHECK(args_find(t, n, "num")->given && !args_find(t, n, "nope"), "given/find");
+}
+
+/* Runs args_parse in a child; returns its exit status and its stderr in err. */
+static int parse_in_child(int argc, char **argv, char *err, size_t cap, char *out, size_t out_cap) {
+    int pe[2], po[2];
+    if (pipe(pe) || pipe(po)) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(pe[1], 2);
+        dup2(po[1], 1);
+        close(pe[0]);
+        close(po[0]);
+        Opts o;
+        int n;
+        ArgSpec *t = opt_table(&o, &n);
+        args_parse(t, n, argc, argv, "usage: prog [options]", NULL);
+        exit(0);
+    }
+    close(pe[1]);
+    close(po[1]);
+    /* help output can exceed a pipe buffer only for huge tables; read stdout first, then stderr */
+    ssize_t k, got = 0;
+    while ((k = read(po[0], out + got, out_cap - 1 - (size_t)got)) > 0) got += k;
+    out[got] = '\0';
+    got = 0;
+    while ((k = read(pe[0], err + got, cap - 1 - (size_t)got)) > 0) got += k;
+    err[got] = '\0';
+    close(pe[0]);
+    close(po[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int count_lines(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+TEST(args_errors_are_one_line_with_status_2) {
+    struct {
+        char *args[4];
+        const char *want;
+    } cases[] = {
+        {{"prog", "--lr", "5", NULL}, "error: --lr: 5 is out of range [0, 1]\n"},
+        {{"prog", "--lr", "abc", NULL}, "error: --lr: 'abc' is not a number\n"},
+        {{"prog", "--num", "2.5", NULL}, "error: --num: '2.5' is not an integer\n"},
+        {{"prog", "--num", "11", NULL}, "error: --num: 11 is out of range [1, 10]\n"},
+        {{"prog", "--bogus", "1", NULL}, "error: unknown option --bogus; see --help\n"},
+        {{"prog", "--optimizer", "sgd", NULL}, "error: --optimizer: 'sgd' is not one of adamw|adams|scape\n"},
+        {{"prog", "--num", NULL, NULL}, "error: --num needs a value; see --help\n"},
+        {{"prog", "stray", NULL, NULL}, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[4096], out[65536];
+        int argc = 0;
+        while (cases[i].args[argc]) argc++;
+        int st = parse_in_child(argc, cases[i].args, err, sizeof err, out, sizeof out);
+        CHECK(st == 2, "case %zu (%s %s): expected exit 2, got %d", i, cases[i].args[1],
+              cases[i].args[2] ? cases[i].args[2] : "", st);
+        CHECK(count_lines(err) == 1, "case %zu: expected one stderr line, got: %s", i, err);
+        if (cases[i].want) CHECK(strcmp(err, cases[i].want) == 0, "case %zu: expected '%s', got '%s'", i,
+                                 cases[i].want, err);
+    }
+}
+
+/* --help of the REAL trainer table: every option appears as "--name", and help exits 0. */
+static Model *never_create(const char *s, const char *i, uint64_t seed, int B, int T) { return NULL; }
+
+TEST(help_lists_every_option_of_the_trainer_table) {
+    ModelFamily fam = {"toy", NULL, "v8l1t8", "toy spec", never_create};
+    TrainConfig c;
+    int n;
+    ArgSpec *t = train_options(&c, &fam, &n);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    args_print_help(f, t, n, "usage", NULL);
+    fclose(f);
+    const char *required[] = {"model", "init", "train", "val", "out", "batch", "seq", "total-batch", "steps", "lr",
+                              "warmup", "lr-floor", "weight-decay", "clip", "optimizer", "beta1", "beta2", "eps",
+                              "eval-every", "eval-batches", "sample-every", "sample-tokens", "prompt",
+                              "temperature", "top-k", "ckpt-every", "keep-ckpts", "resume", "seed", "threads",
+                              "zero", "density", "density-start", "density-warmup", "scape-exclude-norms", "data",
+                              "peak-flops"};
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
+        CHECK(args_find(t, n, required[i]) != NULL, "option --%s missing from the table", required[i]);
+    for (int i = 0; i < n; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "  --%s ", t[i].name);
+        CHECK(strstr(buf, key) != NULL, "--help does not list --%s", t[i].name);
+        /* every default must parse under its own rules (else the trainer could not start) */
+    }
+    CHECK(strstr(buf, "default v8l1t8") != NULL, "--model default should come from the family");
+    /* all defaults parse: parsing no arguments succeeds in the parent */
+    char *argv0[] = {"prog", NULL};
+    args_parse(t, n, 1, argv0, "usage", NULL);
+    CHECK(strcmp(c.model, "v8l1t8") == 0 && c.B > 0 && c.T > 0 && c.steps > 0, "defaults: model %s B %d T %d",
+          c.model, c.B, c.T);
+    free(buf);
+    free(t);
+}
+
+/* ---- log ---- */
+
+TEST(jsonl_lines_are_objects_with_event_and_exact_floats) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/log.jsonl", tmpdir);
+    JsonLog *l = jlog_open(path);
+    jlog_begin(l, "train");
+    jlog_int(l, "step", 3);
+    jlog_num(l, "train_loss", (double)0.1f);
+    jlog_num(l, "val_loss", NAN);
+    jlog_str(l, "text", "a\"b\\c\nd\x01");
+    jlog_end(l);
+    jlog_begin(NULL, "ignored"); /* rank != 0: no-ops */
+    jlog_end(NULL);
+    jlog_close(l);
+    FILE *f = xfopen(path, "r", NULL);
+    char line[1024];
+    CHECK(fgets(line, sizeof line, f) != NULL, "no line written");
+    const char *want = "{\"event\": \"train\", \"step\": 3, \"train_loss\": 0.100000001, \"val_loss\": null, "
+                       "\"text\": \"a\\\"b\\\\c\\nd\\u0001\"}\n";
+    CHECK(strcmp(line, want) == 0, "expected %s got %s", want, line);
+    CHECK(fgets(line, sizeof line, f) == NULL, "expected exactly one line");
+    fclose(f);
+    /* UTF-8: well-formed sequences pass through, stray bytes become U+FFFD */
+    char esc[64];
+    size_t elen = 0;
+    json_escape(esc, sizeof esc, &elen, "\xc3\xa9t\xc3\xa9 ok\xe2\x82");
+    CHECK(strcmp(esc, "\"\xc3\xa9t\xc3\xa9 ok\\ufffd\\ufffd\"") == 0, "utf-8 escape: got %s", esc);
+    /* a long event (a big sample) is written whole, not truncated */
+    l = jlog_open(path);
+    char *big = xmalloc(200001, "big");
+    memset(big, 'x', 200000);
+    big[200000] = '\0';
+    big[7] = '\n';
+    jlog_begin(l, "sample");
+    jlog_str(l, "text", big);
+    jlog_end(l);
+    jlog_close(l);
+    int64_t want_len = (int64_t)strlen("{\"event\": \"sample\", \"text\": \"\"}\n") + 200001;
+    CHECK(file_size(path) - (int64_t)strlen(want) == want_len, "long event: file grew by %lld, expected %lld",
+          (long long)(file_size(path) - (int64_t)strlen(want)), (long long)want_len);
+    free(big);
+    float back = strtof("0.100000001", NULL);
+    CHECK(back == 0.1f, "9 significant digits must round-trip a float");
+}
+
+/* ---- checkpoint files ---- */
+
+static void write_ckpt(const char *out, int step, int world) {
+    char dir[512];
+    ckpt_dir(dir, sizeof dir, out, step);
+    make_dirs(dir);
+    float blob[10];
+    for (int i = 0; i < 10; i++) blob[i] = (float)(step * 100 + i);
+    const char *names[4];
+    char rn[3][32];
+    int64_t sizes[4];
+    char path[600];
+    snprintf(path, sizeof path, "%s/model.bin", dir);
+    ckpt_write_file(path, "MODEL", 5, NULL, 0);
+    names[0] = "model.bin";
+    sizes[0] = 5;
+    for (int r = 0; r < world; r++) {
+        CkptState h;
+        memset(&h, 0, sizeof h);
+        h.rank = r, h.world = world, h.step = step, h.blob_bytes = sizeof blob;
+        ckpt_write_state(dir, &h, blob);
+        snprintf(rn[r], 32, "state_rank%d.bin", r);
+        names[r + 1] = rn[r];
+        sizes[r + 1] = (int64_t)(sizeof h + sizeof blob);
+    }
+    ckpt_write_manifest(dir, world, step, world + 1, names, sizes);
+}
+
+TEST(checkpoint_state_round_trip_and_completeness) {
+    char out[300], dir[512], why[512], path[600];
+    snprintf(out, sizeof out, "%s/run", tmpdir);
+    write_ckpt(out, 10, 2);
+    ckpt_dir(dir, sizeof dir, out, 10);
+    int step = -1, world = -1;
+    CHECK(ckpt_is_complete(dir, &step, &world, why, sizeof why), "complete checkpoint rejected: %s", why);
+    CHECK(step == 10 && world == 2, "manifest: step %d world %d", step, world);
+    snprintf(path, sizeof path, "%s/state_rank1.bin", dir);
+    CkptState h;
+    float *blob = ckpt_read_state(path, &h);
+    CHECK(h.rank == 1 && h.world == 2 && h.step == 10 && h.blob_bytes == 40 && blob[3] == 1003.0f,
+          "state read back: rank %d world %d step %d bytes %llu blob[3] %g", h.rank, h.world, h.step,
+          (unsigned long long)h.blob_bytes, blob[3]);
+    free(blob);
+    snprintf(path, sizeof path, "%s/state_rank1.bin.tmp", dir);
+    CHECK(!file_exists(path), "temp file left behind");
+    /* truncate one state file: no longer complete, and the reason names the file and both sizes */
+    snprintf(path, sizeof path, "%s/state_rank1.bin", dir);
+    CHECK(truncate(path, 100) == 0, "truncate");
+    CHECK(!ckpt_is_complete(dir, &step, &world, why, sizeof why), "truncated checkpoint accepted");
+    CHECK(strstr(why, "state_rank1.bin has 100 bytes, manifest says 296") != NULL, "reason: %s", why);
+}
+
+TEST(latest_skips_incomplete_and_prune_keeps_newest) {
+    char out[300], dir[512], path[600];
+    snprintf(out, sizeof out, "%s/latest", tmpdir);
+    for (int s = 2; s <= 10; s += 2) write_ckpt(out, s, 1);
+    char found[512];
+    CHECK(ckpt_find_latest(out, found, sizeof found) == 10, "latest should be 10");
+    /* newest has no manifest (crash while writing), next one a truncated state file */
+    ckpt_dir(dir, sizeof dir, out, 10);
+    ckpt_invalidate(dir);
+    ckpt_dir(dir, sizeof dir, out, 8);
+    snprintf(path, sizeof path, "%s/state_rank0.bin", dir);
+    CHECK(truncate(path, 50) == 0, "truncate");
+    int s = ckpt_find_latest(out, found, sizeof found);
+    CHECK(s == 6, "latest with 10 and 8 incomplete: expected 6, got %d", s);
+    ckpt_dir(dir, sizeof dir, out, 6);
+    CHECK(strcmp(found, dir) == 0, "latest dir: expected %s got %s", dir, found);
+    /* pruning to 2 keeps complete 6 and 4, removes 2, never touches the incomplete ones */
+    ckpt_prune(out, 2);
+    int w;
+    char why[512];
+    ckpt_dir(dir, sizeof dir, out, 2);
+    CHECK(!file_exists(dir), "ckpt_2 should be pruned");
+    ckpt_dir(dir, sizeof dir, out, 4);
+    CHECK(ckpt_is_complete(dir, &s, &w, why, sizeof why), "ckpt_4 should be kept: %s", why);
+    ckpt_dir(dir, sizeof dir, out, 10);
+    CHECK(file_exists(dir), "incomplete ckpt_10 must not be pruned");
+}
+
+TEST(corrupt_state_file_fails_with_one_line) {
+    char out[300], dir[512], path[600];
+    snprintf(out, sizeof out, "%s/corrupt", tmpdir);
+    write_ckpt(out, 4, 1);
+    ckpt_dir(dir, sizeof dir, out, 4);
+    snprintf(path, sizeof path, "%s/state_rank0.bin", dir);
+    FILE *f = fopen(path, "r+b");
+    fseek(f, (long)sizeof(CkptState) + 5, SEEK_SET);
+    fputc(0x7f, f); /* same length, different bytes */
+    fclose(f);
+    int pe[2];
+    CHECK(pipe(pe) == 0, "pipe");
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(pe[1], 2);
+        CkptState h;
+        ckpt_read_state(path, &h);
+        exit(0);
+    }
+    close(pe[1]);
+    char err[2048];
+    ssize_t k, got = 0;
+    while ((k = read(pe[0], err + got, sizeof err - 1 - (size_t)got)) > 0) got += k;
+    err[got] = '\0';
+    close(pe[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0, "corrupt state file was accepted");
+    CHECK(count_lines(err) == 1 && strstr(err, "checksum") && strstr(err, path), "message: %s", err);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "build/test_train_units.%d", (int)getpid());
+    make_dirs(tmpdir);
+    RUN_TEST(lr_schedule_matches_hand_computed_values);
+    RUN_TEST(sampler_greedy_topk_and_frequencies);
+    RUN_TEST(args_defaults_values_and_repeats);
+    RUN_TEST(args_errors_are_one_line_with_status_2);
+    RUN_TEST(help_lists_every_option_of_the_trainer_table);
+    RUN_TEST(jsonl_lines_are_objects_with_event_and_exact_floats);
+    RUN_TEST(checkpoint_state_round_trip_and_completeness);
+    RUN_TEST(latest_skips_incomplete_and_prune_keeps_newest);
+    RUN_TEST(corrupt_state_file_fails_with_one_line);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) printf("note: could not remove %s\n", tmpdir);
+    TEST_EXIT();
+}
