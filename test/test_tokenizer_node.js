@@ -1,26 +1,32 @@
-// test/test_tokenizer_node.js DATA_DIR OUT_FILE [SEED] - writes GPT-2 test vectors made by node running the
-// fetched gpt-3-encoder package (a JavaScript port of OpenAI's encoder.py): seeded random texts mixing ASCII
+// test/test_tokenizer_node.js DATA_DIR OUT_FILE [SEED] [MODEL] - writes test vectors made by node running the
+// fetched reference package for MODEL: gpt2 (default) gpt-3-encoder (a JavaScript port of OpenAI's
+// encoder.py), llama3 llama3-tokenizer-js (no BOS/EOS, special-token text left as text), llama2
+// llama-tokenizer-js (no BOS, with its prefixed space). Seeded random texts mixing ASCII
 // words, whitespace runs, digits, contractions (also upper-case), punctuation, accents, CJK, emoji, combining
 // marks and other scripts, plus slices of the default corpus, plus invalid UTF-8 built around valid stretches.
 // One line per case: "<bytes as hex>\t<items>", an item being an id or x<hex> (see below).
 // build/test_tokenizer DATA_DIR --vectors OUT_FILE compares them with the C encoder.
 // Characters where JavaScript's \s differs from the Unicode White_Space property (U+0085, U+FEFF, U+180E)
-// are left out: there gpt-3-encoder, not OpenAI's tokenizer, would be the odd one.
+// are left out: there the JS packages, not OpenAI's or Meta's tiktoken, would be the odd one.
+// Llama 2 has no invalid-UTF-8 cases here: it does not pre-tokenize, so stretches do not encode alone
+// (test/test_tokenizer_llama.c checks its byte fallback).
 'use strict';
 const fs = require('fs');
 const path = require('path');
 
-const [dataDir, outFile, seedArg] = process.argv.slice(2);
-if (!dataDir || !outFile) {
-  console.error('usage: node test/test_tokenizer_node.js DATA_DIR OUT_FILE [SEED]');
+const [dataDir, outFile, seedArg, modelArg] = process.argv.slice(2);
+const model = modelArg || 'gpt2';
+const refs = { gpt2: 'gpt-3-encoder/index.js', llama3: 'llama3-tokenizer-js/bundle/llama3-tokenizer-with-baked-data.js',
+  llama2: 'llama-tokenizer-js/llama-tokenizer.js' };
+if (!dataDir || !outFile || !refs[model]) {
+  console.error('usage: node test/test_tokenizer_node.js DATA_DIR OUT_FILE [SEED] [gpt2|llama2|llama3]');
   process.exit(2);
 }
-const encoderDir = path.resolve(dataDir, 'npm', 'gpt-3-encoder');
-if (!fs.existsSync(path.join(encoderDir, 'index.js'))) {
-  console.error(`error: ${encoderDir} is missing; run \`make data\``);
+const refPath = path.resolve(dataDir, 'npm', refs[model]);
+if (!fs.existsSync(refPath)) {
+  console.error(`error: ${refPath} is missing; run \`make data\``);
   process.exit(1);
 }
-const { encode } = require(encoderDir);
 
 // mulberry32: small seeded generator so the cases are the same on every run
 let seed = Number(seedArg || 20240520) >>> 0;
@@ -72,6 +78,15 @@ for (let i = 0; i < 12; i++) {
   cases.push(text.slice(start, start + 20000));
 }
 
+async function main() {
+let encode;
+if (model === 'gpt2') encode = require(refPath).encode;
+else {
+  const ref = (await import(require('url').pathToFileURL(refPath).href)).default;
+  const never = /(?!)/g; // Llama 3: special-token text is ordinary text here (C: allow_special = 0)
+  encode = model === 'llama3' ? (s) => ref.encode(s, { bos: false, eos: false, specialTokenRegex: never })
+    : (s) => ref.encode(s, false, true);
+}
 const lines = cases.map((s) => Buffer.from(s, 'utf8').toString('hex') + '\t' + encode(s).join(' '));
 
 // Invalid UTF-8 (cannot be a JS string): valid stretches alternate with invalid byte runs. Expected: each
@@ -79,7 +94,7 @@ const lines = cases.map((s) => Buffer.from(s, 'utf8').toString('hex') + '\t' + e
 // that decode to exactly those bytes. A stretch never starts with a continuation byte, so a run and the
 // stretch after it cannot join into a valid character.
 const invalid = ['ff', '80', 'bf80', 'c0af', 'e282', 'f09f98', 'f5808080', 'eda080', 'fefe', 'c3', 'f8888080'];
-for (let i = 0; i < 150; i++) {
+for (let i = 0; i < (model === 'llama2' ? 0 : 150); i++) {
   const parts = int(1, 8);
   let bytes = '';
   const items = [];
@@ -98,4 +113,6 @@ for (let i = 0; i < 150; i++) {
   lines.push(bytes + '\t' + items.join(' '));
 }
 fs.writeFileSync(outFile, lines.join('\n') + '\n');
-console.log(`# wrote ${lines.length} gpt-3-encoder vectors (150 with invalid UTF-8) to ${outFile}`);
+console.log(`# wrote ${lines.length} ${model} vectors to ${outFile}`);
+}
+main().catch((e) => { console.error(`error: ${e.message}`); process.exit(1); });

@@ -256,9 +256,60 @@ def main():
             if p.returncode == 0 or len(err) != 1 or needle not in err[0] or "make data" not in err[0]:
                 problems.append(f"{name}: expected one error line with '{needle}' and 'make data', got {err}")
         report("test_damaged_vocabulary_one_line_error", problems)
+        llama_shards(tmp, txt, files)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 1 if failures else 0
+
+
+LLAMA = {"llama3": (128000, 128001), "llama2": (1, 2)}  # (document start = BOS, EOS)
+
+
+def llama_shards(tmp, txt, files):
+    """uint32 shards for Llama: llm.c's header (magic 20240801, version 7), 1024 + 4n bytes, and the tokens equal
+    BOS + `tok encode --model M` of every document in name order; --bos/--eos on encode."""
+    docs_dir = os.path.join(tmp, "llama_docs")
+    os.makedirs(docs_dir)
+    picked = files[:: max(1, len(files) // 6)][:6]
+    for f in picked:
+        shutil.copy(os.path.join(txt, f), docs_dir)
+    for model, (bos, eos) in LLAMA.items():
+        problems = []
+        want = []
+        for f in sorted(picked):
+            ids = run(["encode", "--model", model, "--data", DATA],
+                      stdin=open(os.path.join(docs_dir, f), "rb").read()).stdout.split()
+            want += [bos] + [int(x) for x in ids]
+        out = os.path.join(tmp, "shards_" + model)
+        run(["shards", "--model", model, "--out", out, "--name", "s", "--val-percent", "0", "--threads", "2",
+             "--shard-tokens", "20000", "--data", DATA, docs_dir])
+        got = []
+        paths = sorted(glob.glob(os.path.join(out, "s_train_*.bin")))
+        for i, path in enumerate(paths):
+            raw = open(path, "rb").read()
+            header = struct.unpack("<256i", raw[:1024])
+            n = header[2]
+            if header[0] != 20240801 or header[1] != 7:
+                problems.append(f"{path}: magic/version {header[0]}/{header[1]}, expected 20240801/7")
+            if len(raw) != 1024 + 4 * n:
+                problems.append(f"{path}: {len(raw)} bytes, expected 1024 + 4 * {n}")
+                continue
+            if i + 1 < len(paths) and n != 20000:
+                problems.append(f"{path}: {n} tokens, expected 20000 (all but the last shard are full)")
+            got += struct.unpack(f"<{n}I", raw[1024:])
+        if glob.glob(os.path.join(out, "s_val_*.bin")):
+            problems.append("--val-percent 0 wrote validation shards")
+        if list(got) != want:
+            first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+            problems.append(f"shard tokens differ from BOS + tok encode at token {first} "
+                            f"(got {len(got)} tokens, expected {len(want)})")
+        if max(want) < 65536 and model == "llama3":
+            problems.append("no id above 65535 in the Llama 3 reference: the uint32 layout is not exercised")
+        ids = [int(x) for x in run(["encode", "--model", model, "--bos", "--eos", "--data", DATA],
+                                   stdin=b"I").stdout.split()]
+        if ids[0] != bos or ids[-1] != eos or len(ids) < 3:
+            problems.append(f"tok encode --bos --eos of 'I': {ids}, expected {bos} ... {eos}")
+        report(f"test_{model}_shards_uint32_bos_per_document", problems)
 
 
 def encode_allow(text_bytes):

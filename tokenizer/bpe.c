@@ -1,6 +1,14 @@
 /*
- * tokenizer/bpe.c - GPT-2's byte-level BPE (r50k_base): loads encoder.json and vocab.bpe, pre-tokenizes with
- * GPT-2's regex (PCRE2, JIT), merges by rank, decodes. Output equals OpenAI's tokenizer on valid UTF-8.
+ * tokenizer/bpe.c - the three tokenizers behind tokenizer/tokenizer.h, sharing one vocabulary table, one merge
+ * table and one merge engine (rank-ordered BPE over token ids):
+ *   gpt2   GPT-2's byte-level BPE (r50k_base): encoder.json and vocab.bpe, GPT-2's regex (PCRE2, JIT).
+ *   llama3 Llama 3's byte-level BPE (tiktoken cl100k-style): the same machinery with Llama 3's regex, 128000
+ *          merge-built tokens plus 256 special tokens (128000..128255).
+ *   llama2 Llama 2's SentencePiece BPE (32000 pieces): no pre-tokenizer; the text, with ' ' written U+2581 and
+ *          one U+2581 prefixed, starts as one symbol per character (byte-fallback <0xNN> tokens for characters
+ *          not in the vocabulary) and merges by priority over the whole text, as llama-tokenizer-js and
+ *          Hugging Face's tokenizer.json do (their merge list is SentencePiece's piece scores in order).
+ * Llama vocabularies come from data/llama{2,3}/vocab.txt and merges.txt (tokenizer/extract_llama.mjs).
  *
  * Byte-level BPE (Radford et al. 2019, "Language Models are Unsupervised Multitask Learners", sec. 2.2; the
  * reference is openai/gpt-2 src/encoder.py): text is split into pieces by a regex, each piece's bytes start as
@@ -13,7 +21,9 @@
  * between stretches becomes one piece of its own, merged like any other. Every byte lands in exactly one
  * piece, so decode(encode(x)) == x for all x.
  *
- * Not for: shard files (tok.c writes them), other vocabularies (Llama goes beside this file).
+ * Llama 2 and invalid UTF-8: each invalid byte becomes its byte-fallback token.
+ *
+ * Not for: shard files (tok.c writes them).
  */
 #define _GNU_SOURCE /* memmem */
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -41,6 +51,19 @@ static const char GPT2_PATTERN[] =
 
 static const char EOT_TEXT[] = "<|endoftext|>";
 
+/* Llama 3's pre-tokenizer, as in Meta's tiktoken setup and the tokenizer.json that llama3-tokenizer-js bakes in:
+ * (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|
+ * \s+(?!\S)|\s+   with \s spelled out as for GPT-2. (?i) is PCRE2's Unicode caseless matching, as in tiktoken's
+ * Rust regex (so 's also matches U+017F); the JS package rewrites it as [sS]... (ASCII only). */
+static const char LLAMA3_PATTERN[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*|"
+    "[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+#define LLAMA3_N_BASE 128000
+#define LLAMA3_N_SPECIAL 256
+#define LLAMA2_N_VOCAB 32000
+
+typedef enum { KIND_GPT2, KIND_LLAMA2, KIND_LLAMA3 } Kind;
+
 /* Per-thread state: PCRE2 match data cannot be shared between threads, and the piece cache is per thread so
  * concurrent encodes need no locks. Direct-mapped; a piece is cached if it fits CACHE_KEY_MAX bytes and
  * CACHE_IDS_MAX ids. */
@@ -60,8 +83,13 @@ typedef struct {
 } ThreadState;
 
 struct Tokenizer {
-    int vocab_size; /* V = 50257 */
-    int eot;        /* 50256 */
+    Kind kind;
+    int vocab_size;    /* V: 50257 GPT-2, 32000 Llama 2, 128256 Llama 3 */
+    int eot;           /* 50256 GPT-2, 2 Llama 2 (</s>), 128001 Llama 3 (<|end_of_text|>) */
+    int bos;           /* 50256 GPT-2 (its EOT starts documents), 1 Llama 2 (<s>), 128000 Llama 3 */
+    int special_first; /* ids special_first..special_last are the special tokens text may spell when allowed */
+    int special_last;  /* (GPT-2: EOT only; Llama 3: all 256; Llama 2: none, special_first > special_last) */
+    int space_id;      /* Llama 2: the U+2581 piece */
     char *bytes;    /* all tokens' bytes, concatenated */
     uint32_t *off;  /* (V+1) token i is bytes[off[i] .. off[i+1]) */
     /* bytes -> id, open addressing; slot holds id+1, 0 = empty */
@@ -71,8 +99,8 @@ struct Tokenizer {
     uint64_t *merge_key;
     uint32_t *merge_rank, *merge_id;
     size_t merge_mask;
-    int byte_id[256]; /* id of each single byte */
-    pcre2_code *re;
+    int byte_id[256]; /* id of each single byte (Llama 2: its <0xNN> byte-fallback token) */
+    pcre2_code *re;   /* the pre-tokenizer; NULL for Llama 2 */
     pthread_key_t state_key;
 };
 
@@ -363,16 +391,32 @@ static void load_encoder_json(Tokenizer *t, const char *path, const int byte_of[
     free(text);
 }
 
+static void merge_table_alloc(Tokenizer *t, size_t n) {
+    t->merge_mask = table_size_for(n + 1) - 1;
+    t->merge_key = xmalloc((t->merge_mask + 1) * sizeof(uint64_t), "merge table");
+    t->merge_rank = xmalloc((t->merge_mask + 1) * sizeof(uint32_t), "merge table");
+    t->merge_id = xmalloc((t->merge_mask + 1) * sizeof(uint32_t), "merge table");
+    memset(t->merge_key, 0xFF, (t->merge_mask + 1) * sizeof(uint64_t));
+}
+
+/* Records that (a, b) merges into m with this rank; a repeated pair keeps its first (lowest) rank. */
+static void merge_insert(Tokenizer *t, int a, int b, int m, uint32_t rank) {
+    uint64_t k = pair_key(a, b);
+    size_t i = hash_u64(k) & t->merge_mask;
+    while (t->merge_key[i] != UINT64_MAX && t->merge_key[i] != k) i = (i + 1) & t->merge_mask;
+    if (t->merge_key[i] == UINT64_MAX) {
+        t->merge_key[i] = k;
+        t->merge_rank[i] = rank;
+        t->merge_id[i] = (uint32_t)m;
+    }
+}
+
 static void load_vocab_bpe(Tokenizer *t, const char *path, const int byte_of[324]) {
     size_t len;
     char *text = read_file(path, &len);
     size_t n_lines = 0;
     for (size_t i = 0; i < len; i++) n_lines += text[i] == '\n';
-    t->merge_mask = table_size_for(n_lines + 1) - 1;
-    t->merge_key = xmalloc((t->merge_mask + 1) * sizeof(uint64_t), "merge table");
-    t->merge_rank = xmalloc((t->merge_mask + 1) * sizeof(uint32_t), "merge table");
-    t->merge_id = xmalloc((t->merge_mask + 1) * sizeof(uint32_t), "merge table");
-    memset(t->merge_key, 0xFF, (t->merge_mask + 1) * sizeof(uint64_t));
+    merge_table_alloc(t, n_lines);
     unsigned char *buf = xmalloc(len + 1, "merge line");
     uint32_t rank = 0;
     size_t line_no = 0;
@@ -399,14 +443,7 @@ static void load_vocab_bpe(Tokenizer *t, const char *path, const int byte_of[324
         if (a < 0 || b < 0 || m < 0)
             fatal("%s:%zu: merge of tokens not in encoder.json; the two files do not belong together, run `make data` again",
                   path, line_no);
-        uint64_t k = pair_key(a, b);
-        size_t i = hash_u64(k) & t->merge_mask;
-        while (t->merge_key[i] != UINT64_MAX && t->merge_key[i] != k) i = (i + 1) & t->merge_mask;
-        if (t->merge_key[i] == UINT64_MAX) { /* a repeated pair keeps its first (lowest) rank */
-            t->merge_key[i] = k;
-            t->merge_rank[i] = rank;
-            t->merge_id[i] = (uint32_t)m;
-        }
+        merge_insert(t, a, b, m, rank);
         rank++;
         line = eol + 1;
     }
@@ -423,38 +460,204 @@ static void free_thread_state(void *p) {
     free(s);
 }
 
+/* Compiles the pre-tokenizer (if any) and sets up the per-thread state key. */
+static void finish_load(Tokenizer *t, const char *pattern, const char *what) {
+    if (pattern) {
+        int err;
+        PCRE2_SIZE erroff;
+        t->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+                              PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &erroff, NULL);
+        if (!t->re) {
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(err, msg, sizeof msg);
+            fatal("PCRE2 cannot compile %s's pattern at offset %zu: %s; libpcre2-8 10.34 or newer is needed", what,
+                  (size_t)erroff, (char *)msg);
+        }
+        /* JIT is a speed-up only; without it pcre2_match interprets the same pattern */
+        pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE);
+    }
+    if (pthread_key_create(&t->state_key, free_thread_state) != 0) fatal("pthread_key_create failed");
+}
+
 Tokenizer *tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe) {
     Tokenizer *t = xcalloc(1, sizeof(Tokenizer), "tokenizer");
+    t->kind = KIND_GPT2;
     t->eot = -1;
     int byte_of[324];
     unicode_to_byte_table(byte_of);
     load_encoder_json(t, encoder_json, byte_of);
     load_vocab_bpe(t, vocab_bpe, byte_of);
-    int err;
-    PCRE2_SIZE erroff;
-    t->re = pcre2_compile((PCRE2_SPTR)GPT2_PATTERN, PCRE2_ZERO_TERMINATED,
-                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &erroff, NULL);
-    if (!t->re) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(err, msg, sizeof msg);
-        fatal("PCRE2 cannot compile GPT-2's pattern at offset %zu: %s; libpcre2-8 10.34 or newer is needed",
-              (size_t)erroff, (char *)msg);
+    t->bos = t->special_first = t->special_last = t->eot;
+    t->space_id = -1;
+    finish_load(t, GPT2_PATTERN, "GPT-2");
+    return t;
+}
+
+/* Llama 3's special tokens in id order from 128000, as llama3-tokenizer-js (and Meta's tokenizer.py) lists them. */
+static void llama3_special_text(int i, char *out, size_t cap) {
+    static const char *named[] = {"begin_of_text", "end_of_text", "reserved_special_token_0",
+                                  "reserved_special_token_1", "finetune_right_pad_id", "reserved_special_token_2",
+                                  "start_header_id", "end_header_id", "eom_id", "eot_id", "python_tag"};
+    if (i < 11) snprintf(out, cap, "<|%s|>", named[i]);
+    else snprintf(out, cap, "<|reserved_special_token_%d|>", i - 8);
+}
+
+/* Llama 2's byte-fallback piece "<0xNN>" (upper-case hex): returns NN, or -1. */
+static int byte_piece(const unsigned char *p, size_t n) {
+    if (n != 6 || memcmp(p, "<0x", 3) != 0 || p[5] != '>') return -1;
+    int v = 0;
+    for (int i = 3; i < 5; i++) {
+        int c = p[i], d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
     }
-    /* JIT is a speed-up only; without it pcre2_match interprets the same pattern */
-    pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE);
-    if (pthread_key_create(&t->state_key, free_thread_state) != 0) fatal("pthread_key_create failed");
+    return v;
+}
+
+/* Reads DIR/vocab.txt (one token a line, line i = id i, spelled as the JS package spells it) into t->bytes/off
+ * as raw bytes, appends Llama 3's special tokens, and fills the lookup table and byte_id[]. */
+static void load_llama_vocab(Tokenizer *t, const char *path) {
+    size_t len;
+    char *text = read_file(path, &len);
+    int n_base = t->kind == KIND_LLAMA3 ? LLAMA3_N_BASE : LLAMA2_N_VOCAB;
+    int n_special = t->kind == KIND_LLAMA3 ? LLAMA3_N_SPECIAL : 0;
+    size_t lines = 0;
+    for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
+    if (lines != (size_t)n_base || (len && text[len - 1] != '\n'))
+        fatal("%s: expected %d lines, found %zu; delete it and run `make data` to extract it again", path, n_base,
+              lines);
+    t->vocab_size = n_base + n_special;
+    t->off = xmalloc(((size_t)t->vocab_size + 1) * sizeof(uint32_t), "token offsets");
+    t->bytes = xmalloc(len + (size_t)n_special * 40 + 1, "token bytes");
+    int byte_of[324];
+    unicode_to_byte_table(byte_of);
+    size_t o = 0;
+    int id = 0;
+    for (char *line = text; id < n_base; id++) {
+        char *eol = memchr(line, '\n', (size_t)(text + len - line));
+        size_t n = (size_t)(eol - line);
+        unsigned char *dst = (unsigned char *)t->bytes + o;
+        t->off[id] = (uint32_t)o;
+        if (n == 0) fatal("%s:%d: empty token; delete it and run `make data` again", path, id + 1);
+        if (t->kind == KIND_LLAMA3) {
+            memcpy(dst, line, n);
+            long b = alphabet_to_bytes(dst, n, byte_of);
+            if (b < 0) fatal("%s:%d: character outside GPT-2's byte alphabet; run `make data` again", path, id + 1);
+            o += (size_t)b;
+        } else {
+            int byte = byte_piece((const unsigned char *)line, n);
+            if (byte >= 0) { dst[0] = (unsigned char)byte; o += 1; }
+            else { /* U+2581 (E2 96 81) stands for a space */
+                for (size_t i = 0; i < n; i++) {
+                    if (i + 2 < n && !memcmp(line + i, "\xE2\x96\x81", 3)) { t->bytes[o++] = ' '; i += 2; }
+                    else t->bytes[o++] = line[i];
+                }
+            }
+            if (id < 3 + 256 && (id < 3) == (byte >= 0))
+                fatal("%s:%d: expected <unk> <s> </s> then <0x00>..<0xFF>; run `make data` again", path, id + 1);
+            if (byte >= 0 && byte != id - 3) fatal("%s:%d: byte token out of order; run `make data` again", path, id + 1);
+        }
+        line = eol + 1;
+    }
+    for (int i = 0; i < n_special; i++, id++) {
+        t->off[id] = (uint32_t)o;
+        llama3_special_text(i, t->bytes + o, 40);
+        o += strlen(t->bytes + o);
+    }
+    t->off[id] = (uint32_t)o;
+    t->vocab_mask = table_size_for((size_t)t->vocab_size) - 1;
+    t->vocab_slots = xcalloc(t->vocab_mask + 1, sizeof(uint32_t), "vocabulary table");
+    /* only tokens text can become through merges or single characters: not specials, not byte fallbacks */
+    int first = t->kind == KIND_LLAMA2 ? 3 + 256 : 0;
+    for (int i = first; i < n_base; i++) {
+        size_t n = t->off[i + 1] - t->off[i];
+        int dup = bpe_lookup_bytes(t, (const unsigned char *)t->bytes + t->off[i], n);
+        if (dup >= 0) fatal("%s: tokens %d and %d are the same bytes; run `make data` again", path, dup, i);
+        vocab_insert(t, i);
+    }
+    for (int b = 0; b < 256; b++) {
+        unsigned char c = (unsigned char)b;
+        t->byte_id[b] = t->kind == KIND_LLAMA2 ? 3 + b : bpe_lookup_bytes(t, &c, 1);
+        if (t->byte_id[b] < 0) fatal("%s lacks the single-byte token for byte %d; run `make data` again", path, b);
+    }
+    free(text);
+}
+
+/* Reads DIR/merges.txt: "left right result" ids a line, in priority order. */
+static void load_llama_merges(Tokenizer *t, const char *path) {
+    size_t len;
+    char *text = read_file(path, &len);
+    size_t lines = 0;
+    for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
+    merge_table_alloc(t, lines);
+    uint32_t rank = 0;
+    for (char *p = text; p < text + len; rank++) {
+        long v[3];
+        for (int k = 0; k < 3; k++) {
+            char *end;
+            v[k] = strtol(p, &end, 10);
+            if (end == p || v[k] < 0 || v[k] >= t->vocab_size || (*end != (k < 2 ? ' ' : '\n')))
+                fatal("%s:%u: expected three token ids \"left right result\"; delete it and run `make data` again",
+                      path, rank + 1);
+            p = end + 1;
+        }
+        size_t la = t->off[v[0] + 1] - t->off[v[0]], lb = t->off[v[1] + 1] - t->off[v[1]];
+        if (t->off[v[2] + 1] - t->off[v[2]] != la + lb || memcmp(t->bytes + t->off[v[2]], t->bytes + t->off[v[0]], la) ||
+            memcmp(t->bytes + t->off[v[2]] + la, t->bytes + t->off[v[1]], lb))
+            fatal("%s:%u: token %ld is not tokens %ld and %ld joined; run `make data` again", path, rank + 1, v[2],
+                  v[0], v[1]);
+        merge_insert(t, (int)v[0], (int)v[1], (int)v[2], rank);
+    }
+    if (rank == 0) fatal("%s holds no merges; delete it and run `make data` again", path);
+    free(text);
+}
+
+Tokenizer *tokenizer_load_llama(const char *kind, const char *dir) {
+    Tokenizer *t = xcalloc(1, sizeof(Tokenizer), "tokenizer");
+    int l3 = !strcmp(kind, "llama3");
+    if (!l3 && strcmp(kind, "llama2") != 0) fatal("tokenizer_load_llama: kind '%s' is not llama2 or llama3", kind);
+    t->kind = l3 ? KIND_LLAMA3 : KIND_LLAMA2;
+    size_t n = strlen(dir) + 32;
+    char *path = xmalloc(n, "path");
+    snprintf(path, n, "%s/vocab.txt", dir);
+    load_llama_vocab(t, path);
+    snprintf(path, n, "%s/merges.txt", dir);
+    load_llama_merges(t, path);
+    free(path);
+    if (l3) {
+        t->bos = LLAMA3_N_BASE;     /* <|begin_of_text|> */
+        t->eot = LLAMA3_N_BASE + 1; /* <|end_of_text|> */
+        t->special_first = LLAMA3_N_BASE;
+        t->special_last = LLAMA3_N_BASE + LLAMA3_N_SPECIAL - 1;
+        t->space_id = -1;
+    } else {
+        t->bos = 1; /* <s> */
+        t->eot = 2; /* </s> */
+        t->special_first = 1;
+        t->special_last = 0; /* none: SentencePiece never makes control tokens from text */
+        t->space_id = bpe_lookup_bytes(t, (const unsigned char *)" ", 1);
+        if (t->space_id < 0) fatal("%s/vocab.txt has no U+2581 piece; run `make data` again", dir);
+    }
+    finish_load(t, l3 ? LLAMA3_PATTERN : NULL, "Llama 3");
     return t;
 }
 
 Tokenizer *tokenizer_load(const char *kind, const char *data_dir) {
-    if (strcmp(kind, "gpt2") != 0) fatal("unknown tokenizer kind '%s'; the supported kind is gpt2", kind);
     size_t n = strlen(data_dir) + 32;
-    char *enc = xmalloc(n, "path"), *bpe = xmalloc(n, "path");
-    snprintf(enc, n, "%s/gpt2/encoder.json", data_dir);
-    snprintf(bpe, n, "%s/gpt2/vocab.bpe", data_dir);
-    Tokenizer *t = tokenizer_load_gpt2(enc, bpe);
-    free(enc);
-    free(bpe);
+    char *a = xmalloc(n, "path"), *b = xmalloc(n, "path");
+    Tokenizer *t;
+    if (!strcmp(kind, "gpt2")) {
+        snprintf(a, n, "%s/gpt2/encoder.json", data_dir);
+        snprintf(b, n, "%s/gpt2/vocab.bpe", data_dir);
+        t = tokenizer_load_gpt2(a, b);
+    } else if (!strcmp(kind, "llama2") || !strcmp(kind, "llama3")) {
+        snprintf(a, n, "%s/%s", data_dir, kind);
+        t = tokenizer_load_llama(kind, a);
+    } else {
+        fatal("unknown tokenizer kind '%s'; use gpt2, llama2 or llama3", kind);
+    }
+    free(a);
+    free(b);
     return t;
 }
 
@@ -475,6 +678,10 @@ void tokenizer_free(Tokenizer *t) {
 
 int tokenizer_vocab_size(const Tokenizer *t) { return t->vocab_size; }
 int tokenizer_eot(const Tokenizer *t) { return t->eot; }
+int tokenizer_bos(const Tokenizer *t) { return t->bos; }
+const char *tokenizer_kind(const Tokenizer *t) {
+    return t->kind == KIND_GPT2 ? "gpt2" : t->kind == KIND_LLAMA2 ? "llama2" : "llama3";
+}
 
 /* ---------------------------------------------------------------------------------------------------------- */
 /* merging one piece */
@@ -526,14 +733,14 @@ static uint64_t heap_pop(uint64_t *h, size_t *n) {
     return top;
 }
 
-static size_t merge_heap(const Tokenizer *t, const unsigned char *p, size_t n, int32_t *out) {
-    int32_t *sym = xmalloc(n * sizeof(int32_t), "bpe symbols");
+/* Merges the n symbols sym[] (initial token ids; overwritten) into out (may be sym); returns the count. */
+static size_t merge_heap_ids(const Tokenizer *t, int32_t *sym, size_t n, int32_t *out) {
+    if (n == 0) return 0;
     int64_t *next = xmalloc(n * sizeof(int64_t), "bpe links"), *prev = xmalloc(n * sizeof(int64_t), "bpe links");
     uint64_t *heap = xmalloc(3 * n * sizeof(uint64_t), "bpe heap"); /* n initial + at most 2 per merge */
     size_t hn = 0;
     int32_t m;
     for (size_t i = 0; i < n; i++) {
-        sym[i] = t->byte_id[p[i]];
         next[i] = i + 1 < n ? (int64_t)i + 1 : -1;
         prev[i] = (int64_t)i - 1;
     }
@@ -557,12 +764,19 @@ static size_t merge_heap(const Tokenizer *t, const unsigned char *p, size_t n, i
         if (next[i] >= 0 && (r = merge_lookup(t, sym[i], sym[next[i]], &m)) != NO_RANK)
             heap_push(heap, &hn, ((uint64_t)r << 32) | i);
     }
-    size_t k = 0;
+    size_t k = 0; /* k <= i throughout, so out may alias sym */
     for (int64_t i = 0; i >= 0; i = next[i]) out[k++] = sym[i];
-    free(sym);
     free(next);
     free(prev);
     free(heap);
+    return k;
+}
+
+static size_t merge_heap(const Tokenizer *t, const unsigned char *p, size_t n, int32_t *out) {
+    int32_t *sym = xmalloc(n * sizeof(int32_t), "bpe symbols");
+    for (size_t i = 0; i < n; i++) sym[i] = t->byte_id[p[i]];
+    size_t k = merge_heap_ids(t, sym, n, out);
+    free(sym);
     return k;
 }
 
@@ -651,22 +865,78 @@ static size_t encode_ordinary(const Tokenizer *t, ThreadState *s, const unsigned
     return at;
 }
 
+/* Length of the valid UTF-8 sequence at p[0..n) (1..4), or 0 if p[0] does not start one (RFC 3629: no
+ * overlong forms, no surrogates, nothing above U+10FFFF). */
+static size_t utf8_len(const unsigned char *p, size_t n) {
+    unsigned c = p[0];
+    if (c < 0x80) return 1;
+    size_t k;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) k = 2;
+    else if (c >= 0xE0 && c <= 0xEF) { k = 3; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
+    else if (c >= 0xF0 && c <= 0xF4) { k = 4; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
+    else return 0;
+    if (n < k || p[1] < lo || p[1] > hi) return 0;
+    for (size_t i = 2; i < k; i++)
+        if ((p[i] & 0xC0) != 0x80) return 0;
+    return k;
+}
+
+/* Llama 2 (SentencePiece BPE, as llama-tokenizer-js encodes): one U+2581 piece, then per character its
+ * single-character piece (' ' and U+2581 itself both being the U+2581 piece) or its bytes' <0xNN> tokens (every
+ * byte of invalid UTF-8 likewise); then merges by priority over the whole sequence. Appends at (*ids)[at]. */
+static size_t encode_spm(const Tokenizer *t, const unsigned char *p, size_t len, int32_t **ids, size_t *cap,
+                         size_t at) {
+    if (len == 0) return at; /* the package returns nothing, not even the prefixed space, for "" */
+    int32_t *sym = xmalloc((len + 1) * sizeof(int32_t), "bpe symbols");
+    size_t n = 0;
+    sym[n++] = t->space_id;
+    for (size_t i = 0; i < len;) {
+        size_t k = utf8_len(p + i, len - i);
+        int id = -1;
+        if (k == 1 && p[i] == ' ') id = t->space_id;
+        else if (k == 3 && !memcmp(p + i, "\xE2\x96\x81", 3)) id = t->space_id;
+        else if (k) id = bpe_lookup_bytes(t, p + i, k);
+        if (id >= 0) sym[n++] = id;
+        else
+            for (size_t j = 0; j < (k ? k : 1); j++) sym[n++] = t->byte_id[p[i + j]];
+        i += k ? k : 1;
+    }
+    n = merge_heap_ids(t, sym, n, sym);
+    reserve(ids, cap, at + n);
+    memcpy(*ids + at, sym, n * sizeof(int32_t));
+    free(sym);
+    return at + n;
+}
+
+/* The special token whose text starts at p[0..len), or -1. All specials look like "<|...|>". */
+static int special_at(const Tokenizer *t, const unsigned char *p, size_t len) {
+    for (int id = t->special_first; id <= t->special_last; id++) {
+        size_t n = t->off[id + 1] - t->off[id];
+        if (n <= len && !memcmp(p, t->bytes + t->off[id], n)) return id;
+    }
+    return -1;
+}
+
 size_t tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int allow_special, int32_t **ids,
                         size_t *cap) {
-    ThreadState *s = thread_state(t);
     const unsigned char *p = (const unsigned char *)text;
+    if (t->kind == KIND_LLAMA2) return encode_spm(t, p, len, ids, cap, 0);
+    ThreadState *s = thread_state(t);
     size_t at = 0;
     if (allow_special) {
         /* tiktoken's rule: each special token's text becomes its id, the text between is encoded on its own */
-        const size_t el = sizeof(EOT_TEXT) - 1;
-        for (;;) {
-            const unsigned char *hit = memmem(p, len, EOT_TEXT, el);
+        for (const unsigned char *from = p;;) {
+            const unsigned char *hit = memmem(from, len - (size_t)(from - p), "<|", 2);
             if (!hit) break;
+            int id = special_at(t, hit, len - (size_t)(hit - p));
+            if (id < 0) { from = hit + 1; continue; }
+            size_t sl = t->off[id + 1] - t->off[id];
             at = encode_ordinary(t, s, p, (size_t)(hit - p), ids, cap, at);
             reserve(ids, cap, at + 1);
-            (*ids)[at++] = t->eot;
-            len -= (size_t)(hit - p) + el;
-            p = hit + el;
+            (*ids)[at++] = id;
+            len -= (size_t)(hit - p) + sl;
+            p = from = hit + sl;
         }
     }
     return encode_ordinary(t, s, p, len, ids, cap, at);
@@ -679,6 +949,10 @@ const char *tokenizer_token_bytes(const Tokenizer *t, int id, size_t *len) {
 }
 
 char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, size_t *len) {
+    /* Llama 2, as llama-tokenizer-js decodes: a leading BOS is dropped, and so is the first byte if it is the
+     * space the encoder prefixed */
+    int spm = t->kind == KIND_LLAMA2;
+    if (spm && n && ids[0] == t->bos) { ids++; n--; }
     size_t total = 0;
     for (size_t i = 0; i < n; i++)
         if (ids[i] >= 0 && ids[i] < t->vocab_size) total += t->off[ids[i] + 1] - t->off[ids[i]];
@@ -690,6 +964,7 @@ char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, size_t 
         memcpy(out + o, t->bytes + t->off[ids[i]], bl);
         o += bl;
     }
+    if (spm && o && out[0] == ' ') memmove(out, out + 1, o--);
     out[o] = 0;
     *len = o;
     return out;

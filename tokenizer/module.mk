@@ -1,5 +1,6 @@
-# tokenizer/module.mk - GPT-2 BPE (bpe.c), the `tok` program (encode/decode/shards), `make data`, and the
-# tokenizer tests. DATA (default `data`) is the data cache directory.
+# tokenizer/module.mk - GPT-2, Llama 2 and Llama 3 BPE (bpe.c), the `tok` program (encode/decode/shards),
+# `make data` (GPT-2 shards) and `make data-llama` (Llama 2 and Llama 3 shards), and the tokenizer tests.
+# DATA (default `data`) is the data cache directory.
 TOKENIZER_OBJ := $(BUILD)/tokenizer/bpe.o
 
 tok: $(BUILD)/tokenizer/tok.o $(TOKENIZER_OBJ) $(BUILD)/dataloader/shard.o $(COMMON_OBJ)
@@ -23,17 +24,32 @@ $(SOTU_SHARDS): $(DATA)/gpt2/.fetched tok
 	./tok shards --out $(DATA)/sotu/gpt2 --name sotu --val-percent 5 $(DATA)/sotu/txt
 	@touch $@
 
+# `make data-llama`: the same corpus as uint32 shards for Llama 2 (<s> before each document) and Llama 3
+# (<|begin_of_text|> before each document), in DATA/sotu/llama2/ and DATA/sotu/llama3/.
+.PHONY: data-llama
+data-llama: $(DATA)/sotu/llama2/.stamp $(DATA)/sotu/llama3/.stamp
+
+$(DATA)/sotu/llama%/.stamp: $(DATA)/gpt2/.fetched tok
+	@rm -f $@
+	./tok shards --model llama$* --out $(DATA)/sotu/llama$* --name sotu --val-percent 5 $(DATA)/sotu/txt
+	@touch $@
+
 $(BUILD)/test_tokenizer: test/test_tokenizer.c $(TOKENIZER_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(PCRE2_LIBS) -lpthread
 
-tokenizer: tok $(BUILD)/test_tokenizer
+$(BUILD)/test_tokenizer_llama: test/test_tokenizer_llama.c $(TOKENIZER_OBJ) $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(PCRE2_LIBS) -lpthread
+
+tokenizer: tok $(BUILD)/test_tokenizer $(BUILD)/test_tokenizer_llama
 
 bench-tokenizer: tok
 	scripts/bench_tokenizer.sh $(DATA)
 
-TEST_BINS += $(BUILD)/test_tokenizer
+TEST_BINS += $(BUILD)/test_tokenizer $(BUILD)/test_tokenizer_llama
 TEST_DEPS += data
 TEST_CMDS += "$(BUILD)/test_tokenizer $(DATA)"
+TEST_CMDS += "$(BUILD)/test_tokenizer_llama $(DATA)"
 TEST_CMDS += "test/test_tokenizer_node.sh $(DATA)"
 TEST_CMDS += "test/test_tokenizer_shards.sh $(DATA)"

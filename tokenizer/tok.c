@@ -1,12 +1,15 @@
 /*
- * tokenizer/tok.c - the `tok` program: GPT-2 encode / decode on stdin, and `tok shards`, which turns text
- * files, directories of them, or .jsonl files into llm.c token shards (dataloader/dataloader.h's format).
+ * tokenizer/tok.c - the `tok` program: encode / decode on stdin, and `tok shards`, which turns text files,
+ * directories of them, or .jsonl files into llm.c token shards (dataloader/dataloader.h's format). Every command
+ * takes --model gpt2|llama2|llama3 (default gpt2).
  *
- *   tok encode [--allow-special] [--data DIR]   UTF-8 (any bytes) on stdin -> ids on one line
- *   tok decode [--data DIR]                     ids (whitespace or comma separated) on stdin -> bytes
+ *   tok encode [--model M] [--allow-special] [--bos] [--eos] [--data DIR]   stdin (any bytes) -> ids, one line
+ *   tok decode [--model M] [--data DIR]          ids (whitespace or comma separated) on stdin -> bytes
  *   tok shards --out DIR [options] INPUTS...    see `tok shards --help`
  *
- * Shards: every document is prefixed by EOT (50256); documents go to train or validation by a hash of their
+ * Shards: every document is prefixed by the model's document start, tokenizer_bos(): GPT-2 EOT 50256 (uint16
+ * shards, magic 20240520 v1, as llm.c), Llama 3 <|begin_of_text|> 128000 and Llama 2 <s> 1 (uint32 shards,
+ * magic 20240801 v7, as llm.c's Llama 3 data; <s> because Llama 2 was trained with BOS per document); documents go to train or validation by a hash of their
  * name (the file's base name, plus ":line" for jsonl), so the split does not depend on the order or number of
  * threads; documents are encoded in parallel and written in input order, so the bytes of every shard are the
  * same for any --threads. A shard holds --shard-tokens tokens (the last one fewer); a document may continue
@@ -110,16 +113,28 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+#define MODEL_HELP "tokenizer: gpt2, llama2 or llama3"
+#define DATA_HELP "data cache holding gpt2/ (encoder.json, vocab.bpe) and llama2/, llama3/ (vocab.txt, merges.txt)"
+
+static void check_model(const char *model) {
+    if (strcmp(model, "gpt2") && strcmp(model, "llama2") && strcmp(model, "llama3"))
+        fatal("--model: '%s' is not a tokenizer; use gpt2, llama2 or llama3", model);
+}
+
 static int cmd_encode(int argc, char **argv) {
-    char *data = "data", *special = NULL, *bench = NULL;
+    char *data = "data", *special = NULL, *bench = NULL, *model = "gpt2", *bos = NULL, *eos = NULL;
     Opt opts[] = {
-        {"data", "DIR", "data cache holding gpt2/encoder.json and gpt2/vocab.bpe", &data},
-        {"allow-special", NULL, "encode the text <|endoftext|> as the EOT id 50256", &special},
+        {"model", "M", MODEL_HELP, &model},
+        {"data", "DIR", DATA_HELP, &data},
+        {"allow-special", NULL, "encode special-token text (<|endoftext|>, Llama 3's <|...|>) as its id", &special},
+        {"bos", NULL, "start with the model's BOS id (tokenizer_bos: 50256, 1 or 128000)", &bos},
+        {"eos", NULL, "end with the model's end-of-text id (tokenizer_eot: 50256, 2 or 128001)", &eos},
         {"bench", "N", "also time N encodes, each with a freshly loaded tokenizer (cold cache, load not timed), "
                        "and print the median tokens/s on stderr", &bench},
     };
-    int first = parse_opts(argc, argv, "usage: tok encode [options] < text\nEncodes stdin (any bytes) to GPT-2 ids "
-                                       "on one line, separated by spaces.", opts, 3);
+    int first = parse_opts(argc, argv, "usage: tok encode [options] < text\nEncodes stdin (any bytes) to token ids "
+                                       "on one line, separated by spaces.", opts, 6);
+    check_model(model);
     if (first != argc) fatal("tok encode: unexpected argument '%s'; the text comes on stdin", argv[first]);
     int reps = bench ? (int)parse_long("bench", bench, 1, 1000) : 0;
     size_t len, cap = 0, n = 0;
@@ -127,10 +142,17 @@ static int cmd_encode(int argc, char **argv) {
     int32_t *ids = NULL;
     double *secs = xmalloc((size_t)(reps + 1) * sizeof(double), "timings");
     for (int r = 0; r <= reps; r++) { /* run 0 makes the output; runs 1..reps are timed */
-        Tokenizer *tok = tokenizer_load("gpt2", data);
+        Tokenizer *tok = tokenizer_load(model, data);
         double t0 = now_seconds();
         n = tokenizer_encode(tok, text, len, special != NULL, &ids, &cap);
         secs[r] = now_seconds() - t0;
+        if (r == 0 && (bos || eos)) {
+            ids = realloc(ids, (n + 2) * sizeof(int32_t));
+            if (!ids) fatal("out of memory");
+            if (bos) { memmove(ids + 1, ids, n * sizeof(int32_t)); ids[0] = tokenizer_bos(tok); n++; }
+            if (eos) ids[n++] = tokenizer_eot(tok);
+            cap = n;
+        }
         tokenizer_free(tok);
     }
     if (reps) {
@@ -148,12 +170,13 @@ static int cmd_encode(int argc, char **argv) {
 }
 
 static int cmd_decode(int argc, char **argv) {
-    char *data = "data";
-    Opt opts[] = {{"data", "DIR", "data cache holding gpt2/encoder.json and gpt2/vocab.bpe", &data}};
-    int first = parse_opts(argc, argv, "usage: tok decode [options] < ids\nDecodes GPT-2 ids (separated by "
-                                       "spaces, newlines or commas) on stdin to bytes on stdout.", opts, 1);
+    char *data = "data", *model = "gpt2";
+    Opt opts[] = {{"model", "M", MODEL_HELP, &model}, {"data", "DIR", DATA_HELP, &data}};
+    int first = parse_opts(argc, argv, "usage: tok decode [options] < ids\nDecodes token ids (separated by "
+                                       "spaces, newlines or commas) on stdin to bytes on stdout.", opts, 2);
     if (first != argc) fatal("tok decode: unexpected argument '%s'; the ids come on stdin", argv[first]);
-    Tokenizer *tok = tokenizer_load("gpt2", data);
+    check_model(model);
+    Tokenizer *tok = tokenizer_load(model, data);
     size_t len, n = 0, cap = 1024;
     char *text = read_all(stdin, "stdin", &len);
     int32_t *ids = xmalloc(cap * sizeof(int32_t), "ids");
@@ -425,7 +448,7 @@ static char *jsonl_text(const Doc *d, const char *line, const char *field, size_
 /* shards: parallel encoding, in-order writing */
 
 typedef struct {
-    int32_t *ids; /* EOT then the document's tokens */
+    int32_t *ids; /* the document start (tokenizer_bos) then the document's tokens */
     size_t n;
     int done;
 } Result;
@@ -464,7 +487,7 @@ static void encode_doc(const Pool *pool, size_t i, Result *r) {
     ids = realloc(ids, (n + 1) * sizeof(int32_t));
     if (!ids) fatal("out of memory encoding %s", d->path);
     memmove(ids + 1, ids, n * sizeof(int32_t));
-    ids[0] = tokenizer_eot(pool->tok);
+    ids[0] = tokenizer_bos(pool->tok);
     r->ids = ids;
     r->n = n + 1;
     free(text);
@@ -496,12 +519,13 @@ typedef struct {
     int32_t *buf;
     size_t n, shard_tokens, total;
     int files;
+    int token_bytes; /* 2 (GPT-2) or 4 (Llama) */
 } Writer;
 
 static void writer_flush(Writer *w) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s_%s_%06d.bin", w->out, w->prefix, w->split, w->files++);
-    shard_write(path, w->buf, w->n, 2);
+    shard_write(path, w->buf, w->n, w->token_bytes);
     w->n = 0;
 }
 
@@ -528,7 +552,7 @@ static void remove_stale(const char *out, const char *prefix, const char *split,
 
 static int cmd_shards(int argc, char **argv) {
     char *out = NULL, *name = "shard", *val_percent = "5", *shard_tokens = "100000000", *threads_s = NULL,
-         *field = "text", *data = "data";
+         *field = "text", *data = "data", *model = "gpt2";
     char threads_def[24];
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     snprintf(threads_def, sizeof threads_def, "%ld", ncpu > 0 ? ncpu : 1);
@@ -540,14 +564,17 @@ static int cmd_shards(int argc, char **argv) {
         {"shard-tokens", "N", "tokens per shard file (the last one of a split holds fewer)", &shard_tokens},
         {"threads", "N", "encoding threads (the default is the number of cores)", &threads_s},
         {"jsonl-field", "KEY", "string field holding the text in .jsonl inputs", &field},
-        {"data", "DIR", "data cache holding gpt2/encoder.json and gpt2/vocab.bpe", &data},
+        {"model", "M", MODEL_HELP, &model},
+        {"data", "DIR", DATA_HELP, &data},
     };
     const int nopts = (int)(sizeof opts / sizeof *opts);
     const char *usage = "usage: tok shards --out DIR [options] INPUTS...\n"
-                        "Encodes documents with GPT-2's tokenizer into llm.c shards (uint16 tokens), each document\n"
-                        "preceded by EOT (50256). INPUTS: text files (one document each), directories of them, or\n"
-                        ".jsonl files (one document per line).";
+                        "Encodes documents into llm.c shards, each document preceded by the model's document start:\n"
+                        "gpt2: uint16 tokens, EOT 50256; llama3: uint32, <|begin_of_text|> 128000; llama2: uint32,\n"
+                        "<s> 1. INPUTS: text files (one document each), directories of them, or .jsonl files (one\n"
+                        "document per line).";
     int first = parse_opts(argc, argv, usage, opts, nopts);
+    check_model(model);
     if (!out) fatal("tok shards: --out DIR is required; see `tok shards --help`");
     if (first == argc) fatal("tok shards: no INPUTS given; name text files, directories or .jsonl files");
     char *end;
@@ -563,7 +590,8 @@ static int cmd_shards(int argc, char **argv) {
     for (int i = first; i < argc; i++) add_input(&docs, argv[i]);
     if (docs.n == 0) fatal("tok shards: the inputs hold no documents");
     size_t n_val = choose_val(&docs, percent);
-    Tokenizer *tok = tokenizer_load("gpt2", data);
+    Tokenizer *tok = tokenizer_load(model, data);
+    int token_bytes = strcmp(model, "gpt2") ? 4 : 2;
     make_dirs(out);
 
     Pool pool = {.tok = tok, .docs = &docs, .field = field, .window = (size_t)threads * 8 + 16};
@@ -574,8 +602,9 @@ static int cmd_shards(int argc, char **argv) {
     for (int i = 0; i < threads; i++)
         if (pthread_create(&tids[i], NULL, worker, &pool) != 0) fatal("tok shards: cannot start thread %d", i);
 
-    Writer wt = {out, name, "train", xmalloc(per_shard * sizeof(int32_t), "shard buffer"), 0, per_shard, 0, 0};
-    Writer wv = {out, name, "val", NULL, 0, per_shard, 0, 0};
+    Writer wt = {out, name, "train", xmalloc(per_shard * sizeof(int32_t), "shard buffer"), 0, per_shard, 0, 0,
+                 token_bytes};
+    Writer wv = {out, name, "val", NULL, 0, per_shard, 0, 0, token_bytes};
     if (n_val) wv.buf = xmalloc(per_shard * sizeof(int32_t), "shard buffer");
     double last = t0;
     for (size_t i = 0; i < docs.n; i++) {

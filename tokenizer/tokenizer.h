@@ -1,7 +1,12 @@
 /*
- * tokenizer/tokenizer.h - byte-level BPE tokenizers in C: encode UTF-8 (or any bytes) to token ids and back.
- * GPT-2 (r50k_base: 50257 tokens, <|endoftext|> = 50256) now; Llama 2 and Llama 3 later behind the same API.
- * Output is identical to OpenAI's GPT-2 tokenizer (checked against gpt-3-encoder and tiktoken test vectors).
+ * tokenizer/tokenizer.h - BPE tokenizers in C: encode UTF-8 (or any bytes) to token ids and back.
+ *   "gpt2"   r50k_base: 50257 tokens, <|endoftext|> = 50256. Equals OpenAI's tokenizer (tiktoken vectors,
+ *            gpt-3-encoder).
+ *   "llama3" byte-level BPE, 128256 tokens: 128000 merge-built + 256 specials (<|begin_of_text|> = 128000,
+ *            <|end_of_text|> = 128001, ...). Equals llama3-tokenizer-js 1.2.0 (see bpe.c for the few characters
+ *            where that package's JavaScript regex differs from tiktoken's).
+ *   "llama2" SentencePiece BPE, 32000 tokens (<unk> 0, <s> 1, </s> 2, byte fallback <0x00>..<0xFF> = 3..258).
+ *            Equals llama-tokenizer-js 1.2.2.
  * Not for: shard files (dataloader/), sampling.
  */
 #ifndef TOKENIZER_TOKENIZER_H
@@ -15,17 +20,26 @@ typedef struct Tokenizer Tokenizer;
 /* Loads GPT-2's vocabulary: encoder.json (token string -> id) and vocab.bpe (merges, in rank order).
  * fatal() naming the file and the fix (run `make data` / scripts/fetch_data.sh) if missing or malformed. */
 Tokenizer *tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe);
-/* Loads a tokenizer by kind ("gpt2") from the data cache directory (e.g. "data"), i.e. data/gpt2/encoder.json. */
+/* Loads Llama's vocabulary from DIR/vocab.txt and DIR/merges.txt (written by tokenizer/extract_llama.mjs);
+ * kind "llama2" or "llama3". fatal() naming the file and `make data` if missing or malformed. */
+Tokenizer *tokenizer_load_llama(const char *kind, const char *dir);
+/* Loads a tokenizer by kind ("gpt2", "llama2", "llama3") from the data cache directory (e.g. "data"): i.e.
+ * data/gpt2/encoder.json + vocab.bpe, or data/llama3/vocab.txt + merges.txt. fatal() on an unknown kind. */
 Tokenizer *tokenizer_load(const char *kind, const char *data_dir);
 /* Frees the tokenizer and this thread's cache; other threads must be done with it (their per-thread caches
  * are freed when they exit). */
 void tokenizer_free(Tokenizer *tok);
 
-int tokenizer_vocab_size(const Tokenizer *tok); /* 50257 for GPT-2 */
-int tokenizer_eot(const Tokenizer *tok);        /* end-of-text id, 50256 for GPT-2 */
+int tokenizer_vocab_size(const Tokenizer *tok); /* V: 50257 GPT-2, 32000 Llama 2, 128256 Llama 3 */
+int tokenizer_eot(const Tokenizer *tok);        /* end of text: 50256 GPT-2, 2 Llama 2 (</s>), 128001 Llama 3 */
+/* The id that starts every document (what `tok shards` puts before each one): 1 Llama 2 (<s>), 128000 Llama 3
+ * (<|begin_of_text|>), and for GPT-2, which has no BOS, its EOT 50256, as llm.c does. */
+int tokenizer_bos(const Tokenizer *tok);
+const char *tokenizer_kind(const Tokenizer *tok); /* "gpt2", "llama2" or "llama3" */
 
-/* Encodes len bytes (need not be valid UTF-8). allow_special != 0: the literal "<|endoftext|>" becomes the EOT
- * id; otherwise it is ordinary text. Stores the ids in (*ids)[0..n) (growing *cap with realloc; *ids may start NULL)
+/* Encodes len bytes (need not be valid UTF-8); adds no BOS/EOS. allow_special != 0: a special token's literal
+ * text ("<|endoftext|>"; Llama 3's 256 "<|...|>") becomes its id; otherwise it is ordinary text. Llama 2 has
+ * no special text (as in SentencePiece and llama-tokenizer-js): allow_special is ignored. Stores the ids in (*ids)[0..n) (growing *cap with realloc; *ids may start NULL)
  * and returns n. Thread-safe for concurrent calls on one Tokenizer (per-thread cache).
  * Invalid UTF-8 (undefined for OpenAI's encoders, which take Unicode strings): each valid stretch is encoded
  * as it would be alone, and each run of invalid bytes between stretches is one BPE piece of its own. */
@@ -34,7 +48,9 @@ size_t tokenizer_encode(const Tokenizer *tok, const char *text, size_t len, int 
 /* The bytes of one token (not NUL-terminated); NULL and *len = 0 for an id out of range. */
 const char *tokenizer_token_bytes(const Tokenizer *tok, int id, size_t *len);
 /* Decodes n ids into a new malloc'd buffer of *len bytes (NUL-terminated for convenience). Ids out of range
- * are skipped. decode(encode(x)) == x for every byte string x. */
+ * are skipped; special tokens decode to their text. decode(encode(x)) == x for every byte string x, except
+ * that Llama 2 decodes U+2581 as ' ' (SentencePiece's space marker). Llama 2, as llama-tokenizer-js: a leading
+ * BOS is skipped and one leading space (the one the encoder prefixed) is removed. */
 char *tokenizer_decode(const Tokenizer *tok, const int32_t *ids, size_t n, size_t *len);
 
 #endif
