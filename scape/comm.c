@@ -7,14 +7,23 @@
  * comm_init every collective runs on the communication thread, so collectives are issued in queue order on
  * every rank; the compute thread only calls MPI for MPI_Abort (fatal hook), which is why MULTIPLE is preferred.
  * Without mpirun (no Open MPI / PMIx environment) MPI is not touched at all and the world is one rank.
+ *
+ * Waiting policy: Open MPI's blocking collectives busy-poll, so a communication thread blocked on a peer that is
+ * still in backward burns a whole core that the compute thread (OpenMP, BLAS) needs. Every collective is
+ * therefore started nonblocking (MPI_I*) and completed by MPI_Test with sleeps that grow by 1.5x from 10 us to
+ * 500 us (SCAPE_COMM_SLEEP_MAX_US changes the cap). MPI_Test also drives Open MPI's progress, so a transfer in
+ * flight keeps moving at every test. SCAPE_COMM_SPIN=1 restores plain MPI_Wait, for comparison
+ * (scape/bench_comm.c).
  */
 #include "scape/comm.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/util.h"
 
@@ -48,7 +57,37 @@ static struct {
     double wait_s[2][COMM_NKINDS];
     float *scratch; /* comm-thread scratch for the averaging all-reduce */
     size_t scratch_n;
+    int spin;        /* SCAPE_COMM_SPIN=1: busy-wait on requests */
+    long sleep_max_ns; /* longest sleep between tests (SCAPE_COMM_SLEEP_MAX_US, default 500) */
+    double busy_s;   /* wall time the comm thread spent running jobs, since the last comm_stats_take */
+    double cpu_s;    /* CPU time the comm thread used meanwhile */
+    /* whole-run totals per kind for SCAPE_COMM_REPORT=1 (printed by comm_finalize) */
+    uint64_t run_calls[COMM_NKINDS], run_sent_num[COMM_NKINDS];
+    double run_wait_s[COMM_NKINDS], run_busy_s[COMM_NKINDS], run_cpu_s[COMM_NKINDS];
 } C;
+
+/* Completes one nonblocking request (see the waiting policy at the top). */
+static void wait_req(MPI_Request *rq) {
+    if (C.spin) {
+        MPI_Wait(rq, MPI_STATUS_IGNORE);
+        return;
+    }
+    long ns = 10000;
+    for (;;) {
+        int done = 0;
+        MPI_Test(rq, &done, MPI_STATUS_IGNORE);
+        if (done) return;
+        struct timespec ts = {0, ns};
+        nanosleep(&ts, NULL);
+        if (ns < C.sleep_max_ns) ns += ns / 2;
+    }
+}
+
+static double thread_cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static void abort_hook(int status) {
     if (C.use_mpi) MPI_Abort(MPI_COMM_WORLD, status ? status : 1);
@@ -83,10 +122,13 @@ static void run_allreduce_avg(float *buf, size_t n) {
         C.scratch = xmalloc((mine ? mine : 1) * sizeof(float), "comm scratch");
         C.scratch_n = mine;
     }
-    MPI_Reduce_scatter(buf, C.scratch, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Request rq;
+    MPI_Ireduce_scatter(buf, C.scratch, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &rq);
+    wait_req(&rq);
     float fN = (float)N;
     for (size_t i = 0; i < mine; i++) C.scratch[i] /= fN;
-    MPI_Allgatherv(C.scratch, cnt[C.rank], MPI_FLOAT, buf, cnt, dsp, MPI_FLOAT, MPI_COMM_WORLD);
+    MPI_Iallgatherv(C.scratch, cnt[C.rank], MPI_FLOAT, buf, cnt, dsp, MPI_FLOAT, MPI_COMM_WORLD, &rq);
+    wait_req(&rq);
     free(cnt);
     free(dsp);
 }
@@ -105,7 +147,9 @@ static void run_job(Job *j) {
         }
         int *cnt = xmalloc((size_t)N * sizeof(int), "comm counts");
         for (int r = 0; r < N; r++) cnt[r] = to_int(j->counts[r], "reduce-scatter part");
-        MPI_Reduce_scatter(j->buf, j->out, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Request rq;
+        MPI_Ireduce_scatter(j->buf, j->out, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &rq);
+        wait_req(&rq);
         float fN = (float)N, *o = j->out;
         for (size_t i = 0; i < mine; i++) o[i] /= fN;
         free(cnt);
@@ -124,7 +168,9 @@ static void run_job(Job *j) {
             dsp[r] = to_int(off, "all-gather offset");
             off += j->counts[r];
         }
-        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, j->buf, cnt, dsp, t, MPI_COMM_WORLD);
+        MPI_Request rq;
+        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, j->buf, cnt, dsp, t, MPI_COMM_WORLD, &rq);
+        wait_req(&rq);
         MPI_Type_free(&t);
         free(cnt);
         free(dsp);
@@ -136,7 +182,9 @@ static void run_job(Job *j) {
         char *p = j->buf;
         for (size_t done = 0; done < j->n;) {
             size_t c = j->n - done < (1u << 30) ? j->n - done : (1u << 30);
-            MPI_Bcast(p + done, (int)c, MPI_BYTE, j->root, MPI_COMM_WORLD);
+            MPI_Request rq;
+            MPI_Ibcast(p + done, (int)c, MPI_BYTE, j->root, MPI_COMM_WORLD, &rq);
+            wait_req(&rq);
             done += c;
         }
         break;
@@ -145,7 +193,9 @@ static void run_job(Job *j) {
         if (!C.use_mpi || N == 1) break;
         /* all-gather then sum in rank order: the same bits on every rank and in every run */
         double *all = xmalloc((size_t)N * j->n * sizeof(double), "comm f64 gather");
-        MPI_Allgather(j->buf, to_int(j->n, "f64 sum"), MPI_DOUBLE, all, (int)j->n, MPI_DOUBLE, MPI_COMM_WORLD);
+        MPI_Request rq;
+        MPI_Iallgather(j->buf, to_int(j->n, "f64 sum"), MPI_DOUBLE, all, (int)j->n, MPI_DOUBLE, MPI_COMM_WORLD, &rq);
+        wait_req(&rq);
         double *b = j->buf;
         for (size_t i = 0; i < j->n; i++) {
             double s = 0;
@@ -156,11 +206,18 @@ static void run_job(Job *j) {
         break;
     }
     case JOB_MAX_I64:
-        if (C.use_mpi && N > 1)
-            MPI_Allreduce(MPI_IN_PLACE, j->buf, to_int(j->n, "i64 max"), MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+        if (C.use_mpi && N > 1) {
+            MPI_Request rq;
+            MPI_Iallreduce(MPI_IN_PLACE, j->buf, to_int(j->n, "i64 max"), MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD, &rq);
+            wait_req(&rq);
+        }
         break;
     case JOB_BARRIER:
-        if (C.use_mpi && N > 1) MPI_Barrier(MPI_COMM_WORLD);
+        if (C.use_mpi && N > 1) {
+            MPI_Request rq;
+            MPI_Ibarrier(MPI_COMM_WORLD, &rq);
+            wait_req(&rq);
+        }
         break;
     case JOB_STOP: break;
     }
@@ -175,10 +232,16 @@ static void *comm_thread_main(void *arg) {
         Job j = C.q[(ticket - 1) % QCAP];
         pthread_mutex_unlock(&C.mu);
 
+        double w0 = now_seconds(), c0 = thread_cpu_seconds();
         run_job(&j);
         free(j.counts);
+        double dw = now_seconds() - w0, dc = thread_cpu_seconds() - c0;
 
         pthread_mutex_lock(&C.mu);
+        C.busy_s += dw;
+        C.cpu_s += dc;
+        C.run_busy_s[j.kind] += dw;
+        C.run_cpu_s[j.kind] += dc;
         C.done = ticket;
         pthread_cond_broadcast(&C.cv_done);
         pthread_mutex_unlock(&C.mu);
@@ -194,6 +257,8 @@ static void count(CommKind k, uint64_t sent_num, uint64_t recv_num) {
         C.sent_num[s][k] += sent_num;
         C.recv_num[s][k] += recv_num;
     }
+    C.run_calls[k]++;
+    C.run_sent_num[k] += sent_num;
 }
 
 static CommHandle enqueue(const Job *j) {
@@ -217,6 +282,7 @@ void comm_wait(CommHandle h) {
     double dt = now_seconds() - t0;
     C.wait_s[0][k] += dt;
     C.wait_s[1][k] += dt;
+    C.run_wait_s[k] += dt;
 }
 
 static size_t *copy_counts(const size_t *counts, size_t *total) {
@@ -306,6 +372,7 @@ static void take(int s, CommStats *out, int k) {
     out->wait_ms = 1e3 * C.wait_s[s][k];
     C.calls[s][k] = C.sent_num[s][k] = C.recv_num[s][k] = 0;
     C.wait_s[s][k] = 0;
+    out->busy_ms = out->cpu_ms = 0;
 }
 
 void comm_stats_take(CommStats *out) {
@@ -324,6 +391,11 @@ void comm_stats_take(CommStats *out) {
     out->bytes_sent = sn / N;
     out->bytes_recv = rn / N;
     out->wait_ms = 1e3 * w;
+    pthread_mutex_lock(&C.mu);
+    out->busy_ms = 1e3 * C.busy_s;
+    out->cpu_ms = 1e3 * C.cpu_s;
+    C.busy_s = C.cpu_s = 0;
+    pthread_mutex_unlock(&C.mu);
 }
 
 void comm_stats_take_kind(CommStats out[COMM_NKINDS]) {
@@ -357,14 +429,38 @@ void comm_init(int *argc, char ***argv) {
     pthread_cond_init(&C.cv_done, NULL);
     C.next_ticket = 1;
     C.done = 0;
+    const char *spin = getenv("SCAPE_COMM_SPIN");
+    C.spin = spin && strcmp(spin, "0") != 0;
+    const char *smax = getenv("SCAPE_COMM_SLEEP_MAX_US");
+    C.sleep_max_ns = smax ? 1000L * atol(smax) : 500000L;
+    if (C.sleep_max_ns < 1000 || C.sleep_max_ns > 100000000L)
+        fatal("SCAPE_COMM_SLEEP_MAX_US=%s is outside 1..100000 (microseconds); unset it for the default 500", smax);
     if (pthread_create(&C.thread, NULL, comm_thread_main, NULL) != 0) fatal("comm: cannot start the communication thread");
     C.inited = 1;
+}
+
+/* SCAPE_COMM_REPORT=1: rank 0 prints, per kind of collective, the whole run's calls, bytes sent, the time the
+ * compute thread waited, the time the communication thread spent in them and its CPU time, and the share hidden
+ * behind compute, 1 - wait / busy (scripts/bench_scape.sh reads these lines). */
+static void run_report(void) {
+    const char *e = getenv("SCAPE_COMM_REPORT");
+    if (!e || strcmp(e, "1") != 0 || C.rank != 0) return;
+    static const char *names[COMM_NKINDS] = {"allreduce", "reduce_scatter", "allgather", "bcast", "control"};
+    for (int k = 0; k < COMM_NKINDS; k++) {
+        if (!C.run_calls[k]) continue;
+        double busy = 1e3 * C.run_busy_s[k], wait = 1e3 * C.run_wait_s[k];
+        printf("comm report: %s calls %llu bytes_sent %llu wait_ms %.1f busy_ms %.1f cpu_ms %.1f hidden %.3f\n",
+               names[k], (unsigned long long)C.run_calls[k], (unsigned long long)(C.run_sent_num[k] / (uint64_t)C.world),
+               wait, busy, 1e3 * C.run_cpu_s[k], busy > 0 ? 1.0 - wait / busy : 0.0);
+    }
+    fflush(stdout);
 }
 
 void comm_finalize(void) {
     if (!C.inited) return;
     Job j = {.op = JOB_STOP, .kind = COMM_CONTROL};
     comm_wait(enqueue(&j));
+    run_report();
     pthread_join(C.thread, NULL);
     free(C.scratch);
     C.scratch = NULL;

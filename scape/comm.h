@@ -17,6 +17,11 @@ typedef struct {
     uint64_t bytes_sent;
     uint64_t bytes_recv;
     double wait_ms;  /* time the compute thread spent blocked waiting for communication */
+    /* comm_stats_take only (0 from comm_stats_take_kind): wall time the communication thread spent running
+     * collectives, and the CPU time it used meanwhile (busy polling shows as cpu_ms close to busy_ms). The share
+     * of communication hidden behind compute is about 1 - wait_ms / busy_ms. */
+    double busy_ms;
+    double cpu_ms;
 } CommStats;
 
 /* Initialises MPI (MPI_Init_thread) if launched under mpirun, else a 1-rank world; starts the communication

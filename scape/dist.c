@@ -14,6 +14,7 @@
 #include "scape/dist.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,7 +58,16 @@ struct DistOptim {
     int swapped;           /* mask_next became mask_cur at this step (undone if the step is skipped) */
     int last_t;
     float *dbg_c, *dbg_s, *dbg_ghat;
+    /* SCAPE step passes: the slices in payload order cut into chunks of at most SCAPE_CHUNK elements, processed
+     * in parallel; per-chunk partial sums are added in chunk order, so results do not depend on thread count */
+    size_t nch;
+    size_t *ch_lo, *ch_hi, *ch_q;  /* element range; first compact payload index (per step) */
+    int *ch_slice, *ch_bucket;
+    double *ch_ss;
+    int *ch_bad;
 };
+
+#define SCAPE_CHUNK 16384
 
 static int slice_sparse(const DistOptim *d, const ParamSlice *s) {
     return !(d->cfg.exclude_norms && s->dense_only);
@@ -125,8 +135,29 @@ DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, co
         d->shi = d->P;
         d->m = xcalloc(d->P, sizeof(float), "SCAPE first moment");
         d->r = xcalloc(d->P, sizeof(float), "SCAPE residual");
-        d->mask_cur = xcalloc(mask_bytes(d->P), 1, "SCAPE mask");
-        d->mask_next = xcalloc(mask_bytes(d->P), 1, "SCAPE mask");
+        d->mask_cur = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "SCAPE mask");
+        d->mask_next = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "SCAPE mask");
+        size_t nch = 0;
+        for (int i = 0; i < tab->n; i++) nch += (tab->slices[i].numel + SCAPE_CHUNK - 1) / SCAPE_CHUNK;
+        d->nch = nch;
+        d->ch_lo = xmalloc((nch ? nch : 1) * sizeof(size_t), "SCAPE chunks");
+        d->ch_hi = xmalloc((nch ? nch : 1) * sizeof(size_t), "SCAPE chunks");
+        d->ch_q = xmalloc((nch ? nch : 1) * sizeof(size_t), "SCAPE chunks");
+        d->ch_slice = xmalloc((nch ? nch : 1) * sizeof(int), "SCAPE chunks");
+        d->ch_bucket = xmalloc((nch ? nch : 1) * sizeof(int), "SCAPE chunks");
+        d->ch_ss = xmalloc((nch ? nch : 1) * sizeof(double), "SCAPE chunks");
+        d->ch_bad = xmalloc((nch ? nch : 1) * sizeof(int), "SCAPE chunks");
+        size_t c = 0;
+        for (int b = 0; b < d->nb; b++)
+            for (int k = 0; k < d->bn[b]; k++) {
+                const ParamSlice *sl = &tab->slices[d->bslices[b][k]];
+                for (size_t a = sl->offset; a < sl->offset + sl->numel; a += SCAPE_CHUNK, c++) {
+                    d->ch_lo[c] = a;
+                    d->ch_hi[c] = a + SCAPE_CHUNK < sl->offset + sl->numel ? a + SCAPE_CHUNK : sl->offset + sl->numel;
+                    d->ch_slice[c] = d->bslices[b][k];
+                    d->ch_bucket[c] = b;
+                }
+            }
         d->seg_bytes = xmalloc((size_t)d->world * sizeof(size_t), "mask segments");
         d->seg_off = xmalloc((size_t)d->world * sizeof(size_t), "mask segments");
         size_t so = 0, maxn = 1;
@@ -151,8 +182,44 @@ DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, co
     return d;
 }
 
+static void scape_collect_next(DistOptim *d);
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* SCAPE.md section 9.3 at the end of a run, for multi-rank tests of whole trainers: with SCAPE_CHECK_SYNC=1 in
+ * the environment, hashes params (and SCAPE's m and masks, which are shared too) on every rank, compares them,
+ * and prints one line on rank 0, or fatal() naming the first rank that differs. A collective: every rank calls
+ * it from distopt_free. */
+static void sync_check(DistOptim *d) {
+    const char *e = getenv("SCAPE_CHECK_SYNC");
+    if (!e || strcmp(e, "1") != 0) return;
+    uint64_t h = fnv1a(1469598103934665603ull, d->params, d->P * sizeof(float));
+    if (d->cfg.opt.kind == OPT_SCAPE) {
+        scape_collect_next(d);
+        h = fnv1a(h, d->m, d->P * sizeof(float));
+        if (d->have_cur) h = fnv1a(h, d->mask_cur, mask_bytes(d->P));
+        if (d->have_next) h = fnv1a(h, d->mask_next, mask_bytes(d->P));
+    }
+    uint64_t *all = xmalloc((size_t)d->world * sizeof(uint64_t), "sync check");
+    comm_allgather(&h, all, sizeof h);
+    for (int r = 1; r < d->world; r++)
+        if (all[r] != all[0])
+            fatal("sync check: rank %d's parameters/optimizer state hash %016llx differs from rank 0's %016llx; "
+                  "the ranks diverged", r, (unsigned long long)all[r], (unsigned long long)all[0]);
+    if (d->rank == 0)
+        printf("sync check: parameters and shared optimizer state identical on %d ranks (hash %016llx)\n", d->world,
+               (unsigned long long)all[0]);
+    fflush(stdout);
+    free(all);
+}
+
 void distopt_free(DistOptim *d) {
     if (!d) return;
+    sync_check(d);
     comm_wait(d->next_h);
     for (int b = 0; b < d->nb; b++) comm_wait(d->bh[b]);
     for (int b = 0; b < d->nb; b++) free(d->bslices[b]);
@@ -160,6 +227,7 @@ void distopt_free(DistOptim *d) {
     free(d->bucket_k); free(d->bh); free(d->bstate); free(d->stage); free(d->rs_out);
     free(d->m); free(d->v); free(d->r); free(d->mask_cur); free(d->mask_next); free(d->seg);
     free(d->seg_bytes); free(d->seg_off); free(d->topk_tmp);
+    free(d->ch_lo); free(d->ch_hi); free(d->ch_q); free(d->ch_slice); free(d->ch_bucket); free(d->ch_ss); free(d->ch_bad);
     owner_table_free(&d->own);
     free(d);
 }
@@ -322,7 +390,9 @@ static double sumsq(const float *x, size_t lo, size_t hi) {
 }
 
 static void end_step(DistOptim *d) {
-    memset(d->grads, 0, d->P * sizeof(float));
+    const size_t CH = 1 << 18;
+    #pragma omp parallel for schedule(static)
+    for (size_t a = 0; a < d->P; a += CH) memset(d->grads + a, 0, (d->P - a < CH ? d->P - a : CH) * sizeof(float));
     for (int b = 0; b < d->nb; b++) {
         d->bstate[b] = 0;
         d->bh[b] = 0;
@@ -381,8 +451,120 @@ static int dense_step(DistOptim *d, int t, float lr, float *grad_norm) {
         }                                                                                                     \
     } while (0)
 
-static int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
+/* ch_q: each chunk's first index into the compact payload (stage): bucket b's values start at bucket_off[b]
+ * and follow its slices in memory order, as scape_queue_bucket packed them. */
+static void scape_chunk_offsets(DistOptim *d) {
+    #pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < d->nch; c++) d->ch_q[c] = mask_count(d->mask_cur, d->ch_lo[c], d->ch_hi[c]);
+    size_t q = 0;
+    for (size_t c = 0; c < d->nch; c++) {
+        if (c == 0 || d->ch_bucket[c] != d->ch_bucket[c - 1]) q = d->bucket_off[d->ch_bucket[c]];
+        size_t n = d->ch_q[c];
+        d->ch_q[c] = q;
+        q += n;
+    }
+}
+
+/* Bits [j, j + n) of the current mask (n <= 64), and the word with all n bits set. */
+static inline uint64_t mask_word(const uint8_t *M, size_t j, size_t n, uint64_t *full) {
+    *full = n == 64 ? ~0ull : (1ull << n) - 1;
+    return mask_load64(M, j) & *full;
+}
+
+/* One pass over every coordinate, word by word over the mask: per chunk, the sum of g_hat^2 on M_t (double) and
+ * whether any c (in grads) is not finite. Returns the sum of the chunk sums in chunk order. */
+static double scape_norm_pass(DistOptim *d) {
+    const float b1 = d->cfg.opt.beta1, omb1 = 1.0f - b1;
+    const float *c = d->grads, *m = d->m, *bv = d->stage;
+    const uint8_t *M = d->mask_cur;
+    #pragma omp parallel for schedule(dynamic, 4)
+    for (size_t ch = 0; ch < d->nch; ch++) {
+        size_t q = d->ch_q[ch], hi = d->ch_hi[ch];
+        double ss = 0;
+        int bad = 0;
+        for (size_t j = d->ch_lo[ch]; j < hi; j += 64) {
+            size_t n = hi - j < 64 ? hi - j : 64;
+            uint64_t full, w = mask_word(M, j, n, &full);
+            for (size_t i = 0; i < n; i++) bad |= !isfinite(c[j + i]);
+            if (w == full) {
+                for (size_t i = 0; i < n; i++) {
+                    float gh = (bv[q + i] - b1 * m[j + i]) / omb1;
+                    ss += (double)gh * (double)gh;
+                }
+                q += n;
+            } else {
+                for (; w; w &= w - 1) {
+                    size_t i = (size_t)__builtin_ctzll(w);
+                    float gh = (bv[q++] - b1 * m[j + i]) / omb1;
+                    ss += (double)gh * (double)gh;
+                }
+            }
+        }
+        d->ch_ss[ch] = ss;
+        d->ch_bad[ch] = bad;
+    }
+    double ss = 0;
+    for (size_t ch = 0; ch < d->nch; ch++) ss += d->ch_ss[ch];
+    return ss;
+}
+
+/* The masked AdamS update of one coordinate j with reduced payload value mt = b = m_t (SCAPE.md section 3 items
+ * 4-7; section 1's formula with g_hat in place of g). */
+static inline void scape_update_on(float *p, float *m, float mt, float sc, int clipped, float b1, float omb1, float b2,
+                                   float eps, float bc1, float sqrt_bc2, float lr, float wd) {
+    float mp = *m;
+    float gh = (mt - b1 * mp) / omb1;
+    if (clipped) {
+        gh = gh * sc;
+        mt = b1 * mp + omb1 * gh;
+    }
+    float nu = b2 * mp * mp + (1.0f - b2) * gh * gh;
+    *m = mt;
+    *p -= lr * ((mt / bc1) / (sqrtf(nu) / sqrt_bc2 + eps) + wd * *p);
+}
+
+/* Error feedback r <- c (1 - M_t), then the update of every coordinate: AdamS on M_t, decoupled weight decay
+ * only (and m = 0) off it. Word by word over the mask, chunks in parallel; every coordinate's arithmetic is
+ * independent of the others, so the thread count cannot change a bit. */
+static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float sc) {
     const float b1 = d->cfg.opt.beta1, b2 = d->cfg.opt.beta2, eps = d->cfg.opt.eps, omb1 = 1.0f - b1;
+    const float bc1 = (float)(1.0 - pow((double)b1, t));
+    const float sqrt_bc2 = (float)sqrt(1.0 - pow((double)b2, t));
+    float *p = d->params, *m = d->m, *r = d->r;
+    const float *c = d->grads, *bv = d->stage;
+    const uint8_t *M = d->mask_cur;
+    #pragma omp parallel for schedule(dynamic, 4)
+    for (size_t ch = 0; ch < d->nch; ch++) {
+        const ParamSlice *s = &d->tab->slices[d->ch_slice[ch]];
+        const float wd = s->decay ? d->cfg.opt.weight_decay : 0.0f;
+        size_t q = d->ch_q[ch], hi = d->ch_hi[ch];
+        for (size_t j = d->ch_lo[ch]; j < hi; j += 64) {
+            size_t n = hi - j < 64 ? hi - j : 64;
+            uint64_t full, w = mask_word(M, j, n, &full);
+            if (w == full) {
+                for (size_t i = 0; i < n; i++) {
+                    r[j + i] = 0.0f;
+                    scape_update_on(&p[j + i], &m[j + i], bv[q + i], sc, clipped, b1, omb1, b2, eps, bc1, sqrt_bc2, lr, wd);
+                }
+                q += n;
+            } else {
+                for (size_t i = 0; i < n; i++) {
+                    if ((w >> i) & 1) {
+                        r[j + i] = 0.0f;
+                        scape_update_on(&p[j + i], &m[j + i], bv[q++], sc, clipped, b1, omb1, b2, eps, bc1, sqrt_bc2, lr, wd);
+                    } else {
+                        r[j + i] = c[j + i];
+                        m[j + i] = 0.0f;
+                        p[j + i] -= lr * (wd * p[j + i]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+static int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
+    const float b1 = d->cfg.opt.beta1, omb1 = 1.0f - b1;
     if (!d->step_begun) scape_begin(d);
     int bootstrapped = 0;
     if (!d->have_cur) {
@@ -414,14 +596,8 @@ static int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
     if (d->dbg_c) memcpy(d->dbg_c, d->grads, d->P * sizeof(float));
 
     /* g_hat = (m_t - beta1 m_{t-1}) / (1 - beta1) on M_t (SCAPE.md section 3 item 5); its norm for clipping */
-    double ss = 0;
-    FOR_MASKED(d, s, j, q, {
-        if (mask_get(d->mask_cur, j)) {
-            float gh = (d->stage[q] - b1 * d->m[j]) / omb1;
-            ss += (double)gh * (double)gh;
-            q++;
-        }
-    });
+    scape_chunk_offsets(d);
+    double ss = scape_norm_pass(d);
     if (d->dbg_ghat) {
         memset(d->dbg_ghat, 0, d->P * sizeof(float));
         FOR_MASKED(d, s, j, q, {
@@ -432,11 +608,10 @@ static int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
         });
     }
     float norm = (float)sqrt(ss);
-    /* A non-finite c off the mask would never reach g_hat but would poison r forever: skip on it too. Any
-     * rank may hold one, so the decision takes one tiny control all-reduce. */
+    /* A non-finite c off the mask would never reach g_hat but would poison r forever: skip on it too (the norm
+     * pass flagged it per chunk). Any rank may hold one, so the decision takes one tiny control all-reduce. */
     int64_t bad = 0;
-    #pragma omp parallel for schedule(static) reduction(|: bad)
-    for (size_t j = 0; j < d->P; j++) bad |= !isfinite(d->grads[j]);
+    for (size_t c = 0; c < d->nch; c++) bad |= d->ch_bad[c];
     comm_allreduce_max_i64(&bad, 1);
     if (bad) norm = NAN;
     *grad_norm = norm;
@@ -459,33 +634,8 @@ static int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
     /* next mask from |c| (c still in grads), gathered while the update and the next forward/backward run */
     d->next_h = scape_make_mask(d, scape_density(d->cfg.density, d->cfg.density_start, d->cfg.density_warmup, t + 1));
 
-    /* error feedback: r <- c (1 - M_t) */
-    #pragma omp parallel for schedule(static)
-    for (size_t j = 0; j < d->P; j++) d->r[j] = mask_get(d->mask_cur, j) ? 0.0f : d->grads[j];
-
-    /* AdamS on M_t, decay only elsewhere (SCAPE.md section 3 items 4-7) */
-    float bc1 = (float)(1.0 - pow((double)b1, t));
-    float sqrt_bc2 = (float)sqrt(1.0 - pow((double)b2, t));
-    float *p = d->params, *m = d->m;
-    const float *bv = d->stage;
-    const uint8_t *M = d->mask_cur;
-    FOR_MASKED(d, s, j, q, {
-        float wd = s->decay ? d->cfg.opt.weight_decay : 0.0f;
-        if (mask_get(M, j)) {
-            float mp = m[j], mt = bv[q++];
-            float gh = (mt - b1 * mp) / omb1;
-            if (clipped) {
-                gh = gh * sc;
-                mt = b1 * mp + omb1 * gh;
-            }
-            float nu = b2 * mp * mp + (1.0f - b2) * gh * gh;
-            m[j] = mt;
-            p[j] -= lr * ((mt / bc1) / (sqrtf(nu) / sqrt_bc2 + eps) + wd * p[j]);
-        } else {
-            m[j] = 0.0f;
-            p[j] -= lr * (wd * p[j]);
-        }
-    });
+    /* error feedback, then AdamS on M_t and decay only elsewhere (SCAPE.md section 3 items 3-7) */
+    scape_update_pass(d, t, lr, clipped, sc);
     d->last_k = K;
     end_step(d);
     d->last_t = t;

@@ -5,12 +5,18 @@
 # build/test_gpt2 DATA checks the model against test/ref/gpt2_ref.bin and regenerates that file with
 # dev/ref/gpt2_ref.py (needs `make data` for the validation shard). `make gpt2-ref` rewrites the committed file.
 OPTIM_OBJ := $(BUILD)/scape/optim.o
-# no fused multiply-adds, like scape.o: dense AdamS and SCAPE at density 1 must round identically
-$(OPTIM_OBJ): CFLAGS += -ffp-contract=off
+# no fused multiply-adds, like scape.o: dense AdamS and SCAPE at density 1 must round identically;
+# -fno-math-errno lets sqrtf vectorize (nothing reads errno)
+$(OPTIM_OBJ): CFLAGS += -ffp-contract=off -fno-math-errno
 
 $(BUILD)/test_gpt2: test/test_gpt2.c train_gpt.c $(OPTIM_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) test/test_gpt2.c $(OPTIM_OBJ) $(COMMON_OBJ) -o $@ $(LDLIBS) $(BLAS_LIBS)
+
+# throughput benchmark (not a test): scripts/bench_cpu.sh runs it
+$(BUILD)/bench_gpt2: dev/bench_gpt2.c train_gpt.c $(OPTIM_OBJ) $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) dev/bench_gpt2.c $(OPTIM_OBJ) $(COMMON_OBJ) -o $@ $(LDLIBS) $(BLAS_LIBS)
 
 .PHONY: gpt2-ref test-gpt2
 gpt2-ref: $(BUILD)/test_gpt2 data
@@ -40,13 +46,23 @@ scape: $(DIST_OBJ) $(BUILD)/test_comm $(BUILD)/test_dist
 
 $(BUILD)/test_comm: test/test_comm.c $(BUILD)/scape/comm.o $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
-	$(MPICC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lpthread
+	$(MPICC) $(CFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS) -lpthread
 
 $(BUILD)/test_dist: test/test_dist.c $(DIST_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
-	$(MPICC) $(CFLAGS) -ffp-contract=off $^ -o $@ $(LDLIBS) -lpthread
+	$(MPICC) $(CFLAGS) -ffp-contract=off $(filter %.c %.o,$^) -o $@ $(LDLIBS) -lpthread
 
-TEST_BINS += $(BUILD)/test_comm $(BUILD)/test_dist
+# bench_step: median ms of one update step per optimizer (not a test; see the file's header)
+$(BUILD)/bench_step: scape/bench_step.c $(DIST_OBJ) $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS) -lpthread
+
+# bench_comm: CPU the communication thread takes while it waits (SCAPE_COMM_SPIN=1 vs default); not a test
+$(BUILD)/bench_comm: scape/bench_comm.c $(BUILD)/scape/comm.o $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS) $(BLAS_LIBS) -lpthread
+
+TEST_BINS += $(BUILD)/test_comm $(BUILD)/test_dist $(BUILD)/bench_step $(BUILD)/bench_comm
 TEST_CMDS += $(BUILD)/test_comm
 TEST_CMDS += "$(MPIRUN_TEST) -np 2 $(BUILD)/test_comm"
 TEST_CMDS += "$(MPIRUN_TEST) -np 3 $(BUILD)/test_comm"
@@ -56,4 +72,12 @@ TEST_CMDS += "$(MPIRUN_TEST) -np 2 $(BUILD)/test_dist"
 TEST_CMDS += "$(MPIRUN_TEST) -np 3 $(BUILD)/test_dist"
 TEST_CMDS += "$(MPIRUN_TEST) -np 4 $(BUILD)/test_dist"
 TEST_CMDS += "test/test_dist_resume.sh $(BUILD)/test_dist"
+# whole-trainer SCAPE / data-parallel checks on real tokens (needs train_gpt and `make data`; about 40 s)
+TEST_DEPS += train_gpt data
+TEST_CMDS += "test/test_scape_gpt2.sh ./train_gpt $(DATA)"
+
+# `make bench-scape`: 4-rank dense AdamS vs SCAPE d=0.1 / 0.01 (bytes, step time, hidden comm, mask coding)
+.PHONY: bench-scape
+bench-scape: train_gpt data
+	scripts/bench_scape.sh
 # --- end communication

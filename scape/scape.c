@@ -88,46 +88,92 @@ void mask_set_range(uint8_t *bits, size_t off, size_t n) {
     for (; j < end; j++) mask_set(bits, j);
 }
 
+/* Elements per block of the parallel top-k passes; blocks start where bit_off + j is a multiple of TOPK_BLOCK, so
+ * no two threads write the same mask byte. */
+#define TOPK_BLOCK 16384
+
 void scape_topk_mask(const float *c, size_t n, size_t k, uint8_t *bits, size_t bit_off, uint32_t *key) {
     if (k >= n) {
         mask_set_range(bits, bit_off, n);
         return;
     }
     if (k == 0) return;
-    for (size_t j = 0; j < n; j++) {
-        uint32_t u;
-        memcpy(&u, &c[j], 4);
-        key[j] = u & 0x7FFFFFFFu; /* |c| */
-    }
-    /* Radix select from the top byte down: find the key T of the k-th largest and how many of the elements
-     * equal to T must be taken (need). */
+    /* Radix select from the top digit down (digits of 11, 11 and 10 bits of the 31-bit key): find the key T of
+     * the k-th largest and how many of the elements equal to T must be taken (need). The first pass also
+     * writes the keys. Small slices stay on one thread: a parallel region costs more than they do. */
+    static const int shifts[3] = {20, 9, 0}, widths[3] = {11, 11, 9};
     uint32_t prefix = 0, pmask = 0;
     size_t need = k;
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        size_t hist[256] = {0};
-        for (size_t j = 0; j < n; j++)
-            if ((key[j] & pmask) == prefix) hist[(key[j] >> shift) & 255]++;
-        int b = 255;
+    const int par = n >= 4 * TOPK_BLOCK;
+    for (int pass = 0; pass < 3; pass++) {
+        const int shift = shifts[pass], nb = 1 << widths[pass];
+        const uint32_t dmask = (uint32_t)nb - 1;
+        size_t hist[2048] = {0};
+        #pragma omp parallel if (par)
+        {
+            size_t h[2048];
+            memset(h, 0, (size_t)nb * sizeof(size_t));
+            if (pass == 0) {
+                #pragma omp for schedule(static) nowait
+                for (size_t j = 0; j < n; j++) {
+                    uint32_t u;
+                    memcpy(&u, &c[j], 4);
+                    key[j] = u & 0x7FFFFFFFu; /* |c| */
+                    h[key[j] >> shift]++;
+                }
+            } else {
+                #pragma omp for schedule(static) nowait
+                for (size_t j = 0; j < n; j++)
+                    if ((key[j] & pmask) == prefix) h[(key[j] >> shift) & dmask]++;
+            }
+            #pragma omp critical
+            for (int i = 0; i < nb; i++) hist[i] += h[i];
+        }
+        int b = nb - 1;
         for (; b > 0; b--) {
             if (hist[b] >= need) break;
             need -= hist[b];
         }
         prefix |= (uint32_t)b << shift;
-        pmask |= 255u << shift;
+        pmask |= dmask << shift;
     }
-    /* everything above T, and the first `need` elements equal to T (lower index wins a tie) */
-    for (size_t j = 0; j < n; j++) {
-        if (key[j] > prefix) mask_set(bits, bit_off + j);
-        else if (key[j] == prefix && need) {
-            mask_set(bits, bit_off + j);
-            need--;
+    /* everything above T, and the first `need` elements equal to T (lower index wins a tie): count the ties per
+     * block, then each block takes its share of the remaining `need` in block order */
+    size_t first_end = TOPK_BLOCK - (bit_off % TOPK_BLOCK);
+    size_t nblk = n <= first_end ? 1 : 1 + (n - first_end + TOPK_BLOCK - 1) / TOPK_BLOCK;
+    size_t *take = xmalloc(nblk * sizeof(size_t), "top-k tie counts");
+    #pragma omp parallel for schedule(static) if (par)
+    for (size_t bk = 0; bk < nblk; bk++) {
+        size_t lo = bk ? first_end + (bk - 1) * TOPK_BLOCK : 0, hi = bk ? lo + TOPK_BLOCK : first_end;
+        if (hi > n) hi = n;
+        size_t e = 0;
+        for (size_t j = lo; j < hi; j++) e += key[j] == prefix;
+        take[bk] = e;
+    }
+    for (size_t bk = 0; bk < nblk; bk++) {
+        size_t t = take[bk] < need ? take[bk] : need;
+        take[bk] = t;
+        need -= t;
+    }
+    #pragma omp parallel for schedule(static) if (par)
+    for (size_t bk = 0; bk < nblk; bk++) {
+        size_t lo = bk ? first_end + (bk - 1) * TOPK_BLOCK : 0, hi = bk ? lo + TOPK_BLOCK : first_end;
+        if (hi > n) hi = n;
+        size_t t = take[bk];
+        for (size_t j = lo; j < hi; j++) {
+            if (key[j] > prefix) mask_set(bits, bit_off + j);
+            else if (key[j] == prefix && t) {
+                mask_set(bits, bit_off + j);
+                t--;
+            }
         }
     }
+    free(take);
 }
 
 void scape_corrected_momentum(float *g, const float *m, const float *r, size_t lo, size_t hi, float beta1) {
     float omb1 = 1.0f - beta1;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if (hi - lo >= 65536)
     for (size_t j = lo; j < hi; j++) g[j] = beta1 * m[j] + omb1 * g[j] + r[j];
 }
 

@@ -33,6 +33,17 @@ double scape_density(float d, float d_start, int W, int t);
  * rounding of d itself, so d = 0.7f on 10 elements gives 7. */
 size_t scape_k(double d, size_t n);
 
+/* Bytes of slack every mask buffer read with mask_load64 carries after its mask_bytes(P). */
+#define MASK_PAD 16
+/* Bits [j, j + 64) of a packed mask as one word, bit i = element j + i (reads 9 bytes from byte j >> 3, hence
+ * MASK_PAD). Little-endian hosts only (x86-64, AArch64), which is what the word-at-a-time passes assume. */
+static inline uint64_t mask_load64(const uint8_t *bits, size_t j) {
+    uint64_t w;
+    __builtin_memcpy(&w, bits + (j >> 3), 8);
+    unsigned sh = (unsigned)(j & 7);
+    if (sh) w = (w >> sh) | ((uint64_t)bits[(j >> 3) + 8] << (64 - sh));
+    return w;
+}
 static inline int mask_get(const uint8_t *bits, size_t j) { return (bits[j >> 3] >> (j & 7)) & 1; }
 static inline void mask_set(uint8_t *bits, size_t j) { bits[j >> 3] |= (uint8_t)(1u << (j & 7)); }
 static inline size_t mask_bytes(size_t n) { return (n + 7) / 8; }
@@ -46,7 +57,9 @@ void mask_set_range(uint8_t *bits, size_t off, size_t n);
 /* Top-k selection of one slice: sets bit (bit_off + j) of bits for the k largest |c[j]|, j < n, ties broken
  * toward the lower index; the target bits must be 0 on entry. Sort-free: radix select over the bit patterns of
  * |c| (for non-negative floats the unsigned order of the bits is the numeric order; NaN ranks above inf), 4
- * histogram passes of 8 bits and one marking pass, O(n). tmp is scratch of n uint32. */
+ * histogram passes of 8 bits and one marking pass, O(n). tmp is scratch of n uint32. OpenMP-parallel: the
+ * histograms are integer counts and the tie fix-up takes equal keys in index order block by block, so the
+ * result does not depend on the thread count; threads write disjoint bytes of bits. */
 void scape_topk_mask(const float *c, size_t n, size_t k, uint8_t *bits, size_t bit_off, uint32_t *tmp);
 
 /* Corrected local momentum of the elements [lo, hi) (SCAPE.md section 3 item 1), written over the gradient:

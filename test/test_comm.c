@@ -130,6 +130,27 @@ TEST(byte_counters_follow_the_ring_formulas) {
     free(x); free(g);
 }
 
+/* The communication thread's busy and CPU time are counted and reset by comm_stats_take; while it waits for a
+ * late peer (rank 0 queues an all-reduce, the others join 300 ms later) it sleeps between MPI_Tests instead of
+ * busy polling: its CPU time stays under half of the time it spent in the collective. */
+TEST(comm_thread_busy_time_counted_and_waiting_does_not_spin) {
+    CommStats cs;
+    comm_barrier();
+    comm_stats_take(&cs);
+    size_t n = 1 << 20;
+    float *buf = xcalloc(n, sizeof(float), "buf");
+    if (R != 0) usleep(300 * 1000);
+    comm_wait(comm_iallreduce_avg_f32(buf, n));
+    comm_stats_take(&cs);
+    CHECK(cs.busy_ms > 0 && cs.cpu_ms >= 0, "busy %.3f ms, cpu %.3f ms: expected busy > 0, cpu >= 0", cs.busy_ms, cs.cpu_ms);
+    if (R == 0 && N > 1)
+        CHECK(cs.busy_ms >= 250 && cs.cpu_ms < 0.5 * cs.busy_ms,
+              "rank 0 waited in the all-reduce %.1f ms (want >= 250) using %.1f ms of CPU (want < half)", cs.busy_ms, cs.cpu_ms);
+    comm_stats_take(&cs);
+    CHECK(cs.busy_ms == 0 && cs.cpu_ms == 0, "after a take without jobs: busy %.3f, cpu %.3f, expected 0", cs.busy_ms, cs.cpu_ms);
+    free(buf);
+}
+
 int main(int argc, char **argv) {
     comm_init(&argc, &argv);
     R = comm_rank();
@@ -151,6 +172,7 @@ int main(int argc, char **argv) {
     MPI_RUN_TEST(allgatherv_in_place_fills_every_part);
     MPI_RUN_TEST(bcast_and_control_helpers_agree_everywhere);
     MPI_RUN_TEST(byte_counters_follow_the_ring_formulas);
+    MPI_RUN_TEST(comm_thread_busy_time_counted_and_waiting_does_not_spin);
     comm_finalize();
     TEST_EXIT();
 }

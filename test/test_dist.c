@@ -9,6 +9,7 @@
  * With --save DIR / --resume DIR it writes / reads per-rank state for test/test_dist_resume.sh.
  */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -572,6 +573,60 @@ TEST(resume_on_other_world_starts_from_mean_residual) {
     toy_free(&m);
 }
 
+/* The parallel passes of a SCAPE step (norm, update, top-k, corrected momentum) give the same bits on 1 and 3
+ * threads: a table with slices large enough to be cut into many chunks and top-k blocks, at odd offsets. */
+static void run_big_scape(int threads, float **p_out, float **m_out, float **r_out, uint8_t **mask_out, size_t *P_out) {
+    ParamTable tab = {0};
+    size_t s1[1];
+    s1[0] = 300007; param_table_add(&tab, "wte", -1, 1, 1, 1, s1);
+    s1[0] = 77;     param_table_add(&tab, "b", 0, 0, 0, 1, s1);
+    s1[0] = 150001; param_table_add(&tab, "w", 0, 0, 1, 1, s1);
+    for (int i = 0; i < tab.n; i++) tab.slices[i].dense_only = !tab.slices[i].decay;
+    tab.num_buckets = 2;
+    size_t P = tab.total;
+    float *p = xmalloc(P * sizeof(float), "p"), *g = xcalloc(P, sizeof(float), "g");
+    Rng r;
+    rng_seed(&r, 5);
+    rng_normal(&r, p, P, 0.0f, 0.02f);
+    DistConfig cfg = sparse_config();
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    DistOptim *d = distopt_create(&tab, p, g, &cfg);
+    for (int t = 1; t <= 5; t++) {
+        rng_seed(&r, 100 + (uint64_t)t * 7 + (uint64_t)R);
+        rng_normal(&r, g, P, 0.0f, 1.0f);
+        for (size_t j = 0; j < P; j += 97) g[j] = 0.5f; /* ties for the top-k */
+        for (int b = 1; b >= 0; b--) distopt_bucket_ready(d, b);
+        float norm;
+        distopt_step(d, t, 1e-2f, &norm);
+    }
+    *p_out = p;
+    *m_out = xmalloc(P * sizeof(float), "m");
+    memcpy(*m_out, distopt_moment(d), P * sizeof(float));
+    *r_out = xmalloc(P * sizeof(float), "r");
+    memcpy(*r_out, distopt_residual(d), P * sizeof(float));
+    *mask_out = xmalloc(mask_bytes(P), "mask");
+    memcpy(*mask_out, distopt_mask(d, 1), mask_bytes(P));
+    *P_out = P;
+    distopt_free(d);
+    omp_set_num_threads(saved);
+    free(g);
+    param_table_free(&tab);
+}
+
+TEST(scape_step_is_bit_identical_on_1_and_3_threads) {
+    float *p1, *m1, *r1, *p3, *m3, *r3;
+    uint8_t *k1, *k3;
+    size_t P;
+    run_big_scape(1, &p1, &m1, &r1, &k1, &P);
+    run_big_scape(3, &p3, &m3, &r3, &k3, &P);
+    CHECK(memcmp(p1, p3, P * 4) == 0, "params differ between 1 and 3 threads (max rel %g)", max_rel_diff(p1, p3, P));
+    CHECK(memcmp(m1, m3, P * 4) == 0, "m differs between 1 and 3 threads");
+    CHECK(memcmp(r1, r3, P * 4) == 0, "residual differs between 1 and 3 threads");
+    CHECK(memcmp(k1, k3, mask_bytes(P)) == 0, "next mask differs between 1 and 3 threads");
+    free(p1); free(m1); free(r1); free(k1); free(p3); free(m3); free(r3); free(k3);
+}
+
 int main(int argc, char **argv) {
     comm_init(&argc, &argv);
     R = comm_rank();
@@ -595,6 +650,7 @@ int main(int argc, char **argv) {
     MPI_RUN_TEST(inv1_density_one_equals_dense_adams_and_residual_stays_zero);
     MPI_RUN_TEST(inv2_3_5_7_conservation_identical_state_mask_lag_and_ghat);
     MPI_RUN_TEST(inv4_owned_masks_are_exact_topk_and_norms_dense);
+    MPI_RUN_TEST(scape_step_is_bit_identical_on_1_and_3_threads);
     MPI_RUN_TEST(inv6_one_payload_allreduce_and_one_mask_allgather_per_step_with_formula_bytes);
     MPI_RUN_TEST(inv8_scape_save_resume_continues_bit_identically);
     MPI_RUN_TEST(dense_adamw_zero1_save_resume_continues_bit_identically);

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# test/test_scape_gpt2.sh [TRAIN_GPT] [DATA] - SCAPE and data parallelism through the whole GPT-2 trainer on real
+# tokens (the sotu shards of `make data`), a tiny model (d2c32h2t32, 1.6M parameters, mostly wte), N = 1..4 ranks
+# under mpirun: density 1 == dense AdamS; every rank ends with identical parameters and shared SCAPE state
+# (SCAPE_CHECK_SYNC=1, scape/dist.c); SCAPE save/resume/continue == uninterrupted at N=1 and N=4 (losses and model
+# file bytes); N ranks x batch B == 1 rank x batch N*B; ZeRO-1 == no ZeRO; logged comm_bytes_sent == SCAPE.md
+# section 6 for this model's slice table; a killed rank ends the job non-zero in bounded time; resume on another
+# N says so in one line and continues. Prints "ok <name>"/"FAIL <name>: ..."; temp files under build/ go on exit.
+set -u
+TRAIN=${1:-./train_gpt}
+DATA=${2:-data}
+PY=/usr/bin/python3
+[ -x "$TRAIN" ] || { echo "FAIL trainer_present: $TRAIN not found; run 'make train_gpt'"; exit 1; }
+[ -s "$DATA/sotu/gpt2/sotu_train_000000.bin" ] || { echo "FAIL data_present: $DATA/sotu/gpt2 has no shards; run 'make data'"; exit 1; }
+TMP=$(mktemp -d build/test_scape_gpt2.XXXXXX)
+[ -n "${KEEP_TMP:-}" ] || trap 'rm -rf "$TMP"' EXIT
+MPI=(env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none)
+MODEL=d2c32h2t32
+RUN=("$TRAIN" --model $MODEL --data "$DATA" --seq 16 --steps 6 --warmup 2 --lr 3e-3 --eval-every 0 --eval-batches 1
+     --sample-every 0 --threads 1 --shuffle 0)
+failures=0
+ok() { echo "ok $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+# run NAME NP ARGS...: trains into $TMP/NAME, output in $TMP/NAME.out
+run() {
+    local name=$1 np=$2; shift 2
+    "${MPI[@]}" -np "$np" "${RUN[@]}" --out "$TMP/$name" "$@" > "$TMP/$name.out" 2>&1
+}
+# compare A B TOL PTOL PFRAC: train losses of two runs agree to relative TOL, and their final model files (llm.c
+# layout: 256 int32 header, then fp32) to absolute PTOL, with at most a fraction PFRAC of the parameters more than
+# 1e-6 apart. (Adam-type updates divide by sqrt(nu) + eps: where a gradient is ~eps a rounding difference moves
+# that parameter by up to ~lr per step, so a few such coordinates are expected; PTOL bounds them by ~lr.)
+compare() {
+    $PY - "$TMP/$1" "$TMP/$2" "$3" "$4" "$5" <<'PYEOF'
+import json, sys, glob, array, os
+a, b, tol, ptol, pfrac = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+def losses(d):
+    return [e["train_loss"] for e in map(json.loads, open(os.path.join(d, "log.jsonl"))) if e["event"] == "train"]
+def params(d):
+    ck = sorted(glob.glob(os.path.join(d, "ckpt_*")), key=lambda p: int(p.rsplit("_", 1)[1]))[-1]
+    x = array.array("f"); x.frombytes(open(os.path.join(ck, "model.bin"), "rb").read()[1024:]); return x
+la, lb = losses(a), losses(b)
+if len(la) != len(lb) or not la: sys.exit("loss rows %d vs %d" % (len(la), len(lb)))
+dl = max(abs(x - y) / max(abs(x), 1e-30) for x, y in zip(la, lb))
+pa, pb = params(a), params(b)
+if len(pa) != len(pb): sys.exit("model sizes %d vs %d" % (len(pa), len(pb)))
+diffs = [abs(x - y) for x, y in zip(pa, pb)]
+dp = max(diffs)
+far = sum(1 for x in diffs if x > 1e-6)
+print("losses max rel %.3g, params max abs %.3g, %d of %d params differ by > 1e-6" % (dl, dp, far, len(pa)))
+if dl > tol or dp > ptol or far > pfrac * len(pa):
+    sys.exit("losses max rel diff %.3g (tolerance %g); params max abs diff %.3g (tolerance %g), %d of %d differ by "
+             "more than 1e-6 (at most %g allowed)" % (dl, tol, dp, ptol, far, len(pa), pfrac * len(pa)))
+PYEOF
+}
+
+# 1. SCAPE at density 1 is dense AdamS (same N = 2); reconstruction g_hat rounds, so within 1e-5
+if run adams2 2 --batch 2 --optimizer adams && run scape1_2 2 --batch 2 --optimizer scape --density 1; then
+    if msg=$(compare adams2 scape1_2 1e-5 1e-4 1e-4 2>&1); then ok "scape_density_1_equals_dense_adams_2_ranks ($msg)"
+    else fail scape_density_1_equals_dense_adams_2_ranks "$msg"; fi
+else fail scape_density_1_equals_dense_adams_2_ranks "$(tail -2 "$TMP/adams2.out" "$TMP/scape1_2.out")"; fi
+
+# 2. identical parameters, m and masks on every rank after sparse training (3 ranks, uneven owners)
+if "${MPI[@]}" -np 3 -x SCAPE_CHECK_SYNC=1 "${RUN[@]}" --out "$TMP/sync3" --batch 2 --optimizer scape --density 0.05 \
+       > "$TMP/sync3.out" 2>&1 && grep -q "sync check: parameters and shared optimizer state identical on 3 ranks" "$TMP/sync3.out"; then
+    ok scape_every_rank_holds_identical_state_3_ranks
+else fail scape_every_rank_holds_identical_state_3_ranks "$(grep -E 'sync|error' "$TMP/sync3.out" | head -2)"; fi
+
+# 3. SCAPE save at step 3, resume, continue == uninterrupted, N = 1 and N = 4 (bit for bit)
+for np in 1 4; do
+    name=scape_save_resume_continue_bitwise_n$np
+    S=(--batch 2 --optimizer scape --density 0.1 --density-start 1 --density-warmup 3)
+    if run res$np.a $np "${S[@]}" --ckpt-every 3 --keep-ckpts 0 && run res$np.b $np "${S[@]}" --resume "$TMP/res$np.a/ckpt_3"; then
+        if ! cmp -s "$TMP/res$np.a/ckpt_6/model.bin" "$TMP/res$np.b/ckpt_6/model.bin"; then fail $name "ckpt_6/model.bin differs after resume"
+        elif ! diff <(grep '"event": "train"' "$TMP/res$np.a/log.jsonl" | grep -oE '"step": [4-6], "train_loss": [^,]+') \
+                    <(grep '"event": "train"' "$TMP/res$np.b/log.jsonl" | grep -oE '"step": [0-9]+, "train_loss": [^,]+') > /dev/null
+        then fail $name "losses of steps 4-6 differ after resume"
+        else ok $name; fi
+    else fail $name "$(tail -2 "$TMP/res$np.a.out" "$TMP/res$np.b.out")"; fi
+done
+
+# 4. N ranks x batch B == 1 rank x batch N*B (dense AdamW, reduction order only)
+if run full1 1 --batch 4 --optimizer adamw && run split2 2 --batch 2 --optimizer adamw; then
+    if msg=$(compare full1 split2 1e-5 1e-4 1e-4 2>&1); then ok "two_ranks_batch_2_equal_one_rank_batch_4 ($msg)"
+    else fail two_ranks_batch_2_equal_one_rank_batch_4 "$msg"; fi
+else fail two_ranks_batch_2_equal_one_rank_batch_4 "$(tail -2 "$TMP/full1.out" "$TMP/split2.out")"; fi
+
+# 5. ZeRO-1 == no ZeRO (AdamW, 3 ranks)
+if run nozero3 3 --batch 2 --optimizer adamw && run zero3 3 --batch 2 --optimizer adamw --zero; then
+    if msg=$(compare nozero3 zero3 1e-5 1e-4 1e-4 2>&1); then ok "zero1_equals_no_zero_3_ranks ($msg)"
+    else fail zero1_equals_no_zero_3_ranks "$msg"; fi
+else fail zero1_equals_no_zero_3_ranks "$(tail -2 "$TMP/nozero3.out" "$TMP/zero3.out")"; fi
+
+# 6. logged comm_bytes_sent == SCAPE.md section 6 for this model's slice table (sync4: N = 4, d = 0.1; steps >= 2,
+#    since step 1 makes its first mask synchronously). Per rank and step: payload all-reduce 2*4*K(N-1)/N, mask
+#    all-gather of the owners' byte-padded segments S(N-1)/N, plus the trainer's control traffic: one max-i64
+#    all-reduce (non-finite flag, 2*8(N-1)/N) and the f64 mean-loss sum (an all-gather, 8(N-1)). Counters sum the
+#    numerators and divide by N once.
+if run bytes4 4 --batch 2 --optimizer scape --density 0.1; then
+    if msg=$($PY - "$TMP/bytes4/log.jsonl" $MODEL 4 0.1 <<'PYEOF' 2>&1
+import json, sys, math, re
+log, model, N, d = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+L, C, NH, maxT = map(int, re.fullmatch(r"d(\d+)c(\d+)h(\d+)t(\d+)", model).groups())
+Vp = 50304
+# train_gpt.c gpt2_build_table: (name, numel, decay) in memory order
+tab = [("wte", Vp * C, 1), ("wpe", maxT * C, 1)]
+per = [("ln1w", C, 0), ("ln1b", C, 0), ("qkvw", 3 * C * C, 1), ("qkvb", 3 * C, 0), ("attprojw", C * C, 1),
+       ("attprojb", C, 0), ("ln2w", C, 0), ("ln2b", C, 0), ("fcw", 4 * C * C, 1), ("fcb", 4 * C, 0),
+       ("fcprojw", 4 * C * C, 1), ("fcprojb", C, 0)]
+for n, k, dec in per:
+    tab += [(n, k, dec)] * L
+tab += [("lnfw", C, 0), ("lnfb", C, 0)]
+P = sum(t[1] for t in tab)
+offs = [sum(t[1] for t in tab[:i]) for i in range(len(tab))]
+# K: per slice max(1, floor(d n + 1e-6)) (scape_k), dense (all) for norm gains and biases
+import struct
+d32 = struct.unpack("f", struct.pack("f", d))[0]   # --density is a float
+K = sum(n if not dec else min(n, max(1, math.floor(d32 * n + 1e-6))) for _, n, dec in tab)
+# owners: boundary r = the slice start nearest r P / N (ties to the earlier), scape.c owner_table_build
+first = [0]; s = 0
+for r in range(1, N):
+    target = P * r / N
+    while s < len(tab):
+        here = offs[s]; nxt = offs[s + 1] if s + 1 < len(tab) else P
+        if abs(nxt - target) < abs(here - target): s += 1
+        else: break
+    first.append(s)
+first.append(len(tab))
+bounds = [offs[f] if f < len(tab) else P for f in first]
+S = sum((bounds[r + 1] - bounds[r] + 7) // 8 for r in range(N))
+want = (8 * K * (N - 1) + S * (N - 1) + 16 * (N - 1) + 8 * (N - 1) * N) // N
+rows = [e for e in map(json.loads, open(log)) if e["event"] == "train" and e["step"] >= 2]
+bad = [(e["step"], e["comm_bytes_sent"]) for e in rows if e["comm_bytes_sent"] != want]
+if not rows or bad: sys.exit("expected %d bytes/step (K=%d of P=%d, mask segments %d B), got %s" % (want, K, P, S, bad[:3]))
+print("K=%d P=%d bytes=%d" % (K, P, want))
+PYEOF
+    ); then ok scape_comm_bytes_sent_match_section_6_formula_4_ranks; else fail scape_comm_bytes_sent_match_section_6_formula_4_ranks "$msg"; fi
+else fail scape_comm_bytes_sent_match_section_6_formula_4_ranks "$(tail -2 "$TMP/bytes4.out")"; fi
+
+# 7. a rank killed mid-training (SIGKILL) ends the job non-zero within the timeout
+"${MPI[@]}" -np 2 "${RUN[@]}" --out "$TMP/kill" --batch 2 --optimizer scape --density 0.1 --steps 100000 > "$TMP/kill.out" 2>&1 &
+job=$!
+for _ in $(seq 1 100); do grep -q "step      2/" "$TMP/kill.out" 2>/dev/null && break; sleep 0.2; done
+victim=""
+for p in $(pgrep -f -- "--out $TMP/kill"); do   # a rank process itself, never mpirun/timeout
+    [ "$(cat /proc/$p/comm 2>/dev/null)" = "$(basename "$TRAIN")" ] && victim=$p
+done
+t0=$(date +%s)
+if [ -n "$victim" ]; then kill -9 "$victim"; else kill "$job"; fi
+wait $job; rc=$?
+secs=$(( $(date +%s) - t0 ))
+if [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $secs -lt 60 ]; then ok "killed_rank_ends_training_nonzero_in_bounded_time (rc $rc, ${secs}s)"
+else fail killed_rank_ends_training_nonzero_in_bounded_time "killed rank pid '${victim}', job rc $rc after ${secs}s (want non-zero, not 124, < 60 s)"; fi
+
+# 8. resume a 4-rank SCAPE checkpoint on 2 ranks: one line says so, the run continues to the end
+if run w42 2 --batch 2 --optimizer scape --density 0.1 --density-start 1 --density-warmup 3 --resume "$TMP/res4.a/ckpt_3" \
+   && [ "$(grep -c "note: resuming a 4-rank checkpoint on 2 ranks" "$TMP/w42.out")" = 1 ] && [ -s "$TMP/w42/ckpt_6/model.bin" ]; then
+    ok scape_resume_4_rank_checkpoint_on_2_ranks
+else fail scape_resume_4_rank_checkpoint_on_2_ranks "$(grep -E 'note|error' "$TMP/w42.out" | head -2)"; fi
+
+[ "$failures" -eq 0 ]
