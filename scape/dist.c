@@ -8,6 +8,9 @@
  *                 the masked values; at the step, the next mask (owners' top-k) goes out on an asynchronous
  *                 all-gather that the next step's first bucket waits for, then error feedback and the masked
  *                 AdamS update. m is stored densely (P floats, zero off the mask); checkpoints hold it compactly.
+ *   topk-ef:      per bucket acc = e + g into stage (flat), per-slice top-k of |acc|, the (index, value) pairs on
+ *                 one all-gather; at the step the average of all ranks' pairs, e = acc off the selection, AdamW.
+ *   Optionally (distopt_mask_stats_enable) rank 0 measures mask stability (Jaccard, kept energy) per slice.
  * Built with -ffp-contract=off (scape/module.mk) so every rank and every run rounds identically.
  * Not for: the collectives themselves (comm.c), top-k and masks (scape.c), the dense update formulas (optim.c).
  */
@@ -23,6 +26,13 @@
 
 #define DIST_MAGIC 0x45504353u /* "SCPE" */
 #define DIST_VERSION 1
+
+/* one selected coordinate of topk-ef on the wire: flat index and value, 8 bytes */
+typedef struct {
+    uint32_t idx;
+    float val;
+} TopkPair;
+_Static_assert(sizeof(TopkPair) == 8, "topk-ef pairs are 8 bytes on the wire");
 
 struct DistOptim {
     const ParamTable *tab;
@@ -65,6 +75,21 @@ struct DistOptim {
     int *ch_slice, *ch_bucket;
     double *ch_ss;
     int *ch_bad;
+    /* topk-ef: r is e_i, m and v AdamW's; mask_cur this rank's selection S_t, stage acc_i (P, flat) */
+    TopkPair *pairs;       /* per bucket: world consecutive parts of K_b pairs, at world * pair_off[b] */
+    size_t pairs_cap;      /* pairs allocated */
+    size_t *pair_off;      /* per bucket: sum of K_b' over earlier buckets */
+    int cur_t;             /* the step whose buckets are on the wire */
+    /* mask statistics (rank 0) */
+    int st_on;
+    int st_valid;          /* st holds the last completed step's values */
+    DistMaskStats st;
+    int *st_slice;
+    double *st_jm, *st_em, *st_jg, *st_eg;
+    float *st_g;           /* SCAPE: copy of rank 0's g_i */
+    uint8_t *st_gcur, *st_gprev; /* raw-gradient masks G_t, G_{t-1} (SCAPE); topk-ef keeps S_{t-1} in st_gprev */
+    int st_gprev_t;        /* step of st_gprev, -1 none */
+    uint32_t *st_tmp;      /* top-k scratch, max slice numel */
 };
 
 #define SCAPE_CHUNK 16384
@@ -74,14 +99,17 @@ static int slice_sparse(const DistOptim *d, const ParamSlice *s) {
 }
 
 DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, const DistConfig *cfg) {
-    if (cfg->opt.kind != OPT_ADAMW && cfg->opt.kind != OPT_ADAMS && cfg->opt.kind != OPT_SCAPE)
-        fatal("distopt_create: optimizer kind %d is not supported; use adamw, adams or scape", cfg->opt.kind);
-    if (cfg->opt.kind == OPT_SCAPE && !(cfg->density > 0 && cfg->density <= 1))
+    if (cfg->opt.kind != OPT_ADAMW && cfg->opt.kind != OPT_ADAMS && cfg->opt.kind != OPT_SCAPE && cfg->opt.kind != OPT_TOPK_EF)
+        fatal("distopt_create: optimizer kind %d is not supported; use adamw, adams, scape or topk-ef", cfg->opt.kind);
+    int sparse = cfg->opt.kind == OPT_SCAPE || cfg->opt.kind == OPT_TOPK_EF;
+    if (sparse && !(cfg->density > 0 && cfg->density <= 1))
         fatal("--density %g is outside (0, 1]; 0.1 means 90%% sparsity", cfg->density);
-    if (cfg->opt.kind == OPT_SCAPE && !(cfg->density_start > 0 && cfg->density_start <= 1))
+    if (sparse && !(cfg->density_start > 0 && cfg->density_start <= 1))
         fatal("density start %g is outside (0, 1]; use 1 for the default warm-up from dense", cfg->density_start);
-    if (cfg->opt.kind == OPT_SCAPE && cfg->zero)
-        fatal("--zero 1 applies to the dense optimizers; SCAPE already partitions its work by owner, drop --zero");
+    if (sparse && cfg->zero)
+        fatal("--zero 1 applies to the dense optimizers adamw/adams; drop --zero for scape and topk-ef");
+    if (cfg->opt.kind == OPT_TOPK_EF && tab->total > UINT32_MAX)
+        fatal("topk-ef sends 32-bit indices but the model has %zu parameters; use a model under 2^32 parameters", tab->total);
     if (!(cfg->opt.beta1 >= 0 && cfg->opt.beta1 < 1)) fatal("beta1 %g is outside [0, 1)", cfg->opt.beta1);
     DistOptim *d = xcalloc(1, sizeof *d, "DistOptim");
     d->tab = tab;
@@ -170,6 +198,18 @@ DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, co
         for (int i = d->own.first[d->rank]; i < d->own.first[d->rank + 1]; i++)
             if (tab->slices[i].numel > maxn) maxn = tab->slices[i].numel;
         d->topk_tmp = xmalloc(maxn * sizeof(uint32_t), "top-k scratch");
+    } else if (cfg->opt.kind == OPT_TOPK_EF) {
+        d->slo = 0;
+        d->shi = d->P;
+        d->m = xcalloc(d->P, sizeof(float), "AdamW first moment");
+        d->v = xcalloc(d->P, sizeof(float), "AdamW second moment");
+        d->r = xcalloc(d->P, sizeof(float), "topk-ef error feedback");
+        d->mask_cur = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "topk-ef selection");
+        d->pair_off = xcalloc((size_t)d->nb, sizeof(size_t), "topk-ef bucket offsets");
+        size_t maxn = 1;
+        for (int i = 0; i < tab->n; i++)
+            if (tab->slices[i].numel > maxn) maxn = tab->slices[i].numel;
+        d->topk_tmp = xmalloc(maxn * sizeof(uint32_t), "top-k scratch");
     } else {
         d->slo = cfg->zero ? d->own.lo[d->rank] : 0;
         d->shi = cfg->zero ? d->own.hi[d->rank] : d->P;
@@ -203,6 +243,9 @@ static void sync_check(DistOptim *d) {
         h = fnv1a(h, d->m, d->P * sizeof(float));
         if (d->have_cur) h = fnv1a(h, d->mask_cur, mask_bytes(d->P));
         if (d->have_next) h = fnv1a(h, d->mask_next, mask_bytes(d->P));
+    } else if (d->cfg.opt.kind == OPT_TOPK_EF) {
+        h = fnv1a(h, d->m, d->P * sizeof(float));
+        h = fnv1a(h, d->v, d->P * sizeof(float));
     }
     uint64_t *all = xmalloc((size_t)d->world * sizeof(uint64_t), "sync check");
     comm_allgather(&h, all, sizeof h);
@@ -228,12 +271,15 @@ void distopt_free(DistOptim *d) {
     free(d->m); free(d->v); free(d->r); free(d->mask_cur); free(d->mask_next); free(d->seg);
     free(d->seg_bytes); free(d->seg_off); free(d->topk_tmp);
     free(d->ch_lo); free(d->ch_hi); free(d->ch_q); free(d->ch_slice); free(d->ch_bucket); free(d->ch_ss); free(d->ch_bad);
+    free(d->pairs); free(d->pair_off);
+    free(d->st_slice); free(d->st_jm); free(d->st_em); free(d->st_jg); free(d->st_eg); free(d->st_g);
+    free(d->st_gcur); free(d->st_gprev); free(d->st_tmp);
     owner_table_free(&d->own);
     free(d);
 }
 
 float distopt_density(const DistOptim *d, int t) {
-    if (d->cfg.opt.kind != OPT_SCAPE) return 1.0f;
+    if (d->cfg.opt.kind != OPT_SCAPE && d->cfg.opt.kind != OPT_TOPK_EF) return 1.0f;
     return (float)scape_density(d->cfg.density, d->cfg.density_start, d->cfg.density_warmup, t);
 }
 
@@ -267,6 +313,7 @@ static CommHandle scape_make_mask(DistOptim *d, double dens) {
 static void scape_c_bucket(DistOptim *d, int b) {
     for (int k = 0; k < d->bn[b]; k++) {
         const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
+        if (d->st_on) memcpy(d->st_g + s->offset, d->grads + s->offset, s->numel * sizeof(float));
         scape_corrected_momentum(d->grads, d->m, d->r, s->offset, s->offset + s->numel, d->cfg.opt.beta1);
     }
     d->bstate[b] = 1;
@@ -355,10 +402,20 @@ static void dense_unpack_bucket(DistOptim *d, int b) {
     }
 }
 
+static void topk_begin(DistOptim *d, int t);
+static void topk_queue_bucket(DistOptim *d, int b);
+
 void distopt_bucket_ready(void *ctx, int bucket) {
     DistOptim *d = ctx;
     if (bucket < 0 || bucket >= d->nb) fatal("distopt_bucket_ready: bucket %d outside 0..%d", bucket, d->nb - 1);
     if (d->bstate[bucket]) return;
+    if (d->cfg.opt.kind == OPT_TOPK_EF) {
+        /* the step number is not passed here: the one after the last completed step; distopt_step redoes the
+         * selection if the loop's t differs (after a skipped step) */
+        if (!d->step_begun) topk_begin(d, d->last_t + 1);
+        topk_queue_bucket(d, bucket);
+        return;
+    }
     if (d->cfg.opt.kind != OPT_SCAPE) {
         dense_queue_bucket(d, bucket);
         return;
@@ -430,6 +487,220 @@ static int dense_step(DistOptim *d, int t, float lr, float *grad_norm) {
         comm_wait(comm_iallgatherv(d->params, counts, sizeof(float)));
         free(counts);
     }
+    end_step(d);
+    d->last_t = t;
+    return 0;
+}
+
+/* ---- mask statistics ---- */
+
+/* |A n B| / |A u B| over bits [lo, hi) (1 when the union is empty) */
+static double mask_jaccard(const uint8_t *a, const uint8_t *b, size_t lo, size_t hi) {
+    uint64_t in = 0, un = 0;
+    for (size_t j = lo; j < hi; j += 64) {
+        size_t n = hi - j < 64 ? hi - j : 64;
+        uint64_t full = n == 64 ? ~0ull : (1ull << n) - 1;
+        uint64_t x = mask_load64(a, j) & full, y = mask_load64(b, j) & full;
+        in += (uint64_t)__builtin_popcountll(x & y);
+        un += (uint64_t)__builtin_popcountll(x | y);
+    }
+    return un ? (double)in / (double)un : 1.0;
+}
+
+/* sum of x^2 on the mask over sum of x^2, over [lo, hi), in double (1 when x is 0 there) */
+static double mask_energy(const uint8_t *M, const float *x, size_t lo, size_t hi) {
+    double kept = 0, all = 0;
+    for (size_t j = lo; j < hi; j++) {
+        double v = (double)x[j] * (double)x[j];
+        all += v;
+        if (mask_get(M, j)) kept += v;
+    }
+    return all > 0 ? kept / all : 1.0;
+}
+
+void distopt_mask_stats_enable(DistOptim *d, int on) {
+    d->st_on = on && d->rank == 0 && (d->cfg.opt.kind == OPT_SCAPE || d->cfg.opt.kind == OPT_TOPK_EF);
+    if (!d->st_on || d->st_slice) return;
+    int n = d->tab->n;
+    d->st_slice = xmalloc((size_t)n * sizeof(int), "mask statistics");
+    d->st_jm = xmalloc((size_t)n * sizeof(double), "mask statistics");
+    d->st_em = xmalloc((size_t)n * sizeof(double), "mask statistics");
+    d->st_jg = xmalloc((size_t)n * sizeof(double), "mask statistics");
+    d->st_eg = xmalloc((size_t)n * sizeof(double), "mask statistics");
+    d->st_gprev = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "mask statistics");
+    d->st_gprev_t = -1;
+    if (d->cfg.opt.kind == OPT_SCAPE) {
+        size_t maxn = 1;
+        for (int i = 0; i < n; i++)
+            if (d->tab->slices[i].numel > maxn) maxn = d->tab->slices[i].numel;
+        d->st_g = xmalloc(d->P * sizeof(float), "mask statistics");
+        d->st_gcur = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "mask statistics");
+        d->st_tmp = xmalloc(maxn * sizeof(uint32_t), "mask statistics");
+    }
+}
+
+const DistMaskStats *distopt_mask_stats(const DistOptim *d) { return d->st_valid ? &d->st : NULL; }
+
+/* Fills d->st for step t. gmask/gvec: the raw-gradient mask of this step and the vector its energy is of (SCAPE:
+ * made here from st_g; topk-ef: the selection and acc). mprev: M_{t-1} (SCAPE, NULL if none). */
+static void stats_compute(DistOptim *d, int t, const uint8_t *gmask, const float *gvec, const uint8_t *mprev,
+                          const float *c) {
+    int scape = d->cfg.opt.kind == OPT_SCAPE;
+    int have_gprev = d->st_gprev_t == t - 1;
+    double w = 0, sjm = 0, sem = 0, sjg = 0, seg = 0;
+    int n = 0;
+    for (int i = 0; i < d->tab->n; i++) {
+        const ParamSlice *s = &d->tab->slices[i];
+        if (!slice_sparse(d, s)) continue;
+        size_t lo = s->offset, hi = s->offset + s->numel;
+        d->st_slice[n] = i;
+        d->st_jg[n] = have_gprev ? mask_jaccard(gmask, d->st_gprev, lo, hi) : NAN;
+        d->st_eg[n] = mask_energy(gmask, gvec, lo, hi);
+        if (scape) {
+            d->st_jm[n] = mprev ? mask_jaccard(d->mask_cur, mprev, lo, hi) : NAN;
+            d->st_em[n] = mask_energy(d->mask_cur, c, lo, hi);
+            sjm += (double)s->numel * d->st_jm[n];
+            sem += (double)s->numel * d->st_em[n];
+        }
+        sjg += (double)s->numel * d->st_jg[n];
+        seg += (double)s->numel * d->st_eg[n];
+        w += (double)s->numel;
+        n++;
+    }
+    d->st.step = t;
+    d->st.n = n;
+    d->st.slice = d->st_slice;
+    d->st.jaccard_m = scape ? d->st_jm : NULL;
+    d->st.energy_m = scape ? d->st_em : NULL;
+    d->st.jaccard_g = d->st_jg;
+    d->st.energy_g = d->st_eg;
+    d->st.mean_jaccard_m = scape && w > 0 ? sjm / w : NAN;
+    d->st.mean_energy_m = scape && w > 0 ? sem / w : NAN;
+    d->st.mean_jaccard_g = w > 0 ? sjg / w : NAN;
+    d->st.mean_energy_g = w > 0 ? seg / w : NAN;
+    memcpy(d->st_gprev, gmask, mask_bytes(d->P));
+    d->st_gprev_t = t;
+    d->st_valid = 1;
+}
+
+/* SCAPE's statistics at step t, before the next mask goes out: the hypothetical raw-gradient mask G_t from the
+ * copy of g made per bucket, M_t vs M_{t-1}. */
+static void scape_stats(DistOptim *d, int t, int have_prev) {
+    double dens = scape_density(d->cfg.density, d->cfg.density_start, d->cfg.density_warmup, t);
+    memset(d->st_gcur, 0, mask_bytes(d->P));
+    for (int i = 0; i < d->tab->n; i++) {
+        const ParamSlice *s = &d->tab->slices[i];
+        if (!slice_sparse(d, s)) continue;
+        scape_topk_mask(d->st_g + s->offset, s->numel, scape_k(dens, s->numel), d->st_gcur, s->offset, d->st_tmp);
+    }
+    stats_compute(d, t, d->st_gcur, d->st_g, have_prev ? d->mask_next : NULL, d->grads);
+}
+
+/* ---- topk-ef pieces (formulas at distopt_create in dist.h) ---- */
+
+/* Start of step t's communication: K_b per bucket from the density at t, room for the all-gathers, S_t cleared. */
+static void topk_begin(DistOptim *d, int t) {
+    double dens = scape_density(d->cfg.density, d->cfg.density_start, d->cfg.density_warmup, t);
+    size_t K = 0;
+    for (int b = 0; b < d->nb; b++) {
+        d->pair_off[b] = K;
+        size_t kb = 0;
+        for (int k = 0; k < d->bn[b]; k++) {
+            const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
+            kb += slice_sparse(d, s) ? scape_k(dens, s->numel) : s->numel;
+        }
+        d->bucket_k[b] = kb;
+        K += kb;
+    }
+    size_t need = K * (size_t)d->world;
+    if (need > d->pairs_cap) { /* nothing is in flight at a step's start, so the buffer may move */
+        free(d->pairs);
+        d->pairs = xmalloc((need ? need : 1) * sizeof(TopkPair), "topk-ef all-gather buffer");
+        d->pairs_cap = need;
+    }
+    memset(d->mask_cur, 0, mask_bytes(d->P));
+    d->cur_t = t;
+    d->step_begun = 1;
+}
+
+/* acc = e + g over bucket b into stage, S_t of its slices, this rank's pairs, and the bucket's all-gather. */
+static void topk_queue_bucket(DistOptim *d, int b) {
+    double dens = scape_density(d->cfg.density, d->cfg.density_start, d->cfg.density_warmup, d->cur_t);
+    float *acc = d->stage;
+    TopkPair *all = d->pairs + (size_t)d->world * d->pair_off[b];
+    TopkPair *out = all + (size_t)d->rank * d->bucket_k[b];
+    size_t q = 0;
+    for (int k = 0; k < d->bn[b]; k++) {
+        const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
+        size_t lo = s->offset, hi = s->offset + s->numel;
+        for (size_t j = lo; j < hi; j++) acc[j] = d->r[j] + d->grads[j];
+        if (!slice_sparse(d, s)) mask_set_range(d->mask_cur, lo, s->numel);
+        else scape_topk_mask(acc + lo, s->numel, scape_k(dens, s->numel), d->mask_cur, lo, d->topk_tmp);
+        for (size_t j = lo; j < hi; j++)
+            if (mask_get(d->mask_cur, j)) out[q++] = (TopkPair){(uint32_t)j, acc[j]};
+    }
+    if (q != d->bucket_k[b]) fatal("topk-ef: bucket %d selected %zu coordinates, expected %zu", b, q, d->bucket_k[b]);
+    size_t *counts = xmalloc((size_t)d->world * sizeof(size_t), "topk-ef counts");
+    for (int r = 0; r < d->world; r++) counts[r] = d->bucket_k[b];
+    d->bh[b] = comm_iallgatherv(all, counts, sizeof(TopkPair));
+    free(counts);
+    d->bstate[b] = 2;
+}
+
+static int topk_step(DistOptim *d, int t, float lr, float *grad_norm) {
+    if (d->step_begun && d->cur_t != t) {
+        /* buckets went out for another step number (the loop retried or skipped one): redo them for t */
+        for (int b = 0; b < d->nb; b++) {
+            comm_wait(d->bh[b]);
+            d->bstate[b] = 0;
+        }
+        d->step_begun = 0;
+    }
+    if (!d->step_begun) topk_begin(d, t);
+    for (int b = 0; b < d->nb; b++)
+        if (!d->bstate[b]) topk_queue_bucket(d, b);
+    for (int b = 0; b < d->nb; b++) comm_wait(d->bh[b]);
+    const float *acc = d->stage;
+    if (d->dbg_c) memcpy(d->dbg_c, acc, d->P * sizeof(float));
+    if (d->dbg_s)
+        for (size_t j = 0; j < d->P; j++) d->dbg_s[j] = mask_get(d->mask_cur, j) ? acc[j] : 0.0f;
+    /* a non-finite acc anywhere would poison e forever even if unselected: every rank must agree to skip */
+    int64_t bad = 0;
+    for (size_t j = 0; j < d->P; j++) bad |= !isfinite(acc[j]);
+    comm_allreduce_max_i64(&bad, 1);
+    /* g = (1/N) sum_i scatter(pairs of rank i), summed in rank order; rank 0's values are assigned, so at density 1
+     * g is bit for bit what the dense all-reduce gives for N <= 2 */
+    float *g = d->grads;
+    memset(g, 0, d->P * sizeof(float));
+    const float fN = (float)d->world;
+    for (int b = 0; b < d->nb; b++) {
+        const TopkPair *all = d->pairs + (size_t)d->world * d->pair_off[b];
+        size_t kb = d->bucket_k[b];
+        for (size_t q = 0; q < kb; q++) g[all[q].idx] = all[q].val;
+        for (int r = 1; r < d->world; r++)
+            for (size_t q = 0; q < kb; q++) g[all[(size_t)r * kb + q].idx] += all[(size_t)r * kb + q].val;
+    }
+    if (d->world > 1)
+        for (size_t j = 0; j < d->P; j++) g[j] /= fN;
+    if (d->dbg_ghat) memcpy(d->dbg_ghat, g, d->P * sizeof(float));
+    double ss = sumsq(g, 0, d->P);
+    float norm = bad ? NAN : (float)sqrt(ss);
+    *grad_norm = norm;
+    d->cur_t = -1;
+    if (!isfinite(norm)) {
+        end_step(d);
+        return 1;
+    }
+    if (d->st_on) stats_compute(d, t, d->mask_cur, acc, NULL, NULL);
+    for (size_t j = 0; j < d->P; j++) d->r[j] = mask_get(d->mask_cur, j) ? 0.0f : acc[j];
+    if (d->cfg.clip > 0 && norm > d->cfg.clip) {
+        float sc = d->cfg.clip / (norm + 1e-6f);
+        for (size_t j = 0; j < d->P; j++) g[j] *= sc;
+    }
+    adamw_update(d->tab, d->params, g, d->m, d->v, 0, d->P, t, lr, &d->cfg.opt);
+    d->last_k = 0;
+    for (int b = 0; b < d->nb; b++) d->last_k += d->bucket_k[b];
+    d->have_cur = 1;
     end_step(d);
     d->last_t = t;
     return 0;
@@ -631,6 +902,7 @@ static int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
     int clipped = d->cfg.clip > 0 && norm > d->cfg.clip;
     if (clipped) sc = d->cfg.clip / (norm + 1e-6f);
 
+    if (d->st_on) scape_stats(d, t, d->swapped && !bootstrapped);
     /* next mask from |c| (c still in grads), gathered while the update and the next forward/backward run */
     d->next_h = scape_make_mask(d, scape_density(d->cfg.density, d->cfg.density_start, d->cfg.density_warmup, t + 1));
 
@@ -645,7 +917,10 @@ static int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
 int distopt_step(DistOptim *d, int t, float lr, float *grad_norm) {
     if (t < 1) fatal("distopt_step: step %d < 1; steps count from 1", t);
     float gn = 0;
-    int skipped = d->cfg.opt.kind == OPT_SCAPE ? scape_step(d, t, lr, &gn) : dense_step(d, t, lr, &gn);
+    d->st_valid = 0;
+    int skipped = d->cfg.opt.kind == OPT_SCAPE     ? scape_step(d, t, lr, &gn)
+                  : d->cfg.opt.kind == OPT_TOPK_EF ? topk_step(d, t, lr, &gn)
+                                                   : dense_step(d, t, lr, &gn);
     if (grad_norm) *grad_norm = gn;
     return skipped;
 }
@@ -663,6 +938,7 @@ const float *distopt_moment(const DistOptim *d) { return d->m; }
 const float *distopt_residual(const DistOptim *d) { return d->r; }
 
 const uint8_t *distopt_mask(DistOptim *d, int next) {
+    if (d->cfg.opt.kind == OPT_TOPK_EF) return !next && d->have_cur ? d->mask_cur : NULL;
     if (d->cfg.opt.kind != OPT_SCAPE) return NULL;
     if (!next) return d->have_cur ? d->mask_cur : NULL;
     scape_collect_next(d);
@@ -679,6 +955,7 @@ void distopt_debug_capture(DistOptim *d, float *c, float *s, float *ghat) {
  * header, then
  *   adamw/adams: m (and v) over [lo, hi) (the owned shard with ZeRO-1, else everything)
  *   scape:       r (P), mask_cur (P bits, if have_cur), mask_next (P bits, if have_next), m on mask_cur (K)
+ *   topk-ef:     e (P), m (P), v (P)
  * Every rank's blob holds the shared SCAPE state (masks, m) too, so a rank can resume from its own file alone. */
 typedef struct {
     uint32_t magic, version;
@@ -701,6 +978,8 @@ size_t distopt_state_bytes(const DistOptim *d) {
         if (d->have_cur) n += blob_mask_bytes(d->P);
         if (d->have_next) n += blob_mask_bytes(d->P);
         n += scape_m_count(d) * sizeof(float);
+    } else if (d->cfg.opt.kind == OPT_TOPK_EF) {
+        n += 3 * d->P * sizeof(float);
     } else {
         n += (d->shi - d->slo) * sizeof(float) * (d->cfg.opt.kind == OPT_ADAMW ? 2 : 1);
     }
@@ -729,6 +1008,10 @@ void distopt_save(const DistOptim *d, void *blob) {
             p += blob_mask_bytes(d->P);
         }
         if (d->have_cur) scape_gather_masked(d->m, d->mask_cur, 0, d->P, (float *)p);
+    } else if (d->cfg.opt.kind == OPT_TOPK_EF) {
+        memcpy(p, d->r, d->P * sizeof(float));
+        memcpy(p + d->P * sizeof(float), d->m, d->P * sizeof(float));
+        memcpy(p + 2 * d->P * sizeof(float), d->v, d->P * sizeof(float));
     } else {
         size_t n = d->shi - d->slo;
         memcpy(p, d->m, n * sizeof(float));
@@ -750,6 +1033,8 @@ static BlobHeader check_blob(const DistOptim *d, const void *blob, size_t size, 
     size_t want = sizeof h;
     if (h.kind == OPT_SCAPE) {
         want += h.P * sizeof(float) + (h.have_cur ? blob_mask_bytes(h.P) : 0) + (h.have_next ? blob_mask_bytes(h.P) : 0) + h.K * sizeof(float);
+    } else if (h.kind == OPT_TOPK_EF) {
+        want += 3 * h.P * sizeof(float);
     } else {
         if (h.lo > h.hi || h.hi > h.P) fatal("optimizer state of rank %d: bad range [%llu, %llu)", i, (unsigned long long)h.lo, (unsigned long long)h.hi);
         want += (h.hi - h.lo) * sizeof(float) * (h.kind == OPT_ADAMW ? 2 : 1);
@@ -762,13 +1047,33 @@ void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, i
     if (n_blobs < 1) fatal("distopt_load: no optimizer state given");
     BlobHeader h0 = check_blob(d, blobs[0], sizes[0], 0);
     for (int i = 1; i < n_blobs; i++) check_blob(d, blobs[i], sizes[i], i);
-    if (n_blobs == 1 && h0.world != d->world && (h0.kind == OPT_SCAPE || h0.lo > d->slo || h0.hi < d->shi))
+    if (n_blobs == 1 && h0.world != d->world && (h0.kind == OPT_SCAPE || h0.kind == OPT_TOPK_EF || h0.lo > d->slo || h0.hi < d->shi))
         fatal("optimizer state was saved by %d ranks, this run has %d; pass the state of all %d saved ranks", h0.world, d->world, h0.world);
     comm_wait(d->next_h);
     d->next_h = 0;
     d->last_t = h0.last_t;
     for (int b = 0; b < d->nb; b++) d->bstate[b] = 0;
     d->step_begun = 0;
+    d->st_gprev_t = -1; /* the Jaccard of the first step after a resume has no previous mask */
+    if (d->cfg.opt.kind == OPT_TOPK_EF) {
+        /* e_i: this rank's own when the world is unchanged, else the mean over the saved ranks (as SCAPE's r) */
+        if (n_blobs == 1 || h0.world == d->world) {
+            int src = n_blobs == 1 ? 0 : d->rank;
+            memcpy(d->r, (const char *)blobs[src] + sizeof(BlobHeader), d->P * sizeof(float));
+        } else {
+            memset(d->r, 0, d->P * sizeof(float));
+            for (int i = 0; i < n_blobs; i++) {
+                const float *ei = (const float *)((const char *)blobs[i] + sizeof(BlobHeader));
+                for (size_t j = 0; j < d->P; j++) d->r[j] += ei[j];
+            }
+            for (size_t j = 0; j < d->P; j++) d->r[j] /= (float)n_blobs;
+        }
+        const float *mv = (const float *)((const char *)blobs[0] + sizeof(BlobHeader)) + d->P;
+        memcpy(d->m, mv, d->P * sizeof(float));
+        memcpy(d->v, mv + d->P, d->P * sizeof(float));
+        d->have_cur = 0;
+        return;
+    }
     if (d->cfg.opt.kind == OPT_SCAPE) {
         const size_t PB = mask_bytes(d->P);
         const char *p0 = (const char *)blobs[0] + sizeof(BlobHeader);

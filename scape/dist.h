@@ -2,7 +2,8 @@
  * scape/dist.h - the data-parallel parameter update the training loop calls, for every optimizer and any number
  * of ranks (1 included): dense AdamW/AdamS with bucketed gradient all-reduce overlapping backward (or ZeRO-1:
  * reduce-scatter, sharded update, all-gather), and SCAPE (SCAPE.md) with its compact payload all-reduce,
- * error feedback and one-step-ahead masks.
+ * error feedback and one-step-ahead masks; and the baseline SCAPE is compared against, top-k of raw gradients
+ * with error feedback feeding AdamW (--optimizer topk-ef, formulas at distopt_create's comment below).
  *
  * Per optimizer step the loop does:
  *   for each micro-step: forward; backward(on_bucket = last micro-step ? distopt_bucket_ready : NULL, ctx = d)
@@ -19,10 +20,10 @@
 #include "scape/optim.h"
 
 typedef struct {
-    OptimConfig opt;       /* kind (adamw, adams, scape), beta1, beta2, eps, weight_decay */
+    OptimConfig opt;       /* kind (adamw, adams, scape, topk-ef), beta1, beta2, eps, weight_decay */
     float clip;            /* global-norm clip threshold, 0 = off */
     int zero;              /* 1: ZeRO-1 sharding (dense optimizers) */
-    float density;         /* SCAPE target density d in (0, 1] */
+    float density;         /* SCAPE / topk-ef target density d in (0, 1] */
     float density_start;   /* d_start, default 1 */
     int density_warmup;    /* W steps of geometric warm-up, 0 = none */
     int exclude_norms;     /* 1 (default): norm gains and biases always dense */
@@ -31,7 +32,20 @@ typedef struct {
 typedef struct DistOptim DistOptim;
 
 /* Creates the update for this rank; params/grads are the model's flat buffers (tab->total floats).
- * Parameters are broadcast from rank 0 so every rank starts identical. */
+ * Parameters are broadcast from rank 0 so every rank starts identical.
+ *
+ * topk-ef (OPT_TOPK_EF), the error-feedback top-k baseline (Stich, Cordonnier, Jaggi 2018 "Sparsified SGD with
+ * memory"; Lin et al. 2018 "Deep Gradient Compression"), fed into dense AdamW. Per rank i at step t, per bucket
+ * as backward finishes it:
+ *   acc_i = e_i + g_i;  S_i[s] = top-k_s of |acc_i[s]| per slice s (k_s = max(1, floor(d(t) |s|)), ties to the
+ *   lower index; excluded norms/biases: all of s);  the (uint32 index, fp32 value) pairs of S_i go out on one
+ *   all-gather per bucket (every rank sends the same count, sum k_s);
+ * at the step:
+ *   g = (1/N) sum_i scatter(acc_i on S_i)   (support = union of the S_i: it grows with N, the "fill-in")
+ *   e_i <- acc_i with S_i zeroed;  clip g by its global norm;  AdamW (optim.h) with g.
+ * Ours, not the papers': the per-slice top-k with SCAPE's density schedule and exclusion (so the two optimizers
+ * select the same number of coordinates), AdamW rather than SGD as the consumer, and summation in rank order.
+ * Bytes per rank and step: 8 K (N-1), K = sum_s k_s (all-gather of N K pairs, comm.h's ring model). */
 DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, const DistConfig *cfg);
 void distopt_free(DistOptim *d);
 
@@ -72,5 +86,30 @@ const uint8_t *distopt_mask(DistOptim *d, int next);
  * momentum c_i, its payload s_i scattered to its coordinates (0 off the mask), and g_hat before clipping
  * (0 off the mask). Costs three extra passes; never set in training. */
 void distopt_debug_capture(DistOptim *d, float *c, float *s, float *ghat);
+
+/* ---- Mask-stability statistics (optimizer engineer) ----
+ * Per step and per sparse slice s (dense-only slices are left out: their masks are all ones):
+ *   jaccard(A, B) = |A n B| / |A u B| of the masks of consecutive steps (1 when both are empty), and
+ *   energy(M, x)  = sum_{j in M} x_j^2 / sum_j x_j^2 over s (1 when x is 0 on s), in double.
+ * SCAPE: _m is the first-moment mask M_t vs M_{t-1} with energy of c_i; _g is the hypothetical raw-gradient
+ * mask G_t = top-k_s of |g_i| (the density in force at t) vs G_{t-1}, energy of g_i. topk-ef: _g is this rank's
+ * selection S_t vs S_{t-1} with energy of acc_i; _m is absent. All on rank 0's vectors, computed by rank 0 only.
+ * A Jaccard needs the previous step's mask: NAN when that step was not computed (or was the first). */
+typedef struct {
+    int step;                 /* the step the values belong to */
+    int n;                    /* sparse slices reported */
+    const int *slice;         /* (n) their indices in the ParamTable */
+    const double *jaccard_m, *energy_m; /* (n) SCAPE only, else NULL */
+    const double *jaccard_g, *energy_g; /* (n) */
+    /* means weighted by slice numel; NAN where absent */
+    double mean_jaccard_m, mean_energy_m, mean_jaccard_g, mean_energy_g;
+} DistMaskStats;
+
+/* Turns the statistics on (1) or off (0) for the following steps; set it before the step's backward, and on
+ * the step before a logged one too (the Jaccard compares with it). Costs nothing while off; while on, rank 0
+ * makes one extra copy of g (SCAPE), one top-k per sparse slice (SCAPE) and one pass over the masks. */
+void distopt_mask_stats_enable(DistOptim *d, int on);
+/* The statistics of the last completed step, or NULL (off, skipped step, ranks other than 0). */
+const DistMaskStats *distopt_mask_stats(const DistOptim *d);
 
 #endif

@@ -72,7 +72,8 @@ TEST_CMDS += "$(MPIRUN_TEST) -np 2 $(BUILD)/test_dist"
 TEST_CMDS += "$(MPIRUN_TEST) -np 3 $(BUILD)/test_dist"
 TEST_CMDS += "$(MPIRUN_TEST) -np 4 $(BUILD)/test_dist"
 TEST_CMDS += "test/test_dist_resume.sh $(BUILD)/test_dist"
-# whole-trainer SCAPE / data-parallel checks on real tokens (needs train_gpt and `make data`; about 40 s)
+# whole-trainer SCAPE / topk-ef / data-parallel checks on real tokens (needs train_gpt and `make data`; about 1 min
+# alone, 2-3 min on a busy 2-core machine)
 TEST_DEPS += train_gpt data
 TEST_CMDS += "test/test_scape_gpt2.sh ./train_gpt $(DATA)"
 

@@ -372,6 +372,126 @@ TEST(inv6_one_payload_allreduce_and_one_mask_allgather_per_step_with_formula_byt
     toy_free(&m);
 }
 
+/* ---- topk-ef: top-k of raw gradients with error feedback into AdamW (dist.h, distopt_create) ---- */
+
+static DistConfig topk_config(void) {
+    DistConfig c = config(OPT_TOPK_EF);
+    c.density = 0.1f;
+    c.density_start = 1.0f;
+    c.density_warmup = 4;
+    c.clip = 5.0f;
+    return c;
+}
+
+/* density 1: every coordinate selected, e stays 0, and the run equals dense AdamW (bit for bit for N <= 2, where
+ * the MPI sum of two values cannot depend on order; within rounding beyond) */
+TEST(topk_ef_density_one_equals_dense_adamw_and_feedback_stays_zero) {
+    Toy a, b;
+    toy_build(&a);
+    toy_build(&b);
+    size_t P = a.tab.total;
+    DistConfig ct = config(OPT_TOPK_EF), ca = config(OPT_ADAMW);
+    ct.clip = ca.clip = 5.0f;
+    DistOptim *dt = distopt_create(&a.tab, a.p, a.g, &ct), *da = distopt_create(&b.tab, b.p, b.g, &ca);
+    for (int t = 1; t <= 6; t++) {
+        train_step(dt, &a, t);
+        train_step(da, &b, t);
+        size_t nz = 0;
+        for (size_t j = 0; j < P; j++) nz += distopt_residual(dt)[j] != 0.0f;
+        CHECK(nz == 0, "step %d: %zu error-feedback entries are non-zero at density 1", t, nz);
+        CHECK(distopt_payload_count(dt) == P, "step %d: K expected P=%zu, got %zu", t, P, distopt_payload_count(dt));
+    }
+    if (N <= 2) {
+        CHECK(memcmp(a.p, b.p, P * 4) == 0, "params differ from dense AdamW (max rel %g)", max_rel_diff(a.p, b.p, P));
+        CHECK(memcmp(distopt_moment(dt), distopt_moment(da), P * 4) == 0, "m differs from dense AdamW");
+    } else {
+        float e = max_rel_diff(a.p, b.p, P);
+        CHECK(e < 1e-5f, "params differ from dense AdamW by rel %g (want < 1e-5)", e);
+    }
+    distopt_free(dt);
+    distopt_free(da);
+    toy_free(&a);
+    toy_free(&b);
+}
+
+/* conservation bit for bit (selected + e_i == acc_i, acc_i == e_{i,prev} + g_i), exact per-slice k_s, the averaged
+ * gradient equal to an explicit gather of every rank's acc and selection, fill-in, identical shared state, and the
+ * byte counters equal to 8 K (N-1) with one all-gather per bucket and nothing else */
+TEST(topk_ef_conservation_average_fill_in_identical_state_and_formula_bytes) {
+    Toy m;
+    toy_build(&m);
+    size_t P = m.tab.total;
+    DistConfig cfg = topk_config();
+    DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
+    float *c = xmalloc(P * 4, "c"), *s = xmalloc(P * 4, "s"), *gh = xmalloc(P * 4, "gh"), *eprev = xmalloc(P * 4, "e");
+    float *g = xmalloc(P * 4, "g"), *allc = xmalloc((size_t)N * P * 4, "allc");
+    uint8_t *allm = xmalloc((size_t)N * mask_bytes(P), "allm");
+    distopt_debug_capture(d, c, s, gh);
+    CommStats k[COMM_NKINDS];
+    comm_stats_take_kind(k);
+    for (int t = 1; t <= 7; t++) {
+        memcpy(eprev, distopt_residual(d), P * 4);
+        toy_grad(&m, m.g, t, R * B, B);
+        memcpy(g, m.g, P * 4);
+        for (int b = 0; b < m.tab.num_buckets; b++) distopt_bucket_ready(d, b);
+        float gn;
+        CHECK(distopt_step(d, t, LR, &gn) == 0, "step %d skipped", t);
+        comm_stats_take_kind(k);
+        const float *e = distopt_residual(d);
+        const uint8_t *S = distopt_mask(d, 0);
+        size_t bada = 0, badc = 0;
+        for (size_t j = 0; j < P; j++) {
+            float acc = eprev[j] + g[j];
+            if (memcmp(&acc, &c[j], 4)) bada++;
+            const float *kept = mask_get(S, j) ? &s[j] : &e[j], *zero = mask_get(S, j) ? &e[j] : &s[j];
+            if (memcmp(kept, &c[j], 4) || *zero != 0.0f) badc++;
+        }
+        CHECK(bada == 0, "step %d: %zu coordinates of acc differ from e + g", t, bada);
+        CHECK(badc == 0, "step %d: selected + e != acc at %zu coordinates", t, badc);
+        double dens = scape_density(cfg.density, cfg.density_start, cfg.density_warmup, t);
+        uint64_t K = 0;
+        for (int i = 0; i < m.tab.n; i++) {
+            const ParamSlice *sl = &m.tab.slices[i];
+            size_t want = sl->dense_only ? sl->numel : scape_k(dens, sl->numel);
+            size_t got = mask_count(S, sl->offset, sl->offset + sl->numel);
+            CHECK(got == want, "step %d: slice %d (%s) selected %zu, expected k_s = %zu", t, i, sl->name, got, want);
+            K += want;
+        }
+        CHECK(distopt_payload_count(d) == K, "step %d: payload count %zu, expected %llu", t, distopt_payload_count(d), (unsigned long long)K);
+        uint64_t ag = 8ull * K * (uint64_t)(N - 1);
+        CHECK(k[COMM_ALLGATHER].calls == (uint64_t)m.tab.num_buckets && k[COMM_ALLGATHER].bytes_sent == ag &&
+                  k[COMM_ALLGATHER].bytes_recv == ag,
+              "step %d: %llu all-gathers of %llu bytes, expected %d of 8*K*(N-1) = %llu", t, (unsigned long long)k[COMM_ALLGATHER].calls,
+              (unsigned long long)k[COMM_ALLGATHER].bytes_recv, m.tab.num_buckets, (unsigned long long)ag);
+        CHECK(k[COMM_ALLREDUCE].calls == 0 && k[COMM_REDUCE_SCATTER].calls == 0 && k[COMM_BCAST].calls == 0,
+              "step %d: unexpected all-reduce/reduce-scatter/bcast", t);
+        /* the average from an explicit gather of every rank's acc and selection, summed in rank order */
+        comm_allgather(c, allc, P * 4);
+        comm_allgather(S, allm, mask_bytes(P));
+        size_t badg = 0, support = 0;
+        for (size_t j = 0; j < P; j++) {
+            float want = 0.0f;
+            int any = 0;
+            for (int r = 0; r < N; r++)
+                if (mask_get(allm + (size_t)r * mask_bytes(P), j)) {
+                    want = any ? want + allc[(size_t)r * P + j] : allc[(size_t)r * P + j];
+                    any = 1;
+                }
+            if (N > 1) want /= (float)N;
+            support += any;
+            if (memcmp(&want, &gh[j], 4) && !(want == 0 && gh[j] == 0)) badg++;
+        }
+        CHECK(badg == 0, "step %d: averaged gradient differs from the explicit gather at %zu coordinates", t, badg);
+        CHECK(support >= K && (N == 1 || t == 1 || support > K), "step %d: union support %zu, K %llu: no fill-in with %d ranks", t,
+              support, (unsigned long long)K, N);
+        CHECK(same_everywhere(fnv(m.p, P * 4)), "step %d: params differ across ranks", t);
+        CHECK(same_everywhere(fnv(distopt_moment(d), P * 4)), "step %d: m differs across ranks", t);
+    }
+    distopt_free(d);
+    free(c); free(s); free(gh); free(eprev); free(g); free(allc); free(allm);
+    toy_free(&m);
+}
+
 /* SCAPE.md 9.8 at the dist level: save after step 3, resume into a fresh optimizer, continue == uninterrupted */
 static void save_resume_case(const char *test_name_, DistConfig cfg) {
     Toy a, b;
@@ -390,6 +510,8 @@ static void save_resume_case(const char *test_name_, DistConfig cfg) {
     distopt_load(e, blobs, &nbytes, 1);
     for (int t = 4; t <= 7; t++) train_step(e, &b, t);
     CHECK(memcmp(a.p, b.p, P * 4) == 0, "params after resume differ (max rel %g)", max_rel_diff(a.p, b.p, P));
+    if (cfg.opt.kind == OPT_TOPK_EF)
+        CHECK(memcmp(distopt_residual(d), distopt_residual(e), P * 4) == 0, "error feedback after resume differs");
     if (cfg.opt.kind == OPT_SCAPE) {
         CHECK(memcmp(distopt_residual(d), distopt_residual(e), P * 4) == 0, "residual after resume differs");
         CHECK(memcmp(distopt_mask(d, 1), distopt_mask(e, 1), mask_bytes(P)) == 0, "next mask after resume differs");
@@ -403,6 +525,7 @@ static void save_resume_case(const char *test_name_, DistConfig cfg) {
 }
 
 TEST(inv8_scape_save_resume_continues_bit_identically) { save_resume_case(test_name_, sparse_config()); }
+TEST(topk_ef_save_resume_continues_bit_identically) { save_resume_case(test_name_, topk_config()); }
 TEST(dense_adamw_zero1_save_resume_continues_bit_identically) {
     DistConfig c = config(OPT_ADAMW);
     c.zero = 1;
@@ -493,6 +616,97 @@ static void skip_case(const char *test_name_, DistConfig cfg) {
 
 TEST(nonfinite_gradient_skips_scape_step_unchanged) { skip_case(test_name_, sparse_config()); }
 TEST(nonfinite_gradient_skips_adamw_step_unchanged) { skip_case(test_name_, config(OPT_ADAMW)); }
+TEST(nonfinite_gradient_skips_topk_ef_step_unchanged) { skip_case(test_name_, topk_config()); }
+
+/* ---- mask-stability statistics (dist.h, DistMaskStats) against a direct recomputation here ---- */
+
+static double ref_jaccard(const uint8_t *a, const uint8_t *b, size_t lo, size_t hi) {
+    size_t in = 0, un = 0;
+    for (size_t j = lo; j < hi; j++) {
+        in += mask_get(a, j) && mask_get(b, j);
+        un += mask_get(a, j) || mask_get(b, j);
+    }
+    return un ? (double)in / (double)un : 1.0;
+}
+
+static double ref_energy(const uint8_t *M, const float *x, size_t lo, size_t hi) {
+    double k = 0, a = 0;
+    for (size_t j = lo; j < hi; j++) {
+        a += (double)x[j] * x[j];
+        if (mask_get(M, j)) k += (double)x[j] * x[j];
+    }
+    return a > 0 ? k / a : 1.0;
+}
+
+static int close_or_both_nan(double a, double b) { return (isnan(a) && isnan(b)) || fabs(a - b) <= 1e-12; }
+
+static void mask_stats_case(const char *test_name_, DistConfig cfg) {
+    Toy m;
+    toy_build(&m);
+    size_t P = m.tab.total, MB = mask_bytes(P);
+    int scape = cfg.opt.kind == OPT_SCAPE;
+    DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
+    float *c = xmalloc(P * 4, "c"), *g = xmalloc(P * 4, "g");
+    uint8_t *mprev = xcalloc(MB, 1, "mprev"), *gprev = xcalloc(MB, 1, "gprev"), *gcur = xcalloc(MB, 1, "gcur");
+    uint32_t *tmp = xmalloc(P * 4, "tmp");
+    distopt_debug_capture(d, c, NULL, NULL);
+    for (int t = 1; t <= 6; t++) {
+        int on = t != 3; /* step 3 off: step 4's Jaccard of the raw masks has no previous mask */
+        distopt_mask_stats_enable(d, on);
+        toy_grad(&m, m.g, t, R * B, B);
+        memcpy(g, m.g, P * 4);
+        for (int b = 0; b < m.tab.num_buckets; b++) distopt_bucket_ready(d, b);
+        float gn;
+        CHECK(distopt_step(d, t, LR, &gn) == 0, "step %d skipped", t);
+        const DistMaskStats *st = distopt_mask_stats(d);
+        const uint8_t *M = distopt_mask(d, 0);
+        if (R != 0 || !on) {
+            CHECK(st == NULL, "step %d: statistics on rank %d or while off", t, R);
+        } else {
+            CHECK(st != NULL && st->step == t, "step %d: no statistics on rank 0", t);
+            double dens = scape_density(cfg.density, cfg.density_start, cfg.density_warmup, t);
+            /* the raw-gradient mask: SCAPE's hypothetical top-k of |g|, topk-ef's selection of |acc| */
+            memset(gcur, 0, MB);
+            int n = 0;
+            double w = 0, mj = 0;
+            for (int i = 0; i < m.tab.n; i++) {
+                const ParamSlice *sl = &m.tab.slices[i];
+                if (sl->dense_only) continue;
+                size_t lo = sl->offset, hi = lo + sl->numel;
+                if (scape) scape_topk_mask(g + lo, sl->numel, scape_k(dens, sl->numel), gcur, lo, tmp);
+                else memcpy(gcur, M, MB);
+                const uint8_t *G = scape ? gcur : M;
+                const float *x = scape ? g : c;
+                double jg = t > 1 && t != 4 ? ref_jaccard(G, gprev, lo, hi) : NAN;
+                CHECK(n < st->n && st->slice[n] == i, "step %d: slice list differs at %d", t, n);
+                CHECK(close_or_both_nan(st->jaccard_g[n], jg) && close_or_both_nan(st->energy_g[n], ref_energy(G, x, lo, hi)),
+                      "step %d slice %s: jaccard_g %g energy_g %g, recomputed %g %g", t, sl->name, st->jaccard_g[n], st->energy_g[n], jg,
+                      ref_energy(G, x, lo, hi));
+                if (scape) {
+                    double jm = t > 1 ? ref_jaccard(M, mprev, lo, hi) : NAN;
+                    CHECK(close_or_both_nan(st->jaccard_m[n], jm) && close_or_both_nan(st->energy_m[n], ref_energy(M, c, lo, hi)),
+                          "step %d slice %s: jaccard_m %g energy_m %g, recomputed %g %g", t, sl->name, st->jaccard_m[n], st->energy_m[n],
+                          jm, ref_energy(M, c, lo, hi));
+                    mj += (double)sl->numel * jm;
+                }
+                w += (double)sl->numel;
+                n++;
+            }
+            CHECK(st->n == n, "step %d: %d slices reported, %d sparse", t, st->n, n);
+            if (scape) CHECK(close_or_both_nan(st->mean_jaccard_m, mj / w), "step %d: mean jaccard_m %g, recomputed %g", t, st->mean_jaccard_m, mj / w);
+            else CHECK(st->jaccard_m == NULL && isnan(st->mean_jaccard_m), "step %d: topk-ef reports first-moment masks", t);
+            if (t > 1 && scape) CHECK(st->mean_jaccard_m > 0 && st->mean_jaccard_m <= 1, "step %d: mean Jaccard %g outside (0, 1]", t, st->mean_jaccard_m);
+        }
+        memcpy(mprev, M, MB);
+        memcpy(gprev, scape ? gcur : M, MB);
+    }
+    distopt_free(d);
+    free(c); free(g); free(mprev); free(gprev); free(gcur); free(tmp);
+    toy_free(&m);
+}
+
+TEST(mask_stats_scape_equal_direct_recomputation) { mask_stats_case(test_name_, sparse_config()); }
+TEST(mask_stats_topk_ef_equal_direct_recomputation) { mask_stats_case(test_name_, topk_config()); }
 
 /* ---- resume on another world size (driven by test/test_dist_resume.sh) ---- */
 
@@ -659,6 +873,12 @@ int main(int argc, char **argv) {
     MPI_RUN_TEST(zero1_adamw_equals_one_rank_full_batch_and_no_zero);
     MPI_RUN_TEST(nonfinite_gradient_skips_scape_step_unchanged);
     MPI_RUN_TEST(nonfinite_gradient_skips_adamw_step_unchanged);
+    MPI_RUN_TEST(topk_ef_density_one_equals_dense_adamw_and_feedback_stays_zero);
+    MPI_RUN_TEST(topk_ef_conservation_average_fill_in_identical_state_and_formula_bytes);
+    MPI_RUN_TEST(topk_ef_save_resume_continues_bit_identically);
+    MPI_RUN_TEST(nonfinite_gradient_skips_topk_ef_step_unchanged);
+    MPI_RUN_TEST(mask_stats_scape_equal_direct_recomputation);
+    MPI_RUN_TEST(mask_stats_topk_ef_equal_direct_recomputation);
     comm_finalize();
     TEST_EXIT();
 }

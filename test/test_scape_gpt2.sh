@@ -5,7 +5,9 @@
 # (SCAPE_CHECK_SYNC=1, scape/dist.c); SCAPE save/resume/continue == uninterrupted at N=1 and N=4 (losses and model
 # file bytes); N ranks x batch B == 1 rank x batch N*B; ZeRO-1 == no ZeRO; logged comm_bytes_sent == SCAPE.md
 # section 6 for this model's slice table; a killed rank ends the job non-zero in bounded time; resume on another
-# N says so in one line and continues. Prints "ok <name>"/"FAIL <name>: ..."; temp files under build/ go on exit.
+# N says so in one line and continues. topk-ef: density 1 == dense AdamW, identical ranks, save/resume bit for
+# bit at N=1 and N=2; --mask-stats-every writes well-formed "mask" events.
+# Prints "ok <name>"/"FAIL <name>: ..."; temp files under build/ go on exit.
 set -u
 TRAIN=${1:-./train_gpt}
 DATA=${2:-data}
@@ -157,5 +159,62 @@ if run w42 2 --batch 2 --optimizer scape --density 0.1 --density-start 1 --densi
    && [ "$(grep -c "note: resuming a 4-rank checkpoint on 2 ranks" "$TMP/w42.out")" = 1 ] && [ -s "$TMP/w42/ckpt_6/model.bin" ]; then
     ok scape_resume_4_rank_checkpoint_on_2_ranks
 else fail scape_resume_4_rank_checkpoint_on_2_ranks "$(grep -E 'note|error' "$TMP/w42.out" | head -2)"; fi
+
+# 9. topk-ef (top-k of raw gradients with error feedback into AdamW) at density 1 == dense AdamW, 2 ranks, bit for
+#    bit (the sum of two ranks' values cannot depend on order), and every rank ends identical under sparse topk-ef
+if run adamw2 2 --batch 2 --optimizer adamw && run topk1_2 2 --batch 2 --optimizer topk-ef --density 1; then
+    if msg=$(compare adamw2 topk1_2 0 0 0 2>&1); then ok "topk_ef_density_1_equals_dense_adamw_2_ranks_bitwise ($msg)"
+    else fail topk_ef_density_1_equals_dense_adamw_2_ranks_bitwise "$msg"; fi
+else fail topk_ef_density_1_equals_dense_adamw_2_ranks_bitwise "$(tail -2 "$TMP/adamw2.out" "$TMP/topk1_2.out")"; fi
+if "${MPI[@]}" -np 3 -x SCAPE_CHECK_SYNC=1 "${RUN[@]}" --out "$TMP/tsync3" --batch 2 --optimizer topk-ef --density 0.05 \
+       > "$TMP/tsync3.out" 2>&1 && grep -q "sync check: parameters and shared optimizer state identical on 3 ranks" "$TMP/tsync3.out"; then
+    ok topk_ef_every_rank_holds_identical_state_3_ranks
+else fail topk_ef_every_rank_holds_identical_state_3_ranks "$(grep -E 'sync|error' "$TMP/tsync3.out" | head -2)"; fi
+
+# 10. topk-ef save at step 3, resume, continue == uninterrupted, N = 1 and N = 2 (bit for bit)
+for np in 1 2; do
+    name=topk_ef_save_resume_continue_bitwise_n$np
+    S=(--batch 2 --optimizer topk-ef --density 0.1 --density-start 1 --density-warmup 3)
+    if run tres$np.a $np "${S[@]}" --ckpt-every 3 --keep-ckpts 0 && run tres$np.b $np "${S[@]}" --resume "$TMP/tres$np.a/ckpt_3"; then
+        if ! cmp -s "$TMP/tres$np.a/ckpt_6/model.bin" "$TMP/tres$np.b/ckpt_6/model.bin"; then fail $name "ckpt_6/model.bin differs after resume"
+        elif ! diff <(grep '"event": "train"' "$TMP/tres$np.a/log.jsonl" | grep -oE '"step": [4-6], "train_loss": [^,]+') \
+                    <(grep '"event": "train"' "$TMP/tres$np.b/log.jsonl" | grep -oE '"step": [0-9]+, "train_loss": [^,]+') > /dev/null
+        then fail $name "losses of steps 4-6 differ after resume"
+        else ok $name; fi
+    else fail $name "$(tail -2 "$TMP/tres$np.a.out" "$TMP/tres$np.b.out")"; fi
+done
+
+# 11. --mask-stats-every 2: one "mask" event per logged step (2, 4, 6) with per-tensor arrays of equal length and
+#     values in [0, 1]; SCAPE logs first-moment (_m) and raw-gradient (_g) masks, topk-ef only _g; off by default
+for opt in scape topk-ef; do
+    name=mask_stats_events_${opt/-/_}
+    if run ms_$opt 2 --batch 2 --optimizer $opt --density 0.05 --mask-stats-every 2; then
+        if msg=$($PY - "$TMP/ms_$opt/log.jsonl" $opt "$TMP/topk1_2/log.jsonl" <<'PYEOF' 2>&1
+import json, sys
+log, opt, plain = sys.argv[1], sys.argv[2], sys.argv[3]
+ev = [e for e in map(json.loads, open(log)) if e["event"] == "mask"]
+if [e["step"] for e in ev] != [2, 4, 6]: sys.exit("mask events at steps %s, expected [2, 4, 6]" % [e["step"] for e in ev])
+kinds = ["g", "m"] if opt == "scape" else ["g"]
+for e in ev:
+    n = len(e["tensors"])
+    if n == 0 or any(t in ("h0.ln1w", "lnfw", "h0.qkvb") for t in e["tensors"]): sys.exit("tensor list %s" % e["tensors"])
+    if opt != "scape" and any(k in e for k in ("jaccard_m", "energy_m")): sys.exit("topk-ef logs first-moment masks")
+    for k in kinds:
+        for key in ("jaccard_" + k, "energy_" + k):
+            v = e[key]
+            if len(v) != n or any(x is None or not 0 <= x <= 1 for x in v): sys.exit("step %d %s = %s" % (e["step"], key, v))
+        m = e["mean_jaccard_" + k]
+        if m is None or not 0 < m <= 1: sys.exit("step %d mean_jaccard_%s = %s" % (e["step"], k, m))
+if any(e["event"] == "mask" for e in map(json.loads, open(plain))): sys.exit("mask events without --mask-stats-every")
+print("%d events, %d tensors, mean_jaccard_g %s" % (len(ev), len(ev[0]["tensors"]), [round(e["mean_jaccard_g"], 3) for e in ev]))
+PYEOF
+        ); then ok "$name ($msg)"; else fail $name "$msg"; fi
+    else fail $name "$(tail -2 "$TMP/ms_$opt.out")"; fi
+done
+if out=$(scripts/plot_mask_stability.sh "$TMP/mask.png" "$TMP/ms_scape/log.jsonl" "$TMP/ms_topk-ef/log.jsonl" 2>&1) \
+   && [ "$(head -c 8 "$TMP/mask.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] \
+   && ! scripts/plot_mask_stability.sh "$TMP/none.png" "$TMP/adamw2/log.jsonl" > /dev/null 2>&1 && [ ! -e "$TMP/none.png" ]; then
+    ok plot_mask_stability_writes_png_and_refuses_logs_without_mask_events
+else fail plot_mask_stability_writes_png_and_refuses_logs_without_mask_events "$out"; fi
 
 [ "$failures" -eq 0 ]
