@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,11 +60,14 @@ void ckpt_write_file(const char *path, const void *head, size_t head_bytes, cons
     char tmp[4200];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) fatal("path too long: %s", path);
     FILE *f = xfopen(tmp, "wb", "check that --out is writable");
-    xfwrite(head, head_bytes, f, tmp, "checkpoint header");
-    xfwrite(blob, blob_bytes, f, tmp, "checkpoint data");
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
+    /* not xfwrite: a failed write (disk full) must remove the temp file before fatal() so nothing half-written
+     * is left beside the previous, still valid checkpoint */
+    if ((head_bytes && fwrite(head, 1, head_bytes, f) != head_bytes) ||
+        (blob_bytes && fwrite(blob, 1, blob_bytes, f) != blob_bytes) || fflush(f) != 0 || fsync(fileno(f)) != 0) {
+        int err = errno;
+        fclose(f);
         unlink(tmp);
-        fatal("%s: cannot flush to disk (%s); check free disk space", tmp, strerror(errno));
+        fatal("%s: cannot write the checkpoint (%s); check free disk space", path, strerror(err));
     }
     fclose(f);
     if (rename(tmp, path) != 0) {
@@ -157,7 +161,7 @@ int ckpt_is_complete(const char *dir, int *step, int *world, char *why, size_t w
         return 0;
     }
     long long w, s;
-    int ok = json_int_after(m, "\"world\":", &w) && json_int_after(m, "\"step\":", &s) && w >= 1 && s >= 0;
+    int ok = json_int_after(m, "\"world\":", &w) && json_int_after(m, "\"step\":", &s) && w >= 1 && w <= INT_MAX && s >= 0 && s <= INT_MAX;
     if (!ok) snprintf(why, why_cap, "manifest.json is malformed");
     const char *p = strstr(m, "\"files\":");
     int n_files = 0;

@@ -122,6 +122,9 @@ static void shardset_read(ShardSet *s, uint64_t g, int *inputs, int *targets) {
         const unsigned char *p = s->raw + i * tb;
         uint32_t v = tb == 2 ? (uint32_t)p[0] | (uint32_t)p[1] << 8
                              : (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        if (v > INT32_MAX)
+            fatal("%s: token id %u at token offset %lld does not fit an int32 token id; the shard is corrupt, "
+                  "re-create it", s->paths[shard], v, (long long)(first + i));
         if (s->vocab_size > 0 && v >= (uint32_t)s->vocab_size)
             fatal("%s: token id %u at token offset %lld is >= the model's vocab_size %d; the data were tokenized for "
                   "a different vocabulary (re-tokenize, or pick the matching model)",

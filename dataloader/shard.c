@@ -206,6 +206,9 @@ int32_t *shard_read_all(const char *path, int64_t *n_tokens, int vocab_size) {
         xfread(buf, m * (size_t)tb, f, path, "tokens");
         for (size_t i = 0; i < m; i++) {
             uint32_t v = tb == 2 ? (uint32_t)buf[2 * i] | (uint32_t)buf[2 * i + 1] << 8 : le32_get(buf + 4 * i);
+            if (v > INT32_MAX)
+                fatal("%s: token id %u at token offset %lld does not fit an int32 token id; the shard is corrupt, "
+                      "re-create it", path, v, (long long)(start + (int64_t)i));
             if (vocab_size > 0 && v >= (uint32_t)vocab_size)
                 fatal("%s: token id %u at token offset %lld is >= vocab_size %d; the data were tokenized for a "
                       "different vocabulary than the model's (re-tokenize or pick the matching model)",

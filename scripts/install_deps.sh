@@ -5,6 +5,8 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
 export DEBIAN_FRONTEND=noninteractive
 pkgs="build-essential libopenblas-dev libopenmpi-dev openmpi-bin libpcre2-dev nodejs npm python3-torch gnuplot-nox"
+# hardening: clang + its run-time libraries for the libFuzzer harnesses (`make fuzz`), cppcheck for `make cppcheck`
+pkgs="$pkgs clang libclang-rt-14-dev cppcheck"
 missing=""
 for p in $pkgs; do
     # nodejs may come from another source that also provides npm; accept any installed node + npm
