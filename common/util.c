@@ -37,6 +37,12 @@ void *xcalloc(size_t n, size_t size, const char *what) {
     return p;
 }
 
+void *xrealloc(void *p, size_t bytes, const char *what) {
+    void *q = realloc(p, bytes ? bytes : 1);
+    if (!q) fatal("out of memory growing %s to %zu bytes", what, bytes);
+    return q;
+}
+
 FILE *xfopen(const char *path, const char *mode, const char *hint) {
     FILE *f = fopen(path, mode);
     if (!f)

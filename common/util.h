@@ -27,6 +27,8 @@ void set_fatal_hook(void (*hook)(int status));
 /* malloc/calloc that never return NULL: on failure fatal() names `what` and the size asked for. */
 void *xmalloc(size_t bytes, const char *what);
 void *xcalloc(size_t n, size_t size, const char *what);
+/* realloc that never returns NULL: on failure fatal() names `what` and the size asked for. */
+void *xrealloc(void *p, size_t bytes, const char *what);
 
 /* fopen that fails with "error: cannot open <path> for <reading|writing>: <strerror>. <hint>" */
 FILE *xfopen(const char *path, const char *mode, const char *hint);

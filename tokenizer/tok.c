@@ -88,7 +88,7 @@ static char *read_all(FILE *f, const char *name, size_t *len) {
     char *buf = xmalloc(cap, name);
     for (;;) {
         if (n == cap) {
-            buf = realloc(buf, cap *= 2);
+            buf = xrealloc(buf, cap *= 2, "tok buffers");
             if (!buf) fatal("out of memory reading %s", name);
         }
         size_t r = fread(buf + n, 1, cap - n, f);
@@ -96,7 +96,7 @@ static char *read_all(FILE *f, const char *name, size_t *len) {
         if (r == 0) break;
     }
     if (ferror(f)) fatal("cannot read %s: %s", name, strerror(errno));
-    buf = realloc(buf, n + 1);
+    buf = xrealloc(buf, n + 1, "tok buffers");
     buf[n] = 0;
     *len = n;
     return buf;
@@ -147,7 +147,7 @@ static int cmd_encode(int argc, char **argv) {
         n = tokenizer_encode(tok, text, len, special != NULL, &ids, &cap);
         secs[r] = now_seconds() - t0;
         if (r == 0 && (bos || eos)) {
-            ids = realloc(ids, (n + 2) * sizeof(int32_t));
+            ids = xrealloc(ids, (n + 2) * sizeof(int32_t), "tok buffers");
             if (!ids) fatal("out of memory");
             if (bos) { memmove(ids + 1, ids, n * sizeof(int32_t)); ids[0] = tokenizer_bos(tok); n++; }
             if (eos) ids[n++] = tokenizer_eot(tok);
@@ -191,7 +191,7 @@ static int cmd_decode(int argc, char **argv) {
                   (int)strcspn(p, " \t\r\n,[]"), p);
         if (v < 0 || v >= tokenizer_vocab_size(tok))
             fatal("tok decode: stdin: id %ld is out of range [0, %d)", v, tokenizer_vocab_size(tok));
-        if (n == cap) ids = realloc(ids, (cap *= 2) * sizeof(int32_t));
+        if (n == cap) ids = xrealloc(ids, (cap *= 2) * sizeof(int32_t), "tok buffers");
         ids[n++] = (int32_t)v;
         p = end;
     }
@@ -224,7 +224,7 @@ typedef struct {
 static void add_doc(DocList *l, const char *path, long line, size_t off, size_t len) {
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 256;
-        l->docs = realloc(l->docs, l->cap * sizeof(Doc));
+        l->docs = xrealloc(l->docs, l->cap * sizeof(Doc), "tok buffers");
         if (!l->docs) fatal("out of memory listing documents");
     }
     Doc *d = &l->docs[l->n++];
@@ -282,7 +282,7 @@ static void add_input(DocList *l, const char *path) {
         char *full = xmalloc(pl, "path");
         snprintf(full, pl, "%s/%s", path, e->d_name);
         if (stat(full, &st) != 0 || !S_ISREG(st.st_mode)) { free(full); continue; }
-        if (n == cap) names = realloc(names, (cap = cap ? 2 * cap : 256) * sizeof(char *));
+        if (n == cap) names = xrealloc(names, (cap = cap ? 2 * cap : 256) * sizeof(char *), "tok buffers");
         names[n++] = full;
     }
     closedir(d);
@@ -484,7 +484,7 @@ static void encode_doc(const Pool *pool, size_t i, Result *r) {
     int32_t *ids = NULL;
     size_t cap = 0;
     size_t n = tokenizer_encode(pool->tok, text, len, 0, &ids, &cap);
-    ids = realloc(ids, (n + 1) * sizeof(int32_t));
+    ids = xrealloc(ids, (n + 1) * sizeof(int32_t), "tok buffers");
     if (!ids) fatal("out of memory encoding %s", d->path);
     memmove(ids + 1, ids, n * sizeof(int32_t));
     ids[0] = tokenizer_bos(pool->tok);
