@@ -113,6 +113,27 @@ void jlog_str(JsonLog *l, const char *key, const char *v) {
     json_escape(l->line, l->cap, &l->len, v);
 }
 
+void jlog_nums(JsonLog *l, const char *key, const double *v, int n) {
+    if (!l) return;
+    append(l, ", \"%s\": [", key);
+    for (int i = 0; i < n; i++) {
+        if (isfinite(v[i])) append(l, "%s%.9g", i ? ", " : "", v[i]);
+        else append(l, "%snull", i ? ", " : "");
+    }
+    append(l, "]");
+}
+
+void jlog_strs(JsonLog *l, const char *key, const char *const *v, int n) {
+    if (!l) return;
+    append(l, ", \"%s\": [", key);
+    for (int i = 0; i < n; i++) {
+        if (i) append(l, ", ");
+        reserve(l, 6 * strlen(v[i]) + 2);
+        json_escape(l->line, l->cap, &l->len, v[i]);
+    }
+    append(l, "]");
+}
+
 void jlog_end(JsonLog *l) {
     if (!l) return;
     append(l, "}\n");

@@ -22,6 +22,9 @@ void jlog_begin(JsonLog *l, const char *event);
 void jlog_int(JsonLog *l, const char *key, int64_t v);
 void jlog_num(JsonLog *l, const char *key, double v);
 void jlog_str(JsonLog *l, const char *key, const char *v);
+/* Arrays of n numbers (as jlog_num: non-finite -> null) and of n strings (added by the optimizer engineer). */
+void jlog_nums(JsonLog *l, const char *key, const double *v, int n);
+void jlog_strs(JsonLog *l, const char *key, const char *const *v, int n);
 void jlog_end(JsonLog *l);
 
 /* Appends s as a JSON string literal (quotes, escapes for ", \, control bytes) to buf of size cap at *len;

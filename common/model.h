@@ -28,6 +28,9 @@ struct Model {
     int max_seq_len;       /* maxT */
     int num_layers, channels, num_heads;
     double flops_per_token;/* training FLOPs per token at T = max_seq_len (6N + attention), for MFU */
+    /* Tokenizer kind of this model's vocabulary when it differs from ModelFamily.tokenizer (Llama with V 128256:
+     * "llama3"); NULL: the family's. Picks the default corpus directory and the sampler's tokenizer. */
+    const char *tokenizer;
 
     /* Forward pass on inputs (B,T). If targets (B,T) is non-NULL returns the mean cross-entropy over B*T,
      * else returns 0 and only logits are valid. B*T must not exceed what the model was sized for (model_alloc). */

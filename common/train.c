@@ -63,13 +63,23 @@ static int shards_exist(const char *spec) {
     return found;
 }
 
-/* The default corpus is "prepared on first use": rank 0 runs `make -s data` once while the others wait. */
-static void ensure_data(const TrainConfig *c, const char *train, const char *val, int defaults) {
+/* The make target that prepares the default corpus for a tokenizer kind: `data` writes the GPT-2 (uint16) shards,
+ * `data-llama` the Llama 2 and Llama 3 (uint32) ones (tokenizer/module.mk). Families without a tokenizer (the
+ * tests' toy model) use `data`. */
+static const char *data_target(const char *tokenizer_kind) {
+    return tokenizer_kind && strncmp(tokenizer_kind, "llama", 5) == 0 ? "data-llama" : "data";
+}
+
+/* The default corpus is "prepared on first use": rank 0 runs `make -s <data_target>` once while the others
+ * wait. */
+static void ensure_data(const TrainConfig *c, const char *tokenizer_kind, const char *train, const char *val,
+                        int defaults) {
+    const char *target = data_target(tokenizer_kind);
     int missing = !shards_exist(train) || !shards_exist(val);
     if (missing && defaults) {
         if (comm_rank() == 0) {
             char cmd[4400];
-            snprintf(cmd, sizeof cmd, "make -s data DATA='%s'", c->data);
+            snprintf(cmd, sizeof cmd, "make -s %s DATA='%s'", target, c->data);
             printf("default corpus missing under %s/: preparing it once with `%s`\n", c->data, cmd);
             fflush(stdout);
             int rc = system(cmd);
@@ -80,16 +90,17 @@ static void ensure_data(const TrainConfig *c, const char *train, const char *val
         comm_barrier();
     }
     if (!shards_exist(train))
-        fatal("--train %s: no shard matches; run `make data` for the default corpus, or point --train at "
-              "token shards (file, dir or glob)", train);
+        fatal("--train %s: no shard matches; run `make %s` for the default corpus, or point --train at "
+              "token shards (file, dir or glob)", train, target);
     if (!shards_exist(val))
-        fatal("--val %s: no shard matches; run `make data` for the default corpus, or point --val at "
-              "token shards (file, dir or glob)", val);
+        fatal("--val %s: no shard matches; run `make %s` for the default corpus, or point --val at "
+              "token shards (file, dir or glob)", val, target);
 }
 
 static OptimizerKind optimizer_kind(const char *name) {
     if (strcmp(name, "adams") == 0) return OPT_ADAMS;
     if (strcmp(name, "scape") == 0) return OPT_SCAPE;
+    if (strcmp(name, "topk-ef") == 0) return OPT_TOPK_EF;
     return OPT_ADAMW;
 }
 
@@ -118,6 +129,38 @@ typedef struct {
     char ckpt_path[4096]; /* checkpoint being resumed, "" for a fresh run */
 } Run;
 
+/* One "mask" event (scape/dist.h DistMaskStats) of step t, rank 0 only: per sparse tensor the Jaccard of
+ * consecutive masks and the kept energy, first-moment (_m, SCAPE) and raw-gradient (_g), and their means. */
+static void log_mask_stats(Run *r, int t) {
+    const DistMaskStats *st = distopt_mask_stats(r->d);
+    if (!r->log || !st || st->step != t) return;
+    const char **names = xmalloc((size_t)(st->n ? st->n : 1) * sizeof(char *), "mask event");
+    char *buf = xmalloc((size_t)(st->n ? st->n : 1) * (PARAM_NAME_MAX + 16), "mask event");
+    for (int i = 0; i < st->n; i++) {
+        const ParamSlice *s = &r->m->table.slices[st->slice[i]];
+        char *b = buf + (size_t)i * (PARAM_NAME_MAX + 16);
+        if (s->layer >= 0) snprintf(b, PARAM_NAME_MAX + 16, "h%d.%s", s->layer, s->name);
+        else snprintf(b, PARAM_NAME_MAX + 16, "%s", s->name);
+        names[i] = b;
+    }
+    jlog_begin(r->log, "mask");
+    jlog_int(r->log, "step", t);
+    jlog_strs(r->log, "tensors", names, st->n);
+    if (st->jaccard_m) {
+        jlog_nums(r->log, "jaccard_m", st->jaccard_m, st->n);
+        jlog_nums(r->log, "energy_m", st->energy_m, st->n);
+        jlog_num(r->log, "mean_jaccard_m", st->mean_jaccard_m);
+        jlog_num(r->log, "mean_energy_m", st->mean_energy_m);
+    }
+    jlog_nums(r->log, "jaccard_g", st->jaccard_g, st->n);
+    jlog_nums(r->log, "energy_g", st->energy_g, st->n);
+    jlog_num(r->log, "mean_jaccard_g", st->mean_jaccard_g);
+    jlog_num(r->log, "mean_energy_g", st->mean_energy_g);
+    jlog_end(r->log);
+    free(names);
+    free(buf);
+}
+
 /* Mean validation loss over up to eval_batches batches per rank, averaged over all ranks' batches. */
 static double validate(Run *r, int step) {
     double t0 = now_seconds();
@@ -144,21 +187,28 @@ static double validate(Run *r, int step) {
 }
 
 /* Rank 0 continues the prompt by sample_tokens tokens, feeding at most T tokens of context (a sliding window);
- * forward runs on (1, len) so short contexts cost little. */
+ * forward runs on (1, len) so short contexts cost little. A sample starts as a training document does
+ * (`tok shards` puts tokenizer_bos() before each one): with that token alone when there is no prompt; before
+ * the prompt too when the tokenizer has a BOS of its own (Llama: <s>, <|begin_of_text|>, as Meta's and Hugging
+ * Face's encoders add it). GPT-2 has none (its "bos" is its end-of-text), so its prompt stands alone, as in llm.c. */
 static void sample(Run *r, int step) {
     if (r->rank != 0) return;
     const TrainConfig *c = &r->c;
     int32_t *ids = NULL;
     size_t cap = 0, n = 0;
-    int eot = r->tok ? tokenizer_eot(r->tok) : 0;
+    int bos = r->tok ? tokenizer_bos(r->tok) : 0;
+    int own_bos = r->tok && bos != tokenizer_eot(r->tok);
     int32_t *prompt = NULL;
-    if (r->tok && c->prompt[0]) n = tokenizer_encode(r->tok, c->prompt, strlen(c->prompt), 1, &prompt, &cap);
-    /* the whole sequence: prompt (or a lone end-of-text when there is none), then the sampled tokens */
-    ids = xmalloc(((n ? n : 1) + (size_t)c->sample_tokens) * sizeof(int32_t), "sample tokens");
-    if (n) memcpy(ids, prompt, n * sizeof(int32_t));
-    else ids[n++] = eot;
+    size_t n_prompt_text = 0;
+    if (r->tok && c->prompt[0])
+        n_prompt_text = tokenizer_encode(r->tok, c->prompt, strlen(c->prompt), 1, &prompt, &cap);
+    /* the whole sequence: [bos] prompt, then the sampled tokens */
+    int lead = n_prompt_text == 0 || own_bos;
+    ids = xmalloc(((size_t)lead + n_prompt_text + (size_t)c->sample_tokens) * sizeof(int32_t), "sample tokens");
+    if (lead) ids[n++] = bos;
+    if (n_prompt_text) memcpy(ids + n, prompt, n_prompt_text * sizeof(int32_t));
+    n += n_prompt_text;
     free(prompt);
-    size_t n_prompt = n;
     int *window = xmalloc((size_t)c->T * sizeof(int), "sample context");
     int V = r->m->vocab_size, Vp = r->m->padded_vocab_size;
     for (int i = 0; i < c->sample_tokens; i++) {
@@ -172,8 +222,8 @@ static void sample(Run *r, int step) {
     char *text;
     if (r->tok) {
         size_t len;
-        /* the initial end-of-text is a start marker, not part of the sample */
-        size_t from = (n_prompt == 1 && ids[0] == eot) ? 1 : 0;
+        /* the leading bos is a start marker, not part of the sample's text */
+        size_t from = (size_t)lead;
         text = tokenizer_decode(r->tok, ids + from, n - from, &len);
     } else {
         size_t tcap = n * 12 + 1, len = 0;
@@ -426,8 +476,8 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
                 c->lr_floor, c->lr);
         exit(2);
     }
-    if (c->density < 1.0f && strcmp(c->optimizer, "scape") != 0) {
-        fprintf(stderr, "error: --density %g applies only to --optimizer scape (got %s)\n", c->density,
+    if (c->density < 1.0f && strcmp(c->optimizer, "scape") != 0 && strcmp(c->optimizer, "topk-ef") != 0) {
+        fprintf(stderr, "error: --density %g applies only to --optimizer scape or topk-ef (got %s)\n", c->density,
                 c->optimizer);
         exit(2);
     }
@@ -446,15 +496,6 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
               (long long)micro, (long long)(r->tokens_per_step / micro + 1) * micro);
     r->accum = (int)(r->tokens_per_step / micro);
 
-    /* data paths; the default corpus is prepared on first use */
-    const char *tokdir = fam->tokenizer ? fam->tokenizer : fam->family;
-    char train_spec[4200], val_spec[4200];
-    if (c->train[0]) snprintf(train_spec, sizeof train_spec, "%s", c->train);
-    else snprintf(train_spec, sizeof train_spec, "%s/sotu/%s/sotu_train_*.bin", c->data, tokdir);
-    if (c->val[0]) snprintf(val_spec, sizeof val_spec, "%s", c->val);
-    else snprintf(val_spec, sizeof val_spec, "%s/sotu/%s/sotu_val_*.bin", c->data, tokdir);
-    ensure_data(c, train_spec, val_spec, defaults_data);
-
     /* model: from the checkpoint's model.bin when resuming, else --init or --model */
     choose_checkpoint(r);
     char model_file[4400];
@@ -468,11 +509,22 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         fatal("--seq %d exceeds the model's maximum sequence length %d; use --seq %d or less", c->T,
               r->m->max_seq_len, r->m->max_seq_len);
 
-    if (c->sample_every > 0 && fam->tokenizer) {
-        r->tok = tokenizer_load(fam->tokenizer, c->data);
+    /* data paths, after the model because its vocabulary picks the tokenizer (a Llama with V 128256 reads
+     * Llama 3 shards, the others Llama 2's); the default corpus is prepared on first use */
+    const char *tok_kind = r->m->tokenizer ? r->m->tokenizer : fam->tokenizer;
+    const char *tokdir = tok_kind ? tok_kind : fam->family;
+    char train_spec[4200], val_spec[4200];
+    if (c->train[0]) snprintf(train_spec, sizeof train_spec, "%s", c->train);
+    else snprintf(train_spec, sizeof train_spec, "%s/sotu/%s/sotu_train_*.bin", c->data, tokdir);
+    if (c->val[0]) snprintf(val_spec, sizeof val_spec, "%s", c->val);
+    else snprintf(val_spec, sizeof val_spec, "%s/sotu/%s/sotu_val_*.bin", c->data, tokdir);
+    ensure_data(c, tok_kind, train_spec, val_spec, defaults_data);
+
+    if (c->sample_every > 0 && tok_kind) {
+        r->tok = tokenizer_load(tok_kind, c->data);
         if (tokenizer_vocab_size(r->tok) > r->m->vocab_size)
             fatal("tokenizer '%s' has %d tokens but the model only %d; use a model built for this tokenizer",
-                  fam->tokenizer, tokenizer_vocab_size(r->tok), r->m->vocab_size);
+                  tok_kind, tokenizer_vocab_size(r->tok), r->m->vocab_size);
     }
 
     r->dl = dataloader_open(train_spec, c->B, c->T, r->rank, r->world, rng_mix(c->seed, 0x64617461ull), c->shuffle,
@@ -518,6 +570,9 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         double t0 = now_seconds();
         float lr = lr_at(&r->sched, t);
         double loss = 0.0;
+        /* mask statistics on logged steps and the step before (their Jaccard compares with it) */
+        int ms = c->mask_stats_every;
+        distopt_mask_stats_enable(r->d, ms > 0 && (t % ms == 0 || (t + 1) % ms == 0));
         for (int a = 0; a < r->accum; a++) {
             dataloader_next(r->dl, r->inputs, r->targets);
             loss += r->m->forward(r->m, r->inputs, r->targets, c->B, c->T);
@@ -540,7 +595,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
                          100.0 * r->m->flops_per_token * tok_s / ((double)c->peak_flops * r->world));
             printf("step %6d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | MFU %s | comm %.2f MB",
                    t, c->steps, mean_loss, lr, grad_norm, 1e3 * secs, tok_s, mfu, cs.bytes_sent / 1e6);
-            if (dc.opt.kind == OPT_SCAPE) printf(" | d %.4f", density);
+            if (dc.opt.kind == OPT_SCAPE || dc.opt.kind == OPT_TOPK_EF) printf(" | d %.4f", density);
             if (skipped) printf(" | SKIPPED (non-finite gradient norm)");
             printf("\n");
             fflush(stdout);
@@ -561,6 +616,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         jlog_num(r->log, "density", density);
         jlog_int(r->log, "skipped", skipped);
         jlog_end(r->log);
+        if (c->mask_stats_every > 0 && t % c->mask_stats_every == 0) log_mask_stats(r, t);
 
         int last = t == c->steps;
         if (last || (c->eval_every > 0 && t % c->eval_every == 0)) validate(r, t);

@@ -24,6 +24,7 @@ typedef struct {
     int threads, shuffle, zero;
     float density, density_start;
     int density_warmup, scape_exclude_norms;
+    int mask_stats_every; /* log a "mask" event every N steps (scape/dist.h DistMaskStats), 0 = off */
     float peak_flops;
 } TrainConfig;
 

@@ -3,9 +3,12 @@
  * test/ref/llama_ref.bin written by dev/ref/llama_ref.py, plus RoPE against the complex-number formula, model
  * files, specs and the backward contract of common/model.h.
  *
- * Usage: build/test_llama                  run every case from the repository root
+ * Usage: build/test_llama [DATA_DIR]       run every case from the repository root (DATA_DIR, default "data",
+ *                                          holds sotu/llama2/sotu_val_000000.bin from `make data-llama`)
  *        build/test_llama --write-init P   write the reference's initial weights (REF_SPEC, seed 1337) to P
- * The regeneration case runs $PYTHON_REF (default /usr/bin/python3) on dev/ref/llama_ref.py.
+ * The reference batch is a window of real Llama 2 tokens from that validation shard (at the offset stored in the
+ * reference file; it crosses a document boundary, so <s> is in it). The regeneration case runs $PYTHON_REF
+ * (default /usr/bin/python3) on dev/ref/llama_ref.py with the same shard and offset.
  *
  * Tolerances (fp32 here vs float64 rounded to fp32 in the file), relative to the reference tensor's max |x|:
  *   loss and every step loss 1e-5 of the loss; logits 1e-5 (kept columns; whole-tensor sum within
@@ -29,6 +32,9 @@
 #define REF_B 2
 #define REF_T 16
 #define SCRATCH "build/llama_test"
+#define REF_SHARD "sotu/llama2/sotu_val_000000.bin" /* under DATA_DIR */
+
+static const char *data_dir = "data";
 
 /* ---------------------------------------------------------------------------------------------------------
  * Reading the reference file (format documented in dev/ref/llama_ref.py).
@@ -42,7 +48,7 @@ typedef struct {
 typedef struct {
     int32_t h[32];
     double hp[8]; /* lr, beta1, beta2, eps, weight_decay, rope theta, norm eps */
-    int L, C, NH, NKV, F, V, Vp, maxT, B, T, steps, K;
+    int L, C, NH, NKV, F, V, Vp, maxT, B, T, steps, K, offset;
     int *tokens; /* (B*T+1) */
     int *rows;   /* (K) */
     double loss;
@@ -109,7 +115,8 @@ static Ref load_ref(const char *path, const ParamTable *tab) {
     take(&c, r.hp, sizeof r.hp);
     r.L = r.h[2], r.C = r.h[3], r.NH = r.h[4], r.NKV = r.h[5], r.F = r.h[6], r.V = r.h[7], r.Vp = r.h[8];
     r.maxT = r.h[9], r.B = r.h[10], r.T = r.h[11], r.steps = r.h[12], r.K = r.h[13];
-    if (r.B != REF_B || r.T != REF_T || r.steps < 1 || r.steps > 1000 || r.K < 1 || r.K > r.V)
+    r.offset = r.h[14];
+    if (r.B != REF_B || r.T != REF_T || r.steps < 1 || r.steps > 1000 || r.K < 1 || r.K > r.V || r.offset < 0)
         fatal("%s: B=%d T=%d steps=%d K=%d do not fit this test; regenerate it", path, r.B, r.T, r.steps, r.K);
     int BT = r.B * r.T;
     r.tokens = take_new(&c, (size_t)(BT + 1) * 4);
@@ -237,6 +244,38 @@ TEST(ref_file_matches_tiny_gqa_model) {
     m->free(m);
 }
 
+TEST(ref_tokens_are_the_llama2_validation_shard_window) {
+    get_ref();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/" REF_SHARD, data_dir);
+    if (!file_exists(path)) fatal("%s: missing; run `make data-llama` (or pass the data dir as argument)", path);
+    size_t n;
+    unsigned char *buf = read_all(path, &n);
+    int32_t h[256];
+    CHECK(n >= sizeof h, "%s: %zu bytes, shorter than a shard header", path, n);
+    if (n >= sizeof h) {
+        memcpy(h, buf, sizeof h);
+        CHECK(h[0] == 20240801 && h[1] == 7, "%s: magic %d version %d, want a uint32 shard (20240801, 7)", path,
+              h[0], h[1]);
+        size_t need = 1024 + 4 * (size_t)(ref.offset + ref.B * ref.T + 1);
+        CHECK(n >= need, "%s: %zu bytes, need %zu", path, n, need);
+        if (n >= need) {
+            int mismatches = 0, first = -1, bos = 0;
+            for (int i = 0; i < ref.B * ref.T + 1; i++) {
+                uint32_t tok;
+                memcpy(&tok, buf + 1024 + 4 * (size_t)(ref.offset + i), 4);
+                if ((int64_t)tok != ref.tokens[i] && mismatches++ == 0) first = i;
+                bos += ref.tokens[i] == 1;
+            }
+            CHECK(mismatches == 0, "%d of %d tokens differ from %s at offset %d (first at %d)", mismatches,
+                  ref.B * ref.T + 1, path, ref.offset, first);
+            CHECK(bos >= 1, "the window at offset %d holds no <s> (id 1); pick one that crosses a document start",
+                  ref.offset);
+        }
+    }
+    free(buf);
+}
+
 TEST(forward_matches_pytorch) {
     get_ref();
     Model *m = ref_model();
@@ -314,6 +353,7 @@ TEST(adamw_10_steps_match_pytorch) { run_steps(test_name_, 0); }
 TEST(adams_10_steps_match_pytorch) { run_steps(test_name_, 1); }
 
 TEST(reference_regenerates_byte_identical) {
+    get_ref();
     const char *py = getenv("PYTHON_REF") ? getenv("PYTHON_REF") : "/usr/bin/python3";
     make_dirs(SCRATCH);
     Model *m = ref_model();
@@ -321,8 +361,8 @@ TEST(reference_regenerates_byte_identical) {
     m->free(m);
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "%s dev/ref/llama_ref.py --model " SCRATCH "/ref_init.bin --out " SCRATCH "/llama_ref.bin > " SCRATCH
-             "/llama_ref.log 2>&1", py);
+             "%s dev/ref/llama_ref.py --model " SCRATCH "/ref_init.bin --shard %s/" REF_SHARD " --offset %d --out "
+             SCRATCH "/llama_ref.bin > " SCRATCH "/llama_ref.log 2>&1", py, data_dir, ref.offset);
     int st = system(cmd);
     int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     CHECK(rc == 0, "%s exited with %d (see " SCRATCH "/llama_ref.log)", cmd, rc);
@@ -573,6 +613,36 @@ TEST(padded_vocabulary_rows_stay_zero) {
  * Specs and model files.
  * --------------------------------------------------------------------------------------------------------- */
 
+/* The default model must fit the default data (Llama 2 shards): V 32000, and every token of the validation shard
+ * below it; a Llama 3-sized vocabulary (the 1.8b spec) asks the loop for the Llama 3 shards and tokenizer. */
+TEST(default_model_matches_the_default_llama2_data) {
+    LlamaConfig c = llama_parse_spec(llama_family.default_model);
+    CHECK(c.V == 32000 && strcmp(llama_family.tokenizer, "llama2") == 0, "default %s: V %d, family tokenizer %s",
+          llama_family.default_model, c.V, llama_family.tokenizer);
+    Model *m = llama_family.create(llama_family.default_model, NULL, 1, 1, 1);
+    CHECK(m->tokenizer == NULL, "default model asks for tokenizer %s, want the family's", m->tokenizer);
+    m->free(m);
+    m = llama_family.create("l1c16h2v128256t8", NULL, 1, 1, 1);
+    CHECK(m->tokenizer && strcmp(m->tokenizer, "llama3") == 0, "V 128256: tokenizer %s, want llama3",
+          m->tokenizer ? m->tokenizer : "(family's)");
+    m->free(m);
+    CHECK(llama_parse_spec("1.8b").V == 128256 && llama_parse_spec("500m").V == 32000, "1.8b V %d, 500m V %d",
+          llama_parse_spec("1.8b").V, llama_parse_spec("500m").V);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/" REF_SHARD, data_dir);
+    if (!file_exists(path)) fatal("%s: missing; run `make data-llama` (or pass the data dir as argument)", path);
+    size_t n;
+    unsigned char *buf = read_all(path, &n);
+    uint32_t max = 0;
+    for (size_t off = 1024; off + 4 <= n; off += 4) {
+        uint32_t t;
+        memcpy(&t, buf + off, 4);
+        if (t > max) max = t;
+    }
+    CHECK(n > 1024 && max < (uint32_t)c.V && max > 20000, "%s: largest token %u, model V %d", path, max, c.V);
+    free(buf);
+}
+
 static size_t spec_params(const char *spec, LlamaConfig *out) {
     LlamaConfig c = llama_parse_spec(spec);
     ParamTable t;
@@ -767,13 +837,15 @@ int main(int argc, char **argv) {
         m->free(m);
         return 0;
     }
-    if (argc != 1) {
-        fprintf(stderr, "usage: %s [--write-init PATH]  (run from the repository root)\n", argv[0]);
+    if (argc == 2 && argv[1][0] != '-') data_dir = argv[1];
+    else if (argc != 1) {
+        fprintf(stderr, "usage: %s [DATA_DIR] | --write-init PATH  (run from the repository root)\n", argv[0]);
         return 2;
     }
     RUN_TEST(rope_matches_complex_rotation);
     RUN_TEST(table_layout_decay_and_buckets);
     RUN_TEST(named_specs_match_the_paper_configs);
+    RUN_TEST(default_model_matches_the_default_llama2_data);
     RUN_TEST(bad_specs_are_rejected);
     RUN_TEST(tokens_outside_the_vocabulary_are_rejected);
     RUN_TEST(model_file_round_trip);
@@ -783,6 +855,7 @@ int main(int argc, char **argv) {
     RUN_TEST(gqa_equals_mha_with_repeated_heads);
     RUN_TEST(padded_vocabulary_rows_stay_zero);
     RUN_TEST(ref_file_matches_tiny_gqa_model);
+    RUN_TEST(ref_tokens_are_the_llama2_validation_shard_window);
     RUN_TEST(forward_matches_pytorch);
     RUN_TEST(gradients_match_pytorch);
     RUN_TEST(adamw_10_steps_match_pytorch);

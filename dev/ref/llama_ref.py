@@ -2,24 +2,27 @@
 """dev/ref/llama_ref.py - PyTorch (float64) reference for the CPU Llama in train_llama.c.
 
 Reads the initial weights from a Llama model file (train_llama.c's layout, version 3 fp32) that the C side wrote
-with its seeded initialisation (`build/test_llama --write-init PATH`), runs one fixed batch and writes the reference
+with its seeded initialisation (`build/test_llama --write-init PATH`), takes B*T+1 real Llama 2 tokens from a uint32
+token shard (data/sotu/llama2/sotu_val_000000.bin, from `make data-llama`), runs that one batch and writes the reference
 file that test/test_llama.c compares against: input tokens, loss, logits, every parameter gradient, then the losses
 and final parameters after STEPS steps of AdamW and, separately, STEPS steps of AdamS, both on the same batch every
 step. All maths is float64; the model is written out functionally (RMSNorm, rotate-half RoPE, GQA by repeating
 key/value heads, SwiGLU) so it mirrors the architecture without sharing any code with train_llama.c.
 Not for: training, or anything at run time.
 
-Tokens: a fixed sequence of ids in [0, V) (a formula below, with repeats, plus the ids 0 and V-1), because no
-Llama tokenizer exists in the runtime yet; swap in real Llama 2 tokens once it does.
+Tokens: the window tokens[offset : offset + B*T + 1] of the shard (llm.c layout: 256 x int32 header, magic
+20240801, version 7, then uint32 tokens), so the parity test sees the ids real training sees, <s> included.
 
-Run with Debian's torch: /usr/bin/python3 dev/ref/llama_ref.py --model M.bin --out OUT.bin
+Run with Debian's torch:
+  /usr/bin/python3 dev/ref/llama_ref.py --model M.bin --shard data/sotu/llama2/sotu_val_000000.bin --out OUT.bin
 
 Optimizer settings (fixed): lr 1e-3 constant, beta1 0.9, beta2 0.95, eps 1e-8, weight decay 0.1 on wte, lm_head
 and the linear weights (wq, wk, wv, wo, w1, w3, w2) only, no gradient clipping. AdamW is torch.optim.AdamW; AdamS is
 written out from SCAPE.md section 1.
 
 Reference file format (little-endian; "f32[n]" is n float32 rounded from the float64 result):
-  int32[32]  header: magic 20261130, version 1, L, C, NH, NKV, F, V, Vp, maxT, B, T, STEPS, K (rows kept), 0...
+  int32[32]  header: magic 20261130, version 1, L, C, NH, NKV, F, V, Vp, maxT, B, T, STEPS, K (rows kept),
+             shard token offset, 0...
   f64[8]     lr, beta1, beta2, eps, weight_decay, rope theta, RMSNorm eps, 0
   int32[B*T+1] tokens: inputs = tokens[0:B*T] as (B,T), targets = tokens[1:B*T+1]
   int32[K]   rows: the kept wte / lm_head rows and logits columns, sorted: every token id of the window, then ids
@@ -86,10 +89,24 @@ def read_model(path):
     return cfg, params
 
 
-def fixed_tokens(n, V):
-    """A fixed token window with repeats (so embedding gradients accumulate) and the extreme ids 0 and V-1."""
-    t = np.array([((i * 37) % 23) * 1361 + 29 for i in range(n)], dtype=np.int64) % V
-    t[7], t[20 % n] = 0, V - 1
+def read_tokens(path, offset, n, V):
+    """n tokens from a uint32 token shard (llm.c layout, magic 20240801 version 7), starting at token offset."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        die(f"{path}: {e.strerror}; run `make data-llama`")
+    if len(data) < 1024:
+        die(f"{path}: shorter than a shard header; run `make data-llama`")
+    h = struct.unpack("<256i", data[:1024])
+    if h[0] != 20240801 or h[1] != 7:
+        die(f"{path}: not a uint32 token shard (magic {h[0]}, version {h[1]}); run `make data-llama`")
+    ntok = h[2]
+    if len(data) != 1024 + 4 * ntok or offset + n > ntok:
+        die(f"{path}: {ntok} tokens, need {offset + n}; run `make data-llama`")
+    t = np.frombuffer(data, dtype="<u4", offset=1024 + 4 * offset, count=n).astype(np.int64)
+    if t.max() >= V:
+        die(f"{path}: token {t.max()} >= the model's V {V}; use a Llama 2 shard (`make data-llama`)")
     return t
 
 
@@ -161,6 +178,8 @@ def pack_tensors(p, rows, use_grad):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="initial weights, Llama version 3 model file")
+    ap.add_argument("--shard", required=True, help="Llama 2 token shard (data/sotu/llama2/sotu_val_000000.bin)")
+    ap.add_argument("--offset", type=int, default=0, help="first token of the window in the shard")
     ap.add_argument("--B", type=int, default=2)
     ap.add_argument("--T", type=int, default=16)
     ap.add_argument("--steps", type=int, default=10)
@@ -170,9 +189,9 @@ def main():
 
     cfg, p0 = read_model(a.model)
     B, T, V, C = a.B, a.T, cfg["V"], cfg["C"]
-    if T > cfg["maxT"] or B * T + 1 <= 20:
-        die(f"--T {T} exceeds the model's maxT {cfg['maxT']} or the window is too short")
-    tokens = fixed_tokens(B * T + 1, V)
+    if T > cfg["maxT"] or a.offset < 0:
+        die(f"--T {T} exceeds the model's maxT {cfg['maxT']}, or --offset {a.offset} is negative")
+    tokens = read_tokens(a.shard, a.offset, B * T + 1, V)
     inputs = torch.tensor(tokens[:-1].reshape(B, T))
     targets = torch.tensor(tokens[1:].reshape(B, T))
 
@@ -187,7 +206,7 @@ def main():
 
     out = bytearray()
     hdr = [REF_MAGIC, REF_VERSION, cfg["L"], C, cfg["NH"], cfg["NKV"], cfg["F"], V, cfg["Vp"], cfg["maxT"], B, T,
-           a.steps, K_ROWS] + [0] * 18
+           a.steps, K_ROWS, a.offset] + [0] * 17
     out += struct.pack("<32i", *hdr)
     out += struct.pack("<8d", LR, BETA1, BETA2, EPS, WD, cfg["theta"], cfg["eps"], 0)
     out += tokens.astype("<i4").tobytes()
