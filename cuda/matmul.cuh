@@ -1,0 +1,171 @@
+/*
+ * cuda/matmul.cuh - the linear layers through cuBLASLt: floatX inputs (bf16, or fp32 under PRECISION=FP32),
+ * fp32 accumulation, bias and GELU (tanh) epilogues fused into the GEMM; backward GEMMs and a deterministic
+ * bias-gradient column sum. Also the cuBLAS handle the attention's batched GEMMs use.
+ * Layout: row-major tensors, which cuBLAS (column-major) sees transposed: a row-major (N,C) matrix is a
+ * column-major C x N matrix with leading dimension C. Shapes: N rows, C input channels, OC output channels.
+ * Not for: attention's batched GEMMs' softmax (attention.cuh).
+ */
+#ifndef CUDA_MATMUL_CUH
+#define CUDA_MATMUL_CUH
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include "cuda/common.cuh"
+#include "cuda/gelu.cuh"
+
+static inline void cublas_check_(cublasStatus_t st, const char *what, const char *file, int line) {
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "error: cuBLAS: %s failed at %s:%d: status %d (%s)\n", what, file, line, (int)st,
+                cublasGetStatusString(st));
+        exit(1);
+    }
+}
+#define cublasCheck(call) cublas_check_((call), #call, __FILE__, __LINE__)
+
+#ifdef ENABLE_FP32
+#define CUDA_FLOATX CUDA_R_32F
+#else
+#define CUDA_FLOATX CUDA_R_16BF
+#endif
+
+#define CUBLASLT_WORKSPACE_BYTES (32u << 20)
+
+/* Handles shared by every GEMM of a process; one per device. */
+typedef struct {
+    cublasLtHandle_t lt;
+    cublasHandle_t blas;
+    void *workspace; /* CUBLASLT_WORKSPACE_BYTES on the device */
+} Blas;
+
+static void blas_init(Blas *b) {
+    cublasCheck(cublasLtCreate(&b->lt));
+    cublasCheck(cublasCreate(&b->blas));
+#ifdef ENABLE_FP32
+    /* no TF32 or other shortcut: fp32 builds must be true fp32 for the tight CPU comparisons */
+    cublasCheck(cublasSetMathMode(b->blas, CUBLAS_PEDANTIC_MATH));
+#endif
+    cudaCheck(cudaMalloc(&b->workspace, CUBLASLT_WORKSPACE_BYTES));
+}
+static void blas_free(Blas *b) {
+    cudaCheck(cudaFree(b->workspace));
+    cublasCheck(cublasDestroy(b->blas));
+    cublasCheck(cublasLtDestroy(b->lt));
+}
+
+/* D = alpha * op(A) op(B) + beta * C (C == D), column-major view, m x n result, inner k; lda, ldb, ldd leading
+ * dimensions. epi: CUBLASLT_EPILOGUE_DEFAULT, _BIAS (bias: m values), _GELU_BIAS, _GELU_AUX_BIAS (aux: the
+ * pre-GELU m x n matrix, leading dimension ldd). Returns 0 (and does nothing) if cuBLASLt has no algorithm for
+ * this shape and epilogue; lt_matmul() then exits with one line. */
+static int lt_matmul_try(Blas *bl, floatX *d, const floatX *a, const floatX *b, const floatX *bias, floatX *aux,
+                      int m, int n, int k, int lda, int ldb, int ldd, cublasOperation_t ta, cublasOperation_t tb,
+                      float beta, cublasLtEpilogue_t epi, cudaStream_t s) {
+    cublasLtMatmulDesc_t desc;
+    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    if (bias) cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    if (aux) {
+        int64_t ld = ldd;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+    }
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_FLOATX, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_FLOATX, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&ld, CUDA_FLOATX, m, n, ldd));
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = CUBLASLT_WORKSPACE_BYTES;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(bl->lt, desc, la, lb, ld, ld, pref, 1, &heur, &found));
+    float alpha = 1.0f;
+    if (found > 0)
+        cublasCheck(cublasLtMatmul(bl->lt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo,
+                                   bl->workspace, ws, s));
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    cublasCheck(cublasLtMatrixLayoutDestroy(la));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
+    cublasCheck(cublasLtMatrixLayoutDestroy(ld));
+    cublasCheck(cublasLtMatmulDescDestroy(desc));
+    return found > 0;
+}
+static void lt_matmul(Blas *bl, floatX *d, const floatX *a, const floatX *b, const floatX *bias, floatX *aux,
+                      int m, int n, int k, int lda, int ldb, int ldd, cublasOperation_t ta, cublasOperation_t tb,
+                      float beta, cublasLtEpilogue_t epi, cudaStream_t s) {
+    if (!lt_matmul_try(bl, d, a, b, bias, aux, m, n, k, lda, ldb, ldd, ta, tb, beta, epi, s)) {
+        fprintf(stderr, "error: cuBLASLt has no algorithm for m=%d n=%d k=%d epilogue=%d; use channel counts that "
+                        "are multiples of 8\n", m, n, k, (int)epi);
+        exit(1);
+    }
+}
+
+/* out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias (OC, may be NULL). With pre_gelu non-NULL the GELU epilogue
+ * runs: pre_gelu (N,OC) receives inp @ w^T + bias and out = GELU(pre_gelu) (a cuBLASLt epilogue in bf16 builds,
+ * the GELU kernel in fp32 builds or where cuBLASLt has no such epilogue for the shape). */
+static void matmul_forward(Blas *bl, floatX *out, floatX *pre_gelu, const floatX *inp, const floatX *weight,
+                           const floatX *bias, int N, int C, int OC, cudaStream_t s) {
+    cublasLtEpilogue_t epi = pre_gelu ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                                      : (bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
+    /* column-major: out_cm (OC x N) = W_cm^T (OC x C) inp_cm (C x N), W_cm being row-major W (OC,C) as C x OC */
+    int fuse = 1;
+#ifdef ENABLE_FP32
+    /* fp32 builds exist for tight comparisons: use the tanhf GELU kernel, not the epilogue's GELU, whose accuracy
+     * cuBLASLt does not document */
+    fuse = pre_gelu == NULL;
+#endif
+    if (fuse && lt_matmul_try(bl, out, weight, inp, bias, pre_gelu, OC, N, C, C, C, OC, CUBLAS_OP_T, CUBLAS_OP_N, 0.0f,
+                              epi, s))
+        return;
+    if (!pre_gelu) lt_matmul(bl, out, weight, inp, bias, NULL, OC, N, C, C, C, OC, CUBLAS_OP_T, CUBLAS_OP_N, 0.0f, epi, s);
+    else { /* no fused GELU for this shape/type: GEMM with bias into pre_gelu, then the GELU kernel */
+        lt_matmul(bl, pre_gelu, weight, inp, bias, NULL, OC, N, C, C, C, OC, CUBLAS_OP_T, CUBLAS_OP_N, 0.0f,
+                  bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, s);
+        gelu_forward(out, pre_gelu, (long)N * OC, s);
+    }
+}
+
+#define BIAS_BWD_ROWS 256
+/* partial[rb, oc] = sum of dout[rb*ROWS .. , oc] over the row block, rows in order (deterministic) */
+__global__ static void bias_backward_partial_kernel(float *partial, const floatX *dout, int N, int OC) {
+    int oc = blockIdx.x * blockDim.x + threadIdx.x;
+    if (oc >= OC) return;
+    int r0 = blockIdx.y * BIAS_BWD_ROWS;
+    float acc = 0.0f;
+    for (int r = r0; r < r0 + BIAS_BWD_ROWS && r < N; r++) acc += to_float(dout[(long)r * OC + oc]);
+    partial[(long)blockIdx.y * OC + oc] = acc;
+}
+__global__ static void bias_backward_reduce_kernel(floatX *dbias, const float *partial, int nrb, int OC) {
+    int oc = blockIdx.x * blockDim.x + threadIdx.x;
+    if (oc >= OC) return;
+    float acc = 0.0f;
+    for (int b = 0; b < nrb; b++) acc += partial[(long)b * OC + oc];
+    dbias[oc] = from_float<floatX>(to_float(dbias[oc]) + acc);
+}
+static size_t matmul_backward_scratch_floats(int N, int OC) { return (size_t)ceil_div(N, BIAS_BWD_ROWS) * OC; }
+
+/* Backward of matmul_forward without the GELU: dinp (N,C) = dout (N,OC) @ weight (OC,C) (OVERWRITTEN when
+ * dinp_beta is 0, added to when 1), dweight (OC,C) += dout^T @ inp, dbias (OC) += column sums of dout (if
+ * non-NULL; needs scratch of matmul_backward_scratch_floats(N, OC)). dinp may be NULL (not needed). */
+static void matmul_backward(Blas *bl, floatX *dinp, floatX *dweight, floatX *dbias, float *scratch,
+                            const floatX *dout, const floatX *inp, const floatX *weight, int N, int C, int OC,
+                            float dinp_beta, cudaStream_t s) {
+    if (dinp) /* dinp^T (C x N) = W_cm (C x OC) * dout^T (OC x N) */
+        lt_matmul(bl, dinp, weight, dout, NULL, NULL, C, N, OC, C, OC, C, CUBLAS_OP_N, CUBLAS_OP_N, dinp_beta,
+                  CUBLASLT_EPILOGUE_DEFAULT, s);
+    /* dW_cm (C x OC) += inp_cm (C x N) * dout_cm^T (N x OC) */
+    lt_matmul(bl, dweight, inp, dout, NULL, NULL, C, OC, N, C, OC, C, CUBLAS_OP_N, CUBLAS_OP_T, 1.0f,
+              CUBLASLT_EPILOGUE_DEFAULT, s);
+    if (dbias) {
+        int nrb = ceil_div(N, BIAS_BWD_ROWS);
+        bias_backward_partial_kernel<<<dim3(ceil_div(OC, 256), nrb), 256, 0, s>>>(scratch, dout, N, OC);
+        cudaCheckLaunch();
+        bias_backward_reduce_kernel<<<ceil_div(OC, 256), 256, 0, s>>>(dbias, scratch, nrb, OC);
+        cudaCheckLaunch();
+    }
+}
+
+#endif

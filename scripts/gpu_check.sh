@@ -1,0 +1,240 @@
+#!/usr/bin/env bash
+# scripts/gpu_check.sh - every GPU check of the CUDA backend in one run (< 8 minutes on an H200), writing ONE
+# report file with every figure. Meant for a fresh GPU machine: driver + CUDA toolkit (or only a Python env's
+# nvidia/*/lib), maybe no network, no Debian packages, no MPI. It finds the libraries, builds what it can, runs
+# what it built, and reports each check as PASS, FAIL or NOT RUN (with the reason; NOT RUN never counts as
+# passed). Exits non-zero if any check failed or could not run.
+#
+# Usage: scripts/gpu_check.sh [REPORT]      (default out/gpu_check/report.txt)
+#   DATA=dir     token shards (<dir>/sotu/gpt2/sotu_{train,val}_000000.bin); default data, else a synthetic
+#                shard is written with python3 (the training checks only compare runs, so any tokens do)
+#   JOBS=n       parallel build jobs (default: all cores)
+#   SKIP_BUILD=1 use existing binaries
+#   BUDGET_S     seconds after which the remaining training checks are skipped as NOT RUN (default 420)
+#   PEAK_FLOPS   bf16 dense peak of one GPU for MFU (default 989e12, H100/H200 SXM)
+#   CPU_DRY=1    self-test of this script without a GPU: the training checks run train_gpt in place of both CUDA
+#                trainers (labelled DRY in the report; the exit status is still non-zero: GPU checks did not run)
+# Checks: every kernel test (dev/cuda, each against its CPU reference, with timings); the whole model against
+# the CPU trainer in fp32 (tight) and bf16 builds (test/gpu/test_gpt2cu.cu); 10 training steps of train_gptcu_fp32
+# and train_gptcu against train_gpt's losses (train_gpt is itself checked against PyTorch by test/test_gpt2);
+# two identical runs bitwise equal; save/resume/continue bitwise equal; 2 ranks sharing the GPU == 1 rank
+# accumulating 2 micro-steps (the same windows under the data loader's rank interleaving); a throughput run of
+# GPT-2 124M (d12) at T=1024 with the largest batch that fits: tokens/s and MFU.
+set -u
+cd "$(dirname "$0")/.."
+REPORT=${1:-out/gpu_check/report.txt}
+WORK=out/gpu_check
+mkdir -p "$WORK" "$(dirname "$REPORT")"
+: > "$REPORT"
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 4)}
+PEAK_FLOPS=${PEAK_FLOPS:-989e12}
+START=$(date +%s)
+npass=0; nfail=0; nnot=0
+
+log() { echo "$*" | tee -a "$REPORT"; }
+pass() { npass=$((npass + 1)); log "PASS    $1${2:+: $2}"; }
+fail() { nfail=$((nfail + 1)); log "FAIL    $1: $2"; }
+notrun() { nnot=$((nnot + 1)); log "NOT RUN $1: $2"; }
+# figure lines of a test's output (ok/FAIL/time and indented notes) go into the report verbatim
+figures() { sed -n -E '/^(ok |FAIL |time |  )/p' "$1" | sed 's/^/        | /' >> "$REPORT"; }
+
+log "== gpu_check $(date -u +%FT%TZ) on $(hostname)"
+# ---------------------------------------------------------------- environment: driver, toolkit, libraries
+if command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>&1 | sed 's/^/gpu: /' | tee -a "$REPORT"
+else
+    log "gpu: nvidia-smi not found"
+fi
+NVCC=""
+for c in "$(command -v nvcc 2>/dev/null)" /usr/local/cuda/bin/nvcc /usr/local/cuda-*/bin/nvcc /opt/cuda/bin/nvcc; do
+    [ -n "$c" ] && [ -x "$c" ] && { NVCC=$c; break; }
+done
+CUDA_HOME=${CUDA_HOME:-$([ -n "$NVCC" ] && dirname "$(dirname "$NVCC")")}
+# a Python env's CUDA wheels (nvidia-cublas-cu12, ...) keep their libraries in site-packages/nvidia/*/lib
+LIBDIRS=""
+for py in python3 python; do
+    command -v $py > /dev/null || continue
+    d=$($py -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2>/dev/null) || continue
+    for l in "$d"/*/lib; do [ -d "$l" ] && LIBDIRS="$LIBDIRS${LIBDIRS:+:}$l"; done
+    break
+done
+[ -n "$LIBDIRS" ] && export LD_LIBRARY_PATH="$LIBDIRS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+log "nvcc: ${NVCC:-none} ($([ -n "$NVCC" ] && "$NVCC" --version | tail -1))"
+log "extra library dirs: ${LIBDIRS:-none}"
+have() { command -v "$1" > /dev/null; }
+# can the C compiler link against a library? (OpenBLAS and PCRE2 for the CPU reference trainer)
+links() { echo 'int main(void){return 0;}' | ${CC:-cc} -x c - -o "$WORK/.links" "$@" > /dev/null 2>&1; }
+HAVE_BLAS=0; links -lopenblas && HAVE_BLAS=1
+HAVE_PCRE=0; links -lpcre2-8 && HAVE_PCRE=1
+HAVE_MPI=0; have mpicc && have mpirun && HAVE_MPI=1
+log "openblas: $HAVE_BLAS  pcre2: $HAVE_PCRE  mpi: $HAVE_MPI  python3: $(have python3 && echo 1 || echo 0)"
+# the top Makefile links the CPU trainers with $(MPICC); without MPI nothing that needs the loop can be built
+MAKE_ARGS=(NVCC="${NVCC:-nvcc}" CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" CUDA_LIB_DIRS="$LIBDIRS" GPU_ARCH="${GPU_ARCH:-80 90}")
+
+# ---------------------------------------------------------------- build
+build() { # build NAME TARGET...: 0 if built; the log is $WORK/build_NAME.log
+    local name=$1; shift
+    [ "${SKIP_BUILD:-0}" = 1 ] && return 0
+    make -j"$JOBS" "${MAKE_ARGS[@]}" "$@" > "$WORK/build_$name.log" 2>&1
+}
+K_BINS=(encoder layernorm gelu matmul attention classifier optimizer global_norm)
+if [ -z "$NVCC" ]; then
+    notrun build "no nvcc found (PATH, /usr/local/cuda*/bin); install the CUDA toolkit or set PATH"
+else
+    t0=$(date +%s)
+    # shared CPU objects first (both precisions link them), then each precision's tests in one parallel make
+    build common_objs build/scape/optim.o build/common/util.o build/common/params.o build/common/rng.o ||
+        fail build_common_objs "$(grep -m3 -E 'error' "$WORK/build_common_objs.log" | tr '\n' ' ')"
+    build kernels_bf16 -k build/cuda/gpu_probe "${K_BINS[@]/#/build/cuda/test_}"
+    build kernels_fp32 -k PRECISION=FP32 "${K_BINS[@]/#/build/cuda-fp32/test_}"
+    for k in "${K_BINS[@]}"; do
+        for dir in build/cuda build/cuda-fp32; do
+            [ "$k" = gpu_probe ] && [ $dir = build/cuda-fp32 ] && continue
+            bin=$dir/test_$k; [ "$k" = gpu_probe ] && bin=$dir/gpu_probe
+            [ "$k" = gpu_probe ] || [ -x "$bin" ] || fail "build_$bin" "see $WORK/build_kernels_*.log: $(grep -m2 -E 'error' "$WORK"/build_kernels_*.log | tr '\n' ' ')"
+        done
+    done
+    log "kernel tests built in $(( $(date +%s) - t0 )) s"
+fi
+
+# ---------------------------------------------------------------- kernel tests
+run_test() { # run_test NAME TIMEOUT CMD...: PASS/FAIL from the exit status, figures into the report
+    local name=$1 to=$2; shift 2
+    if [ ! -x "$1" ]; then notrun "$name" "$1 was not built"; return 1; fi
+    local t0=$(date +%s)
+    timeout "$to" "$@" > "$WORK/$name.log" 2>&1
+    local rc=$? dt=$(( $(date +%s) - t0 ))
+    if [ $rc -eq 0 ] && grep -q '^ok ' "$WORK/$name.log" && ! grep -q '^FAIL ' "$WORK/$name.log"; then
+        pass "$name" "${dt} s"
+    elif [ $rc -eq 124 ]; then fail "$name" "timed out after $to s"
+    else fail "$name" "exit $rc after ${dt} s: $(grep -m1 -E '^FAIL|error' "$WORK/$name.log")"; fi
+    figures "$WORK/$name.log"
+    return $rc
+}
+log "== kernel tests (each against a CPU reference)"
+if ! run_test gpu_probe 30 build/cuda/gpu_probe; then
+    log "no usable GPU: every GPU check below is NOT RUN"
+    NO_GPU=1
+fi
+# bf16 (what the trainer runs) and fp32 (tight: catches e.g. an erf GELU epilogue where tanh is wanted)
+for k in "${K_BINS[@]}"; do
+    for prec in bf16 fp32; do
+        dir=build/cuda; [ $prec = fp32 ] && dir=build/cuda-fp32
+        if [ -n "${NO_GPU:-}" ]; then notrun "kernel_${k}_$prec" "no usable GPU"; else run_test "kernel_${k}_$prec" 180 $dir/test_$k; fi
+    done
+done
+
+# ---------------------------------------------------------------- whole model vs the CPU trainer
+log "== whole model vs train_gpt.c (test/gpu/test_gpt2cu.cu)"
+# without OpenBLAS the CPU reference links cuda/fallback's plain sgemm (slower, same results to fp32 rounding)
+fb=(); [ $HAVE_BLAS = 0 ] && { fb=(BLAS_FALLBACK=1); log "no OpenBLAS: the CPU reference uses cuda/fallback's sgemm"; }
+[ -z "${NO_GPU:-}" ] && [ -n "$NVCC" ] && build models -k "${fb[@]}" build/cuda-fp32/test_gpt2cu build/cuda/test_gpt2cu
+for prec in fp32 bf16; do
+    dir=build/cuda; [ $prec = fp32 ] && dir=build/cuda-fp32
+    if [ -n "${NO_GPU:-}" ]; then notrun "model_$prec" "no usable GPU"; continue; fi
+    [ -x $dir/test_gpt2cu ] || { fail "build_model_$prec" "$(grep -m3 -E 'error' "$WORK/build_models.log" | tr '\n' ' ')"; continue; }
+    run_test "model_$prec" 300 $dir/test_gpt2cu
+done
+
+# ---------------------------------------------------------------- training runs
+log "== training runs"
+TRAIN_OK=1
+reason=""
+GT=./train_gptcu; GT32=./train_gptcu_fp32; TRAIN_TARGETS=(train_gpt train_gptcu train_gptcu_fp32); DRY=""
+if [ "${CPU_DRY:-0}" = 1 ]; then GT=./train_gpt; GT32=./train_gpt; TRAIN_TARGETS=(train_gpt); DRY="DRY(train_gpt) "
+    log "CPU_DRY=1: the training checks below run train_gpt in place of the CUDA trainers"
+elif [ -n "${NO_GPU:-}" ]; then TRAIN_OK=0; reason="no usable GPU"; fi
+[ $HAVE_MPI = 0 ] && { TRAIN_OK=0; reason="no mpicc/mpirun (the shared training loop links Open MPI)"; }
+[ $HAVE_BLAS = 0 ] || [ $HAVE_PCRE = 0 ] && { TRAIN_OK=0; reason="${reason:+$reason; }OpenBLAS or PCRE2 missing"; }
+if [ $TRAIN_OK = 1 ]; then
+    build trainers "${TRAIN_TARGETS[@]}" || { TRAIN_OK=0; reason="build failed: $(grep -m3 error "$WORK/build_trainers.log" | tr '\n' ' ')"; fail build_trainers "$reason"; }
+fi
+DATA=${DATA:-data}
+TR=$DATA/sotu/gpt2/sotu_train_000000.bin; VA=$DATA/sotu/gpt2/sotu_val_000000.bin
+if [ $TRAIN_OK = 1 ] && { [ ! -f "$TR" ] || [ ! -f "$VA" ]; }; then
+    # synthetic shards in llm.c's layout: 256 int32 header (magic 20240520, version 1, token count), uint16 tokens
+    if have python3; then
+        mkdir -p "$WORK/data/sotu/gpt2"
+        python3 - "$WORK/data/sotu/gpt2" <<'PY'
+import struct, sys, random
+random.seed(1)
+for name, n in (("sotu_train_000000.bin", 200000), ("sotu_val_000000.bin", 40000)):
+    toks = [random.randrange(50257) if random.random() < 0.3 else random.randrange(2000) for _ in range(n)]
+    hdr = [20240520, 1, n] + [0] * 253
+    with open(sys.argv[1] + "/" + name, "wb") as f:
+        f.write(struct.pack("<256i", *hdr)); f.write(struct.pack("<%dH" % n, *toks))
+PY
+        DATA=$WORK/data; TR=$DATA/sotu/gpt2/sotu_train_000000.bin; VA=$DATA/sotu/gpt2/sotu_val_000000.bin
+        log "data: synthetic shards in $DATA"
+    else TRAIN_OK=0; reason="no token shards under $DATA and no python3 to write synthetic ones"; fi
+fi
+MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+COMMON=(--model d4c256 --train "$TR" --val "$VA" --data "$DATA" --seq 64 --steps 10 --warmup 2 --lr 1e-3 --eval-every 0
+        --eval-batches 2 --sample-every 0 --shuffle 0 --threads 4)
+train_rows() { grep '"event": "train"' "$1" | sed -E 's/.*"step": ([0-9]+), "train_loss": ([^,]+),.*/\1 \2/'; }
+# compare_losses NAME A.jsonl B.jsonl RTOL: every step's loss within RTOL relative; prints both columns
+compare_losses() {
+    local out
+    out=$(paste <(train_rows "$2") <(train_rows "$3") | awk -v r="$4" '
+        { n++; d = $2 - $4; if (d < 0) d = -d; rel = d / ($4 < 0 ? -$4 : $4); if (rel > mx) mx = rel;
+          printf "step %s: %s vs %s (rel %.2e)\n", $1, $2, $4, rel; if (rel > r) bad++ }
+        END { printf "steps %d, max rel diff %.3e, tolerance %g\n", n, mx, r; exit (n < 10 || bad > 0) }')
+    local rc=$?
+    if [ $rc -eq 0 ]; then pass "$DRY$1" "$(echo "$out" | tail -1)"; else fail "$DRY$1" "$(echo "$out" | tail -1)"; fi
+    echo "$out" | sed 's/^/        | /' >> "$REPORT"
+}
+trun() { # trun NAME BIN ARGS...: one run into $WORK/NAME, 0 on success
+    local name=$1; shift
+    if [ $(( $(date +%s) - START )) -gt "${BUDGET_S:-420}" ]; then notrun "$name" "time budget of ${BUDGET_S:-420} s spent"; return 1; fi
+    rm -rf "$WORK/$name"
+    timeout 300 "$@" --out "$WORK/$name" > "$WORK/$name.out" 2>&1 || { fail "$name" "run failed: $(tail -2 "$WORK/$name.out" | tr '\n' ' ')"; return 1; }
+}
+if [ $TRAIN_OK = 1 ]; then
+    trun cpu ./train_gpt "${COMMON[@]}" --batch 4 &&
+    trun gpu_fp32 $GT32 "${COMMON[@]}" --batch 4 &&
+        compare_losses train_fp32_vs_cpu_10_steps "$WORK/gpu_fp32/log.jsonl" "$WORK/cpu/log.jsonl" 1e-4
+    trun gpu_bf16 $GT "${COMMON[@]}" --batch 4 --ckpt-every 5 --keep-ckpts 0 &&
+        compare_losses train_bf16_vs_cpu_10_steps "$WORK/gpu_bf16/log.jsonl" "$WORK/cpu/log.jsonl" 2e-2
+    # two identical runs: bitwise equal losses and final model
+    if trun gpu_bf16_again $GT "${COMMON[@]}" --batch 4 --ckpt-every 5 --keep-ckpts 0; then
+        if diff <(train_rows "$WORK/gpu_bf16/log.jsonl") <(train_rows "$WORK/gpu_bf16_again/log.jsonl") > /dev/null &&
+           cmp -s "$WORK/gpu_bf16/ckpt_10/model.bin" "$WORK/gpu_bf16_again/ckpt_10/model.bin"; then
+            pass "${DRY}identical_runs_bitwise" "10 losses and ckpt_10/model.bin equal"
+        else fail "${DRY}identical_runs_bitwise" "losses or ckpt_10/model.bin differ"; fi
+    fi
+    # save at 5, resume, continue to 10: bitwise equal to the uninterrupted run
+    if [ -d "$WORK/gpu_bf16/ckpt_5" ] && trun gpu_bf16_resumed $GT "${COMMON[@]}" --batch 4 --resume "$WORK/gpu_bf16/ckpt_5"; then
+        if diff <(train_rows "$WORK/gpu_bf16/log.jsonl" | awk '$1 > 5') <(train_rows "$WORK/gpu_bf16_resumed/log.jsonl") > /dev/null &&
+           cmp -s "$WORK/gpu_bf16/ckpt_10/model.bin" "$WORK/gpu_bf16_resumed/ckpt_10/model.bin" &&
+           cmp -s "$WORK/gpu_bf16/ckpt_10/state_rank0.bin" "$WORK/gpu_bf16_resumed/ckpt_10/state_rank0.bin"; then
+            pass "${DRY}save_resume_bitwise" "steps 6-10 losses, model.bin and state_rank0.bin equal"
+        else fail "${DRY}save_resume_bitwise" "resumed run differs from the uninterrupted one"; fi
+    fi
+    # 2 ranks on one GPU (host-staged MPI all-reduce) vs 1 rank accumulating 2 micro-steps of the same windows
+    trun one_rank_accum $GT32 "${COMMON[@]}" --batch 4 --total-batch 512 &&
+    trun two_ranks env OMP_NUM_THREADS=2 "${MPI[@]}" -np 2 $GT32 "${COMMON[@]}" --batch 4 &&
+        compare_losses two_ranks_one_gpu_vs_accumulation "$WORK/two_ranks/log.jsonl" "$WORK/one_rank_accum/log.jsonl" 1e-5
+    # throughput: GPT-2 124M at T=1024, the largest batch of 32/16/8/4 that fits
+    [ -n "$DRY" ] && notrun throughput_d12 "CPU_DRY=1"
+    tried=""
+    for b in 32 16 8 4; do
+        [ -n "$DRY" ] && break
+        if [ $(( $(date +%s) - START )) -gt "${BUDGET_S:-420}" ]; then notrun throughput_d12 "time budget spent"; break; fi
+        rm -rf "$WORK/bench"
+        if timeout 300 ./train_gptcu --model d12 --train "$TR" --val "$VA" --data "$DATA" --seq 1024 --batch $b --steps 12 \
+            --warmup 2 --eval-every 0 --eval-batches 1 --sample-every 0 --peak-flops "$PEAK_FLOPS" --out "$WORK/bench" \
+            > "$WORK/bench.out" 2>&1; then
+            pass throughput_d12 "B=$b T=1024: $(grep '^step' "$WORK/bench.out" | tail -1)"
+            break
+        fi
+        tried="$tried B=$b: $(tail -1 "$WORK/bench.out");"
+        [ $b = 4 ] && fail throughput_d12 "no batch size ran:$tried"
+    done
+    [ -n "$tried" ] && log "        | throughput: failed batch sizes first:$tried"
+else
+    for c in train_fp32_vs_cpu_10_steps train_bf16_vs_cpu_10_steps identical_runs_bitwise save_resume_bitwise \
+             two_ranks_one_gpu_vs_accumulation throughput_d12; do notrun $c "$reason"; done
+fi
+
+log "== $npass passed, $nfail failed, $nnot not run ($(( $(date +%s) - START )) s); report: $REPORT"
+[ $nfail -eq 0 ] && [ $nnot -eq 0 ]

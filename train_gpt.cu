@@ -1,0 +1,392 @@
+/*
+ * train_gpt.cu - GPT-2 on one NVIDIA GPU: the same model, flags, logs, data and checkpoints as train_gpt.c, with
+ * forward and backward on the device (floatX = bf16 activations, parameters and gradients with fp32
+ * accumulation; PRECISION=FP32 builds an all-fp32 version for tight comparison with the CPU trainer).
+ *
+ * How it fits the shared loop (common/train.c, common/model.h): the host model of cuda/gpt2_host.c (train_gpt.c's
+ * own table, init and model files) owns the fp32 master parameters and gradients in host memory. Each forward
+ * uploads the master parameters and converts them to floatX on the device; each backward computes this
+ * micro-step's gradients into a zeroed floatX buffer, adds them into the host gradients and then reports every
+ * bucket final. The loop's optimizer, SCAPE, MPI communication (host buffers, so several ranks can share one
+ * GPU), checkpoints and logs therefore work unchanged.
+ * Not yet here (see cuda/README.md): the device-resident optimizer step (cuda/optimizer.cuh is written and
+ * tested), NCCL all-reduce overlapping backward, ZeRO-1 on the device, cuDNN attention.
+ *
+ * Shapes: B batch, T sequence, C channels, NH heads, L layers, V vocabulary, Vp padded vocabulary, N = B*T.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cuda/common.cuh"
+#include "cuda/encoder.cuh"
+#include "cuda/layernorm.cuh"
+#include "cuda/gelu.cuh"
+#include "cuda/matmul.cuh"
+#include "cuda/attention.cuh"
+#include "cuda/classifier.cuh"
+#include "cuda/gpt2_host.h"
+extern "C" {
+#include "common/train.h"
+#include "common/util.h"
+}
+
+/* the 16 tensors of the flat buffer, each pointing at layer 0's slice (layers follow contiguously) */
+typedef struct {
+    floatX *wte, *wpe, *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
+        *fcprojb, *lnfw, *lnfb;
+} Tensors;
+
+/* device activations; per-layer ones hold L slices of Bmax*Tmax rows */
+typedef struct {
+    floatX *encoded;                 /* (N,C) */
+    floatX *ln1, *qkv, *atty, *att;  /* (L,N,C) (L,N,3C) (L,N,C) (L,B,NH,T,T) */
+    floatX *attproj, *residual2, *ln2, *fch, *fch_gelu, *fcproj, *residual3; /* (L,N,C|4C) */
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; /* (L,N) */
+    floatX *lnf;                     /* (N,C) */
+    float *lnf_mean, *lnf_rstd;      /* (N) */
+    floatX *logits;                  /* (N,Vp); the backward turns it into dlogits */
+    float *losses;                   /* (N) per-row cross-entropy */
+    floatX *dres, *dc, *d4c;         /* (N,C) (N,C) (N,4C) gradient buffers of backward */
+    floatX *att_scratch;             /* attention_backward_scratch_elems */
+    float *fscratch;                 /* layernorm / bias-gradient partial sums */
+} Acts;
+
+typedef struct {
+    Model base;       /* params, grads, table: the host model's (shared, not copied) */
+    Model *host;      /* cuda/gpt2_host.c model: owns table, host params/grads, writes model files */
+    int L, C, NH, V, Vp, maxT, Bmax, Tmax, B, T, have_targets;
+    size_t att_max;   /* Bmax*NH*Tmax*Tmax */
+    float *d_master;  /* (P) fp32 copy of the host parameters */
+    floatX *d_params, *d_grads; /* (P) */
+    floatX *h_grads;  /* (P) pinned staging for the gradient download */
+    Tensors p, g;
+    Acts a;
+    int *d_inputs, *d_targets, *h_inputs, *h_targets; /* (N) */
+    float *h_losses;  /* (N) pinned */
+    float *h_logits;  /* (N,Vp) for Model.logits, allocated on first use */
+    EncoderPlan plan; /* host */
+    int *plan_count;  /* (Vp) scratch of the plan */
+    int *d_order, *d_seg_start, *d_seg_tok;
+    Blas bl;
+    cudaStream_t s;
+} GPT2CU;
+
+static void *dalloc(size_t bytes, const char *what) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess)
+        fatal("cannot allocate %.2f GiB of GPU memory for %s (%s); reduce --batch or --seq", bytes / 1073741824.0,
+              what, cudaGetErrorString(e));
+    return p;
+}
+
+static void point_tensors(Tensors *t, floatX *base, const ParamTable *tab) {
+    static const char *names[16] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+                                    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+    floatX **ptrs[16] = {&t->wte, &t->wpe, &t->ln1w, &t->ln1b, &t->qkvw, &t->qkvb, &t->attprojw, &t->attprojb,
+                         &t->ln2w, &t->ln2b, &t->fcw, &t->fcb, &t->fcprojw, &t->fcprojb, &t->lnfw, &t->lnfb};
+    for (int i = 0; i < 16; i++) {
+        int layer = (i >= 2 && i < 14) ? 0 : -1;
+        int idx = param_table_find(tab, names[i], layer);
+        if (idx < 0) fatal("internal: tensor %s missing from the GPT-2 table", names[i]);
+        *ptrs[i] = base + tab->slices[idx].offset;
+    }
+}
+
+#ifndef ENABLE_FP32
+/* fp32 master -> floatX working copy (round to nearest; the loop's host optimizer owns the master) */
+__global__ static void to_floatx_kernel(floatX *dst, const float *src, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = from_float<floatX>(src[i]);
+}
+#endif
+
+static float gpt2cu_forward(Model *model, const int *inputs, const int *targets, int B, int T) {
+    GPT2CU *m = (GPT2CU *)model;
+    int L = m->L, C = m->C, NH = m->NH, V = m->V, Vp = m->Vp;
+    if (B < 1 || T < 1 || T > m->maxT || (size_t)B * T > (size_t)m->Bmax * m->Tmax ||
+        (size_t)B * NH * T * T > m->att_max)
+        fatal("forward with B=%d T=%d does not fit this model (sized for B=%d T=%d, maximum sequence length %d); "
+              "use a smaller batch or sequence", B, T, m->Bmax, m->Tmax, m->maxT);
+    size_t N = (size_t)B * T, LN = (size_t)m->Bmax * m->Tmax;
+    for (size_t i = 0; i < N; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V)
+            fatal("input token %d at position %zu is outside the vocabulary [0, %d); the data does not match the "
+                  "GPT-2 tokenizer", inputs[i], i, V);
+        if (targets && (targets[i] < 0 || targets[i] >= V))
+            fatal("target token %d at position %zu is outside the vocabulary [0, %d); the data does not match the "
+                  "GPT-2 tokenizer", targets[i], i, V);
+    }
+    cudaStream_t s = m->s;
+    memcpy(m->h_inputs, inputs, N * sizeof(int));
+    cudaCheck(cudaMemcpyAsync(m->d_inputs, m->h_inputs, N * sizeof(int), cudaMemcpyHostToDevice, s));
+    if (targets) {
+        memcpy(m->h_targets, targets, N * sizeof(int));
+        cudaCheck(cudaMemcpyAsync(m->d_targets, m->h_targets, N * sizeof(int), cudaMemcpyHostToDevice, s));
+    }
+    m->B = B;
+    m->T = T;
+    m->have_targets = targets != NULL;
+
+    /* the loop may have updated the host parameters since the last forward */
+    size_t P = m->base.table.total;
+    cudaCheck(cudaMemcpyAsync(m->d_master, m->base.params, P * sizeof(float), cudaMemcpyHostToDevice, s));
+#ifndef ENABLE_FP32
+    to_floatx_kernel<<<ceil_div((long)P, 256), 256, 0, s>>>(m->d_params, m->d_master, (long)P);
+    cudaCheckLaunch();
+#endif
+
+    Tensors *p = &m->p;
+    Acts *a = &m->a;
+    Blas *bl = &m->bl;
+    int n = (int)N;
+    encoder_forward(a->encoded, m->d_inputs, p->wte, p->wpe, B, T, C, s);
+    for (int l = 0; l < L; l++) {
+        floatX *ln1 = a->ln1 + l * LN * C, *qkv = a->qkv + l * LN * 3 * C, *atty = a->atty + l * LN * C;
+        floatX *att = a->att + l * m->att_max, *attproj = a->attproj + l * LN * C;
+        floatX *residual2 = a->residual2 + l * LN * C, *ln2 = a->ln2 + l * LN * C, *fch = a->fch + l * LN * 4 * C;
+        floatX *fch_gelu = a->fch_gelu + l * LN * 4 * C, *fcproj = a->fcproj + l * LN * C;
+        float *ln1_mean = a->ln1_mean + l * LN, *ln1_rstd = a->ln1_rstd + l * LN;
+        float *ln2_mean = a->ln2_mean + l * LN, *ln2_rstd = a->ln2_rstd + l * LN;
+        floatX *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * LN * C;
+        if (l == 0)
+            layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p->ln1w, p->ln1b, n, C, s);
+        else /* residual3 of the previous layer = residual2 + fcproj, fused with this layer's first norm */
+            fused_residual_layernorm_forward(residual, ln1, ln1_mean, ln1_rstd, a->residual2 + (l - 1) * LN * C,
+                                             a->fcproj + (l - 1) * LN * C, p->ln1w + l * C, p->ln1b + l * C, n, C, s);
+        matmul_forward(bl, qkv, NULL, ln1, p->qkvw + (size_t)l * 3 * C * C, p->qkvb + l * 3 * C, n, C, 3 * C, s);
+        attention_forward(bl, atty, att, a->att_scratch, qkv, B, T, C, NH, s);
+        matmul_forward(bl, attproj, NULL, atty, p->attprojw + (size_t)l * C * C, p->attprojb + l * C, n, C, C, s);
+        fused_residual_layernorm_forward(residual2, ln2, ln2_mean, ln2_rstd, residual, attproj, p->ln2w + l * C,
+                                         p->ln2b + l * C, n, C, s);
+        matmul_forward(bl, fch_gelu, fch, ln2, p->fcw + (size_t)l * 4 * C * C, p->fcb + l * 4 * C, n, C, 4 * C, s);
+        matmul_forward(bl, fcproj, NULL, fch_gelu, p->fcprojw + (size_t)l * C * 4 * C, p->fcprojb + l * C, n,
+                       4 * C, C, s);
+    }
+    fused_residual_layernorm_forward(a->residual3 + (L - 1) * LN * C, a->lnf, a->lnf_mean, a->lnf_rstd,
+                                     a->residual2 + (L - 1) * LN * C, a->fcproj + (L - 1) * LN * C, p->lnfw, p->lnfb,
+                                     n, C, s);
+    matmul_forward(bl, a->logits, NULL, a->lnf, p->wte, NULL, n, C, Vp, s); /* lm_head tied to wte */
+    if (!targets) {
+        cudaCheck(cudaStreamSynchronize(s));
+        return 0.0f;
+    }
+    fused_classifier(a->logits, a->losses, m->d_targets, n, V, Vp, 0.0f, s);
+    cudaCheck(cudaMemcpyAsync(m->h_losses, a->losses, N * sizeof(float), cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaStreamSynchronize(s));
+    double sum = 0.0; /* in a fixed order on the host: independent of the launch configuration */
+    for (size_t i = 0; i < N; i++) sum += m->h_losses[i];
+    return (float)(sum / N);
+}
+
+static void gpt2cu_backward(Model *model, float loss_scale, BucketReadyFn on_bucket, void *ctx) {
+    GPT2CU *m = (GPT2CU *)model;
+    if (!m->have_targets) fatal("internal: backward called after a forward without targets");
+    m->have_targets = 0;
+    int L = m->L, C = m->C, NH = m->NH, V = m->V, Vp = m->Vp, B = m->B, T = m->T;
+    size_t N = (size_t)B * T, LN = (size_t)m->Bmax * m->Tmax, P = m->base.table.total;
+    int n = (int)N;
+    cudaStream_t s = m->s;
+    Tensors *p = &m->p, *g = &m->g;
+    Acts *a = &m->a;
+    Blas *bl = &m->bl;
+    /* the token grouping of the deterministic embedding backward, built while the GPU works */
+    encoder_backward_plan(&m->plan, m->h_inputs, n, Vp, m->plan_count);
+    cudaCheck(cudaMemcpyAsync(m->d_order, m->plan.order, N * sizeof(int), cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(m->d_seg_start, m->plan.seg_start, (N + 1) * sizeof(int), cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(m->d_seg_tok, m->plan.seg_tok, N * sizeof(int), cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemsetAsync(m->d_grads, 0, P * sizeof(floatX), s));
+
+    fused_classifier(a->logits, a->losses, m->d_targets, n, V, Vp, loss_scale / (float)N, s);
+    matmul_backward(bl, a->dc, g->wte, NULL, a->fscratch, a->logits, a->lnf, p->wte, n, C, Vp, 0.0f, s);
+    cudaCheck(cudaMemsetAsync(a->dres, 0, N * C * sizeof(floatX), s));
+    layernorm_backward(a->dres, g->lnfw, g->lnfb, a->fscratch, a->dc, a->residual3 + (L - 1) * LN * C, p->lnfw,
+                       a->lnf_mean, a->lnf_rstd, n, C, s);
+    for (int l = L - 1; l >= 0; l--) {
+        const floatX *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * LN * C;
+        floatX *dqkv = a->d4c; /* (N,3C) in the first 3/4 of the 4C buffer */
+        matmul_backward(bl, a->d4c, g->fcprojw + (size_t)l * C * 4 * C, g->fcprojb + l * C, a->fscratch, a->dres,
+                        a->fch_gelu + l * LN * 4 * C, p->fcprojw + (size_t)l * C * 4 * C, n, 4 * C, C, 0.0f, s);
+        gelu_backward_inplace(a->d4c, a->fch + l * LN * 4 * C, (long)N * 4 * C, s);
+        matmul_backward(bl, a->dc, g->fcw + (size_t)l * 4 * C * C, g->fcb + l * 4 * C, a->fscratch, a->d4c,
+                        a->ln2 + l * LN * C, p->fcw + (size_t)l * 4 * C * C, n, C, 4 * C, 0.0f, s);
+        layernorm_backward(a->dres, g->ln2w + l * C, g->ln2b + l * C, a->fscratch, a->dc, a->residual2 + l * LN * C,
+                           p->ln2w + l * C, a->ln2_mean + l * LN, a->ln2_rstd + l * LN, n, C, s);
+        matmul_backward(bl, a->dc, g->attprojw + (size_t)l * C * C, g->attprojb + l * C, a->fscratch, a->dres,
+                        a->atty + l * LN * C, p->attprojw + (size_t)l * C * C, n, C, C, 0.0f, s);
+        attention_backward(bl, dqkv, a->att_scratch, a->dc, a->att + l * m->att_max, a->qkv + l * LN * 3 * C, B, T,
+                           C, NH, s);
+        matmul_backward(bl, a->dc, g->qkvw + (size_t)l * 3 * C * C, g->qkvb + l * 3 * C, a->fscratch, dqkv,
+                        a->ln1 + l * LN * C, p->qkvw + (size_t)l * 3 * C * C, n, C, 3 * C, 0.0f, s);
+        layernorm_backward(a->dres, g->ln1w + l * C, g->ln1b + l * C, a->fscratch, a->dc, residual, p->ln1w + l * C,
+                           a->ln1_mean + l * LN, a->ln1_rstd + l * LN, n, C, s);
+    }
+    encoder_backward(g->wte, g->wpe, a->dres, m->d_order, m->d_seg_start, m->d_seg_tok, m->plan.nseg, B, T, C, s);
+
+    /* add this micro-step's gradients into the host's (the loop's optimizer and communication read those) */
+    cudaCheck(cudaMemcpyAsync(m->h_grads, m->d_grads, P * sizeof(floatX), cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaStreamSynchronize(s));
+    float *hg = m->base.grads;
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < (long)P; i++) hg[i] += (float)m->h_grads[i];
+    if (on_bucket)
+        for (int b = 0; b <= L; b++) on_bucket(ctx, b);
+}
+
+static const float *gpt2cu_logits(const Model *model) {
+    GPT2CU *m = (GPT2CU *)model;
+    size_t N = (size_t)m->B * m->T, Vp = m->Vp;
+    if (!m->h_logits) m->h_logits = (float *)xmalloc((size_t)m->Bmax * m->Tmax * Vp * sizeof(float), "host logits");
+    floatX *tmp = (floatX *)xmalloc(N * Vp * sizeof(floatX), "logits staging");
+    cudaCheck(cudaMemcpy(tmp, m->a.logits, N * Vp * sizeof(floatX), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < N * Vp; i++) m->h_logits[i] = (float)tmp[i];
+    free(tmp);
+    return m->h_logits;
+}
+
+static void gpt2cu_save(const Model *model, const char *path) {
+    const GPT2CU *m = (const GPT2CU *)model;
+    m->host->save(m->host, path); /* version 3 fp32, from the host master parameters */
+}
+
+static void gpt2cu_free(Model *model) {
+    GPT2CU *m = (GPT2CU *)model;
+    if (!m) return;
+    cudaCheck(cudaStreamSynchronize(m->s));
+    void *dev[] = {m->d_master, m->d_grads, m->a.encoded, m->a.ln1, m->a.qkv, m->a.atty, m->a.att, m->a.attproj,
+                   m->a.residual2, m->a.ln2, m->a.fch, m->a.fch_gelu, m->a.fcproj, m->a.residual3, m->a.ln1_mean,
+                   m->a.ln1_rstd, m->a.ln2_mean, m->a.ln2_rstd, m->a.lnf, m->a.lnf_mean, m->a.lnf_rstd, m->a.logits,
+                   m->a.losses, m->a.dres, m->a.dc, m->a.d4c, m->a.att_scratch, m->a.fscratch, m->d_inputs,
+                   m->d_targets, m->d_order, m->d_seg_start, m->d_seg_tok};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaCheck(cudaFree(dev[i]));
+#ifndef ENABLE_FP32
+    cudaCheck(cudaFree(m->d_params));
+#endif
+    cudaCheck(cudaFreeHost(m->h_grads));
+    cudaCheck(cudaFreeHost(m->h_losses));
+    cudaCheck(cudaFreeHost(m->h_inputs));
+    cudaCheck(cudaFreeHost(m->h_targets));
+    free(m->h_logits);
+    free(m->plan.order);
+    free(m->plan.seg_start);
+    free(m->plan.seg_tok);
+    free(m->plan_count);
+    blas_free(&m->bl);
+    cudaCheck(cudaStreamDestroy(m->s));
+    m->host->free(m->host);
+    free(m);
+}
+
+/* ModelFamily.create: the host model (file or seeded init, identical to the CPU trainer's), then device memory
+ * for B x T. fatal() with the fix if there is no GPU, T is too long, or memory runs out. */
+static Model *gpt2cu_create(const char *spec, const char *init_path, uint64_t seed, int B, int T) {
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0)
+        fatal("no CUDA device usable (%s); run train_gptcu on a machine with an NVIDIA GPU, or use train_gpt",
+              e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    if (B < 1 || T < 1) fatal("--batch %d / --seq %d must both be at least 1", B, T);
+    /* one GPU per local rank when there are several; ranks share GPU 0..ndev-1 round-robin otherwise (Open MPI
+     * sets OMPI_COMM_WORLD_LOCAL_RANK; without it every process uses device 0) */
+    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    cudaCheck(cudaSetDevice(lr ? atoi(lr) % ndev : 0));
+    /* activations for one token only: the CPU model serves for its parameters, table and files */
+    Model *host = gpt2_host_create(spec, init_path, seed, 1, 1);
+    if (T > host->max_seq_len)
+        fatal("--seq %d exceeds the model's maximum sequence length %d; use --seq <= %d", T, host->max_seq_len,
+              host->max_seq_len);
+    if (host->channels % 8 != 0)
+        fatal("the CUDA trainer needs channels C divisible by 8 for cuBLASLt (model has C=%d); choose another --model",
+              host->channels);
+    GPT2CU *m = (GPT2CU *)xcalloc(1, sizeof *m, "GPT-2 CUDA model");
+    m->host = host;
+    Model *b = &m->base;
+    b->family = host->family;
+    snprintf(b->desc, sizeof b->desc, "%.40s, CUDA " PRECISION_NAME, host->desc);
+    b->table = host->table; /* shared; the host model frees it */
+    b->params = host->params;
+    b->grads = host->grads;
+    b->vocab_size = host->vocab_size;
+    b->padded_vocab_size = host->padded_vocab_size;
+    b->max_seq_len = host->max_seq_len;
+    b->num_layers = host->num_layers;
+    b->channels = host->channels;
+    b->num_heads = host->num_heads;
+    b->flops_per_token = host->flops_per_token;
+    b->forward = gpt2cu_forward;
+    b->backward = gpt2cu_backward;
+    b->logits = gpt2cu_logits;
+    b->save = gpt2cu_save;
+    b->free = gpt2cu_free;
+    m->L = host->num_layers; m->C = host->channels; m->NH = host->num_heads; m->V = host->vocab_size;
+    m->Vp = host->padded_vocab_size; m->maxT = host->max_seq_len; m->Bmax = B; m->Tmax = T;
+    m->att_max = (size_t)B * m->NH * T * T;
+
+    cudaCheck(cudaStreamCreate(&m->s));
+    blas_init(&m->bl);
+    size_t P = b->table.total, N = (size_t)B * T, L = m->L, C = m->C, Vp = m->Vp;
+    m->d_master = (float *)dalloc(P * sizeof(float), "the fp32 parameters");
+#ifdef ENABLE_FP32
+    m->d_params = m->d_master;
+#else
+    m->d_params = (floatX *)dalloc(P * sizeof(floatX), "the parameters");
+#endif
+    m->d_grads = (floatX *)dalloc(P * sizeof(floatX), "the gradients");
+    point_tensors(&m->p, m->d_params, &b->table);
+    point_tensors(&m->g, m->d_grads, &b->table);
+    Acts *a = &m->a;
+    size_t X = sizeof(floatX);
+    a->encoded = (floatX *)dalloc(N * C * X, "activations");
+    a->ln1 = (floatX *)dalloc(L * N * C * X, "activations");
+    a->qkv = (floatX *)dalloc(L * N * 3 * C * X, "activations");
+    a->atty = (floatX *)dalloc(L * N * C * X, "activations");
+    a->att = (floatX *)dalloc(L * m->att_max * X, "attention matrices");
+    a->attproj = (floatX *)dalloc(L * N * C * X, "activations");
+    a->residual2 = (floatX *)dalloc(L * N * C * X, "activations");
+    a->ln2 = (floatX *)dalloc(L * N * C * X, "activations");
+    a->fch = (floatX *)dalloc(L * N * 4 * C * X, "activations");
+    a->fch_gelu = (floatX *)dalloc(L * N * 4 * C * X, "activations");
+    a->fcproj = (floatX *)dalloc(L * N * C * X, "activations");
+    a->residual3 = (floatX *)dalloc(L * N * C * X, "activations");
+    a->ln1_mean = (float *)dalloc(L * N * 4, "activations");
+    a->ln1_rstd = (float *)dalloc(L * N * 4, "activations");
+    a->ln2_mean = (float *)dalloc(L * N * 4, "activations");
+    a->ln2_rstd = (float *)dalloc(L * N * 4, "activations");
+    a->lnf = (floatX *)dalloc(N * C * X, "activations");
+    a->lnf_mean = (float *)dalloc(N * 4, "activations");
+    a->lnf_rstd = (float *)dalloc(N * 4, "activations");
+    a->logits = (floatX *)dalloc(N * Vp * X, "the logits");
+    a->losses = (float *)dalloc(N * 4, "the losses");
+    a->dres = (floatX *)dalloc(N * C * X, "gradient buffers");
+    a->dc = (floatX *)dalloc(N * C * X, "gradient buffers");
+    a->d4c = (floatX *)dalloc(N * 4 * C * X, "gradient buffers");
+    size_t as = attention_backward_scratch_elems(B, T, (int)C, m->NH);
+    a->att_scratch = (floatX *)dalloc(as * X, "attention scratch");
+    size_t fs = layernorm_backward_scratch_floats((int)N, (int)C), ms = matmul_backward_scratch_floats((int)N, 4 * (int)C);
+    a->fscratch = (float *)dalloc((fs > ms ? fs : ms) * 4, "reduction scratch");
+    m->d_inputs = (int *)dalloc(N * 4, "inputs");
+    m->d_targets = (int *)dalloc(N * 4, "targets");
+    m->d_order = (int *)dalloc(N * 4, "the embedding-backward plan");
+    m->d_seg_start = (int *)dalloc((N + 1) * 4, "the embedding-backward plan");
+    m->d_seg_tok = (int *)dalloc(N * 4, "the embedding-backward plan");
+    cudaCheck(cudaMallocHost((void **)&m->h_grads, P * X));
+    cudaCheck(cudaMallocHost((void **)&m->h_losses, N * 4));
+    cudaCheck(cudaMallocHost((void **)&m->h_inputs, N * 4));
+    cudaCheck(cudaMallocHost((void **)&m->h_targets, N * 4));
+    m->plan.order = (int *)xmalloc(N * 4, "plan");
+    m->plan.seg_start = (int *)xmalloc((N + 1) * 4, "plan");
+    m->plan.seg_tok = (int *)xmalloc(N * 4, "plan");
+    m->plan_count = (int *)xmalloc(Vp * 4, "plan");
+    return b;
+}
+
+#ifndef TESTING
+static ModelFamily gpt2cu_family;
+
+int main(int argc, char **argv) {
+    const ModelFamily *cpu = gpt2_host_family();
+    gpt2cu_family = *cpu;
+    gpt2cu_family.create = gpt2cu_create;
+    return train_main(argc, argv, &gpt2cu_family);
+}
+#endif
