@@ -837,7 +837,7 @@ static Model *gpt2_create(const char *spec, const char *init_path, uint64_t seed
 const ModelFamily gpt2_family = {
     .family = "gpt2",
     .tokenizer = "gpt2",
-    .default_model = "d4c256",
+    .default_model = "d4c128h4",
     .model_help = GPT2_MODEL_HELP,
     .create = gpt2_create,
 };

@@ -2,23 +2,23 @@
 # scripts/train_default.sh - the quick start behind `make train`: trains the default GPT-2 on the default corpus
 # (State of the Union addresses, prepared by `make data`) into out/default, prints the samples, and plots
 # out/default/loss.png. Sized to learn visibly in about 10 minutes on 2 CPU cores. Every setting is a variable:
-#   MODEL=d4c128h4 STEPS=400 scripts/train_default.sh      RANKS=2 (mpirun)      RESUME=latest (continue)
+#   MODEL=d4c256 STEPS=300 scripts/train_default.sh      RANKS=2 (mpirun)      RESUME=latest (continue)
 # Not for: paper-scale runs (see the other scripts/), or choosing data other than the default corpus.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 OUT=${OUT:-out/default}
-MODEL=${MODEL:-d4c256}          # GPT-2, 4 layers, C=256, NH=4, maxT=1024 (~16M parameters, 12.9M of them wte)
+MODEL=${MODEL:-d4c128h4}        # GPT-2, 4 layers, C=128, NH=4, maxT=1024 (~7.4M parameters, 6.4M of them wte)
 BATCH=${BATCH:-8}
 SEQ=${SEQ:-128}
-STEPS=${STEPS:-200}
-LR=${LR:-2e-3}
-LR_FLOOR=${LR_FLOOR:-2e-4}
-WARMUP=${WARMUP:-20}
+STEPS=${STEPS:-600}
+LR=${LR:-3e-3}
+LR_FLOOR=${LR_FLOOR:-3e-4}
+WARMUP=${WARMUP:-30}
 OPTIMIZER=${OPTIMIZER:-adamw}
-EVAL_EVERY=${EVAL_EVERY:-25}
+EVAL_EVERY=${EVAL_EVERY:-50}
 EVAL_BATCHES=${EVAL_BATCHES:-4}
-SAMPLE_EVERY=${SAMPLE_EVERY:-100}
+SAMPLE_EVERY=${SAMPLE_EVERY:-200}
 SAMPLE_TOKENS=${SAMPLE_TOKENS:-48}
 PROMPT=${PROMPT:-"The state of our Union is"}
 RANKS=${RANKS:-1}
