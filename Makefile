@@ -53,9 +53,12 @@ endif
 # binary and object built with ASan + UBSan (-O1 -g). Tests and scripts name binaries as build/... and ./tok, so
 # rather than asking every module to parameterise its paths, the run happens in a copy of the working tree
 # (tracked and untracked-but-not-ignored files, refreshed each time) in $(SAN_DIR)/tree, whose own build/ and
-# ./tok, ./train_gpt are the sanitized ones; the normal build is never touched. The data cache is shared: made
-# first by the normal build, and `-o data` keeps the sanitized make from re-making it. Any sanitizer report
-# ends that test with a non-zero status, which test/run.sh counts as a failure.
+# ./tok, ./train_gpt are the sanitized ones; the normal build is never touched. The data cache is shared: every
+# data target in TEST_DEPS (data, data-llama, ...) is made first by the normal build, and `-o <target>` for each
+# keeps the sanitized make from re-making it (a sanitized tokenizer would take minutes and race the shared files).
+# The tree's ./data is a link to that cache, as ./data is in the normal tree, for the tools that default to
+# ./data (`tok shards` run by the trainers' first-use corpus preparation). Any sanitizer report ends that test
+# with a non-zero status, which test/run.sh counts as a failure.
 # LeakSanitizer is off by default; SAN_LEAKS=1 turns it on with full (slow) unwinding, so that Open MPI's own
 # allocations can be suppressed by library name (test/lsan.supp; with the default fast unwinder their stacks
 # end in unnamed frames of dlclose()d plug-ins). That passes the multi-rank tests, but children that tests fork
@@ -69,17 +72,19 @@ SAN_OPT   := -O1 -g $(SAN_FLAGS)
 SAN_ENV   := ASAN_OPTIONS=halt_on_error=1:detect_leaks=$(SAN_LEAKS):abort_on_error=0:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1$(if $(filter 1,$(SAN_LEAKS)),:fast_unwind_on_malloc=0) \
              UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
              LSAN_OPTIONS=suppressions=$(CURDIR)/test/lsan.supp:print_suppressions=0
-SAN_DATA_DEP := $(filter data,$(TEST_DEPS))
+SAN_DATA_DEP := $(sort $(filter data data-%,$(TEST_DEPS)))
 
 .PHONY: test-sanitize fuzz fuzz-ci fuzz-build cppcheck lint
 test-sanitize: $(SAN_DATA_DEP)
 	@mkdir -p $(SAN_DIR)/tree
+	@if [ ! -e $(SAN_DIR)/tree/data ] || [ -L $(SAN_DIR)/tree/data ]; then \
+		ln -sfn $(abspath $(DATA)) $(SAN_DIR)/tree/data; fi
 	@git ls-files -co --exclude-standard | while IFS= read -r f; do [ -f "$$f" ] && echo "$$f"; done \
 		| sort > $(SAN_DIR)/files.txt
 	@cd $(SAN_DIR)/tree && find . -path ./build -prune -o -type f -print | sed 's|^\./||' | sort \
 		| comm -23 - ../files.txt | while IFS= read -r f; do rm -f "$$f"; done
 	@tr '\n' '\0' < $(SAN_DIR)/files.txt | tar --null -T - -cf - | tar -xf - -C $(SAN_DIR)/tree
-	$(SAN_ENV) $(MAKE) -C $(SAN_DIR)/tree $(if $(SAN_DATA_DEP),-o data) OPT="$(SAN_OPT)" \
+	$(SAN_ENV) $(MAKE) -C $(SAN_DIR)/tree $(SAN_DATA_DEP:%=-o %) OPT="$(SAN_OPT)" \
 		DATA=$(abspath $(DATA)) test
 
 # Fuzzing. Each harness test/fuzz/fuzz_<h>.c is built twice (see test/fuzz/fuzz.h):
@@ -148,7 +153,8 @@ endef
 $(foreach h,$(FUZZ_HARNESSES),$(eval $(call FUZZ_HARNESS,$(h))))
 
 # Failure drills: full disk (RLIMIT_FSIZE) and SIGKILL against the writers of checkpoints, shards and models
-# (test/test_drills.c), and SIGKILL against the trainer itself (test/test_drills_kill.sh).
+# (test/test_drills.c), SIGKILL against the trainer itself (test/test_drills_kill.sh), and non-finite steps
+# (test/test_drills_nan.sh).
 ifneq ($(and $(wildcard common/ckpt.c),$(wildcard train_gpt.c)),)
 $(BUILD)/test_drills: test/test_drills.c train_gpt.c $(BUILD)/common/ckpt.o $(BUILD)/common/log.o \
 		$(BUILD)/dataloader/shard.o $(COMMON_OBJ)
@@ -159,16 +165,27 @@ endif
 # SIGKILL at random moments of a real (tiny) training run with a checkpoint every step, resumed with --resume latest
 ifneq ($(filter train_gpt,$(PROGRAMS)),)
 TEST_CMDS += "test/test_drills_kill.sh ./train_gpt $(DATA)"
+# NaN/Inf loss or gradient norm (test-only SCAPE_TEST_INJECT_NAN): skipped steps, --max-bad-steps stop, resume
+TEST_CMDS += "test/test_drills_nan.sh ./train_gpt $(DATA)"
 endif
 # `test:` above expanded TEST_BINS before this section was read, so the binaries are added to it here
 TEST_BINS += $(HARDENING_TEST_BINS)
 test: $(HARDENING_TEST_BINS)
 
+# `make werror` (CI): every program and test binary built with -Werror, in its own $(WERROR_BUILD)/ so that the
+# normal build's objects are left alone (the programs in the repository root are relinked from it: same flags but
+# -Werror, so the same code; the next plain `make` relinks them from build/). Under build/, so ignored and cleaned.
+WERROR_BUILD ?= $(BUILD)/werror
+.PHONY: werror test-bins
+test-bins: $(TEST_BINS)
+werror:
+	@$(MAKE) --no-print-directory BUILD=$(WERROR_BUILD) WERROR=1 programs test-bins
+
 # `make fuzz FUZZ_SECONDS=N [FUZZ_ONLY="h1 h2"]`: each harness for N seconds; crash inputs are copied into
 # test/fuzz/regress/<h>/ (commit them; `make test` then replays them). `make fuzz-ci`: 10 s each, for CI.
 FUZZ_ONLY ?= $(FUZZ_HARNESSES)
 fuzz-build: $(FUZZ_ONLY:%=$(BUILD)/fuzz/fuzz_%)
-fuzz: fuzz-build $(if $(SAN_DATA_DEP),data)
+fuzz: fuzz-build $(filter data,$(SAN_DATA_DEP))
 	@FUZZ_BUILD=$(BUILD)/fuzz $(foreach h,$(FUZZ_ONLY),FUZZ_ENV_$(h)="$(FUZZ_ENV_$(h))") \
 		scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_ONLY)
 fuzz-ci:

@@ -109,6 +109,45 @@ static void model_id(const TrainConfig *c, char *buf) {
     snprintf(buf, CKPT_ID_MAX, "%s", c->init[0] ? c->init : c->model);
 }
 
+/* Test-only fault injection for the non-finite-step drills (test/test_drills_nan.sh); deliberately not in --help.
+ * SCAPE_TEST_INJECT_NAN=item[,item...], each item "N" or "loss:N" (N >= 1, a step number):
+ *   N       rank 0's last backward of step N runs with loss scale NaN, so its whole local gradient is NaN and the
+ *           all-reduce spreads it to every rank: the gradient-norm path (distopt_step skips);
+ *   loss:N  rank 0's loss of step N is NaN before the loss all-reduce: the non-finite-loss path.
+ * The variable's name says what it is for, so it is not set by accident; a malformed value is fatal. */
+typedef struct {
+    int *grad_steps, *loss_steps;
+    int n_grad, n_loss;
+} NanInjection;
+
+static void nan_injection_parse(NanInjection *inj) {
+    memset(inj, 0, sizeof *inj);
+    const char *v = getenv("SCAPE_TEST_INJECT_NAN");
+    if (!v || !v[0]) return;
+    size_t cap = strlen(v) / 2 + 1;
+    inj->grad_steps = xmalloc(cap * sizeof(int), "NaN injection steps");
+    inj->loss_steps = xmalloc(cap * sizeof(int), "NaN injection steps");
+    const char *p = v;
+    while (*p) {
+        int is_loss = strncmp(p, "loss:", 5) == 0;
+        if (is_loss) p += 5;
+        char *end;
+        long step = strtol(p, &end, 10);
+        if (end == p || step < 1 || step > 2147483647L || (*end != ',' && *end != '\0'))
+            fatal("SCAPE_TEST_INJECT_NAN=%s: expected step[,step...] with each item N or loss:N (N >= 1); unset it "
+                  "outside the drill tests", v);
+        if (is_loss) inj->loss_steps[inj->n_loss++] = (int)step;
+        else inj->grad_steps[inj->n_grad++] = (int)step;
+        p = *end == ',' ? end + 1 : end;
+    }
+}
+
+static int nan_injection_at(const int *steps, int n, int t) {
+    for (int i = 0; i < n; i++)
+        if (steps[i] == t) return 1;
+    return 0;
+}
+
 /* ------------------------------------------------------------------------------------------------------------ */
 /* the run's state */
 
@@ -174,7 +213,9 @@ static double validate(Run *r, int step) {
     double loss = acc[1] > 0 ? acc[0] / acc[1] : NAN;
     double ms = 1e3 * (now_seconds() - t0);
     if (r->rank == 0) {
-        printf("step %6d | val loss %.6f over %.0f batches | %.1f ms\n", step, loss, acc[1], ms);
+        /* per batch too: a validation batch is one forward, about a third of a training step's work */
+        printf("step %6d | val loss %.6f over %.0f batches | %.1f ms (%.1f ms/batch)\n", step, loss, acc[1], ms,
+               acc[1] > 0 ? ms / acc[1] : 0.0);
         fflush(stdout);
     }
     jlog_begin(r->log, "val");
@@ -482,6 +523,9 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         exit(2);
     }
 
+    NanInjection inj; /* before anything is set up or written, as a usage error would be */
+    nan_injection_parse(&inj);
+
     comm_init(&argc, &argv);
     r->rank = comm_rank();
     r->world = comm_world();
@@ -565,6 +609,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     if (start == 0 && c->eval_every > 0) validate(r, 0);
     CommStats cs;
     comm_stats_take(&cs); /* set-up traffic (parameter broadcast) is not a step's */
+    int bad_run = 0, status = 0; /* consecutive skipped steps so far; exit status */
 
     for (int t = start + 1; t <= c->steps; t++) {
         double t0 = now_seconds();
@@ -573,17 +618,32 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         /* mask statistics on logged steps and the step before (their Jaccard compares with it) */
         int ms = c->mask_stats_every;
         distopt_mask_stats_enable(r->d, ms > 0 && (t % ms == 0 || (t + 1) % ms == 0));
+        double mean_loss = 0.0;
         for (int a = 0; a < r->accum; a++) {
+            int last_micro = a == r->accum - 1;
             dataloader_next(r->dl, r->inputs, r->targets);
             loss += r->m->forward(r->m, r->inputs, r->targets, c->B, c->T);
+            float scale = 1.0f / (float)r->accum;
+            if (last_micro) {
+                /* the step's mean loss over all ranks, known before the last backward: when it is not finite,
+                 * every rank back-propagates with a NaN scale, so the gradient norm is NaN on every rank and
+                 * distopt_step skips the step the only way that leaves its state (moments, residuals, masks)
+                 * untouched; buckets must still go on the wire, the other ranks wait for them */
+                if (r->rank == 0 && nan_injection_at(inj.loss_steps, inj.n_loss, t)) loss = NAN;
+                mean_loss = loss / r->accum;
+                comm_allreduce_sum_f64(&mean_loss, 1);
+                mean_loss /= r->world;
+                if (!isfinite(mean_loss)) scale = NAN;
+                if (r->rank == 0 && nan_injection_at(inj.grad_steps, inj.n_grad, t)) scale = NAN;
+            }
             /* only the last micro-step's gradients are final, so only then may buckets go on the wire */
-            r->m->backward(r->m, 1.0f / (float)r->accum, a == r->accum - 1 ? distopt_bucket_ready : NULL, r->d);
+            r->m->backward(r->m, scale, last_micro ? distopt_bucket_ready : NULL, r->d);
         }
         float grad_norm = 0.0f;
         int skipped = distopt_step(r->d, t, lr, &grad_norm);
-        double mean_loss = loss / r->accum;
-        comm_allreduce_sum_f64(&mean_loss, 1);
-        mean_loss /= r->world;
+        /* skipped is the same on every rank (the norm is global), and so is mean_loss (all-reduced) */
+        int bad = skipped || !isfinite(mean_loss);
+        bad_run = bad ? bad_run + 1 : 0;
         double secs = now_seconds() - t0;
         comm_stats_take(&cs);
         double tok_s = (double)r->tokens_per_step / secs;
@@ -596,8 +656,14 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
             printf("step %6d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | MFU %s | comm %.2f MB",
                    t, c->steps, mean_loss, lr, grad_norm, 1e3 * secs, tok_s, mfu, cs.bytes_sent / 1e6);
             if (dc.opt.kind == OPT_SCAPE || dc.opt.kind == OPT_TOPK_EF) printf(" | d %.4f", density);
-            if (skipped) printf(" | SKIPPED (non-finite gradient norm)");
             printf("\n");
+            if (bad) {
+                if (c->max_bad_steps > 0)
+                    printf("step %d: loss/grad norm is not finite; step skipped (%d of %d consecutive)\n", t, bad_run,
+                           c->max_bad_steps);
+                else
+                    printf("step %d: loss/grad norm is not finite; step skipped (%d consecutive)\n", t, bad_run);
+            }
             fflush(stdout);
         }
         jlog_begin(r->log, "train");
@@ -614,8 +680,36 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         jlog_num(r->log, "comm_wait_ms", cs.wait_ms);
         jlog_num(r->log, "comm_busy_ms", cs.busy_ms); /* comm thread time in collectives (scape/comm.h) */
         jlog_num(r->log, "density", density);
-        jlog_int(r->log, "skipped", skipped);
+        jlog_int(r->log, "skipped", bad);
         jlog_end(r->log);
+        if (bad) {
+            jlog_begin(r->log, "bad_step");
+            jlog_int(r->log, "step", t);
+            jlog_num(r->log, "train_loss", mean_loss);
+            jlog_num(r->log, "grad_norm", grad_norm);
+            jlog_int(r->log, "consecutive", bad_run);
+            jlog_int(r->log, "max_bad_steps", c->max_bad_steps);
+            jlog_end(r->log);
+        }
+        if (c->max_bad_steps > 0 && bad_run >= c->max_bad_steps) {
+            /* params and optimizer state are still those of the last good step, but the checkpoints already on
+             * disk are left exactly as they are: nothing is written or pruned on the way out */
+            if (r->rank == 0) {
+                fflush(stdout);
+                fprintf(stderr, "error: step %d: %d consecutive steps with a non-finite loss or gradient norm "
+                        "(--max-bad-steps %d); stopped without a checkpoint, the newest complete one under %s is "
+                        "intact: lower --lr or check the data, then continue with --resume latest\n", t, bad_run,
+                        c->max_bad_steps, c->out);
+                fflush(stderr);
+            }
+            jlog_begin(r->log, "stop");
+            jlog_int(r->log, "step", t);
+            jlog_str(r->log, "reason", "non-finite steps");
+            jlog_int(r->log, "consecutive", bad_run);
+            jlog_end(r->log);
+            status = 1;
+            break;
+        }
         if (c->mask_stats_every > 0 && t % c->mask_stats_every == 0) log_mask_stats(r, t);
 
         int last = t == c->steps;
@@ -627,6 +721,8 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     }
 
     jlog_close(r->log);
+    free(inj.grad_steps);
+    free(inj.loss_steps);
     free(r->inputs);
     free(r->targets);
     distopt_free(r->d);
@@ -635,5 +731,5 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     if (r->tok) tokenizer_free(r->tok);
     r->m->free(r->m);
     comm_finalize();
-    return 0;
+    return status;
 }

@@ -26,13 +26,17 @@ typedef struct {
     int density_warmup, scape_exclude_norms;
     int mask_stats_every; /* log a "mask" event every N steps (scape/dist.h DistMaskStats), 0 = off */
     float peak_flops;
+    int max_bad_steps; /* stop after this many consecutive non-finite steps, 0 = never */
 } TrainConfig;
 
 /* The option table bound to the fields of *c (defaults depend on fam: --model defaults to fam->default_model).
  * Returns a malloc'd array of *n specs (caller frees). Exposed so tests can check --help against it. */
 ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n);
 
-/* Parses argv, trains, writes <out>/log.jsonl and checkpoints; returns the process exit status (0).
+/* Parses argv, trains, writes <out>/log.jsonl and checkpoints; returns the process exit status: 0, or 1 when the
+ * run stopped after --max-bad-steps consecutive steps with a non-finite loss or gradient norm (each such step is
+ * skipped: params and optimizer state unchanged; the stop writes no checkpoint, so --resume latest continues
+ * from the newest one on disk).
  * Usage errors exit 2 (common/args.h); runtime errors exit 1 with one line via fatal(). Calls comm_init and
  * comm_finalize itself, so a trainer's main is just `return train_main(argc, argv, &family);`. */
 int train_main(int argc, char **argv, const ModelFamily *fam);

@@ -53,7 +53,8 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
          "seed of initialisation, data order, sampling", 0},
         {"shuffle", ARG_INT, &c->shuffle, "1", 0, 1, NULL, "1: shuffle training windows every epoch", 0},
         {"threads", ARG_INT, &c->threads, "0", 0, 4096, NULL,
-         "OpenMP/OpenBLAS threads per rank, 0 = online cores / ranks on this node", 0},
+         "OpenMP/OpenBLAS threads per rank, 0 = online cores / ranks on this node (on a machine shared with other "
+         "jobs, 1 or OMP_WAIT_POLICY=passive OPENBLAS_THREAD_TIMEOUT=4 stop idle threads spinning on busy cores)", 0},
         {"zero", ARG_FLAG, &c->zero, NULL, 0, 1, NULL, "ZeRO-1: shard the dense optimizer state over ranks", 0},
         {"density", ARG_FLOAT, &c->density, "1.0", 1e-6, 1, NULL, "SCAPE / topk-ef target density d (0.01 = 99% sparse)", 0},
         {"density-start", ARG_FLOAT, &c->density_start, "1.0", 1e-6, 1, NULL,
@@ -64,6 +65,9 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
          "1: norm gains and biases stay dense under SCAPE / topk-ef", 0},
         {"mask-stats-every", ARG_INT, &c->mask_stats_every, "0", 0, IMAX, NULL,
          "log mask stability (Jaccard of consecutive masks, kept energy) every N steps, 0 = off", 0},
+        {"max-bad-steps", ARG_INT, &c->max_bad_steps, "5", 0, IMAX, NULL,
+         "stop (status 1, no checkpoint of the bad state) after N consecutive steps with a non-finite loss or "
+         "gradient norm, each of which is skipped; 0 = never stop", 0},
         {"peak-flops", ARG_FLOAT, &c->peak_flops, "0", 0, 1e18, NULL,
          "peak FLOP/s of one rank for MFU, 0 = print n/a", 0},
     };
