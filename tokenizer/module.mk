@@ -21,7 +21,7 @@ $(DATA)/gpt2/.fetched: scripts/fetch_data.sh
 
 $(SOTU_SHARDS): $(DATA)/gpt2/.fetched tok
 	@rm -f $@
-	./tok shards --out $(DATA)/sotu/gpt2 --name sotu --val-percent 5 $(DATA)/sotu/txt
+	./tok shards --data $(DATA) --out $(DATA)/sotu/gpt2 --name sotu --val-percent 5 $(DATA)/sotu/txt
 	@touch $@
 
 # `make data-llama`: the same corpus as uint32 shards for Llama 2 (<s> before each document) and Llama 3
@@ -31,7 +31,7 @@ data-llama: $(DATA)/sotu/llama2/.stamp $(DATA)/sotu/llama3/.stamp
 
 $(DATA)/sotu/llama%/.stamp: $(DATA)/gpt2/.fetched tok
 	@rm -f $@
-	./tok shards --model llama$* --out $(DATA)/sotu/llama$* --name sotu --val-percent 5 $(DATA)/sotu/txt
+	./tok shards --data $(DATA) --model llama$* --out $(DATA)/sotu/llama$* --name sotu --val-percent 5 $(DATA)/sotu/txt
 	@touch $@
 
 $(BUILD)/test_tokenizer: test/test_tokenizer.c $(TOKENIZER_OBJ) $(COMMON_OBJ)
