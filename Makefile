@@ -129,6 +129,14 @@ FUZZ_LIBS_model := $(BLAS_LIBS)
 FUZZ_ENV_model := ASAN_OPTIONS=max_allocation_size_mb=1024
 $(BUILD)/fuzz/lf/test/fuzz/fuzz_model.o $(BUILD)/fuzz/san/test/fuzz/fuzz_model.o: train_gpt.c
 endif
+# Llama model files (llama_load, static in train_llama.c, included the same way)
+ifneq ($(wildcard train_llama.c),)
+FUZZ_HARNESSES += llama_model
+FUZZ_SRC_llama_model := test/fuzz/fuzz_llama_model.c $(COMMON_SRC)
+FUZZ_LIBS_llama_model := $(BLAS_LIBS)
+FUZZ_ENV_llama_model := ASAN_OPTIONS=max_allocation_size_mb=1024
+$(BUILD)/fuzz/lf/test/fuzz/fuzz_llama_model.o $(BUILD)/fuzz/san/test/fuzz/fuzz_llama_model.o: train_llama.c
+endif
 # checkpoints: manifest and per-rank training-state files
 ifneq ($(wildcard common/ckpt.c),)
 FUZZ_HARNESSES += ckpt

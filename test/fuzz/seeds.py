@@ -92,6 +92,18 @@ put("model", "bf16_tiny", gpt2_file(5))
 put("model", "fp32_two_layers", gpt2_file(3, maxT=8, V=5, L=2, NH=2, C=4, Vp=16))
 
 
+# llama_model: header [magic 20261129, version 3, L, C, NH, NKV, F, V, Vp, maxT, rope theta bits, rmsnorm eps bits]
+def llama_file(L=1, C=4, NH=2, NKV=1, F=4, V=8, Vp=128, maxT=4, theta=10000.0, eps=1e-5):
+    kv = NKV * (C // NH)
+    n = Vp * C + L * (C + C * C + 2 * kv * C + C * C + C + 3 * F * C) + C + Vp * C
+    bits = lambda x: struct.unpack("<i", struct.pack("<f", x))[0]
+    head = struct.pack("<256i", *([20261129, 3, L, C, NH, NKV, F, V, Vp, maxT, bits(theta), bits(eps)] + [0] * 244))
+    return head + struct.pack("<%df" % n, *[0.01 * (i % 5) for i in range(n)])
+
+put("llama_model", "fp32_tiny", llama_file())
+put("llama_model", "fp32_two_layers_gqa", llama_file(L=2, C=8, NH=4, NKV=2, F=6, V=130, Vp=256, maxT=8))
+put("llama_model", "truncated", llama_file()[:-4])
+
 # ckpt: manifest.json, separator, state_rank0.bin (CkptState header of 256 bytes, then the optimizer blob)
 def fnv1a64(b):
     h = 0xcbf29ce484222325
