@@ -72,6 +72,12 @@ TEST_CMDS += "$(MPIRUN_TEST) -np 2 $(BUILD)/test_dist"
 TEST_CMDS += "$(MPIRUN_TEST) -np 3 $(BUILD)/test_dist"
 TEST_CMDS += "$(MPIRUN_TEST) -np 4 $(BUILD)/test_dist"
 TEST_CMDS += "test/test_dist_resume.sh $(BUILD)/test_dist"
+# SCAPE against an independent float64 numpy reference of SCAPE.md section 3, step by step (a few seconds)
+$(BUILD)/scape_ref_driver: test/scape_ref_driver.c $(DIST_OBJ) $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) -ffp-contract=off $(filter %.c %.o,$^) -o $@ $(LDLIBS) -lpthread
+TEST_BINS += $(BUILD)/scape_ref_driver
+TEST_CMDS += "test/test_scape_ref.sh $(BUILD)/scape_ref_driver"
 # whole-trainer SCAPE / topk-ef / data-parallel checks on real tokens (needs train_gpt and `make data`; about 1 min
 # alone, 2-3 min on a busy 2-core machine)
 TEST_DEPS += train_gpt data
