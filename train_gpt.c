@@ -666,24 +666,8 @@ static void gpt2_free(Model *model) {
 static void gpt2_save(const Model *model, const char *path) {
     const GPT2 *m = (const GPT2 *)model;
     const GPT2Config *c = &m->cfg;
-    size_t n = strlen(path) + 8;
-    char *tmp = xmalloc(n, "temporary path");
-    snprintf(tmp, n, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) fatal("cannot open %s for writing: %s. Check that the directory exists and is writable", tmp,
-                  strerror(errno));
     int32_t header[GPT2_HEADER_INTS] = {GPT2_MAGIC, GPT2_VERSION_FP32, c->maxT, c->V, c->L, c->NH, c->C, c->Vp};
-    size_t bytes = model->table.total * sizeof(float);
-    int ok = fwrite(header, sizeof header, 1, f) == 1 && fwrite(model->params, 1, bytes, f) == bytes &&
-             fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int err = errno;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok) err = errno;
-        unlink(tmp);
-        fatal("cannot write model file %s: %s; check free disk space and permissions", path, strerror(err));
-    }
-    free(tmp);
+    write_file_atomic(path, header, sizeof header, model->params, model->table.total * sizeof(float));
 }
 
 static Model *gpt2_new(const GPT2Config *cfg, int B, int T);

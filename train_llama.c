@@ -678,26 +678,9 @@ static float bits_float(int32_t i) {
 static void llama_save(const Model *model, const char *path) {
     const Llama *m = (const Llama *)model;
     const LlamaConfig *c = &m->cfg;
-    size_t n = strlen(path) + 8;
-    char *tmp = xmalloc(n, "temporary path");
-    snprintf(tmp, n, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        fatal("cannot open %s for writing: %s. Check that the directory exists and is writable", tmp,
-              strerror(errno));
     int32_t header[LLAMA_HEADER_INTS] = {LLAMA_MAGIC, LLAMA_VERSION_FP32, c->L, c->C, c->NH, c->NKV, c->F,
                                          c->V, c->Vp, c->maxT, float_bits(c->rope_theta), float_bits(c->norm_eps)};
-    size_t bytes = model->table.total * sizeof(float);
-    int ok = fwrite(header, sizeof header, 1, f) == 1 && fwrite(model->params, 1, bytes, f) == bytes &&
-             fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int err = errno;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok) err = errno;
-        unlink(tmp);
-        fatal("cannot write model file %s: %s; check free disk space and permissions", path, strerror(err));
-    }
-    free(tmp);
+    write_file_atomic(path, header, sizeof header, model->params, model->table.total * sizeof(float));
 }
 
 /* Checks a configuration from a spec or a file header; returns NULL if usable, else what is wrong. */

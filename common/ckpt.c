@@ -43,40 +43,6 @@ void ckpt_dir(char *buf, size_t cap, const char *out, int step) {
     if ((size_t)snprintf(buf, cap, "%s/ckpt_%d", out, step) >= cap) fatal("--out path '%s' is too long", out);
 }
 
-static void fsync_dir_of(const char *path) {
-    char dir[4400];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0';
-    else strcpy(dir, ".");
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd); /* best effort: makes the rename durable; some file systems refuse, which is harmless */
-        close(fd);
-    }
-}
-
-void ckpt_write_file(const char *path, const void *head, size_t head_bytes, const void *blob, size_t blob_bytes) {
-    char tmp[4200];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) fatal("path too long: %s", path);
-    FILE *f = xfopen(tmp, "wb", "check that --out is writable");
-    /* not xfwrite: a failed write (disk full) must remove the temp file before fatal() so nothing half-written
-     * is left beside the previous, still valid checkpoint */
-    if ((head_bytes && fwrite(head, 1, head_bytes, f) != head_bytes) ||
-        (blob_bytes && fwrite(blob, 1, blob_bytes, f) != blob_bytes) || fflush(f) != 0 || fsync(fileno(f)) != 0) {
-        int err = errno;
-        fclose(f);
-        unlink(tmp);
-        fatal("%s: cannot write the checkpoint (%s); check free disk space", path, strerror(err));
-    }
-    fclose(f);
-    if (rename(tmp, path) != 0) {
-        unlink(tmp);
-        fatal("cannot rename %s to %s: %s", tmp, path, strerror(errno));
-    }
-    fsync_dir_of(path);
-}
-
 void ckpt_write_state(const char *dir, CkptState *h, const void *blob) {
     char path[4200];
     snprintf(path, sizeof path, "%s/state_rank%d.bin", dir, h->rank);
@@ -84,7 +50,7 @@ void ckpt_write_state(const char *dir, CkptState *h, const void *blob) {
     h->version = CKPT_VERSION;
     h->header_bytes = sizeof(CkptState);
     h->blob_fnv = fnv1a64(FNV_OFFSET, blob, h->blob_bytes);
-    ckpt_write_file(path, h, sizeof *h, blob, h->blob_bytes);
+    write_file_atomic(path, h, sizeof *h, blob, h->blob_bytes);
 }
 
 void *ckpt_read_state(const char *path, CkptState *h) {
@@ -126,7 +92,7 @@ void ckpt_write_manifest(const char *dir, int world, int step, int n_files, cons
     len += (size_t)snprintf(buf + len, cap - len, "]}\n");
     char path[4200];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
-    ckpt_write_file(path, buf, len, NULL, 0);
+    write_file_atomic(path, buf, len, NULL, 0);
     free(buf);
 }
 
@@ -283,5 +249,5 @@ void ckpt_prune(const char *out, int keep) {
 void ckpt_invalidate(const char *dir) {
     char path[4400];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
-    if (unlink(path) == 0) fsync_dir_of(path);
+    if (unlink(path) == 0) fsync_parent_dir(path);
 }

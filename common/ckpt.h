@@ -50,8 +50,6 @@ uint64_t param_table_hash(const ParamTable *t);
 /* "<out>/ckpt_<step>" into buf. */
 void ckpt_dir(char *buf, size_t cap, const char *out, int step);
 
-/* Writes header + blob to path atomically (path.tmp, fsync, rename, fsync of the directory); fatal() on error. */
-void ckpt_write_file(const char *path, const void *head, size_t head_bytes, const void *blob, size_t blob_bytes);
 
 /* Writes <dir>/state_rank<h->rank>.bin; fills h->magic, version, header_bytes, blob_bytes, blob_fnv. */
 void ckpt_write_state(const char *dir, CkptState *h, const void *blob);

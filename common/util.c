@@ -2,11 +2,13 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static void (*fatal_hook)(int) = NULL;
 
@@ -93,4 +95,43 @@ double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void fsync_parent_dir(const char *path) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else strcpy(dir, ".");
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd); /* some file systems refuse a directory fsync, which is harmless here */
+        close(fd);
+    }
+}
+
+void write_file_atomic(const char *path, const void *head, size_t head_bytes, const void *body, size_t body_bytes) {
+    char tmp[4200];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) fatal("path too long: %s", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) fatal("cannot open %s for writing: %s; check that the directory exists and is writable", tmp,
+                  strerror(errno));
+    /* no xfwrite: a failed write must remove the temp file before fatal(), so nothing half-written is left */
+    int ok = (!head_bytes || fwrite(head, 1, head_bytes, f) == head_bytes) &&
+             (!body_bytes || fwrite(body, 1, body_bytes, f) == body_bytes) && fflush(f) == 0 &&
+             fsync(fileno(f)) == 0;
+    int err = errno;
+    if (fclose(f) != 0 && ok) {
+        ok = 0;
+        err = errno;
+    }
+    if (ok && rename(tmp, path) != 0) {
+        ok = 0;
+        err = errno;
+    }
+    if (!ok) {
+        unlink(tmp);
+        fatal("cannot write %s: %s; check free disk space and permissions", path, strerror(err));
+    }
+    fsync_parent_dir(path);
 }

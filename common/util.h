@@ -35,6 +35,12 @@ FILE *xfopen(const char *path, const char *mode, const char *hint);
 /* fread/fwrite of exactly `bytes` bytes or fatal() naming the path and what was being read. */
 void xfread(void *dst, size_t bytes, FILE *f, const char *path, const char *what);
 void xfwrite(const void *src, size_t bytes, FILE *f, const char *path, const char *what);
+/* Writes head then body (either may be empty) to `path` atomically: a temp file beside it, fsync, rename, fsync of
+ * the directory. On any failure (disk full, permissions) the temp file is removed, the old `path` is left as it
+ * was, and fatal() names `path` and says to check free space and permissions. */
+void write_file_atomic(const char *path, const void *head, size_t head_bytes, const void *body, size_t body_bytes);
+/* fsync of the directory holding `path` (best effort): makes a rename or unlink in it durable. */
+void fsync_parent_dir(const char *path);
 /* Size of a file in bytes, or -1 if it cannot be stat'ed. */
 int64_t file_size(const char *path);
 int file_exists(const char *path);

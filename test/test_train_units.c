@@ -281,7 +281,7 @@ static void write_ckpt(const char *out, int step, int world) {
     int64_t sizes[4];
     char path[600];
     snprintf(path, sizeof path, "%s/model.bin", dir);
-    ckpt_write_file(path, "MODEL", 5, NULL, 0);
+    write_file_atomic(path, "MODEL", 5, NULL, 0);
     names[0] = "model.bin";
     sizes[0] = 5;
     for (int r = 0; r < world; r++) {
