@@ -28,7 +28,10 @@ stale=scapebench_$dead
 ip netns add "$stale"
 stale_pid=$(ip netns exec "$stale" sh -c 'sleep 300 > /dev/null 2>&1 & echo $!')
 set -m   # the script gets its own process group, and SIGINT is not ignored in it as in a plain background job
-scripts/netem_bench.sh --rates 20mbit --steps 50 --out "$tmp/bench" > "$tmp/log" 2>&1 &
+# A shell started with SIGINT ignored (any caller that ran this test in the background without job control, as a
+# CI runner may) cannot trap it, and that is inherited; reset it to the default before exec'ing the script.
+/usr/bin/python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])' \
+    scripts/netem_bench.sh --rates 20mbit --steps 50 --out "$tmp/bench" > "$tmp/log" 2>&1 &
 pid=$!
 set +m
 ns=scapebench_$pid
