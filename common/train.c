@@ -500,6 +500,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     memset(r, 0, sizeof *r);
     r->fam = fam;
     TrainConfig *c = &r->c;
+    fp_flush_denormals(); /* before any OpenMP region, so every compute thread inherits it (util.h says why) */
 
     /* options first, before MPI, so --help and usage errors need no launcher */
     int n_opts;

@@ -9,6 +9,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
 
 static void (*fatal_hook)(int) = NULL;
 
@@ -134,4 +137,10 @@ void write_file_atomic(const char *path, const void *head, size_t head_bytes, co
         fatal("cannot write %s: %s; check free disk space and permissions", path, strerror(err));
     }
     fsync_parent_dir(path);
+}
+
+void fp_flush_denormals(void) {
+#if defined(__SSE2__)
+    _mm_setcsr(_mm_getcsr() | 0x8040); /* bit 15 FTZ: results; bit 6 DAZ: inputs */
+#endif
 }

@@ -47,6 +47,13 @@ int file_exists(const char *path);
 /* mkdir -p; fatal() on failure. */
 void make_dirs(const char *path);
 
+/* Makes the calling thread flush denormal floats to zero (x86 MXCSR FTZ and DAZ; no-op elsewhere). Threads it
+ * creates afterwards inherit the setting (pthread_create copies the floating-point environment), so call it first
+ * in main, before any OpenMP region. Why: late in backward, tiny gradients become denormal and x86 handles them
+ * in microcode; measured on d12 at B=4, T=256, layernorm backward took 378 ms per step instead of 22 ms and GELU
+ * backward 96 instead of 10. Values below 1.2e-38 do not affect training. */
+void fp_flush_denormals(void);
+
 /* Seconds since an arbitrary monotonic origin. */
 double now_seconds(void);
 
