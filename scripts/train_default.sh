@@ -11,7 +11,7 @@ OUT=${OUT:-out/default}
 MODEL=${MODEL:-d4c128h4}        # GPT-2, 4 layers, C=128, NH=4, maxT=1024 (~7.4M parameters, 6.4M of them wte)
 BATCH=${BATCH:-8}
 SEQ=${SEQ:-128}
-STEPS=${STEPS:-600}
+STEPS=${STEPS:-1000}
 LR=${LR:-3e-3}
 LR_FLOOR=${LR_FLOOR:-3e-4}
 WARMUP=${WARMUP:-30}
