@@ -1043,6 +1043,23 @@ static BlobHeader check_blob(const DistOptim *d, const void *blob, size_t size, 
     return h;
 }
 
+/* The per-rank residual (SCAPE's r, topk-ef's e) that every state blob starts with: this rank's own when the world
+ * is unchanged, else the mean over all saved ranks, summed in rank order (SCAPE.md section 8: the mean residual is
+ * what the algorithm sees). */
+static void load_residual(DistOptim *d, const void *const *blobs, int n_blobs, int saved_world) {
+    if (n_blobs == 1 || saved_world == d->world) {
+        int src = n_blobs == 1 ? 0 : d->rank;
+        memcpy(d->r, (const char *)blobs[src] + sizeof(BlobHeader), d->P * sizeof(float));
+        return;
+    }
+    memset(d->r, 0, d->P * sizeof(float));
+    for (int i = 0; i < n_blobs; i++) {
+        const float *ri = (const float *)((const char *)blobs[i] + sizeof(BlobHeader));
+        for (size_t j = 0; j < d->P; j++) d->r[j] += ri[j];
+    }
+    for (size_t j = 0; j < d->P; j++) d->r[j] /= (float)n_blobs;
+}
+
 void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, int n_blobs) {
     if (n_blobs < 1) fatal("distopt_load: no optimizer state given");
     BlobHeader h0 = check_blob(d, blobs[0], sizes[0], 0);
@@ -1057,17 +1074,7 @@ void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, i
     d->st_gprev_t = -1; /* the Jaccard of the first step after a resume has no previous mask */
     if (d->cfg.opt.kind == OPT_TOPK_EF) {
         /* e_i: this rank's own when the world is unchanged, else the mean over the saved ranks (as SCAPE's r) */
-        if (n_blobs == 1 || h0.world == d->world) {
-            int src = n_blobs == 1 ? 0 : d->rank;
-            memcpy(d->r, (const char *)blobs[src] + sizeof(BlobHeader), d->P * sizeof(float));
-        } else {
-            memset(d->r, 0, d->P * sizeof(float));
-            for (int i = 0; i < n_blobs; i++) {
-                const float *ei = (const float *)((const char *)blobs[i] + sizeof(BlobHeader));
-                for (size_t j = 0; j < d->P; j++) d->r[j] += ei[j];
-            }
-            for (size_t j = 0; j < d->P; j++) d->r[j] /= (float)n_blobs;
-        }
+        load_residual(d, blobs, n_blobs, h0.world);
         const float *mv = (const float *)((const char *)blobs[0] + sizeof(BlobHeader)) + d->P;
         memcpy(d->m, mv, d->P * sizeof(float));
         memcpy(d->v, mv + d->P, d->P * sizeof(float));
@@ -1079,17 +1086,7 @@ void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, i
         const char *p0 = (const char *)blobs[0] + sizeof(BlobHeader);
         /* residual: this rank's own when the world is unchanged, else the mean over the saved ranks
          * (SCAPE.md section 8: the mean residual is what the algorithm sees) */
-        if (n_blobs == 1 || h0.world == d->world) {
-            int src = n_blobs == 1 ? 0 : d->rank;
-            memcpy(d->r, (const char *)blobs[src] + sizeof(BlobHeader), d->P * sizeof(float));
-        } else {
-            memset(d->r, 0, d->P * sizeof(float));
-            for (int i = 0; i < n_blobs; i++) {
-                const float *ri = (const float *)((const char *)blobs[i] + sizeof(BlobHeader));
-                for (size_t j = 0; j < d->P; j++) d->r[j] += ri[j];
-            }
-            for (size_t j = 0; j < d->P; j++) d->r[j] /= (float)n_blobs;
-        }
+        load_residual(d, blobs, n_blobs, h0.world);
         const char *p = p0 + d->P * sizeof(float);
         d->have_cur = h0.have_cur;
         d->have_next = h0.have_next;
