@@ -33,8 +33,6 @@ CUDA_LIBS := -lcublasLt -lcublas $(CUDNN_LIBS)
 
 # kernel tests: dev/cuda/<name>.cu -> $(CUDA_BUILD)/test_<name>; each checks its kernels against a CPU reference
 CUDA_KERNEL_TESTS := encoder layernorm gelu matmul attention classifier optimizer global_norm
-CUDA_TEST_BINS := $(CUDA_KERNEL_TESTS:%=$(CUDA_BUILD)/test_%)
-
 # the optimizer test checks the device AdamW/AdamS against scape/optim.c itself
 $(CUDA_BUILD)/test_optimizer: $(BUILD)/scape/optim.o $(COMMON_OBJ)
 $(CUDA_BUILD)/test_optimizer: CUDA_EXTRA_OBJ = $(BUILD)/scape/optim.o $(COMMON_OBJ) -Xcompiler -fopenmp
@@ -86,6 +84,12 @@ $(BUILD)/cuda/gpt2_host_noblas.o: cuda/gpt2_host.c
 $(BUILD)/cuda/test_gpt2cu $(BUILD)/cuda-fp32/test_gpt2cu: %/test_gpt2cu: %/test_gpt2cu.o $(GPT2_HOST_TEST_OBJ) $(BUILD)/scape/optim.o $(COMMON_OBJ)
 	$(CC) $(CFLAGS) $^ -o $@ $(GPT2_HOST_TEST_LIBS) $(LDLIBS) $(CUDA_TRAIN_LIBS)
 CUDA_MODEL_TESTS := $(BUILD)/cuda/test_gpt2cu $(BUILD)/cuda-fp32/test_gpt2cu
+
+# Each further CUDA component (SCAPE kernels, the device optimizer, the Llama trainer) keeps its rules in its own
+# fragment cuda/mk/<part>.mk, which appends to CUDA_KERNEL_TESTS (dev/cuda/<name>.cu programs), CUDA_MODEL_TESTS
+# (whole-model test binaries) and CUDA_TRAINERS; the aggregate targets below are defined after them.
+include $(sort $(wildcard cuda/mk/*.mk))
+CUDA_TEST_BINS := $(CUDA_KERNEL_TESTS:%=$(CUDA_BUILD)/test_%)
 
 .PHONY: cuda test-gpu cuda-tests
 cuda-tests: $(CUDA_BUILD)/gpu_probe $(CUDA_TEST_BINS) $(CUDA_MODEL_TESTS)
