@@ -105,3 +105,10 @@ clean: clean-cuda
 .PHONY: clean-cuda
 clean-cuda:
 	rm -f $(CUDA_TRAINERS)
+
+# the lists scripts/gpu_check.sh builds and runs (one name or path per line)
+.PHONY: print-cuda-kernel-tests print-cuda-model-tests
+print-cuda-kernel-tests:
+	@printf '%s\n' $(CUDA_KERNEL_TESTS)
+print-cuda-model-tests:
+	@printf '%s\n' $(CUDA_MODEL_TESTS)

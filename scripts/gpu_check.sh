@@ -77,7 +77,11 @@ build() { # build NAME TARGET...: 0 if built; the log is $WORK/build_NAME.log
     [ "${SKIP_BUILD:-0}" = 1 ] && return 0
     make -j"$JOBS" "${MAKE_ARGS[@]}" "$@" > "$WORK/build_$name.log" 2>&1
 }
-K_BINS=(encoder layernorm gelu matmul attention classifier optimizer global_norm)
+# the kernel tests (dev/cuda/<name>.cu) and whole-model tests every cuda/mk fragment registers
+mapfile -t K_BINS < <(make -s print-cuda-kernel-tests 2>/dev/null)
+mapfile -t M_BINS < <(make -s print-cuda-model-tests 2>/dev/null)
+[ ${#K_BINS[@]} -gt 0 ] || K_BINS=(encoder layernorm gelu matmul attention classifier optimizer global_norm)
+[ ${#M_BINS[@]} -gt 0 ] || M_BINS=(build/cuda/test_gpt2cu build/cuda-fp32/test_gpt2cu)
 if [ -z "$NVCC" ]; then
     notrun build "no nvcc found (PATH, /usr/local/cuda*/bin); install the CUDA toolkit or set PATH"
 else
@@ -125,15 +129,16 @@ for k in "${K_BINS[@]}"; do
 done
 
 # ---------------------------------------------------------------- whole model vs the CPU trainer
-log "== whole model vs train_gpt.c (test/gpu/test_gpt2cu.cu)"
+log "== whole models vs the CPU trainers (test/gpu/*.cu: ${M_BINS[*]})"
 # without OpenBLAS the CPU reference links cuda/fallback's plain sgemm (slower, same results to fp32 rounding)
 fb=(); [ $HAVE_BLAS = 0 ] && { fb=(BLAS_FALLBACK=1); log "no OpenBLAS: the CPU reference uses cuda/fallback's sgemm"; }
-[ -z "${NO_GPU:-}" ] && [ -n "$NVCC" ] && build models -k "${fb[@]}" build/cuda-fp32/test_gpt2cu build/cuda/test_gpt2cu
-for prec in fp32 bf16; do
-    dir=build/cuda; [ $prec = fp32 ] && dir=build/cuda-fp32
-    if [ -n "${NO_GPU:-}" ]; then notrun "model_$prec" "no usable GPU"; continue; fi
-    [ -x $dir/test_gpt2cu ] || { fail "build_model_$prec" "$(grep -m3 -E 'error' "$WORK/build_models.log" | tr '\n' ' ')"; continue; }
-    run_test "model_$prec" 300 $dir/test_gpt2cu
+[ -z "${NO_GPU:-}" ] && [ -n "$NVCC" ] && build models -k "${fb[@]}" "${M_BINS[@]}"
+for bin in "${M_BINS[@]}"; do
+    prec=bf16; case $bin in *cuda-fp32/*) prec=fp32;; esac
+    name="model_$(basename "$bin" | sed 's/^test_//')_$prec"
+    if [ -n "${NO_GPU:-}" ]; then notrun "$name" "no usable GPU"; continue; fi
+    [ -x "$bin" ] || { fail "build_$name" "$(grep -m3 -E 'error' "$WORK/build_models.log" | tr '\n' ' ')"; continue; }
+    run_test "$name" 300 "$bin"
 done
 
 # ---------------------------------------------------------------- training runs
@@ -214,26 +219,33 @@ if [ $TRAIN_OK = 1 ]; then
     trun one_rank_accum $GT32 "${COMMON[@]}" --batch 4 --total-batch 512 &&
     trun two_ranks env OMP_NUM_THREADS=2 "${MPI[@]}" -np 2 $GT32 "${COMMON[@]}" --batch 4 &&
         compare_losses two_ranks_one_gpu_vs_accumulation "$WORK/two_ranks/log.jsonl" "$WORK/one_rank_accum/log.jsonl" 1e-5
-    # throughput: GPT-2 124M at T=1024, the largest batch of 32/16/8/4 that fits
-    [ -n "$DRY" ] && notrun throughput_d12 "CPU_DRY=1"
-    tried=""
-    for b in 32 16 8 4; do
-        [ -n "$DRY" ] && break
-        if [ $(( $(date +%s) - START )) -gt "${BUDGET_S:-420}" ]; then notrun throughput_d12 "time budget spent"; break; fi
-        rm -rf "$WORK/bench"
-        if timeout 300 ./train_gptcu --model d12 --train "$TR" --val "$VA" --data "$DATA" --seq 1024 --batch $b --steps 12 \
-            --warmup 2 --eval-every 0 --eval-batches 1 --sample-every 0 --peak-flops "$PEAK_FLOPS" --out "$WORK/bench" \
-            > "$WORK/bench.out" 2>&1; then
-            pass throughput_d12 "B=$b T=1024: $(grep '^step' "$WORK/bench.out" | tail -1)"
-            break
-        fi
-        tried="$tried B=$b: $(tail -1 "$WORK/bench.out");"
-        [ $b = 4 ] && fail throughput_d12 "no batch size ran:$tried"
-    done
-    [ -n "$tried" ] && log "        | throughput: failed batch sizes first:$tried"
+    # throughput: GPT-2 124M (d12) and 350M (d24) at T=1024, the largest batch of 32/16/8/4 that fits
+    throughput() { # throughput NAME BIN MODEL
+        local name=$1 bin=$2 model=$3 tried="" b
+        if [ -n "$DRY" ]; then notrun "$name" "CPU_DRY=1"; return; fi
+        for b in 32 16 8 4; do
+            if [ $(( $(date +%s) - START )) -gt "${BUDGET_S:-420}" ]; then notrun "$name" "time budget spent"; return; fi
+            rm -rf "$WORK/bench"
+            if timeout 240 "$bin" --model "$model" --train "$TR" --val "$VA" --data "$DATA" --seq 1024 --batch $b \
+                --steps 12 --warmup 2 --eval-every 0 --eval-batches 1 --sample-every 0 --peak-flops "$PEAK_FLOPS" \
+                --out "$WORK/bench" > "$WORK/bench_$name.out" 2>&1; then
+                # the median of steps 3-12 (the first steps include cuBLASLt heuristics and allocation)
+                local med
+                med=$(grep '^step' "$WORK/bench_$name.out" | tail -10 |
+                      sed -E 's/.*\| ([0-9.]+) ms \| ([0-9]+) tok\/s \| MFU ([^ ]+).*/\1 \2 \3/' | sort -n | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}')
+                pass "$name" "B=$b T=1024: median of the last 10 steps: ${med% * *} ms, $(echo "$med" | cut -d' ' -f2) tok/s, MFU $(echo "$med" | cut -d' ' -f3)"
+                [ -n "$tried" ] && log "        | $name: larger batches failed first:$tried"
+                return
+            fi
+            tried="$tried B=$b: $(tail -1 "$WORK/bench_$name.out");"
+        done
+        fail "$name" "no batch size ran:$tried"
+    }
+    throughput throughput_gpt2_124M_d12 ./train_gptcu d12
+    throughput throughput_gpt2_350M_d24 ./train_gptcu d24
 else
     for c in train_fp32_vs_cpu_10_steps train_bf16_vs_cpu_10_steps identical_runs_bitwise save_resume_bitwise \
-             two_ranks_one_gpu_vs_accumulation throughput_d12; do notrun $c "$reason"; done
+             two_ranks_one_gpu_vs_accumulation throughput_gpt2_124M_d12 throughput_gpt2_350M_d24; do notrun $c "$reason"; done
 fi
 
 log "== $npass passed, $nfail failed, $nnot not run ($(( $(date +%s) - START )) s); report: $REPORT"
