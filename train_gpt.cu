@@ -1,16 +1,21 @@
 /*
- * train_gpt.cu - GPT-2 on one NVIDIA GPU: the same model, flags, logs, data and checkpoints as train_gpt.c, with
- * forward and backward on the device (floatX = bf16 activations, parameters and gradients with fp32
- * accumulation; PRECISION=FP32 builds an all-fp32 version for tight comparison with the CPU trainer).
+ * train_gpt.cu - GPT-2 on NVIDIA GPUs (one per rank, or ranks sharing one with --comm mpi): the same model,
+ * flags, logs, data and checkpoints as train_gpt.c, with forward and backward on the device (floatX = bf16
+ * activations, parameters and gradients with fp32 accumulation; PRECISION=FP32 builds an all-fp32 version for
+ * tight comparison with the CPU trainer).
  *
- * How it fits the shared loop (common/train.c, common/model.h): the host model of cuda/gpt2_host.c (train_gpt.c's
- * own table, init and model files) owns the fp32 master parameters and gradients in host memory. Each forward
- * uploads the master parameters and converts them to floatX on the device; each backward computes this
- * micro-step's gradients into a zeroed floatX buffer, adds them into the host gradients and then reports every
- * bucket final. The loop's optimizer, SCAPE, MPI communication (host buffers, so several ranks can share one
- * GPU), checkpoints and logs therefore work unchanged.
- * Not yet here (see cuda/README.md): the device-resident optimizer step (cuda/optimizer.cuh is written and
- * tested), NCCL all-reduce overlapping backward, ZeRO-1 on the device, cuDNN attention.
+ * How it fits the shared loop (common/train.c, common/model.h), two ways:
+ *   device update (adamw, adams; Model.create_updater -> cuda/updater.h): the GPU holds the fp32 master weights,
+ *     the optimizer state and the floatX copy the forward reads. Each backward adds its floatX gradients, bucket by
+ *     bucket (one layer at a time), into an fp32 accumulator on the device and, on the last micro-step, hands each
+ *     finished bucket to the update, whose all-reduce (NCCL, or host-staged MPI) overlaps the rest of backward.
+ *     No per-step copy of parameters or gradients crosses PCIe; save() downloads the master for the model file.
+ *   host update (scape, topk-ef): the host model of cuda/gpt2_host.c (train_gpt.c's own table, init and model
+ *     files) owns the fp32 master parameters and gradients in host memory. Each forward uploads the master
+ *     parameters and converts them to floatX; each backward computes this micro-step's gradients into a zeroed
+ *     floatX buffer, adds them into the host gradients and reports every bucket final; the loop's DistOptim
+ *     (SCAPE, MPI on host buffers, so several ranks can share one GPU) does the rest.
+ * Either way checkpoints and logs are the CPU trainer's. Not yet here (see cuda/README.md): cuDNN attention.
  *
  * Shapes: B batch, T sequence, C channels, NH heads, L layers, V vocabulary, Vp padded vocabulary, N = B*T.
  */
@@ -24,7 +29,9 @@
 #include "cuda/matmul.cuh"
 #include "cuda/attention.cuh"
 #include "cuda/classifier.cuh"
+#include "cuda/optimizer.cuh"
 #include "cuda/gpt2_host.h"
+#include "cuda/updater.h"
 extern "C" {
 #include "common/train.h"
 #include "common/util.h"
@@ -56,8 +63,13 @@ typedef struct {
     Model *host;      /* cuda/gpt2_host.c model: owns table, host params/grads, writes model files */
     int L, C, NH, V, Vp, maxT, Bmax, Tmax, B, T, have_targets;
     size_t att_max;   /* Bmax*NH*Tmax*Tmax */
-    float *d_master;  /* (P) fp32 copy of the host parameters */
+    float *d_master;  /* (P) fp32 master: a copy of the host parameters (host update), or THE master (device) */
     floatX *d_params, *d_grads; /* (P) */
+    /* device update (cuda/updater.h, Model.create_updater): 1 when the Updater owns the parameters on the GPU;
+     * then backward adds each bucket's gradients into d_grad32 and forward uses d_params as they are */
+    int device_update;
+    float *d_grad32;  /* (P) fp32 gradient accumulator of the device update, else NULL */
+    int *bucket_n, **bucket_slices; /* per bucket: its slices (table indices) */
     floatX *h_grads;  /* (P) pinned staging for the gradient download */
     Tensors p, g;
     Acts a;
@@ -128,13 +140,16 @@ static float gpt2cu_forward(Model *model, const int *inputs, const int *targets,
     m->T = T;
     m->have_targets = targets != NULL;
 
-    /* the loop may have updated the host parameters since the last forward */
-    size_t P = m->base.table.total;
-    cudaCheck(cudaMemcpyAsync(m->d_master, m->base.params, P * sizeof(float), cudaMemcpyHostToDevice, s));
+    /* host update: the loop may have updated the host parameters since the last forward (the device update keeps
+     * d_master and d_params current itself) */
+    if (!m->device_update) {
+        size_t P = m->base.table.total;
+        cudaCheck(cudaMemcpyAsync(m->d_master, m->base.params, P * sizeof(float), cudaMemcpyHostToDevice, s));
 #ifndef ENABLE_FP32
-    to_floatx_kernel<<<ceil_div((long)P, 256), 256, 0, s>>>(m->d_params, m->d_master, (long)P);
-    cudaCheckLaunch();
+        to_floatx_kernel<<<ceil_div((long)P, 256), 256, 0, s>>>(m->d_params, m->d_master, (long)P);
+        cudaCheckLaunch();
 #endif
+    }
 
     Tensors *p = &m->p;
     Acts *a = &m->a;
@@ -179,6 +194,17 @@ static float gpt2cu_forward(Model *model, const int *inputs, const int *targets,
     return (float)(sum / N);
 }
 
+/* Device update: bucket b's gradients of this micro-step are final on the stream; add them into the fp32
+ * accumulator (the sum the host path forms on the CPU) and hand the bucket to the update (last micro-step). */
+static void bucket_done(GPT2CU *m, int b, BucketReadyFn on_bucket, void *ctx) {
+    const ParamTable *tab = &m->base.table;
+    for (int k = 0; k < m->bucket_n[b]; k++) {
+        const ParamSlice *sl = &tab->slices[m->bucket_slices[b][k]];
+        grad_accumulate(m->d_grad32 + sl->offset, m->d_grads + sl->offset, (long)sl->numel, m->s);
+    }
+    if (on_bucket) on_bucket(ctx, b);
+}
+
 static void gpt2cu_backward(Model *model, float loss_scale, BucketReadyFn on_bucket, void *ctx) {
     GPT2CU *m = (GPT2CU *)model;
     if (!m->have_targets) fatal("internal: backward called after a forward without targets");
@@ -220,8 +246,13 @@ static void gpt2cu_backward(Model *model, float loss_scale, BucketReadyFn on_buc
                         a->ln1 + l * LN * C, p->qkvw + (size_t)l * 3 * C * C, n, C, 3 * C, 0.0f, s);
         layernorm_backward(a->dres, g->ln1w + l * C, g->ln1b + l * C, a->fscratch, a->dc, residual, p->ln1w + l * C,
                            a->ln1_mean + l * LN, a->ln1_rstd + l * LN, n, C, s);
+        if (m->device_update) bucket_done(m, L - 1 - l, on_bucket, ctx); /* layer l's tensors are final */
     }
     encoder_backward(g->wte, g->wpe, a->dres, m->d_order, m->d_seg_start, m->d_seg_tok, m->plan.nseg, B, T, C, s);
+    if (m->device_update) {
+        bucket_done(m, L, on_bucket, ctx); /* wte (lm_head and embedding), wpe, lnf */
+        return;
+    }
 
     /* add this micro-step's gradients into the host's (the loop's optimizer and communication read those) */
     cudaCheck(cudaMemcpyAsync(m->h_grads, m->d_grads, P * sizeof(floatX), cudaMemcpyDeviceToHost, s));
@@ -245,7 +276,11 @@ static const float *gpt2cu_logits(const Model *model) {
 }
 
 static void gpt2cu_save(const Model *model, const char *path) {
-    const GPT2CU *m = (const GPT2CU *)model;
+    GPT2CU *m = (GPT2CU *)model;
+    if (m->device_update) { /* the device holds the master weights: refresh the host copy the writer reads */
+        cudaCheck(cudaStreamSynchronize(m->s));
+        cudaCheck(cudaMemcpy(m->base.params, m->d_master, m->base.table.total * sizeof(float), cudaMemcpyDeviceToHost));
+    }
     m->host->save(m->host, path); /* version 3 fp32, from the host master parameters */
 }
 
@@ -262,6 +297,10 @@ static void gpt2cu_free(Model *model) {
 #ifndef ENABLE_FP32
     cudaCheck(cudaFree(m->d_params));
 #endif
+    if (m->d_grad32) cudaCheck(cudaFree(m->d_grad32));
+    for (int b = 0; b < m->base.table.num_buckets; b++) free(m->bucket_slices[b]);
+    free(m->bucket_slices);
+    free(m->bucket_n);
     cudaCheck(cudaFreeHost(m->h_grads));
     cudaCheck(cudaFreeHost(m->h_losses));
     cudaCheck(cudaFreeHost(m->h_inputs));
@@ -334,6 +373,18 @@ static Model *gpt2cu_create(const char *spec, const char *init_path, uint64_t se
     m->d_grads = (floatX *)dalloc(P * sizeof(floatX), "the gradients");
     point_tensors(&m->p, m->d_params, &b->table);
     point_tensors(&m->g, m->d_grads, &b->table);
+    int nb = b->table.num_buckets;
+    m->bucket_n = (int *)xcalloc((size_t)nb, sizeof(int), "bucket slices");
+    m->bucket_slices = (int **)xcalloc((size_t)nb, sizeof(int *), "bucket slices");
+    for (int i = 0; i < b->table.n; i++) m->bucket_n[b->table.slices[i].bucket]++;
+    for (int k = 0; k < nb; k++) {
+        m->bucket_slices[k] = (int *)xmalloc((size_t)(m->bucket_n[k] ? m->bucket_n[k] : 1) * sizeof(int), "bucket slices");
+        m->bucket_n[k] = 0;
+    }
+    for (int i = 0; i < b->table.n; i++) {
+        int k = b->table.slices[i].bucket;
+        m->bucket_slices[k][m->bucket_n[k]++] = i;
+    }
     Acts *a = &m->a;
     size_t X = sizeof(floatX);
     a->encoded = (floatX *)dalloc(N * C * X, "activations");
@@ -380,13 +431,41 @@ static Model *gpt2cu_create(const char *spec, const char *init_path, uint64_t se
     return b;
 }
 
+#if !defined(TESTING) || defined(TESTING_DEVICE_UPDATE)
+/* Model.create_updater: the device-resident update (cuda/updater.h) for adamw/adams; NULL (the loop's host update
+ * on params/grads, as before) for scape and topk-ef. From here on the GPU holds the master weights.
+ * (Compiled into the trainer and into test/gpu/test_gpt2cu_update.cu, which link cuda/updater.o.) */
+static Updater *gpt2cu_create_updater(Model *model, const UpdaterConfig *cfg) {
+    GPT2CU *m = (GPT2CU *)model;
+    if (cfg->dist.opt.kind != OPT_ADAMW && cfg->dist.opt.kind != OPT_ADAMS) return NULL;
+    size_t P = m->base.table.total;
+    m->d_grad32 = (float *)dalloc(P * sizeof(float), "the fp32 gradients");
+    cudaCheck(cudaMemset(m->d_grad32, 0, P * sizeof(float)));
+    DeviceModel dm = {&m->base.table, m->d_master, m->d_params, m->d_grad32, m->base.params, m->s};
+    Updater *u = device_updater_create(&dm, cfg);
+    if (!u) {
+        cudaCheck(cudaFree(m->d_grad32));
+        m->d_grad32 = NULL;
+        return NULL;
+    }
+    m->device_update = 1;
+    return u;
+}
+#endif
+
 #ifndef TESTING
+static Model *gpt2cu_create_trainer(const char *spec, const char *init_path, uint64_t seed, int B, int T) {
+    Model *model = gpt2cu_create(spec, init_path, seed, B, T);
+    model->create_updater = gpt2cu_create_updater;
+    return model;
+}
+
 static ModelFamily gpt2cu_family;
 
 int main(int argc, char **argv) {
     const ModelFamily *cpu = gpt2_host_family();
     gpt2cu_family = *cpu;
-    gpt2cu_family.create = gpt2cu_create;
+    gpt2cu_family.create = gpt2cu_create_trainer;
     return train_main(argc, argv, &gpt2cu_family);
 }
 #endif

@@ -16,6 +16,9 @@
 /* Called by backward as soon as every gradient of `bucket` is final (see params.h for bucket order). */
 typedef void (*BucketReadyFn)(void *ctx, int bucket);
 
+struct Updater;       /* common/updater.h */
+struct UpdaterConfig;
+
 typedef struct Model Model;
 struct Model {
     const char *family;    /* "gpt2" or "llama" */
@@ -43,6 +46,13 @@ struct Model {
     /* Writes the model file (llm.c layout for GPT-2) atomically; fatal() on I/O error. */
     void (*save)(const Model *m, const char *path);
     void (*free)(Model *m);
+    /* Optional (NULL in the CPU models): an update that keeps the parameters where the model computes (the CUDA
+     * trainers' device-resident AdamW/AdamS, cuda/updater.h), or NULL when the model does not handle this
+     * configuration (then the loop uses the host update on params/grads, as for the CPU models). Called once,
+     * after create and before any forward; it broadcasts rank 0's parameters as distopt_create does. Once it
+     * returned an Updater, params/grads on the host are no longer the live state: the model refreshes params
+     * from its device copy in save(), and backward hands grads to the Updater itself. */
+    struct Updater *(*create_updater)(Model *m, const struct UpdaterConfig *cfg);
 };
 
 /* How the shared loop creates models of one family. */

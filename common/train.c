@@ -2,7 +2,8 @@
  * common/train.c - the shared training loop (see train.h). Reads top to bottom: options, set-up (threads, data,
  * model, optimizer, resume), then the step loop with its periodic validation, sampling and checkpoints.
  * One step t = 1..steps: `accum` micro-steps of forward/backward over this rank's B x T windows (the last
- * backward hands finished gradient buckets to the communication thread), then distopt_step(t, lr_t).
+ * backward hands finished gradient buckets to the communication thread), then the update's step(t, lr_t)
+ * (common/updater.h: the host DistOptim of scape/dist.h, or the model's device-resident update).
  * Not for: model maths (train_gpt.c, ...), update formulas and communication (scape/), file formats (ckpt.c).
  */
 #define _GNU_SOURCE
@@ -22,6 +23,7 @@
 #include "common/rng.h"
 #include "common/sampler.h"
 #include "common/schedule.h"
+#include "common/updater.h"
 #include "common/util.h"
 #include "dataloader/dataloader.h"
 #include "scape/comm.h"
@@ -97,6 +99,12 @@ static void ensure_data(const TrainConfig *c, const char *tokenizer_kind, const 
               "token shards (file, dir or glob)", val, target);
 }
 
+static CommBackend comm_backend(const char *name) {
+    if (strcmp(name, "nccl") == 0) return COMM_BACKEND_NCCL;
+    if (strcmp(name, "mpi") == 0) return COMM_BACKEND_MPI;
+    return COMM_BACKEND_AUTO;
+}
+
 static OptimizerKind optimizer_kind(const char *name) {
     if (strcmp(name, "adams") == 0) return OPT_ADAMS;
     if (strcmp(name, "scape") == 0) return OPT_SCAPE;
@@ -156,7 +164,7 @@ typedef struct {
     const ModelFamily *fam;
     int rank, world, accum, threads;
     Model *m;
-    DistOptim *d;
+    Updater *u; /* the parameter update: host (scape/dist.h) or the model's own (Model.create_updater) */
     DataLoader *dl;
     ValLoader *vl;
     Tokenizer *tok;
@@ -171,7 +179,7 @@ typedef struct {
 /* One "mask" event (scape/dist.h DistMaskStats) of step t, rank 0 only: per sparse tensor the Jaccard of
  * consecutive masks and the kept energy, first-moment (_m, SCAPE) and raw-gradient (_g), and their means. */
 static void log_mask_stats(Run *r, int t) {
-    const DistMaskStats *st = distopt_mask_stats(r->d);
+    const DistMaskStats *st = r->u->mask_stats(r->u);
     if (!r->log || !st || st->step != t) return;
     const char **names = xmalloc((size_t)(st->n ? st->n : 1) * sizeof(char *), "mask event");
     char *buf = xmalloc((size_t)(st->n ? st->n : 1) * (PARAM_NAME_MAX + 16), "mask event");
@@ -293,9 +301,9 @@ static void save_checkpoint(Run *r, int step) {
         snprintf(path, sizeof path, "%s/model.bin", dir);
         r->m->save(r->m, path);
     }
-    size_t bytes = distopt_state_bytes(r->d);
+    size_t bytes = r->u->state_bytes(r->u);
     void *blob = xmalloc(bytes, "optimizer state for the checkpoint");
-    distopt_save(r->d, blob);
+    r->u->save(r->u, blob);
     CkptState h;
     memset(&h, 0, sizeof h);
     h.rank = r->rank;
@@ -447,7 +455,7 @@ static int restore(Run *r) {
     if (mine.total_batch != r->tokens_per_step && r->rank == 0)
         printf("note: --total-batch changed from %lld to %lld tokens on resume\n", (long long)mine.total_batch,
                (long long)r->tokens_per_step);
-    distopt_load(r->d, (const void *const *)blobs, sizes, n_blobs);
+    r->u->load(r->u, (const void *const *)blobs, sizes, n_blobs);
     dataloader_set_pos(r->dl, &mine.data);
     r->sample_rng.s = mine.sample_rng;
     for (int i = 0; i < n_blobs; i++) free(blobs[i]);
@@ -469,6 +477,7 @@ static void log_start(Run *r, int start_step) {
         if (c->warmup >= c->steps)
             printf("note: --warmup %d >= --steps %d, so the learning rate never reaches --lr %g\n", c->warmup,
                    c->steps, c->lr);
+        if (strncmp(r->u->desc, "host", 4) != 0) printf("update: %s\n", r->u->desc);
         if (r->ckpt_path[0]) printf("resuming from %s at step %d\n", r->ckpt_path, start_step);
         fflush(stdout);
     }
@@ -484,6 +493,7 @@ static void log_start(Run *r, int start_step) {
     jlog_int(r->log, "accum", r->accum);
     jlog_int(r->log, "total_batch", r->tokens_per_step);
     jlog_str(r->log, "optimizer", c->optimizer);
+    jlog_str(r->log, "update", r->u->desc);
     jlog_int(r->log, "steps", c->steps);
     jlog_num(r->log, "lr", c->lr);
     jlog_num(r->log, "lr_floor", c->lr_floor);
@@ -550,6 +560,9 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         init = model_file;
     }
     r->m = fam->create(c->model, init, c->seed, c->B, c->T);
+    if (strcmp(c->comm, "nccl") == 0 && !r->m->create_updater)
+        fatal("--comm nccl: this trainer communicates through MPI only (NCCL needs a CUDA trainer such as "
+              "train_gptcu); use --comm mpi or auto");
     if (c->T > r->m->max_seq_len)
         fatal("--seq %d exceeds the model's maximum sequence length %d; use --seq %d or less", c->T,
               r->m->max_seq_len, r->m->max_seq_len);
@@ -590,7 +603,25 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     dc.density_start = c->density_start;
     dc.density_warmup = c->density_warmup;
     dc.exclude_norms = c->scape_exclude_norms;
-    r->d = distopt_create(&r->m->table, r->m->params, r->m->grads, &dc);
+    UpdaterConfig uc;
+    memset(&uc, 0, sizeof uc);
+    uc.dist = dc;
+    uc.comm = comm_backend(c->comm);
+    uc.seed = c->seed;
+    int want_host = strcmp(c->update, "host") == 0;
+    r->u = r->m->create_updater && !want_host ? r->m->create_updater(r->m, &uc) : NULL;
+    if (!r->u) {
+        if (strcmp(c->update, "device") == 0 && !r->m->create_updater)
+            fatal("--update device: this trainer updates on the host only (the device update belongs to the CUDA "
+                  "trainers, e.g. train_gptcu); use --update auto or host");
+        if (strcmp(c->update, "device") == 0)
+            fatal("--update device: this trainer has no device-resident update for --optimizer %s (only for adamw "
+                  "and adams); use --update auto or host", c->optimizer);
+        if (uc.comm == COMM_BACKEND_NCCL)
+            fatal("--comm nccl: the host update moves %s's gradients through host memory (MPI); use --comm mpi or "
+                  "auto%s", c->optimizer, want_host ? ", or --update auto" : "");
+        r->u = updater_host_create(&r->m->table, r->m->params, r->m->grads, &dc);
+    }
 
     rng_seed(&r->sample_rng, rng_mix(c->seed, 0x73616d70ull));
     int start = r->ckpt_path[0] ? restore(r) : 0;
@@ -618,7 +649,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         double loss = 0.0;
         /* mask statistics on logged steps and the step before (their Jaccard compares with it) */
         int ms = c->mask_stats_every;
-        distopt_mask_stats_enable(r->d, ms > 0 && (t % ms == 0 || (t + 1) % ms == 0));
+        r->u->mask_stats_enable(r->u, ms > 0 && (t % ms == 0 || (t + 1) % ms == 0));
         double mean_loss = 0.0;
         for (int a = 0; a < r->accum; a++) {
             int last_micro = a == r->accum - 1;
@@ -638,17 +669,17 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
                 if (r->rank == 0 && nan_injection_at(inj.grad_steps, inj.n_grad, t)) scale = NAN;
             }
             /* only the last micro-step's gradients are final, so only then may buckets go on the wire */
-            r->m->backward(r->m, scale, last_micro ? distopt_bucket_ready : NULL, r->d);
+            r->m->backward(r->m, scale, last_micro ? r->u->bucket_ready : NULL, r->u);
         }
         float grad_norm = 0.0f;
-        int skipped = distopt_step(r->d, t, lr, &grad_norm);
+        int skipped = r->u->step(r->u, t, lr, &grad_norm);
         /* skipped is the same on every rank (the norm is global), and so is mean_loss (all-reduced) */
         int bad = skipped || !isfinite(mean_loss);
         bad_run = bad ? bad_run + 1 : 0;
         double secs = now_seconds() - t0;
         comm_stats_take(&cs);
         double tok_s = (double)r->tokens_per_step / secs;
-        float density = distopt_density(r->d, t);
+        float density = r->u->density(r->u, t);
         if (r->rank == 0) {
             char mfu[32] = "n/a";
             if (c->peak_flops > 0)
@@ -726,7 +757,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     free(inj.loss_steps);
     free(r->inputs);
     free(r->targets);
-    distopt_free(r->d);
+    r->u->free(r->u);
     valloader_free(r->vl);
     dataloader_free(r->dl);
     if (r->tok) tokenizer_free(r->tok);

@@ -55,6 +55,13 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
         {"threads", ARG_INT, &c->threads, "0", 0, 4096, NULL,
          "OpenMP/OpenBLAS threads per rank, 0 = online cores / ranks on this node (on a machine shared with other "
          "jobs, 1 or OMP_WAIT_POLICY=passive OPENBLAS_THREAD_TIMEOUT=4 stop idle threads spinning on busy cores)", 0},
+        {"comm", ARG_STRING, &c->comm, "auto", 0, 0, "auto|mpi|nccl",
+         "gradient/parameter collectives: mpi (host buffers; the only one of the CPU trainers), nccl (GPU buffers, "
+         "one GPU per rank), auto (nccl for several ranks each with its own GPU, else mpi)", 0},
+        {"update", ARG_STRING, &c->update, "auto", 0, 0, "auto|host|device",
+         "where the parameter update runs: device (GPU-resident adamw/adams of the CUDA trainers), host "
+         "(scape/dist.h on host buffers; the only one of the CPU trainers, and of scape/topk-ef), auto (device where "
+         "the trainer has one for the optimizer)", 0},
         {"zero", ARG_FLAG, &c->zero, NULL, 0, 1, NULL, "ZeRO-1: shard the dense optimizer state over ranks", 0},
         {"density", ARG_FLOAT, &c->density, "1.0", 1e-6, 1, NULL, "SCAPE / topk-ef target density d (0.01 = 99% sparse)", 0},
         {"density-start", ARG_FLOAT, &c->density_start, "1.0", 1e-6, 1, NULL,

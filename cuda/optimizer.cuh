@@ -14,7 +14,8 @@
 
 /* AdamW (Loshchilov & Hutter, arXiv 1711.05101, Algorithm 2, Adam bias correction), see scape/optim.h:
  *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p -= lr * ( (m/bc1) / (sqrt(v/bc2) + eps) + wd * p ) */
-__global__ static void adamw_kernel(float *master, floatX *copy, const floatX *grad, float *m, float *v, long n,
+template <typename TG>
+__global__ static void adamw_kernel(float *master, floatX *copy, const TG *grad, float *m, float *v, long n,
                                     float lr, float b1, float b2, float bc1, float bc2, float eps, float wd,
                                     uint32_t seed) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -32,7 +33,8 @@ __global__ static void adamw_kernel(float *master, floatX *copy, const floatX *g
 }
 /* AdamS (Zhang, Wang, Chen, arXiv 2505.16363; SCAPE.md section 1), one state tensor m:
  *   nu = b2 m_{t-1}^2 + (1-b2) g^2;  m = b1 m + (1-b1) g;  p -= lr * ( (m/bc1) / (sqrt(nu)/sqrt(bc2) + eps) + wd p ) */
-__global__ static void adams_kernel(float *master, floatX *copy, const floatX *grad, float *m, long n, float lr,
+template <typename TG>
+__global__ static void adams_kernel(float *master, floatX *copy, const TG *grad, float *m, long n, float lr,
                                     float b1, float b2, float bc1, float sqrt_bc2, float eps, float wd, uint32_t seed) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -48,14 +50,18 @@ __global__ static void adams_kernel(float *master, floatX *copy, const floatX *g
 }
 
 /* One AdamW step on one tensor of n elements (t >= 1 the step; wd 0 for gains and biases). Bias corrections
- * are computed in double and cast, like scape/optim.c. copy may be NULL (no floatX copy wanted). */
-static void adamw_update_tensor(float *master, floatX *copy, const floatX *grad, float *m, float *v, long n, int t,
+ * are computed in double and cast, like scape/optim.c. copy may be NULL (no floatX copy wanted). The gradient
+ * is floatX (the kernel tests) or float (the device update's averaged fp32 gradient, cuda/updater.cu). Element
+ * i of the copy is rounded with hash_u32(i, seed): i counts from the pointer passed, so pass whole tensors. */
+template <typename TG>
+static void adamw_update_tensor(float *master, floatX *copy, const TG *grad, float *m, float *v, long n, int t,
                                 float lr, float b1, float b2, float eps, float wd, uint32_t seed, cudaStream_t s) {
     float bc1 = (float)(1.0 - pow((double)b1, t)), bc2 = (float)(1.0 - pow((double)b2, t));
     adamw_kernel<<<ceil_div(n, 256), 256, 0, s>>>(master, copy, grad, m, v, n, lr, b1, b2, bc1, bc2, eps, wd, seed);
     cudaCheckLaunch();
 }
-static void adams_update_tensor(float *master, floatX *copy, const floatX *grad, float *m, long n, int t, float lr,
+template <typename TG>
+static void adams_update_tensor(float *master, floatX *copy, const TG *grad, float *m, long n, int t, float lr,
                                 float b1, float b2, float eps, float wd, uint32_t seed, cudaStream_t s) {
     float bc1 = (float)(1.0 - pow((double)b1, t)), sqrt_bc2 = (float)sqrt(1.0 - pow((double)b2, t));
     adams_kernel<<<ceil_div(n, 256), 256, 0, s>>>(master, copy, grad, m, n, lr, b1, b2, bc1, sqrt_bc2, eps, wd, seed);
@@ -92,6 +98,80 @@ static void global_norm(float *out, float *scratch, const floatX *x, long n, cud
     global_norm_partial_kernel<<<GNORM_BLOCKS, GNORM_THREADS, 0, s>>>(scratch, x, n);
     cudaCheckLaunch();
     global_norm_final_kernel<<<1, 1, 0, s>>>(out, scratch, GNORM_BLOCKS);
+    cudaCheckLaunch();
+}
+
+/* ---- the device update's gradient side (cuda/updater.cu, train_gpt.cu) ---- */
+
+/* acc[i] += (float)g[i] over n elements: one micro-step's floatX gradients into the fp32 accumulator, the sum the
+ * host path computes on the CPU (train_gpt.cu), so both give the same bits. */
+__global__ static void grad_accumulate_kernel(float *acc, const floatX *g, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) acc[i] = __fadd_rn(acc[i], to_float(g[i]));
+}
+static void grad_accumulate(float *acc, const floatX *g, long n, cudaStream_t s) {
+    if (n <= 0) return;
+    grad_accumulate_kernel<<<ceil_div(n, 256), 256, 0, s>>>(acc, g, n);
+    cudaCheckLaunch();
+}
+
+/* x[i] = x[i] / N: the averaging of a summed all-reduce, the division scape/comm.c does after MPI's sum */
+__global__ static void div_f32_kernel(float *x, long n, float N) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = __fdiv_rn(x[i], N);
+}
+static void div_f32(float *x, long n, float N, cudaStream_t s) {
+    if (n <= 0) return;
+    div_f32_kernel<<<ceil_div(n, 256), 256, 0, s>>>(x, n, N);
+    cudaCheckLaunch();
+}
+
+/* x[i] *= sc in fp32 (gradient clipping of the averaged gradient, as scape/dist.c's dense_step) */
+__global__ static void scale_f32_kernel(float *x, long n, float sc) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = __fmul_rn(x[i], sc);
+}
+static void scale_f32(float *x, long n, float sc, cudaStream_t s) {
+    if (n <= 0) return;
+    scale_f32_kernel<<<ceil_div(n, 256), 256, 0, s>>>(x, n, sc);
+    cudaCheckLaunch();
+}
+
+/* copy[i] = floatX(master[i]) with the stochastic rounding adamw_kernel/adams_kernel use (same hash, index and
+ * seed), so a copy rebuilt from the master (after a ZeRO-1 all-gather, after a resume) equals the one the update
+ * wrote. One whole tensor per call. */
+__global__ static void sr_copy_kernel(floatX *copy, const float *master, long n, uint32_t seed) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) store_rounded(copy + i, master[i], hash_u32((uint32_t)i, seed));
+}
+static void sr_copy(floatX *copy, const float *master, long n, uint32_t seed, cudaStream_t s) {
+    if (n <= 0) return;
+    sr_copy_kernel<<<ceil_div(n, 256), 256, 0, s>>>(copy, master, n, seed);
+    cudaCheckLaunch();
+}
+
+/* Sum of squares in float64 exactly as scape/dist.c's sumsq: chunk c covers [c*SUMSQ_CHUNK, ...) of x (n
+ * floats), summed sequentially, (double)x * (double)x then add, each rounded (no FMA); part[c] gets it. The host
+ * adds the nch partials in order, so the norm has the CPU update's bits and every rank clips and skips alike.
+ * One thread per chunk: sequential by design (the order is the contract), about P/65536 threads. */
+#define SUMSQ_CHUNK 65536
+__global__ static void sumsq_chunks_kernel(double *part, const float *x, long n, long nch) {
+    long c = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= nch) return;
+    long a = c * SUMSQ_CHUNK, e = a + SUMSQ_CHUNK < n ? a + SUMSQ_CHUNK : n;
+    double s = 0.0;
+    #pragma unroll 8
+    for (long j = a; j < e; j++) {
+        double v = (double)x[j];
+        s = __dadd_rn(s, __dmul_rn(v, v));
+    }
+    part[c] = s;
+}
+static long sumsq_chunks(long n) { return (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK; }
+static void sumsq_partials(double *part, const float *x, long n, cudaStream_t s) {
+    long nch = sumsq_chunks(n);
+    if (nch == 0) return;
+    sumsq_chunks_kernel<<<ceil_div(nch, 64), 64, 0, s>>>(part, x, n, nch);
     cudaCheckLaunch();
 }
 

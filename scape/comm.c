@@ -329,6 +329,16 @@ CommHandle comm_ibcast(void *buf, size_t bytes, int root) {
     return enqueue(&j);
 }
 
+void comm_stats_add(CommKind kind, uint64_t n_bytes, double wait_ms) {
+    if ((int)kind < 0 || (int)kind >= (int)COMM_NKINDS) fatal("comm_stats_add: kind %d outside 0..%d", (int)kind, COMM_NKINDS - 1);
+    uint64_t b = (kind == COMM_ALLREDUCE ? 2ull : 1ull) * n_bytes * (uint64_t)(comm_world() - 1);
+    count(kind, b, b);
+    double s = 1e-3 * wait_ms;
+    C.wait_s[0][kind] += s;
+    C.wait_s[1][kind] += s;
+    C.run_wait_s[kind] += s;
+}
+
 void comm_barrier(void) {
     count(COMM_CONTROL, 0, 0);
     Job j = {.op = JOB_BARRIER, .kind = COMM_CONTROL};

@@ -73,6 +73,13 @@ CommHandle comm_ibcast(void *buf, size_t bytes, int root);
 void comm_wait(CommHandle h);
 /* Per-kind counters since the last call of this function (independent of comm_stats_take); resets them. */
 void comm_stats_take_kind(CommStats out[COMM_NKINDS]);
+/* Counts one collective that ran outside this module (NCCL on the device, cuda/updater.cu) in the same per-step
+ * and per-kind statistics, so log.jsonl's comm_bytes_* mean the same on every backend. n_bytes is the payload
+ * as the functions above define it (all-reduce: the buffer; reduce-scatter: the whole input; all-gather: the
+ * whole output; broadcast: the buffer); the ring formulas of section 6 turn it into bytes sent and received
+ * (all-reduce 2 n (N-1)/N, the others n (N-1)/N). wait_ms: time the compute thread blocked on it. Compute thread
+ * only, like every other call here. */
+void comm_stats_add(CommKind kind, uint64_t n_bytes, double wait_ms);
 /* 1 when running under MPI (launched by mpirun), 0 for the no-MPI single-rank world. */
 int comm_using_mpi(void);
 

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/updater.h"
 #include "common/util.h"
 #include "scape/scape.h"
 
@@ -779,21 +780,6 @@ static double scape_norm_pass(DistOptim *d) {
     return ss;
 }
 
-/* The masked AdamS update of one coordinate j with reduced payload value mt = b = m_t (SCAPE.md section 3 items
- * 4-7; section 1's formula with g_hat in place of g). */
-static inline void scape_update_on(float *p, float *m, float mt, float sc, int clipped, float b1, float omb1, float b2,
-                                   float eps, float bc1, float sqrt_bc2, float lr, float wd) {
-    float mp = *m;
-    float gh = (mt - b1 * mp) / omb1;
-    if (clipped) {
-        gh = gh * sc;
-        mt = b1 * mp + omb1 * gh;
-    }
-    float nu = b2 * mp * mp + (1.0f - b2) * gh * gh;
-    *m = mt;
-    *p -= lr * ((mt / bc1) / (sqrtf(nu) / sqrt_bc2 + eps) + wd * *p);
-}
-
 /* Error feedback r <- c (1 - M_t), then the update of every coordinate: AdamS on M_t, decoupled weight decay
  * only (and m = 0) off it. Word by word over the mask, chunks in parallel; every coordinate's arithmetic is
  * independent of the others, so the thread count cannot change a bit. */
@@ -1013,23 +999,23 @@ void distopt_save(const DistOptim *d, void *blob) {
         memcpy(p + d->P * sizeof(float), d->m, d->P * sizeof(float));
         memcpy(p + 2 * d->P * sizeof(float), d->v, d->P * sizeof(float));
     } else {
-        size_t n = d->shi - d->slo;
-        memcpy(p, d->m, n * sizeof(float));
-        if (d->v) memcpy(p + n * sizeof(float), d->v, n * sizeof(float));
+        distopt_dense_blob_save(blob, d->cfg.opt.kind, d->world, d->rank, d->cfg.zero, d->last_t, d->P, d->slo,
+                                d->shi, d->m, d->v);
+        return;
     }
     memcpy(blob, &h, sizeof h);
 }
 
-static BlobHeader check_blob(const DistOptim *d, const void *blob, size_t size, int i) {
+static BlobHeader check_blob_kind(OptimizerKind kind, size_t P, const void *blob, size_t size, int i) {
     BlobHeader h;
     if (size < sizeof h) fatal("optimizer state of rank %d is %zu bytes, shorter than its header; the checkpoint is truncated", i, size);
     memcpy(&h, blob, sizeof h);
     if (h.magic != DIST_MAGIC || h.version != DIST_VERSION)
         fatal("optimizer state of rank %d: bad magic/version (%08x v%u); not a checkpoint of this runtime", i, h.magic, h.version);
-    if (h.kind != (int32_t)d->cfg.opt.kind)
-        fatal("optimizer state of rank %d was written by optimizer kind %d, this run uses %d; resume with the same --optimizer", i, h.kind, (int)d->cfg.opt.kind);
-    if (h.P != d->P)
-        fatal("optimizer state of rank %d covers %llu parameters, the model has %zu; resume with the same --model", i, (unsigned long long)h.P, d->P);
+    if (h.kind != (int32_t)kind)
+        fatal("optimizer state of rank %d was written by optimizer kind %d, this run uses %d; resume with the same --optimizer", i, h.kind, (int)kind);
+    if (h.P != P)
+        fatal("optimizer state of rank %d covers %llu parameters, the model has %zu; resume with the same --model", i, (unsigned long long)h.P, P);
     size_t want = sizeof h;
     if (h.kind == OPT_SCAPE) {
         want += h.P * sizeof(float) + (h.have_cur ? blob_mask_bytes(h.P) : 0) + (h.have_next ? blob_mask_bytes(h.P) : 0) + h.K * sizeof(float);
@@ -1041,6 +1027,61 @@ static BlobHeader check_blob(const DistOptim *d, const void *blob, size_t size, 
     }
     if (want != size) fatal("optimizer state of rank %d is %zu bytes, expected %zu from its header; the checkpoint is corrupt", i, size, want);
     return h;
+}
+
+static BlobHeader check_blob(const DistOptim *d, const void *blob, size_t size, int i) {
+    return check_blob_kind(d->cfg.opt.kind, d->P, blob, size, i);
+}
+
+/* ---- the dense blob from explicit views (shared with the device updater, cuda/updater.cu) ---- */
+
+size_t distopt_dense_blob_bytes(OptimizerKind kind, size_t lo, size_t hi) {
+    return sizeof(BlobHeader) + (hi - lo) * sizeof(float) * (kind == OPT_ADAMW ? 2 : 1);
+}
+
+void distopt_dense_blob_save(void *blob, OptimizerKind kind, int world, int rank, int zero, int last_t, size_t P,
+                             size_t lo, size_t hi, const float *m, const float *v) {
+    if (kind != OPT_ADAMW && kind != OPT_ADAMS) fatal("distopt_dense_blob_save: optimizer kind %d is not dense", (int)kind);
+    BlobHeader h = {.magic = DIST_MAGIC, .version = DIST_VERSION, .kind = (int32_t)kind, .world = world,
+                    .rank = rank, .zero = zero, .last_t = last_t, .have_cur = 0, .have_next = 0, .P = P, .lo = lo,
+                    .hi = hi};
+    char *p = (char *)blob + sizeof h;
+    size_t n = hi - lo;
+    memcpy(p, m, n * sizeof(float));
+    if (kind == OPT_ADAMW) memcpy(p + n * sizeof(float), v, n * sizeof(float));
+    memcpy(blob, &h, sizeof h);
+}
+
+/* Assembles [lo, hi) of m (and v) from whichever blobs cover it; fatal() if they do not. */
+static void dense_assemble(OptimizerKind kind, size_t lo, size_t hi, float *m, float *v, const void *const *blobs,
+                           int n_blobs) {
+    size_t n = hi - lo;
+    size_t covered = 0;
+    for (int i = 0; i < n_blobs; i++) {
+        BlobHeader h;
+        memcpy(&h, blobs[i], sizeof h);
+        size_t a = h.lo > lo ? h.lo : lo, e = h.hi < hi ? h.hi : hi;
+        if (a >= e) continue;
+        const float *bm = (const float *)((const char *)blobs[i] + sizeof h);
+        const float *bv = bm + (h.hi - h.lo);
+        memcpy(m + (a - lo), bm + (a - h.lo), (e - a) * sizeof(float));
+        if (kind == OPT_ADAMW) memcpy(v + (a - lo), bv + (a - h.lo), (e - a) * sizeof(float));
+        covered += e - a;
+        if (h.lo <= lo && h.hi >= hi) break; /* one blob covers everything (non-ZeRO runs) */
+    }
+    if (covered < n) fatal("optimizer state does not cover this rank's parameters [%zu, %zu); pass the state of all saved ranks", lo, hi);
+}
+
+int distopt_dense_blob_load(OptimizerKind kind, size_t P, int world, size_t lo, size_t hi, float *m, float *v,
+                            const void *const *blobs, const size_t *sizes, int n_blobs) {
+    if (kind != OPT_ADAMW && kind != OPT_ADAMS) fatal("distopt_dense_blob_load: optimizer kind %d is not dense", (int)kind);
+    if (n_blobs < 1) fatal("distopt_load: no optimizer state given");
+    BlobHeader h0 = check_blob_kind(kind, P, blobs[0], sizes[0], 0);
+    for (int i = 1; i < n_blobs; i++) check_blob_kind(kind, P, blobs[i], sizes[i], i);
+    if (n_blobs == 1 && h0.world != world && (h0.lo > lo || h0.hi < hi))
+        fatal("optimizer state was saved by %d ranks, this run has %d; pass the state of all %d saved ranks", h0.world, world, h0.world);
+    dense_assemble(kind, lo, hi, m, v, blobs, n_blobs);
+    return h0.last_t;
 }
 
 /* The per-rank residual (SCAPE's r, topk-ef's e) that every state blob starts with: this rank's own when the world
@@ -1111,19 +1152,48 @@ void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, i
         return;
     }
     /* dense: assemble [slo, shi) from whichever blobs cover it */
-    size_t n = d->shi - d->slo;
-    size_t covered = 0;
-    for (int i = 0; i < n_blobs; i++) {
-        BlobHeader h;
-        memcpy(&h, blobs[i], sizeof h);
-        size_t a = h.lo > d->slo ? h.lo : d->slo, e = h.hi < d->shi ? h.hi : d->shi;
-        if (a >= e) continue;
-        const float *bm = (const float *)((const char *)blobs[i] + sizeof h);
-        const float *bv = bm + (h.hi - h.lo);
-        memcpy(d->m + (a - d->slo), bm + (a - h.lo), (e - a) * sizeof(float));
-        if (d->v) memcpy(d->v + (a - d->slo), bv + (a - h.lo), (e - a) * sizeof(float));
-        covered += e - a;
-        if (h.lo <= d->slo && h.hi >= d->shi) break; /* one blob covers everything (non-ZeRO runs) */
-    }
-    if (covered < n) fatal("optimizer state does not cover this rank's parameters [%zu, %zu); pass the state of all saved ranks", d->slo, d->shi);
+    dense_assemble(d->cfg.opt.kind, d->slo, d->shi, d->m, d->v, blobs, n_blobs);
 }
+
+/* ---- the host Updater (common/updater.h): DistOptim behind the loop's table of functions ---- */
+
+typedef struct {
+    Updater base;
+    DistOptim *d;
+} HostUpdater;
+
+static DistOptim *hu(const Updater *u) { return ((const HostUpdater *)u)->d; }
+static void hu_bucket_ready(void *ctx, int bucket) { distopt_bucket_ready(hu(ctx), bucket); }
+static int hu_step(Updater *u, int t, float lr, float *grad_norm) { return distopt_step(hu(u), t, lr, grad_norm); }
+static float hu_density(const Updater *u, int t) { return distopt_density(hu(u), t); }
+static size_t hu_state_bytes(const Updater *u) { return distopt_state_bytes(hu(u)); }
+static void hu_save(const Updater *u, void *blob) { distopt_save(hu(u), blob); }
+static void hu_load(Updater *u, const void *const *blobs, const size_t *sizes, int n_blobs) {
+    distopt_load(hu(u), blobs, sizes, n_blobs);
+}
+static void hu_mask_stats_enable(Updater *u, int on) { distopt_mask_stats_enable(hu(u), on); }
+static const DistMaskStats *hu_mask_stats(const Updater *u) { return distopt_mask_stats(hu(u)); }
+static void hu_free(Updater *u) {
+    if (!u) return;
+    distopt_free(hu(u));
+    free(u);
+}
+
+Updater *updater_host_create(const ParamTable *tab, float *params, float *grads, const DistConfig *cfg) {
+    HostUpdater *h = xcalloc(1, sizeof *h, "host updater");
+    h->d = distopt_create(tab, params, grads, cfg);
+    Updater *u = &h->base;
+    snprintf(u->desc, sizeof u->desc, "host (%s%s)", comm_using_mpi() ? "MPI" : "1 rank", cfg->zero ? ", ZeRO-1" : "");
+    u->bucket_ready = hu_bucket_ready;
+    u->step = hu_step;
+    u->density = hu_density;
+    u->state_bytes = hu_state_bytes;
+    u->save = hu_save;
+    u->load = hu_load;
+    u->mask_stats_enable = hu_mask_stats_enable;
+    u->mask_stats = hu_mask_stats;
+    u->free = hu_free;
+    return u;
+}
+
+DistOptim *updater_host_distopt(Updater *u) { return u && u->step == hu_step ? hu(u) : NULL; }

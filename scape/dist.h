@@ -69,6 +69,19 @@ size_t distopt_state_bytes(const DistOptim *d);
 void distopt_save(const DistOptim *d, void *blob);
 void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, int n_blobs);
 
+/* The dense (adamw/adams) state blob from explicit views, the exact layout distopt_save writes for that optimizer,
+ * world, rank and ZeRO setting: so the CUDA trainers' device update (cuda/updater.cu) writes checkpoints the CPU
+ * trainer resumes from, and the other way round. m and v (v only for adamw, else ignored) hold the elements
+ * [lo, hi) of the flat buffer of P (the ZeRO-1 shard, or everything). last_t: the last completed step.
+ * distopt_dense_blob_load checks every blob (fatal() on a mismatch, as distopt_load), assembles [lo, hi) of m
+ * and v from whichever blobs cover it (n_blobs = 1: this rank's own, else all saved ranks') and returns the
+ * saved last_t. */
+size_t distopt_dense_blob_bytes(OptimizerKind kind, size_t lo, size_t hi);
+void distopt_dense_blob_save(void *blob, OptimizerKind kind, int world, int rank, int zero, int last_t, size_t P,
+                             size_t lo, size_t hi, const float *m, const float *v);
+int distopt_dense_blob_load(OptimizerKind kind, size_t P, int world, size_t lo, size_t hi, float *m, float *v,
+                            const void *const *blobs, const size_t *sizes, int n_blobs);
+
 /* ---- Inspection, for tests and logs (added by the distributed engineer) ---- */
 
 /* SCAPE: payload values K_t of the last completed step (0 for dense optimizers). */

@@ -8,10 +8,15 @@
 #ifndef SCAPE_SCAPE_H
 #define SCAPE_SCAPE_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/params.h"
+
+#ifdef __cplusplus /* CUDA files include this header too (cuda/scape.cuh, dev/cuda/scape.cu) */
+extern "C" {
+#endif
 
 /* Owners (SCAPE.md section 4): rank r owns slices [first[r], first[r+1]) = elements [lo[r], hi[r]), contiguous
  * runs in memory order, the boundaries placed at the slice boundary nearest to r * P / N (so balanced by
@@ -67,5 +72,108 @@ void scape_topk_mask(const float *c, size_t n, size_t k, uint8_t *bits, size_t b
 void scape_corrected_momentum(float *g, const float *m, const float *r, size_t lo, size_t hi, float beta1);
 /* Appends c[j] for the masked j in [lo, hi), in index order, to out; returns how many. */
 size_t scape_gather_masked(const float *c, const uint8_t *mask, size_t lo, size_t hi, float *out);
+
+/* The masked AdamS update of one coordinate with reduced payload value mt = b = m_t (SCAPE.md section 3 items
+ * 4-7; section 1's formula with g_hat in place of g); p, m: the coordinate's master weight and first moment
+ * (m_{t-1} in, m_t out). sc, clipped: the clipping scale and whether it applies; omb1 = 1 - b1 (float);
+ * bc1 = 1 - b1^t, sqrt_bc2 = sqrt(1 - b2^t) (computed in double, cast); wd = 0 for undecayed slices.
+ *   g_hat = (mt - b1 m) / (1 - b1);  if clipped: g_hat *= sc, mt = b1 m + (1 - b1) g_hat
+ *   nu = b2 m^2 + (1 - b2) g_hat^2;  m = mt;  p -= lr ((mt / bc1) / (sqrt(nu) / sqrt_bc2 + eps) + wd p)
+ * The one CPU formula: scape/dist.c's update pass and the GPU test (dev/cuda/scape.cu) both call it, and
+ * cuda/scape.cuh's scape_update_on_dev repeats it operation for operation. Compile with -ffp-contract=off. */
+static inline void scape_update_on(float *p, float *m, float mt, float sc, int clipped, float b1, float omb1, float b2,
+                                   float eps, float bc1, float sqrt_bc2, float lr, float wd) {
+    float mp = *m;
+    float gh = (mt - b1 * mp) / omb1;
+    if (clipped) {
+        gh = gh * sc;
+        mt = b1 * mp + omb1 * gh;
+    }
+    float nu = b2 * mp * mp + (1.0f - b2) * gh * gh;
+    *m = mt;
+    *p -= lr * ((mt / bc1) / (sqrtf(nu) / sqrt_bc2 + eps) + wd * *p);
+}
+
+/* ---- the GPU top-k's per-step logic, shared with the host ----
+ * cuda/scape.cuh's scape_topk_mask_gpu computes the same mask as scape_topk_mask by a grid of blocks: three
+ * histogram passes over digits of the 31-bit key (11, 11, 9 bits from the top), each followed by one select step,
+ * then per-chunk counts of the keys equal to the threshold T, their exclusive scan, and a marking pass. The
+ * functions below are that select step and marking rule, compiled for the device (SCAPE_HD) and the host, so
+ * test/test_scape_topk_emul.c can run the decomposition on the CPU with the kernels' own code. */
+#ifdef __CUDACC__
+#define SCAPE_HD __host__ __device__
+#else
+#define SCAPE_HD
+#endif
+#define SCAPE_TOPK_BINS 2048   /* bins of the widest digit */
+#define SCAPE_TOPK_GROUPS 256  /* the select step's groups of bins (one per thread of its block) */
+#define SCAPE_TOPK_CHUNK 4096  /* elements per block of the tie-count and marking passes */
+
+/* The radix key of a float's bits: |c| (for non-negative floats unsigned order is numeric; NaN above inf). */
+static inline SCAPE_HD uint32_t scape_topk_key(uint32_t float_bits) { return float_bits & 0x7FFFFFFFu; }
+/* Digit of pass 0, 1, 2: bits [shift, shift + width) of the key. */
+static inline SCAPE_HD int scape_topk_shift(int pass) { return pass == 0 ? 20 : pass == 1 ? 9 : 0; }
+static inline SCAPE_HD int scape_topk_width(int pass) { return pass == 2 ? 9 : 11; }
+
+/* One select step. h[0..nb): histogram of the current digit over the keys that match the digits chosen so far;
+ * gsum[g] = h[g*per] + ... + h[g*per + per - 1] for the ngroups = nb / per groups. *rem (>= 1): elements still to
+ * take among those keys. Returns the digit b of the wanted key and leaves in *rem how many to take among the keys
+ * with digit b, exactly as scape_topk_mask's loop
+ *     for (b = nb - 1; b > 0; b--) { if (h[b] >= rem) break; rem -= h[b]; }
+ * does: a group whose sum is below rem is passed whole (the loop passes each of its bins, each being below rem
+ * too), then the loop runs inside the group it stopped at (in group 0 it stops at b = 0, as the loop does). */
+static inline SCAPE_HD int scape_topk_walk(const unsigned int *h, const unsigned long long *gsum, int ngroups, int per,
+                                           long long *rem) {
+    long long r = *rem;
+    int g = ngroups - 1;
+    while (g > 0 && (long long)gsum[g] < r) {
+        r -= (long long)gsum[g];
+        g--;
+    }
+    int b = (g + 1) * per - 1;
+    for (; b > 0; b--) {
+        if ((long long)h[b] >= r) break;
+        r -= (long long)h[b];
+    }
+    *rem = r;
+    return b;
+}
+/* State of the select steps: the digits of the threshold key T chosen so far (prefix, under pmask) and how many
+ * elements are still to take among the keys matching them (need); after the last pass prefix = T and all_ties
+ * says whether every key equal to T is taken (then no tie count is needed). */
+typedef struct {
+    uint32_t prefix, pmask;
+    long long need;
+    int all_ties;
+    int pad;
+} ScapeTopkState;
+/* Sum of group g of a histogram: bins [g * per, (g + 1) * per). */
+static inline SCAPE_HD unsigned long long scape_topk_group_sum(const unsigned int *h, int per, int g) {
+    unsigned long long s = 0;
+    for (int i = 0; i < per; i++) s += h[g * per + i];
+    return s;
+}
+/* The select step after histogram pass `pass` (0, 1, 2) of the keys matching st's prefix (pass 0: all keys, and
+ * st is initialised from k, 1 <= k < n). gsum: scape_topk_group_sum of the SCAPE_TOPK_GROUPS groups. */
+static inline SCAPE_HD void scape_topk_select(ScapeTopkState *st, int pass, const unsigned int *h,
+                                              const unsigned long long *gsum, long long k) {
+    const int nb = 1 << scape_topk_width(pass), shift = scape_topk_shift(pass);
+    long long rem = pass == 0 ? k : st->need;
+    const uint32_t prefix = pass == 0 ? 0u : st->prefix, pmask = pass == 0 ? 0u : st->pmask;
+    const int b = scape_topk_walk(h, gsum, SCAPE_TOPK_GROUPS, nb / SCAPE_TOPK_GROUPS, &rem);
+    st->prefix = prefix | ((uint32_t)b << shift);
+    st->pmask = pmask | ((uint32_t)(nb - 1) << shift);
+    st->need = rem;
+    st->all_ties = pass == 2 && (long long)h[b] == rem;
+}
+/* The marking rule: an element with key above the threshold T is taken; one equal to T is taken when fewer than
+ * need keys equal to T precede it in index order (tie_rank), i.e. ties go to the lower index. */
+static inline SCAPE_HD int scape_topk_take(uint32_t key, uint32_t T, long long tie_rank, long long need) {
+    return key > T || (key == T && tie_rank < need);
+}
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

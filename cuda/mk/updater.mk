@@ -1,0 +1,54 @@
+# cuda/mk/updater.mk - the device-resident update (cuda/updater.cu) and its test, included by cuda/module.mk.
+# cuda/updater.cu is compiled once per precision (it sees the trainer's floatX): build/cuda/updater.o for
+# train_gptcu, build/cuda-fp32/updater.o for train_gptcu_fp32. NCCL is optional:
+#   NCCL_HOME  where include/nccl.h and lib64 (or lib) live (default CUDA_HOME; a CUDA_LIB_DIRS entry's
+#              ../include is searched too, for a Python env's nvidia/nccl)
+#   USE_NCCL   1 / 0 (default: 1 when nccl.h is found); without it --comm nccl is refused with a message
+NCCL_HOME ?= $(CUDA_HOME)
+NCCL_INC_DIR := $(firstword $(foreach d,$(NCCL_HOME)/include $(foreach l,$(subst :, ,$(CUDA_LIB_DIRS)),$(l)/../include),$(if $(wildcard $(d)/nccl.h),$(d))))
+USE_NCCL ?= $(if $(NCCL_INC_DIR),1,0)
+ifeq ($(USE_NCCL),1)
+UPDATER_NVCC_FLAGS := -DENABLE_NCCL $(if $(NCCL_INC_DIR),-I$(NCCL_INC_DIR))
+# libnccl.so.2 by name: a pip wheel ships no unversioned libnccl.so
+NCCL_LIBS := -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -Wl,-rpath=$(NCCL_HOME)/lib64 -l:libnccl.so.2
+else
+UPDATER_NVCC_FLAGS :=
+NCCL_LIBS :=
+endif
+UPDATER_NVCC := $(filter-out -DENABLE_FP32,$(NVCC_FLAGS)) $(UPDATER_NVCC_FLAGS)
+
+$(BUILD)/cuda/updater.o: cuda/updater.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(UPDATER_NVCC) -MMD -MP -c $< -o $@
+$(BUILD)/cuda-fp32/updater.o: cuda/updater.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(UPDATER_NVCC) -DENABLE_FP32 -MMD -MP -c $< -o $@
+
+# the trainers link the update of their precision (cuda/module.mk's recipes link every prerequisite) and NCCL
+train_gptcu: $(BUILD)/cuda/updater.o
+train_gptcu_fp32: $(BUILD)/cuda-fp32/updater.o
+train_gptcu train_gptcu_fp32: CUDA_TRAIN_LIBS += $(NCCL_LIBS)
+
+# test/gpu/test_updater.cu: the device update against scape/dist.c's host update, bf16 and fp32 builds; linked by
+# $(MPICC) (the communication layer is Open MPI's; run alone or under mpirun, several ranks may share one GPU).
+# $$(DIST_OBJ): scape/module.mk, which defines it, is read after this file (second expansion is on).
+$(BUILD)/cuda/test_updater.o: test/gpu/test_updater.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(UPDATER_NVCC) -MMD -MP -c $< -o $@
+$(BUILD)/cuda-fp32/test_updater.o: test/gpu/test_updater.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(UPDATER_NVCC) -DENABLE_FP32 -MMD -MP -c $< -o $@
+$(BUILD)/cuda/test_updater $(BUILD)/cuda-fp32/test_updater: %/test_updater: %/test_updater.o %/updater.o $$(DIST_OBJ) $(COMMON_OBJ)
+	$(MPICC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lpthread $(CUDA_TRAIN_LIBS) $(NCCL_LIBS)
+CUDA_MODEL_TESTS += $(BUILD)/cuda/test_updater $(BUILD)/cuda-fp32/test_updater
+
+# test/gpu/test_gpt2cu_update.cu: train_gpt.cu through its device update vs through the host update, bf16 and fp32
+$(BUILD)/cuda/test_gpt2cu_update.o: test/gpu/test_gpt2cu_update.cu train_gpt.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_TRAIN_FLAGS) $(UPDATER_NVCC_FLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/cuda-fp32/test_gpt2cu_update.o: test/gpu/test_gpt2cu_update.cu train_gpt.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_TRAIN_FLAGS) $(UPDATER_NVCC_FLAGS) -DENABLE_FP32 -MMD -MP -c $< -o $@
+$(BUILD)/cuda/test_gpt2cu_update $(BUILD)/cuda-fp32/test_gpt2cu_update: %/test_gpt2cu_update: %/test_gpt2cu_update.o %/updater.o $(GPT2_HOST_TEST_OBJ) $$(DIST_OBJ) $(COMMON_OBJ)
+	$(MPICC) $(CFLAGS) $^ -o $@ $(GPT2_HOST_TEST_LIBS) $(LDLIBS) -lpthread $(CUDA_TRAIN_LIBS) $(NCCL_LIBS)
+CUDA_MODEL_TESTS += $(BUILD)/cuda/test_gpt2cu_update $(BUILD)/cuda-fp32/test_gpt2cu_update

@@ -1,0 +1,28 @@
+/*
+ * cuda/updater.h - the device-resident parameter update of the CUDA trainers (common/updater.h's Updater) for
+ * the dense optimizers adamw and adams: fp32 master weights, first (and second) moments on the GPU; gradient
+ * all-reduce per bucket while backward runs (NCCL on a communication stream ordered by events, or host-staged
+ * MPI through scape/comm.h so several ranks can share a GPU); with ZeRO-1 a reduce-scatter into the owner
+ * shards, the sharded update, then a parameter all-gather. Norm, clipping, skip-on-non-finite, moments and the
+ * checkpoint blob are bit-identical to scape/dist.c's dense path (the CPU trainers' update). SCAPE and topk-ef
+ * stay on the host path (create returns NULL for them).
+ * Build: cuda/updater.cu once per precision (floatX); -DENABLE_NCCL with NCCL (cuda/mk/updater.mk).
+ */
+#ifndef CUDA_UPDATER_H
+#define CUDA_UPDATER_H
+
+#include "cuda/device_model.h"
+#include "common/updater.h"
+
+/* Creates the update for this rank over dm's buffers (which must outlive it), or returns NULL when cfg asks for an
+ * optimizer other than adamw/adams. Broadcasts rank 0's dm->host_params, uploads them into dm->master and writes
+ * dm->params from them (stochastic rounding with step 0's seeds). The collectives: with one rank none; else
+ * cfg->comm NCCL (bootstrapped over MPI: rank 0's ncclUniqueId goes out with comm_bcast) or MPI, AUTO picking
+ * NCCL when the build has it and every rank on the node has a GPU of its own. fatal() on --comm nccl without
+ * NCCL in the build, on CUDA/NCCL errors and when memory runs out. Needs comm_init (scape/comm.h). */
+Updater *device_updater_create(const DeviceModel *dm, const UpdaterConfig *cfg);
+
+/* 1 when this build can use NCCL (compiled with ENABLE_NCCL). */
+int device_updater_has_nccl(void);
+
+#endif
