@@ -53,10 +53,20 @@ static void blas_free(Blas *b) {
     cublasCheck(cublasLtDestroy(b->lt));
 }
 
+/* Largest power of two, at most 256, that divides the address. cuBLASLt's heuristic assumes 256-byte aligned A,
+ * B, C and D unless the preference says otherwise (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, default 256), and
+ * the views the trainers pass (layer l's slice of a flat weight buffer, e.g. attprojw of d2c32 at 128 bytes) are
+ * often less aligned: declaring the true alignment keeps it from choosing a kernel the pointer cannot serve. */
+static inline uint32_t lt_alignment(const void *p) {
+    uint32_t al = 256;
+    while (al > 1 && (uintptr_t)p % al != 0) al >>= 1;
+    return al;
+}
+
 /* D = alpha * op(A) op(B) + beta * C (C == D), column-major view, m x n result, inner k; lda, ldb, ldd leading
  * dimensions. epi: CUBLASLT_EPILOGUE_DEFAULT, _BIAS (bias: m values), _GELU_BIAS, _GELU_AUX_BIAS (aux: the
  * pre-GELU m x n matrix, leading dimension ldd). Returns 0 (and does nothing) if cuBLASLt has no algorithm for
- * this shape and epilogue; lt_matmul() then exits with one line. */
+ * this shape, epilogue and alignment; lt_matmul() then exits with one line. */
 static int lt_matmul_try(Blas *bl, floatX *d, const floatX *a, const floatX *b, const floatX *bias, floatX *aux,
                       int m, int n, int k, int lda, int ldb, int ldd, cublasOperation_t ta, cublasOperation_t tb,
                       float beta, cublasLtEpilogue_t epi, cudaStream_t s) {
@@ -79,9 +89,18 @@ static int lt_matmul_try(Blas *bl, floatX *d, const floatX *a, const floatX *b, 
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = CUBLASLT_WORKSPACE_BYTES;
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    uint32_t al_a = lt_alignment(a), al_b = lt_alignment(b), al_d = lt_alignment(d);
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
-    cublasCheck(cublasLtMatmulAlgoGetHeuristic(bl->lt, desc, la, lb, ld, ld, pref, 1, &heur, &found));
+    /* "no algorithm" comes back either as found == 0 or as CUBLAS_STATUS_NOT_SUPPORTED (cublasLt.h: no heuristic
+     * for this configuration, e.g. an epilogue the type or alignment does not allow): both mean "fall back" */
+    cublasStatus_t hst = cublasLtMatmulAlgoGetHeuristic(bl->lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
+    if (hst == CUBLAS_STATUS_NOT_SUPPORTED) found = 0;
+    else cublas_check_(hst, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
     float alpha = 1.0f;
     if (found > 0)
         cublasCheck(cublasLtMatmul(bl->lt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo,
@@ -103,6 +122,13 @@ static void lt_matmul(Blas *bl, floatX *d, const floatX *a, const floatX *b, con
     }
 }
 
+/* out (N,OC) += bias (OC) broadcast over rows: the fallback where cuBLASLt has no bias epilogue for a pointer */
+__global__ static void add_bias_kernel(floatX *out, const floatX *bias, int N, int OC) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long)N * OC) return;
+    out[i] = from_float<floatX>(to_float(out[i]) + to_float(bias[i % OC]));
+}
+
 /* out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias (OC, may be NULL). With pre_gelu non-NULL the GELU epilogue
  * runs: pre_gelu (N,OC) receives inp @ w^T + bias and out = GELU(pre_gelu) (a cuBLASLt epilogue in bf16 builds,
  * the GELU kernel in fp32 builds or where cuBLASLt has no such epilogue for the shape). */
@@ -120,12 +146,19 @@ static void matmul_forward(Blas *bl, floatX *out, floatX *pre_gelu, const floatX
     if (fuse && lt_matmul_try(bl, out, weight, inp, bias, pre_gelu, OC, N, C, C, C, OC, CUBLAS_OP_T, CUBLAS_OP_N, 0.0f,
                               epi, s))
         return;
-    if (!pre_gelu) lt_matmul(bl, out, weight, inp, bias, NULL, OC, N, C, C, C, OC, CUBLAS_OP_T, CUBLAS_OP_N, 0.0f, epi, s);
-    else { /* no fused GELU for this shape/type: GEMM with bias into pre_gelu, then the GELU kernel */
-        lt_matmul(bl, pre_gelu, weight, inp, bias, NULL, OC, N, C, C, C, OC, CUBLAS_OP_T, CUBLAS_OP_N, 0.0f,
-                  bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, s);
-        gelu_forward(out, pre_gelu, (long)N * OC, s);
+    /* unfused: the GEMM (with the bias epilogue where cuBLASLt offers one for this bias pointer, else a plain GEMM
+     * and the bias kernel) into pre_gelu if there is a GELU, else into out; then the GELU kernel */
+    floatX *dst = pre_gelu ? pre_gelu : out;
+    if (!bias || !lt_matmul_try(bl, dst, weight, inp, bias, NULL, OC, N, C, C, C, OC, CUBLAS_OP_T, CUBLAS_OP_N, 0.0f,
+                                CUBLASLT_EPILOGUE_BIAS, s)) {
+        lt_matmul(bl, dst, weight, inp, NULL, NULL, OC, N, C, C, C, OC, CUBLAS_OP_T, CUBLAS_OP_N, 0.0f,
+                  CUBLASLT_EPILOGUE_DEFAULT, s);
+        if (bias) {
+            add_bias_kernel<<<ceil_div((long)N * OC, 256), 256, 0, s>>>(dst, bias, N, OC);
+            cudaCheckLaunch();
+        }
     }
+    if (pre_gelu) gelu_forward(out, pre_gelu, (long)N * OC, s);
 }
 
 #define BIAS_BWD_ROWS 256

@@ -111,6 +111,28 @@ static int check_true(const char *name, int cond, const char *what) {
     return 1;
 }
 
+/* Bitwise equality of two float arrays (determinism checks); on failure prints how many elements differ, the
+ * first one with both values and the largest difference. */
+static int check_same(const char *name, const float *a, const float *b, size_t n) {
+    size_t ndiff = 0, first = 0;
+    double maxd = 0;
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+            if (!ndiff) first = i;
+            ndiff++;
+            double d = fabs((double)a[i] - (double)b[i]);
+            if (d > maxd || d != d) maxd = d;
+        }
+    if (ndiff) {
+        printf("FAIL %s: %zu of %zu elements differ; first [%zu] %.9g vs %.9g; max difference %.3g\n", name, ndiff, n,
+               first, a[first], b[first], maxd);
+        dev_failures++;
+        return 0;
+    }
+    printf("ok %s (n=%zu bitwise equal)\n", name, n);
+    return 1;
+}
+
 /* milliseconds per call of fn(), averaged over reps after one warm-up call */
 template <typename F> static float time_ms(F fn, int reps) {
     fn();

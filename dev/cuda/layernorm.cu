@@ -47,7 +47,7 @@ int main(void) {
     cudaCheck(cudaMalloc(&d_out2, NC * sizeof(floatX)));
     layernorm_forward(d_out2, d_mean, d_rstd, d_res, d_w, d_bias, N, C, 0);
     float *out2 = from_device(d_out2, NC);
-    check_true("layernorm_forward_equals_fused", memcmp(out, out2, NC * 4) == 0, "plain and fused forward differ");
+    check_same("layernorm_forward_equals_fused", out2, out, NC);
 
     /* backward: dres += dLN/dx, dw += ..., db += ... */
     floatX *d_dout = to_device(dout, NC), *d_dres = to_device(dres, NC), *d_dw = to_device(dw0, C), *d_db = to_device(db0, C);
@@ -79,8 +79,8 @@ int main(void) {
     floatX *d_dw2 = to_device(dw0, C), *d_db2 = to_device(db0, C), *d_dres2 = to_device(dres, NC);
     layernorm_backward(d_dres2, d_dw2, d_db2, scratch, d_dout, d_res, d_w, d_mean, d_rstd, N, C, 0);
     float *gdw2 = from_device(d_dw2, C), *gdres2 = from_device(d_dres2, NC);
-    check_true("layernorm_backward_deterministic", memcmp(gdw, gdw2, C * 4) == 0 && memcmp(gdres, gdres2, NC * 4) == 0,
-               "two backward runs differ");
+    check_same("layernorm_backward_deterministic_dweight", gdw, gdw2, C);
+    check_same("layernorm_backward_deterministic_dinp", gdres, gdres2, NC);
 
     float fms = time_ms([&] { fused_residual_layernorm_forward(d_res, d_out, d_mean, d_rstd, d_a, d_b, d_w, d_bias, N, C, 0); }, 20);
     float bms = time_ms([&] { layernorm_backward(d_dres, d_dw, d_db, scratch, d_dout, d_res, d_w, d_mean, d_rstd, N, C, 0); }, 20);

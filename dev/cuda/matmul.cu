@@ -12,6 +12,18 @@ static double gelu_ref(double x) {
     double u = sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
     return 0.5 * x * (1 + tanh(u));
 }
+/* the exact (erf) GELU, only to print how far the result is from it: GPT-2 uses the tanh form */
+static double gelu_erf(double x) { return 0.5 * x * (1 + erf(x / sqrt(2.0))); }
+
+/* A device copy of h at element offset 8 of its allocation: a 16-byte (bf16) or 32-byte (fp32) aligned view like
+ * layer l's slice of a flat parameter or activation buffer, instead of cudaMalloc's 256-byte alignment. */
+static floatX *to_device_view(const float *h, size_t n) {
+    float *tmp = (float *)calloc(n + 8, sizeof(float));
+    if (h) memcpy(tmp + 8, h, n * sizeof(float));
+    floatX *d = to_device(tmp, n + 8);
+    free(tmp);
+    return d + 8;
+}
 
 int main(void) {
     cuda_require_device("matmul");
@@ -48,6 +60,15 @@ int main(void) {
     check_close("matmul_forward_gelu_preact", pre, r1, (size_t)N * OC, TOL_REL, TOL_ABS * 5);
     /* the GELU must be the tanh approximation GPT-2 uses (bf16 build: cuBLASLt's epilogue; fp32: gelu.cuh) */
     check_close("matmul_forward_gelu_out", out, r2, (size_t)N * OC, TOL_REL, TOL_ABS * 5);
+    {
+        double e_tanh = 0, e_erf = 0;
+        for (size_t i = 0; i < (size_t)N * OC; i++) {
+            e_tanh += fabs(out[i] - r2[i]);
+            e_erf += fabs(out[i] - gelu_erf(ref[i]));
+        }
+        printf("info matmul_forward_gelu_out: mean |err| vs tanh GELU %.3g, vs erf GELU %.3g (tanh expected smaller)\n",
+               e_tanh / ((double)N * OC), e_erf / ((double)N * OC));
+    }
 
     /* backward */
     floatX *d_dout = to_device(dout, (size_t)N * OC), *d_dw = to_device(dw0, (size_t)OC * C), *d_db = to_device(db0, OC);
@@ -85,7 +106,30 @@ int main(void) {
     floatX *d_db2 = to_device(db0, OC);
     matmul_backward(&bl, NULL, d_dw, d_db2, scratch, d_dout, d_x, d_w, N, C, OC, 0.0f, 0);
     float *gdb2 = from_device(d_db2, OC);
-    check_true("matmul_backward_dbias_deterministic", memcmp(gdb, gdb2, OC * 4) == 0, "two runs differ");
+    check_same("matmul_backward_dbias_deterministic", gdb, gdb2, OC);
+
+    /* The same through 16-byte aligned views (cuBLASLt must be told the alignment, see lt_alignment): forward with
+     * bias + GELU, and backward with dinp ACCUMULATED (dinp_beta 1) onto existing values. */
+    {
+        float *dx0 = host_random((size_t)N * C, 1.0f);
+        round_host(dx0, (size_t)N * C);
+        floatX *v_x = to_device_view(x, (size_t)N * C), *v_w = to_device_view(w, (size_t)OC * C);
+        floatX *v_b = to_device_view(b, OC), *v_out = to_device_view(NULL, (size_t)N * OC);
+        floatX *v_pre = to_device_view(NULL, (size_t)N * OC), *v_dout = to_device_view(dout, (size_t)N * OC);
+        floatX *v_dx = to_device_view(dx0, (size_t)N * C), *v_dw = to_device_view(dw0, (size_t)OC * C);
+        floatX *v_db = to_device_view(db0, OC);
+        matmul_forward(&bl, v_out, v_pre, v_x, v_w, v_b, N, C, OC, 0);
+        float *vo = from_device(v_out, (size_t)N * OC), *vp = from_device(v_pre, (size_t)N * OC);
+        check_close("matmul_forward_gelu_views_preact", vp, r1, (size_t)N * OC, TOL_REL, TOL_ABS * 5);
+        check_close("matmul_forward_gelu_views_out", vo, r2, (size_t)N * OC, TOL_REL, TOL_ABS * 5);
+        matmul_backward(&bl, v_dx, v_dw, v_db, scratch, v_dout, v_x, v_w, N, C, OC, 1.0f, 0);
+        float *vdx = from_device(v_dx, (size_t)N * C), *vdw = from_device(v_dw, (size_t)OC * C), *vdb = from_device(v_db, OC);
+        for (size_t i = 0; i < (size_t)N * C; i++) rdx[i] += dx0[i];
+        check_close("matmul_backward_views_dinp_accumulated", vdx, rdx, (size_t)N * C, TOL_REL, TOL_ABS * 20);
+        check_close("matmul_backward_views_dweight", vdw, rdw, (size_t)OC * C, TOL_REL, TOL_ABS * 20);
+        check_close("matmul_backward_views_dbias", vdb, rdb, OC, TOL_REL, TOL_ABS * 20);
+        free(dx0); free(vo); free(vp); free(vdx); free(vdw); free(vdb);
+    }
 
     /* timing at the size of GPT-2 124M's fc layer with B*T = 8192 */
     const int TN = 8192;
