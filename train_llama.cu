@@ -1,0 +1,497 @@
+/*
+ * train_llama.cu - Llama on one NVIDIA GPU: the same model, flags, logs, data and checkpoints as train_llama.c,
+ * with forward and backward on the device (floatX = bf16 activations, parameters and gradients with fp32
+ * accumulation; PRECISION=FP32 builds an all-fp32 version for tight comparison with the CPU trainer).
+ *
+ * The architecture is train_llama.c's, layer for layer: untied token embedding and lm_head, pre-norm RMSNorm
+ * blocks (cuda/rmsnorm.cuh, fused with the residual add before it), rotary position embeddings in the
+ * rotate-half layout with the CPU's own angle table (cuda/rope.cuh), grouped-query attention (cuda/gqa.cuh, on
+ * attention.cuh's batched GEMMs and softmax), SwiGLU MLP with separate gate (w1) and up (w3) projections
+ * (cuda/swiglu.cuh), no biases; linear layers through cuBLASLt (cuda/matmul.cuh), softmax + cross-entropy fused
+ * with its gradient (cuda/classifier.cuh).
+ *
+ * How it fits the shared loop (common/train.c, common/model.h), exactly as train_gpt.cu: the host model of
+ * cuda/llama_host.c (train_llama.c's own table, init and model files) owns the fp32 master parameters and
+ * gradients in host memory. Each forward uploads the master parameters into an fp32 device copy and converts them
+ * to floatX; each backward computes this micro-step's gradients into a zeroed floatX buffer, adds them into the host
+ * gradients and then reports every bucket final. The loop's optimizer, SCAPE, MPI communication (host buffers,
+ * so several ranks can share one GPU), checkpoints and logs therefore work unchanged. The device buffers have
+ * train_gpt.cu's shapes (d_master fp32, d_params and d_grads floatX, one flat allocation each laid out by the
+ * ParamTable), so the device optimizer can be plugged in the same way for both models.
+ * Not yet here: the device-resident optimizer step, NCCL all-reduce overlapping backward, flash attention
+ * (the (B,NH,T,T) probabilities are stored per layer), activation recomputation.
+ *
+ * Shapes: B batch, T sequence, C channels, NH query heads, NKV key/value heads, hd = C/NH, KVC = NKV*hd, F SwiGLU
+ * hidden size, L layers, V vocabulary, Vp padded vocabulary, N = B*T rows.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cuda/common.cuh"
+#include "cuda/encoder.cuh"
+#include "cuda/matmul.cuh"
+#include "cuda/rmsnorm.cuh"
+#include "cuda/rope.cuh"
+#include "cuda/gqa.cuh"
+#include "cuda/swiglu.cuh"
+#include "cuda/classifier.cuh"
+#include "cuda/llama_host.h"
+extern "C" {
+#include "common/train.h"
+#include "common/util.h"
+}
+
+/* The 12 tensors of the flat buffer (train_llama.c's LlamaTensors), each pointing at layer 0's slice; the layers
+ * of a per-layer tensor follow contiguously (tensor-major order). Linear weights are (out, in). */
+typedef struct {
+    floatX *wte;       /* (Vp, C) */
+    floatX *attn_norm; /* (L, C) */
+    floatX *wq;        /* (L, C, C) */
+    floatX *wk, *wv;   /* (L, KVC, C) */
+    floatX *wo;        /* (L, C, C) */
+    floatX *ffn_norm;  /* (L, C) */
+    floatX *w1, *w3;   /* (L, F, C) gate, up */
+    floatX *w2;        /* (L, C, F) down */
+    floatX *norm_f;    /* (C) */
+    floatX *lm_head;   /* (Vp, C) */
+} Tensors;
+
+/* Device activations; per-layer ones hold L slices of Bmax*Tmax rows (a smaller forward uses a prefix of each). */
+typedef struct {
+    floatX *x0;                /* (N,C) embedded tokens: the residual stream entering layer 0 */
+    floatX *h1;                /* (L,N,C) attn_norm output */
+    float *rstd1;              /* (L,N) */
+    floatX *q;                 /* (L,N,C) queries after RoPE */
+    floatX *k, *v;             /* (L,N,KVC) keys after RoPE, values */
+    floatX *att;               /* (L,B,NH,T,T) softmax probabilities */
+    floatX *atty;              /* (L,N,C) attention output, heads concatenated */
+    floatX *x2;                /* (L,N,C) residual after attention */
+    floatX *h2;                /* (L,N,C) ffn_norm output */
+    float *rstd2;              /* (L,N) */
+    floatX *gate, *up, *swi;   /* (L,N,F) h2 w1^T, h2 w3^T, silu(gate) * up */
+    floatX *x3;                /* (L,N,C) residual after the MLP: the layer's output */
+    floatX *hf;                /* (N,C) norm_f output */
+    float *rstdf;              /* (N) */
+    floatX *logits;            /* (N,Vp); the backward turns it into dlogits */
+    float *losses;             /* (N) per-row cross-entropy */
+    floatX *proj;              /* (N,C) wo / w2 output; dead once the next fused residual + norm has added it */
+    /* backward buffers, reused by every layer (a layer's activation gradients are dead once it is done) */
+    floatX *dres;              /* (N,C) gradient of the residual stream */
+    floatX *dc;                /* (N,C) d(h1) / d(atty) / d(h2) / d(hf) */
+    floatX *dq;                /* (N,C) */
+    floatX *dk, *dv;           /* (N,KVC) */
+    floatX *dgate, *dup;       /* (N,F) d(swi) then d(gate); d(up) */
+    floatX *att_scratch;       /* gqa_backward_scratch_elems (forward uses a prefix) */
+    float *fscratch;           /* (rmsnorm_backward_scratch_floats) the gains' partial sums */
+    float *rope_cos, *rope_sin; /* (maxT, hd/2) train_llama.c's RoPE table, constant */
+} Acts;
+
+typedef struct {
+    Model base;       /* params, grads, table: the host model's (shared, not copied) */
+    Model *host;      /* cuda/llama_host.c model: owns table, host params/grads, writes model files */
+    int L, C, NH, NKV, hd, KVC, F, V, Vp, maxT, Bmax, Tmax, B, T, have_targets;
+    float eps;        /* RMSNorm epsilon */
+    size_t att_max;   /* Bmax*NH*Tmax*Tmax */
+    float *d_master;  /* (P) fp32 copy of the host parameters */
+    floatX *d_params, *d_grads; /* (P) */
+    floatX *h_grads;  /* (P) pinned staging for the gradient download */
+    Tensors p, g;
+    Acts a;
+    int *d_inputs, *d_targets, *h_inputs, *h_targets; /* (N) */
+    float *h_losses;  /* (N) pinned */
+    float *h_logits;  /* (N,Vp) for Model.logits, allocated on first use */
+    EncoderPlan plan; /* host: rows grouped by token, for the deterministic embedding backward */
+    int *plan_count;  /* (Vp) scratch of the plan */
+    int *d_order, *d_seg_start, *d_seg_tok;
+    Blas bl;
+    cudaStream_t s;
+} LlamaCU;
+
+static void *dalloc(size_t bytes, const char *what) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess)
+        fatal("cannot allocate %.2f GiB of GPU memory for %s (%s); reduce --batch or --seq", bytes / 1073741824.0,
+              what, cudaGetErrorString(e));
+    return p;
+}
+
+static void point_tensors(Tensors *t, floatX *base, const ParamTable *tab) {
+    static const char *names[12] = {"wte", "attn_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w1", "w3", "w2",
+                                    "norm_f", "lm_head"};
+    floatX **ptrs[12] = {&t->wte, &t->attn_norm, &t->wq, &t->wk, &t->wv, &t->wo, &t->ffn_norm, &t->w1, &t->w3,
+                         &t->w2, &t->norm_f, &t->lm_head};
+    for (int i = 0; i < 12; i++) {
+        int layer = (i >= 1 && i <= 9) ? 0 : -1;
+        int idx = param_table_find(tab, names[i], layer);
+        if (idx < 0) fatal("internal: tensor %s missing from the Llama table", names[i]);
+        *ptrs[i] = base + tab->slices[idx].offset;
+    }
+}
+
+#ifndef ENABLE_FP32
+/* fp32 master -> floatX working copy (round to nearest; the loop's host optimizer owns the master) */
+__global__ static void to_floatx_kernel(floatX *dst, const float *src, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = from_float<floatX>(src[i]);
+}
+#endif
+
+/* Token embedding without positions (train_llama.c embedding_forward): out[n,:] = wte[inp[n],:].
+ * out (N,C), inp (N) device token ids in [0,V), wte (Vp,C). Positions enter through RoPE. */
+__global__ static void embedding_forward_kernel(floatX *out, const int *inp, const floatX *wte, int N, int C) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long)N * C) return;
+    long n = i / C;
+    out[i] = wte[(long)inp[n] * C + i % C];
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Forward and backward (train_llama.c's llama_forward / llama_backward, step for step).
+ * --------------------------------------------------------------------------------------------------------------- */
+
+static float llamacu_forward(Model *model, const int *inputs, const int *targets, int B, int T) {
+    LlamaCU *m = (LlamaCU *)model;
+    int L = m->L, C = m->C, NH = m->NH, NKV = m->NKV, hd = m->hd, KVC = m->KVC, F = m->F, V = m->V, Vp = m->Vp;
+    float eps = m->eps;
+    if (B < 1 || T < 1 || T > m->maxT || (size_t)B * T > (size_t)m->Bmax * m->Tmax ||
+        (size_t)B * NH * T * T > m->att_max)
+        fatal("forward with B=%d T=%d does not fit this model (sized for B=%d T=%d, maximum sequence length %d); "
+              "use a smaller batch or sequence", B, T, m->Bmax, m->Tmax, m->maxT);
+    size_t N = (size_t)B * T, LN = (size_t)m->Bmax * m->Tmax; /* LN: per-layer stride in rows */
+    for (size_t i = 0; i < N; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V)
+            fatal("input token %d at position %zu is outside the vocabulary [0, %d); the data does not match the "
+                  "model's tokenizer", inputs[i], i, V);
+        if (targets && (targets[i] < 0 || targets[i] >= V))
+            fatal("target token %d at position %zu is outside the vocabulary [0, %d); the data does not match the "
+                  "model's tokenizer", targets[i], i, V);
+    }
+    cudaStream_t s = m->s;
+    /* the pinned staging buffers may still feed a copy of the previous forward: wait for the stream first */
+    cudaCheck(cudaStreamSynchronize(s));
+    memcpy(m->h_inputs, inputs, N * sizeof(int));
+    cudaCheck(cudaMemcpyAsync(m->d_inputs, m->h_inputs, N * sizeof(int), cudaMemcpyHostToDevice, s));
+    if (targets) {
+        memcpy(m->h_targets, targets, N * sizeof(int));
+        cudaCheck(cudaMemcpyAsync(m->d_targets, m->h_targets, N * sizeof(int), cudaMemcpyHostToDevice, s));
+    }
+    m->B = B;
+    m->T = T;
+    m->have_targets = targets != NULL;
+
+    /* the loop may have updated the host parameters since the last forward */
+    size_t P = m->base.table.total;
+    cudaCheck(cudaMemcpyAsync(m->d_master, m->base.params, P * sizeof(float), cudaMemcpyHostToDevice, s));
+#ifndef ENABLE_FP32
+    to_floatx_kernel<<<ceil_div((long)P, 256), 256, 0, s>>>(m->d_params, m->d_master, (long)P);
+    cudaCheckLaunch();
+#endif
+
+    Tensors *p = &m->p;
+    Acts *a = &m->a;
+    Blas *bl = &m->bl;
+    int n = (int)N;
+    embedding_forward_kernel<<<ceil_div((long)N * C, 256), 256, 0, s>>>(a->x0, m->d_inputs, p->wte, n, C);
+    cudaCheckLaunch();
+    for (int l = 0; l < L; l++) {
+        size_t lz = (size_t)l;
+        /* this layer's weights */
+        const floatX *attn_norm = p->attn_norm + lz * C, *ffn_norm = p->ffn_norm + lz * C;
+        const floatX *wq = p->wq + lz * C * C, *wk = p->wk + lz * KVC * C, *wv = p->wv + lz * KVC * C;
+        const floatX *wo = p->wo + lz * C * C, *w1 = p->w1 + lz * F * C, *w3 = p->w3 + lz * F * C;
+        const floatX *w2 = p->w2 + lz * C * F;
+        /* this layer's activations */
+        floatX *h1 = a->h1 + lz * LN * C, *q = a->q + lz * LN * C, *k = a->k + lz * LN * KVC;
+        floatX *v = a->v + lz * LN * KVC, *att = a->att + lz * m->att_max, *atty = a->atty + lz * LN * C;
+        floatX *x2 = a->x2 + lz * LN * C, *h2 = a->h2 + lz * LN * C, *gate = a->gate + lz * LN * F;
+        floatX *up = a->up + lz * LN * F, *swi = a->swi + lz * LN * F;
+        float *rstd1 = a->rstd1 + lz * LN, *rstd2 = a->rstd2 + lz * LN;
+        floatX *x = l == 0 ? a->x0 : a->x3 + (lz - 1) * LN * C;
+
+        /* attention block: x2 = x + wo(attention(rope(wq h1), rope(wk h1), wv h1)), h1 = rmsnorm(x) */
+        if (l == 0)
+            rmsnorm_forward(h1, rstd1, x, attn_norm, n, C, eps, s);
+        else /* x = x3 of the previous layer = its x2 + its MLP output (still in proj), fused with this norm */
+            fused_residual_rmsnorm_forward(x, h1, rstd1, a->x2 + (lz - 1) * LN * C, a->proj, attn_norm, n, C, eps, s);
+        matmul_forward(bl, q, NULL, h1, wq, NULL, n, C, C, s);
+        matmul_forward(bl, k, NULL, h1, wk, NULL, n, C, KVC, s);
+        matmul_forward(bl, v, NULL, h1, wv, NULL, n, C, KVC, s);
+        rope_forward(q, a->rope_cos, a->rope_sin, B, T, NH, hd, s);
+        rope_forward(k, a->rope_cos, a->rope_sin, B, T, NKV, hd, s);
+        gqa_forward(bl, atty, att, a->att_scratch, q, k, v, B, T, NH, NKV, hd, s);
+        matmul_forward(bl, a->proj, NULL, atty, wo, NULL, n, C, C, s);
+        /* MLP block: x3 = x2 + w2(silu(w1 h2) * w3 h2), h2 = rmsnorm(x2); x2 = x + proj fused with the norm */
+        fused_residual_rmsnorm_forward(x2, h2, rstd2, x, a->proj, ffn_norm, n, C, eps, s);
+        matmul_forward(bl, gate, NULL, h2, w1, NULL, n, C, F, s);
+        matmul_forward(bl, up, NULL, h2, w3, NULL, n, C, F, s);
+        swiglu_forward(swi, gate, up, (long)N * F, s);
+        matmul_forward(bl, a->proj, NULL, swi, w2, NULL, n, F, C, s);
+    }
+    /* the last layer's x3 = x2 + proj, fused with the final norm */
+    fused_residual_rmsnorm_forward(a->x3 + (size_t)(L - 1) * LN * C, a->hf, a->rstdf, a->x2 + (size_t)(L - 1) * LN * C,
+                                   a->proj, p->norm_f, n, C, eps, s);
+    matmul_forward(bl, a->logits, NULL, a->hf, p->lm_head, NULL, n, C, Vp, s);
+    if (!targets) {
+        cudaCheck(cudaStreamSynchronize(s));
+        return 0.0f;
+    }
+    fused_classifier(a->logits, a->losses, m->d_targets, n, V, Vp, 0.0f, s);
+    cudaCheck(cudaMemcpyAsync(m->h_losses, a->losses, N * sizeof(float), cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaStreamSynchronize(s));
+    double sum = 0.0; /* in a fixed order on the host: independent of the launch configuration */
+    for (size_t i = 0; i < N; i++) sum += m->h_losses[i];
+    return (float)(sum / N);
+}
+
+static void llamacu_backward(Model *model, float loss_scale, BucketReadyFn on_bucket, void *ctx) {
+    LlamaCU *m = (LlamaCU *)model;
+    if (!m->have_targets) fatal("internal: backward called after a forward without targets");
+    m->have_targets = 0; /* the logits are about to be overwritten: a second backward would be wrong */
+    int L = m->L, C = m->C, NH = m->NH, NKV = m->NKV, hd = m->hd, KVC = m->KVC, F = m->F, V = m->V, Vp = m->Vp;
+    int B = m->B, T = m->T;
+    size_t N = (size_t)B * T, LN = (size_t)m->Bmax * m->Tmax, P = m->base.table.total;
+    int n = (int)N;
+    cudaStream_t s = m->s;
+    Tensors *p = &m->p, *g = &m->g;
+    Acts *a = &m->a;
+    Blas *bl = &m->bl;
+    /* the token grouping of the deterministic embedding backward, built while the GPU works (h_inputs holds this
+     * forward's tokens: the forward synchronised the stream before returning) */
+    encoder_backward_plan(&m->plan, m->h_inputs, n, Vp, m->plan_count);
+    cudaCheck(cudaMemcpyAsync(m->d_order, m->plan.order, N * sizeof(int), cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(m->d_seg_start, m->plan.seg_start, (N + 1) * sizeof(int), cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(m->d_seg_tok, m->plan.seg_tok, N * sizeof(int), cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemsetAsync(m->d_grads, 0, P * sizeof(floatX), s));
+
+    /* loss -> logits -> norm_f -> the last layer's output */
+    fused_classifier(a->logits, a->losses, m->d_targets, n, V, Vp, loss_scale / (float)N, s);
+    matmul_backward(bl, a->dc, g->lm_head, NULL, NULL, a->logits, a->hf, p->lm_head, n, C, Vp, 0.0f, s);
+    cudaCheck(cudaMemsetAsync(a->dres, 0, N * C * sizeof(floatX), s));
+    rmsnorm_backward(a->dres, g->norm_f, a->fscratch, a->dc, a->x3 + (size_t)(L - 1) * LN * C, p->norm_f, a->rstdf,
+                     n, C, s);
+
+    for (int l = L - 1; l >= 0; l--) {
+        size_t lz = (size_t)l;
+        const floatX *attn_norm = p->attn_norm + lz * C, *ffn_norm = p->ffn_norm + lz * C;
+        const floatX *wq = p->wq + lz * C * C, *wk = p->wk + lz * KVC * C, *wv = p->wv + lz * KVC * C;
+        const floatX *wo = p->wo + lz * C * C, *w1 = p->w1 + lz * F * C, *w3 = p->w3 + lz * F * C;
+        const floatX *w2 = p->w2 + lz * C * F;
+        floatX *dattn_norm = g->attn_norm + lz * C, *dffn_norm = g->ffn_norm + lz * C;
+        floatX *dwq = g->wq + lz * C * C, *dwk = g->wk + lz * KVC * C, *dwv = g->wv + lz * KVC * C;
+        floatX *dwo = g->wo + lz * C * C, *dw1 = g->w1 + lz * F * C, *dw3 = g->w3 + lz * F * C;
+        floatX *dw2 = g->w2 + lz * C * F;
+        const floatX *x = l == 0 ? a->x0 : a->x3 + (lz - 1) * LN * C;
+        const floatX *h1 = a->h1 + lz * LN * C, *q = a->q + lz * LN * C, *k = a->k + lz * LN * KVC;
+        const floatX *v = a->v + lz * LN * KVC, *att = a->att + lz * m->att_max, *atty = a->atty + lz * LN * C;
+        const floatX *x2 = a->x2 + lz * LN * C, *h2 = a->h2 + lz * LN * C, *gate = a->gate + lz * LN * F;
+        const floatX *up = a->up + lz * LN * F, *swi = a->swi + lz * LN * F;
+        const float *rstd1 = a->rstd1 + lz * LN, *rstd2 = a->rstd2 + lz * LN;
+
+        /* dres is d(x3); x3 = x2 + w2(swi), so d(w2 output) = dres */
+        matmul_backward(bl, a->dgate, dw2, NULL, NULL, a->dres, swi, w2, n, F, C, 0.0f, s); /* dgate = d(swi) */
+        swiglu_backward_inplace(a->dgate, a->dup, gate, up, (long)N * F, s);
+        matmul_backward(bl, a->dc, dw1, NULL, NULL, a->dgate, h2, w1, n, C, F, 0.0f, s);
+        matmul_backward(bl, a->dc, dw3, NULL, NULL, a->dup, h2, w3, n, C, F, 1.0f, s); /* dc += */
+        rmsnorm_backward(a->dres, dffn_norm, a->fscratch, a->dc, x2, ffn_norm, rstd2, n, C, s);
+        /* dres is now d(x2); x2 = x + wo(atty) */
+        matmul_backward(bl, a->dc, dwo, NULL, NULL, a->dres, atty, wo, n, C, C, 0.0f, s); /* dc = d(atty) */
+        gqa_backward(bl, a->dq, a->dk, a->dv, a->att_scratch, a->dc, att, q, k, v, B, T, NH, NKV, hd, s);
+        /* the gradients w.r.t. the rotated q, k rotate back to the gradients w.r.t. wq h1, wk h1 */
+        rope_backward(a->dq, a->rope_cos, a->rope_sin, B, T, NH, hd, s);
+        rope_backward(a->dk, a->rope_cos, a->rope_sin, B, T, NKV, hd, s);
+        matmul_backward(bl, a->dc, dwq, NULL, NULL, a->dq, h1, wq, n, C, C, 0.0f, s); /* dc = d(h1) */
+        matmul_backward(bl, a->dc, dwk, NULL, NULL, a->dk, h1, wk, n, C, KVC, 1.0f, s);
+        matmul_backward(bl, a->dc, dwv, NULL, NULL, a->dv, h1, wv, n, C, KVC, 1.0f, s);
+        rmsnorm_backward(a->dres, dattn_norm, a->fscratch, a->dc, x, attn_norm, rstd1, n, C, s);
+        /* dres is now d(this layer's input) */
+    }
+    /* dwte += scatter of dres: each distinct token's row summed over its rows in increasing order, no atomics */
+    dim3 grid(m->plan.nseg, ceil_div(C, 256));
+    encoder_backward_wte_kernel<<<grid, 256, 0, s>>>(g->wte, a->dres, m->d_order, m->d_seg_start, m->d_seg_tok, C);
+    cudaCheckLaunch();
+
+    /* add this micro-step's gradients into the host's (the loop's optimizer and communication read those) */
+    cudaCheck(cudaMemcpyAsync(m->h_grads, m->d_grads, P * sizeof(floatX), cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaStreamSynchronize(s));
+    float *hg = m->base.grads;
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < (long)P; i++) hg[i] += (float)m->h_grads[i];
+    if (on_bucket)
+        for (int b = 0; b <= L; b++) on_bucket(ctx, b);
+}
+
+static const float *llamacu_logits(const Model *model) {
+    LlamaCU *m = (LlamaCU *)model;
+    size_t N = (size_t)m->B * m->T, Vp = m->Vp;
+    if (!m->h_logits) m->h_logits = (float *)xmalloc((size_t)m->Bmax * m->Tmax * Vp * sizeof(float), "host logits");
+    floatX *tmp = (floatX *)xmalloc(N * Vp * sizeof(floatX), "logits staging");
+    cudaCheck(cudaStreamSynchronize(m->s));
+    cudaCheck(cudaMemcpy(tmp, m->a.logits, N * Vp * sizeof(floatX), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < N * Vp; i++) m->h_logits[i] = (float)tmp[i];
+    free(tmp);
+    return m->h_logits;
+}
+
+static void llamacu_save(const Model *model, const char *path) {
+    const LlamaCU *m = (const LlamaCU *)model;
+    m->host->save(m->host, path); /* version 3 fp32, from the host master parameters */
+}
+
+static void llamacu_free(Model *model) {
+    LlamaCU *m = (LlamaCU *)model;
+    if (!m) return;
+    cudaCheck(cudaStreamSynchronize(m->s));
+    Acts *a = &m->a;
+    void *dev[] = {m->d_master, m->d_grads, a->x0, a->h1, a->rstd1, a->q, a->k, a->v, a->att, a->atty, a->x2, a->h2,
+                   a->rstd2, a->gate, a->up, a->swi, a->x3, a->hf, a->rstdf, a->logits, a->losses, a->proj, a->dres,
+                   a->dc, a->dq, a->dk, a->dv, a->dgate, a->dup, a->att_scratch, a->fscratch, a->rope_cos,
+                   a->rope_sin, m->d_inputs, m->d_targets, m->d_order, m->d_seg_start, m->d_seg_tok};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaCheck(cudaFree(dev[i]));
+#ifndef ENABLE_FP32
+    cudaCheck(cudaFree(m->d_params));
+#endif
+    cudaCheck(cudaFreeHost(m->h_grads));
+    cudaCheck(cudaFreeHost(m->h_losses));
+    cudaCheck(cudaFreeHost(m->h_inputs));
+    cudaCheck(cudaFreeHost(m->h_targets));
+    free(m->h_logits);
+    free(m->plan.order);
+    free(m->plan.seg_start);
+    free(m->plan.seg_tok);
+    free(m->plan_count);
+    blas_free(&m->bl);
+    cudaCheck(cudaStreamDestroy(m->s));
+    m->host->free(m->host);
+    free(m);
+}
+
+/* ModelFamily.create: the host model (file or seeded init, identical to the CPU trainer's), then device memory
+ * for B x T. fatal() with the fix if there is no GPU, T is too long, a width does not suit cuBLASLt, or memory runs
+ * out. */
+static Model *llamacu_create(const char *spec, const char *init_path, uint64_t seed, int B, int T) {
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0)
+        fatal("no CUDA device usable (%s); run train_llamacu on a machine with an NVIDIA GPU, or use train_llama",
+              e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    if (B < 1 || T < 1) fatal("--batch %d / --seq %d must both be at least 1", B, T);
+    /* one GPU per local rank when there are several; ranks share GPU 0..ndev-1 round-robin otherwise (Open MPI
+     * sets OMPI_COMM_WORLD_LOCAL_RANK; without it every process uses device 0) */
+    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    cudaCheck(cudaSetDevice(lr ? atoi(lr) % ndev : 0));
+    /* activations for one token only: the CPU model serves for its parameters, table and files */
+    Model *host = llama_host_create(spec, init_path, seed, 1, 1);
+    LlamaHostConfig c = llama_host_config(host);
+    if (T > c.maxT)
+        fatal("--seq %d exceeds the model's maximum sequence length %d; use --seq <= %d", T, c.maxT, c.maxT);
+    int hd = c.C / c.NH, KVC = c.NKV * hd;
+    /* cuBLASLt needs 16-byte aligned rows and tensors: every GEMM width (C, KVC, F) a multiple of 8 */
+    if (c.C % 8 != 0 || KVC % 8 != 0 || c.F % 8 != 0)
+        fatal("the CUDA trainer needs C=%d, NKV*hd=%d and F=%d all divisible by 8 for cuBLASLt; choose another "
+              "--model (e.g. f<F> with F a multiple of 8)", c.C, KVC, c.F);
+    LlamaCU *m = (LlamaCU *)xcalloc(1, sizeof *m, "Llama CUDA model");
+    m->host = host;
+    Model *b = &m->base;
+    b->family = host->family;
+    snprintf(b->desc, sizeof b->desc, "%.40s, CUDA " PRECISION_NAME, host->desc);
+    b->table = host->table; /* shared; the host model frees it */
+    b->params = host->params;
+    b->grads = host->grads;
+    b->vocab_size = host->vocab_size;
+    b->padded_vocab_size = host->padded_vocab_size;
+    b->max_seq_len = host->max_seq_len;
+    b->num_layers = host->num_layers;
+    b->channels = host->channels;
+    b->num_heads = host->num_heads;
+    b->flops_per_token = host->flops_per_token;
+    b->tokenizer = host->tokenizer;
+    b->forward = llamacu_forward;
+    b->backward = llamacu_backward;
+    b->logits = llamacu_logits;
+    b->save = llamacu_save;
+    b->free = llamacu_free;
+    m->L = c.L; m->C = c.C; m->NH = c.NH; m->NKV = c.NKV; m->hd = hd; m->KVC = KVC; m->F = c.F; m->V = c.V;
+    m->Vp = c.Vp; m->maxT = c.maxT; m->eps = c.norm_eps; m->Bmax = B; m->Tmax = T;
+    m->att_max = (size_t)B * m->NH * T * T;
+
+    cudaCheck(cudaStreamCreate(&m->s));
+    blas_init(&m->bl);
+    size_t P = b->table.total, N = (size_t)B * T, L = m->L, C = m->C, F = m->F, Vp = m->Vp, kvc = (size_t)KVC;
+    m->d_master = (float *)dalloc(P * sizeof(float), "the fp32 parameters");
+#ifdef ENABLE_FP32
+    m->d_params = m->d_master;
+#else
+    m->d_params = (floatX *)dalloc(P * sizeof(floatX), "the parameters");
+#endif
+    m->d_grads = (floatX *)dalloc(P * sizeof(floatX), "the gradients");
+    point_tensors(&m->p, m->d_params, &b->table);
+    point_tensors(&m->g, m->d_grads, &b->table);
+    Acts *a = &m->a;
+    size_t X = sizeof(floatX);
+    a->x0 = (floatX *)dalloc(N * C * X, "activations");
+    a->h1 = (floatX *)dalloc(L * N * C * X, "activations");
+    a->rstd1 = (float *)dalloc(L * N * 4, "activations");
+    a->q = (floatX *)dalloc(L * N * C * X, "activations");
+    a->k = (floatX *)dalloc(L * N * kvc * X, "activations");
+    a->v = (floatX *)dalloc(L * N * kvc * X, "activations");
+    a->att = (floatX *)dalloc(L * m->att_max * X, "attention matrices");
+    a->atty = (floatX *)dalloc(L * N * C * X, "activations");
+    a->x2 = (floatX *)dalloc(L * N * C * X, "activations");
+    a->h2 = (floatX *)dalloc(L * N * C * X, "activations");
+    a->rstd2 = (float *)dalloc(L * N * 4, "activations");
+    a->gate = (floatX *)dalloc(L * N * F * X, "activations");
+    a->up = (floatX *)dalloc(L * N * F * X, "activations");
+    a->swi = (floatX *)dalloc(L * N * F * X, "activations");
+    a->x3 = (floatX *)dalloc(L * N * C * X, "activations");
+    a->hf = (floatX *)dalloc(N * C * X, "activations");
+    a->rstdf = (float *)dalloc(N * 4, "activations");
+    a->logits = (floatX *)dalloc(N * Vp * X, "the logits");
+    a->losses = (float *)dalloc(N * 4, "the losses");
+    a->proj = (floatX *)dalloc(N * C * X, "activations");
+    a->dres = (floatX *)dalloc(N * C * X, "gradient buffers");
+    a->dc = (floatX *)dalloc(N * C * X, "gradient buffers");
+    a->dq = (floatX *)dalloc(N * C * X, "gradient buffers");
+    a->dk = (floatX *)dalloc(N * kvc * X, "gradient buffers");
+    a->dv = (floatX *)dalloc(N * kvc * X, "gradient buffers");
+    a->dgate = (floatX *)dalloc(N * F * X, "gradient buffers");
+    a->dup = (floatX *)dalloc(N * F * X, "gradient buffers");
+    size_t fs = gqa_forward_scratch_elems(B, T, (int)C), bs = gqa_backward_scratch_elems(B, T, (int)C, m->NH);
+    a->att_scratch = (floatX *)dalloc((fs > bs ? fs : bs) * X, "attention scratch");
+    a->fscratch = (float *)dalloc(rmsnorm_backward_scratch_floats((int)N, (int)C) * 4, "reduction scratch");
+    /* train_llama.c's own angle table for every position the model allows */
+    size_t nrope = (size_t)c.maxT * (hd / 2);
+    float *hcos = (float *)xmalloc(nrope * 4, "RoPE table"), *hsin = (float *)xmalloc(nrope * 4, "RoPE table");
+    llama_host_rope_table(hcos, hsin, c.maxT, hd, (double)c.rope_theta);
+    a->rope_cos = (float *)dalloc(nrope * 4, "the RoPE table");
+    a->rope_sin = (float *)dalloc(nrope * 4, "the RoPE table");
+    cudaCheck(cudaMemcpy(a->rope_cos, hcos, nrope * 4, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(a->rope_sin, hsin, nrope * 4, cudaMemcpyHostToDevice));
+    free(hcos);
+    free(hsin);
+    m->d_inputs = (int *)dalloc(N * 4, "inputs");
+    m->d_targets = (int *)dalloc(N * 4, "targets");
+    m->d_order = (int *)dalloc(N * 4, "the embedding-backward plan");
+    m->d_seg_start = (int *)dalloc((N + 1) * 4, "the embedding-backward plan");
+    m->d_seg_tok = (int *)dalloc(N * 4, "the embedding-backward plan");
+    cudaCheck(cudaMallocHost((void **)&m->h_grads, P * X));
+    cudaCheck(cudaMallocHost((void **)&m->h_losses, N * 4));
+    cudaCheck(cudaMallocHost((void **)&m->h_inputs, N * 4));
+    cudaCheck(cudaMallocHost((void **)&m->h_targets, N * 4));
+    m->plan.order = (int *)xmalloc(N * 4, "plan");
+    m->plan.seg_start = (int *)xmalloc((N + 1) * 4, "plan");
+    m->plan.seg_tok = (int *)xmalloc(N * 4, "plan");
+    m->plan_count = (int *)xmalloc(Vp * 4, "plan");
+    return b;
+}
+
+#ifndef TESTING
+static ModelFamily llamacu_family;
+
+int main(int argc, char **argv) {
+    const ModelFamily *cpu = llama_host_family();
+    llamacu_family = *cpu;
+    llamacu_family.create = llamacu_create;
+    return train_main(argc, argv, &llamacu_family);
+}
+#endif
