@@ -146,8 +146,10 @@ done
 log "== training runs"
 TRAIN_OK=1
 reason=""
-GT=./train_gptcu; GT32=./train_gptcu_fp32; TRAIN_TARGETS=(train_gpt train_gptcu train_gptcu_fp32); DRY=""
-if [ "${CPU_DRY:-0}" = 1 ]; then GT=./train_gpt; GT32=./train_gpt; TRAIN_TARGETS=(train_gpt); DRY="DRY(train_gpt) "
+GT=./train_gptcu; GT32=./train_gptcu_fp32; LT=./train_llamacu; LT32=./train_llamacu_fp32; DRY=""
+TRAIN_TARGETS=(train_gpt train_gptcu train_gptcu_fp32 train_llama train_llamacu train_llamacu_fp32)
+if [ "${CPU_DRY:-0}" = 1 ]; then GT=./train_gpt; GT32=./train_gpt; LT=./train_llama; LT32=./train_llama
+    TRAIN_TARGETS=(train_gpt train_llama); DRY="DRY(train_gpt) "
     log "CPU_DRY=1: the training checks below run train_gpt in place of the CUDA trainers"
 elif [ -n "${NO_GPU:-}" ]; then TRAIN_OK=0; reason="no usable GPU"; fi
 [ $HAVE_MPI = 0 ] && { TRAIN_OK=0; reason="no mpicc/mpirun (the shared training loop links Open MPI)"; }
@@ -173,6 +175,24 @@ PY
         DATA=$WORK/data; TR=$DATA/sotu/gpt2/sotu_train_000000.bin; VA=$DATA/sotu/gpt2/sotu_val_000000.bin
         log "data: synthetic shards in $DATA"
     else TRAIN_OK=0; reason="no token shards under $DATA and no python3 to write synthetic ones"; fi
+fi
+# Llama shards (uint32 tokens, magic 20240801 version 7, vocabulary 32000): the prepared Llama 2 corpus, else synthetic
+LTR=$DATA/sotu/llama2/sotu_train_000000.bin; LVA=$DATA/sotu/llama2/sotu_val_000000.bin
+if [ $TRAIN_OK = 1 ] && { [ ! -f "$LTR" ] || [ ! -f "$LVA" ]; }; then
+    if have python3; then
+        mkdir -p "$WORK/data/sotu/llama2"
+        python3 - "$WORK/data/sotu/llama2" <<'PY'
+import struct, sys, random
+random.seed(2)
+for name, n in (("sotu_train_000000.bin", 300000), ("sotu_val_000000.bin", 40000)):
+    toks = [random.randrange(32000) if random.random() < 0.3 else random.randrange(3000) for _ in range(n)]
+    hdr = [20240801, 7, n] + [0] * 253
+    with open(sys.argv[1] + "/" + name, "wb") as f:
+        f.write(struct.pack("<256i", *hdr)); f.write(struct.pack("<%dI" % n, *toks))
+PY
+        LTR=$WORK/data/sotu/llama2/sotu_train_000000.bin; LVA=$WORK/data/sotu/llama2/sotu_val_000000.bin
+        log "data: synthetic Llama shards in $WORK/data/sotu/llama2"
+    fi
 fi
 MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 COMMON=(--model d4c256 --train "$TR" --val "$VA" --data "$DATA" --seq 64 --steps 10 --warmup 2 --lr 1e-3 --eval-every 0
@@ -268,12 +288,27 @@ if [ $TRAIN_OK = 1 ]; then
         done
         fail "$name" "no batch size ran:$tried"
     }
+    # Llama: the CUDA trainer against train_llama for 10 steps (GQA, RoPE, SwiGLU, untied head)
+    LCOMMON=(--model l4c256h8kv2f688 --train "$LTR" --val "$LVA" --data "$DATA" --seq 64 --steps 10 --warmup 2 --lr 1e-3
+             --eval-every 0 --eval-batches 2 --sample-every 0 --shuffle 0 --threads 4 --batch 4)
+    if [ -f "$LTR" ]; then
+        trun llama_cpu ./train_llama "${LCOMMON[@]}" &&
+        trun llama_fp32 $LT32 "${LCOMMON[@]}" &&
+            compare_losses llama_train_fp32_vs_cpu_10_steps "$WORK/llama_fp32/log.jsonl" "$WORK/llama_cpu/log.jsonl" 1e-4
+        trun llama_bf16 $LT "${LCOMMON[@]}" &&
+            compare_losses llama_train_bf16_vs_cpu_10_steps "$WORK/llama_bf16/log.jsonl" "$WORK/llama_cpu/log.jsonl" 2e-2
+    else
+        notrun llama_train_fp32_vs_cpu_10_steps "no Llama shards and no python3 to write synthetic ones"
+        notrun llama_train_bf16_vs_cpu_10_steps "no Llama shards and no python3 to write synthetic ones"
+    fi
     throughput throughput_gpt2_124M_d12 ./train_gptcu d12
     throughput throughput_gpt2_350M_d24 ./train_gptcu d24
+    TR=$LTR VA=$LVA throughput throughput_llama_500M $LT 500m
 else
     for c in train_fp32_vs_cpu_10_steps train_bf16_vs_cpu_10_steps identical_runs_bitwise save_resume_bitwise \
              two_ranks_one_gpu_vs_accumulation device_vs_host_update_fp32 device_vs_host_update_bf16 \
-             two_ranks_zero1_vs_no_zero nan_step_skipped cpu_checkpoint_resumed_on_gpu throughput_gpt2_124M_d12 throughput_gpt2_350M_d24; do notrun $c "$reason"; done
+             two_ranks_zero1_vs_no_zero nan_step_skipped cpu_checkpoint_resumed_on_gpu llama_train_fp32_vs_cpu_10_steps \
+             llama_train_bf16_vs_cpu_10_steps throughput_llama_500M throughput_gpt2_124M_d12 throughput_gpt2_350M_d24; do notrun $c "$reason"; done
 fi
 
 log "== $npass passed, $nfail failed, $nnot not run ($(( $(date +%s) - START )) s); report: $REPORT"
