@@ -1,7 +1,8 @@
 /*
- * train_llama.cu - Llama on one NVIDIA GPU: the same model, flags, logs, data and checkpoints as train_llama.c,
- * with forward and backward on the device (floatX = bf16 activations, parameters and gradients with fp32
- * accumulation; PRECISION=FP32 builds an all-fp32 version for tight comparison with the CPU trainer).
+ * train_llama.cu - Llama on NVIDIA GPUs (one per rank, or ranks sharing one with --comm mpi): the same model,
+ * flags, logs, data and checkpoints as train_llama.c, with forward and backward on the device (floatX = bf16
+ * activations, parameters and gradients with fp32 accumulation; PRECISION=FP32 builds an all-fp32 version for
+ * tight comparison with the CPU trainer).
  *
  * The architecture is train_llama.c's, layer for layer: untied token embedding and lm_head, pre-norm RMSNorm
  * blocks (cuda/rmsnorm.cuh, fused with the residual add before it), rotary position embeddings in the
@@ -10,16 +11,21 @@
  * (cuda/swiglu.cuh), no biases; linear layers through cuBLASLt (cuda/matmul.cuh), softmax + cross-entropy fused
  * with its gradient (cuda/classifier.cuh).
  *
- * How it fits the shared loop (common/train.c, common/model.h), exactly as train_gpt.cu: the host model of
- * cuda/llama_host.c (train_llama.c's own table, init and model files) owns the fp32 master parameters and
- * gradients in host memory. Each forward uploads the master parameters into an fp32 device copy and converts them
- * to floatX; each backward computes this micro-step's gradients into a zeroed floatX buffer, adds them into the host
- * gradients and then reports every bucket final. The loop's optimizer, SCAPE, MPI communication (host buffers,
- * so several ranks can share one GPU), checkpoints and logs therefore work unchanged. The device buffers have
- * train_gpt.cu's shapes (d_master fp32, d_params and d_grads floatX, one flat allocation each laid out by the
- * ParamTable), so the device optimizer can be plugged in the same way for both models.
- * Not yet here: the device-resident optimizer step, NCCL all-reduce overlapping backward, flash attention
- * (the (B,NH,T,T) probabilities are stored per layer), activation recomputation.
+ * How it fits the shared loop (common/train.c, common/model.h), two ways, exactly as train_gpt.cu:
+ *   device update (adamw, adams; Model.create_updater -> cuda/updater.h): the GPU holds the fp32 master weights,
+ *     the optimizer state and the floatX copy the forward reads. Each backward adds its floatX gradients, bucket by
+ *     bucket (layer L-1 first, ..., layer 0, then wte + norm_f + lm_head), into an fp32 accumulator on the device
+ *     and, on the last micro-step, hands each finished bucket to the update, whose all-reduce (NCCL, or host-staged
+ *     MPI) overlaps the rest of backward. No per-step copy of parameters or gradients crosses PCIe; save()
+ *     downloads the master for the model file, and sampling runs the forward on the device weights.
+ *   host update (scape, topk-ef, or --update host): the host model of cuda/llama_host.c (train_llama.c's own
+ *     table, init and model files) owns the fp32 master parameters and gradients in host memory. Each forward
+ *     uploads the master parameters into an fp32 device copy and converts them to floatX; each backward computes
+ *     this micro-step's gradients into a zeroed floatX buffer, adds them into the host gradients and then reports
+ *     every bucket final; the loop's DistOptim (SCAPE, MPI on host buffers, so several ranks can share one GPU)
+ *     does the rest.
+ * Either way checkpoints and logs are the CPU trainer's. Not yet here: flash attention (the (B,NH,T,T)
+ * probabilities are stored per layer), activation recomputation.
  *
  * Shapes: B batch, T sequence, C channels, NH query heads, NKV key/value heads, hd = C/NH, KVC = NKV*hd, F SwiGLU
  * hidden size, L layers, V vocabulary, Vp padded vocabulary, N = B*T rows.
@@ -35,7 +41,9 @@
 #include "cuda/gqa.cuh"
 #include "cuda/swiglu.cuh"
 #include "cuda/classifier.cuh"
+#include "cuda/optimizer.cuh"
 #include "cuda/llama_host.h"
+#include "cuda/updater.h"
 extern "C" {
 #include "common/train.h"
 #include "common/util.h"
@@ -92,9 +100,14 @@ typedef struct {
     int L, C, NH, NKV, hd, KVC, F, V, Vp, maxT, Bmax, Tmax, B, T, have_targets;
     float eps;        /* RMSNorm epsilon */
     size_t att_max;   /* Bmax*NH*Tmax*Tmax */
-    float *d_master;  /* (P) fp32 copy of the host parameters */
-    floatX *d_params, *d_grads; /* (P) */
-    floatX *h_grads;  /* (P) pinned staging for the gradient download */
+    float *d_master;  /* (P) fp32 master: a copy of the host parameters (host update), or THE master (device) */
+    floatX *d_params, *d_grads; /* (P); d_grads holds one micro-step's gradients */
+    /* device update (cuda/updater.h, Model.create_updater): 1 when the Updater owns the parameters on the GPU;
+     * then backward adds each bucket's gradients into d_grad32 and forward uses d_params as they are */
+    int device_update;
+    float *d_grad32;  /* (P) fp32 gradient accumulator of the device update, else NULL */
+    int *bucket_n, **bucket_slices; /* per bucket: its slices (table indices) */
+    floatX *h_grads;  /* (P) pinned staging for the gradient download (host update; NULL with the device update) */
     Tensors p, g;
     Acts a;
     int *d_inputs, *d_targets, *h_inputs, *h_targets; /* (N) */
@@ -180,13 +193,16 @@ static float llamacu_forward(Model *model, const int *inputs, const int *targets
     m->T = T;
     m->have_targets = targets != NULL;
 
-    /* the loop may have updated the host parameters since the last forward */
-    size_t P = m->base.table.total;
-    cudaCheck(cudaMemcpyAsync(m->d_master, m->base.params, P * sizeof(float), cudaMemcpyHostToDevice, s));
+    /* host update: the loop may have updated the host parameters since the last forward (the device update keeps
+     * d_master and d_params current itself, ordered on this stream) */
+    if (!m->device_update) {
+        size_t P = m->base.table.total;
+        cudaCheck(cudaMemcpyAsync(m->d_master, m->base.params, P * sizeof(float), cudaMemcpyHostToDevice, s));
 #ifndef ENABLE_FP32
-    to_floatx_kernel<<<ceil_div((long)P, 256), 256, 0, s>>>(m->d_params, m->d_master, (long)P);
-    cudaCheckLaunch();
+        to_floatx_kernel<<<ceil_div((long)P, 256), 256, 0, s>>>(m->d_params, m->d_master, (long)P);
+        cudaCheckLaunch();
 #endif
+    }
 
     Tensors *p = &m->p;
     Acts *a = &m->a;
@@ -242,6 +258,19 @@ static float llamacu_forward(Model *model, const int *inputs, const int *targets
     double sum = 0.0; /* in a fixed order on the host: independent of the launch configuration */
     for (size_t i = 0; i < N; i++) sum += m->h_losses[i];
     return (float)(sum / N);
+}
+
+/* Device update: bucket b's gradients of this micro-step are final on the stream (their last write is enqueued);
+ * add them into the fp32 accumulator (the sum the host path forms on the CPU: acc + (float)g, one rounding) and, on
+ * the last micro-step (on_bucket non-NULL), hand the bucket to the update, which orders its collective after the
+ * accumulation by an event on the stream (cuda/device_model.h's protocol). */
+static void bucket_done(LlamaCU *m, int b, BucketReadyFn on_bucket, void *ctx) {
+    const ParamTable *tab = &m->base.table;
+    for (int k = 0; k < m->bucket_n[b]; k++) {
+        const ParamSlice *sl = &tab->slices[m->bucket_slices[b][k]];
+        grad_accumulate(m->d_grad32 + sl->offset, m->d_grads + sl->offset, (long)sl->numel, m->s);
+    }
+    if (on_bucket) on_bucket(ctx, b);
 }
 
 static void llamacu_backward(Model *model, float loss_scale, BucketReadyFn on_bucket, void *ctx) {
@@ -305,11 +334,16 @@ static void llamacu_backward(Model *model, float loss_scale, BucketReadyFn on_bu
         matmul_backward(bl, a->dc, dwv, NULL, NULL, a->dv, h1, wv, n, C, KVC, 1.0f, s);
         rmsnorm_backward(a->dres, dattn_norm, a->fscratch, a->dc, x, attn_norm, rstd1, n, C, s);
         /* dres is now d(this layer's input) */
+        if (m->device_update) bucket_done(m, L - 1 - l, on_bucket, ctx); /* layer l's 9 tensors are final */
     }
     /* dwte += scatter of dres: each distinct token's row summed over its rows in increasing order, no atomics */
     dim3 grid(m->plan.nseg, ceil_div(C, 256));
     encoder_backward_wte_kernel<<<grid, 256, 0, s>>>(g->wte, a->dres, m->d_order, m->d_seg_start, m->d_seg_tok, C);
     cudaCheckLaunch();
+    if (m->device_update) {
+        bucket_done(m, L, on_bucket, ctx); /* wte, norm_f and lm_head (the last two were final since the start) */
+        return;
+    }
 
     /* add this micro-step's gradients into the host's (the loop's optimizer and communication read those) */
     cudaCheck(cudaMemcpyAsync(m->h_grads, m->d_grads, P * sizeof(floatX), cudaMemcpyDeviceToHost, s));
@@ -334,7 +368,11 @@ static const float *llamacu_logits(const Model *model) {
 }
 
 static void llamacu_save(const Model *model, const char *path) {
-    const LlamaCU *m = (const LlamaCU *)model;
+    LlamaCU *m = (LlamaCU *)model;
+    if (m->device_update) { /* the device holds the master weights: refresh the host copy the writer reads */
+        cudaCheck(cudaStreamSynchronize(m->s));
+        cudaCheck(cudaMemcpy(m->base.params, m->d_master, m->base.table.total * sizeof(float), cudaMemcpyDeviceToHost));
+    }
     m->host->save(m->host, path); /* version 3 fp32, from the host master parameters */
 }
 
@@ -351,7 +389,11 @@ static void llamacu_free(Model *model) {
 #ifndef ENABLE_FP32
     cudaCheck(cudaFree(m->d_params));
 #endif
-    cudaCheck(cudaFreeHost(m->h_grads));
+    if (m->d_grad32) cudaCheck(cudaFree(m->d_grad32));
+    for (int b = 0; b < m->base.table.num_buckets; b++) free(m->bucket_slices[b]);
+    free(m->bucket_slices);
+    free(m->bucket_n);
+    if (m->h_grads) cudaCheck(cudaFreeHost(m->h_grads));
     cudaCheck(cudaFreeHost(m->h_losses));
     cudaCheck(cudaFreeHost(m->h_inputs));
     cudaCheck(cudaFreeHost(m->h_targets));
@@ -427,6 +469,20 @@ static Model *llamacu_create(const char *spec, const char *init_path, uint64_t s
     m->d_grads = (floatX *)dalloc(P * sizeof(floatX), "the gradients");
     point_tensors(&m->p, m->d_params, &b->table);
     point_tensors(&m->g, m->d_grads, &b->table);
+    /* each bucket's slices (table indices, memory order), for the device update's per-bucket accumulation */
+    int nb = b->table.num_buckets;
+    if (nb != m->L + 1) fatal("internal: the Llama table has %d gradient buckets, expected L+1 = %d", nb, m->L + 1);
+    m->bucket_n = (int *)xcalloc((size_t)nb, sizeof(int), "bucket slices");
+    m->bucket_slices = (int **)xcalloc((size_t)nb, sizeof(int *), "bucket slices");
+    for (int i = 0; i < b->table.n; i++) m->bucket_n[b->table.slices[i].bucket]++;
+    for (int k = 0; k < nb; k++) {
+        m->bucket_slices[k] = (int *)xmalloc((size_t)(m->bucket_n[k] ? m->bucket_n[k] : 1) * sizeof(int), "bucket slices");
+        m->bucket_n[k] = 0;
+    }
+    for (int i = 0; i < b->table.n; i++) {
+        int k = b->table.slices[i].bucket;
+        m->bucket_slices[k][m->bucket_n[k]++] = i;
+    }
     Acts *a = &m->a;
     size_t X = sizeof(floatX);
     a->x0 = (floatX *)dalloc(N * C * X, "activations");
@@ -485,13 +541,48 @@ static Model *llamacu_create(const char *spec, const char *init_path, uint64_t s
     return b;
 }
 
+#if !defined(TESTING) || defined(TESTING_DEVICE_UPDATE)
+/* Model.create_updater: the device-resident update (cuda/updater.h) for adamw/adams; NULL (the loop's host update
+ * on params/grads, as before) for scape and topk-ef (the same gate as train_gpt.cu's gpt2cu_create_updater: widen
+ * both together when cuda/updater.cu takes more optimizers). The update broadcasts rank 0's host parameters into
+ * d_master and d_params; from here on the GPU holds the master weights. Allocates the (P) fp32 gradient
+ * accumulator and frees the host path's pinned gradient staging. fatal() when GPU memory runs out.
+ * (Compiled into the trainer and into test/gpu/test_llamacu_update.cu, which link cuda/updater.o.) */
+static Updater *llamacu_create_updater(Model *model, const UpdaterConfig *cfg) {
+    LlamaCU *m = (LlamaCU *)model;
+    if (cfg->dist.opt.kind != OPT_ADAMW && cfg->dist.opt.kind != OPT_ADAMS) return NULL;
+    size_t P = m->base.table.total;
+    m->d_grad32 = (float *)dalloc(P * sizeof(float), "the fp32 gradients");
+    cudaCheck(cudaMemset(m->d_grad32, 0, P * sizeof(float)));
+    DeviceModel dm = {&m->base.table, m->d_master, m->d_params, m->d_grad32, m->base.params, m->s};
+    Updater *u = device_updater_create(&dm, cfg);
+    if (!u) {
+        cudaCheck(cudaFree(m->d_grad32));
+        m->d_grad32 = NULL;
+        return NULL;
+    }
+    m->device_update = 1;
+    /* the gradient download staging of the host path is never used again (2P bytes of pinned host memory) */
+    cudaCheck(cudaStreamSynchronize(m->s));
+    cudaCheck(cudaFreeHost(m->h_grads));
+    m->h_grads = NULL;
+    return u;
+}
+#endif
+
 #ifndef TESTING
+static Model *llamacu_create_trainer(const char *spec, const char *init_path, uint64_t seed, int B, int T) {
+    Model *model = llamacu_create(spec, init_path, seed, B, T);
+    model->create_updater = llamacu_create_updater;
+    return model;
+}
+
 static ModelFamily llamacu_family;
 
 int main(int argc, char **argv) {
     const ModelFamily *cpu = llama_host_family();
     llamacu_family = *cpu;
-    llamacu_family.create = llamacu_create;
+    llamacu_family.create = llamacu_create_trainer;
     return train_main(argc, argv, &llamacu_family);
 }
 #endif
