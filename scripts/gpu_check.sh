@@ -297,9 +297,12 @@ if [ $TRAIN_OK = 1 ]; then
             compare_losses llama_train_fp32_vs_cpu_10_steps "$WORK/llama_fp32/log.jsonl" "$WORK/llama_cpu/log.jsonl" 1e-4
         trun llama_bf16 $LT "${LCOMMON[@]}" &&
             compare_losses llama_train_bf16_vs_cpu_10_steps "$WORK/llama_bf16/log.jsonl" "$WORK/llama_cpu/log.jsonl" 2e-2
+        trun llama_fp32_host_update $LT32 "${LCOMMON[@]}" --update host &&
+            compare_losses llama_device_vs_host_update_fp32 "$WORK/llama_fp32/log.jsonl" "$WORK/llama_fp32_host_update/log.jsonl" 0
     else
         notrun llama_train_fp32_vs_cpu_10_steps "no Llama shards and no python3 to write synthetic ones"
         notrun llama_train_bf16_vs_cpu_10_steps "no Llama shards and no python3 to write synthetic ones"
+        notrun llama_device_vs_host_update_fp32 "no Llama shards and no python3 to write synthetic ones"
     fi
     throughput throughput_gpt2_124M_d12 ./train_gptcu d12
     throughput throughput_gpt2_350M_d24 ./train_gptcu d24
@@ -308,7 +311,7 @@ else
     for c in train_fp32_vs_cpu_10_steps train_bf16_vs_cpu_10_steps identical_runs_bitwise save_resume_bitwise \
              two_ranks_one_gpu_vs_accumulation device_vs_host_update_fp32 device_vs_host_update_bf16 \
              two_ranks_zero1_vs_no_zero nan_step_skipped cpu_checkpoint_resumed_on_gpu llama_train_fp32_vs_cpu_10_steps \
-             llama_train_bf16_vs_cpu_10_steps throughput_llama_500M throughput_gpt2_124M_d12 throughput_gpt2_350M_d24; do notrun $c "$reason"; done
+             llama_train_bf16_vs_cpu_10_steps llama_device_vs_host_update_fp32 throughput_llama_500M throughput_gpt2_124M_d12 throughput_gpt2_350M_d24; do notrun $c "$reason"; done
 fi
 
 log "== $npass passed, $nfail failed, $nnot not run ($(( $(date +%s) - START )) s); report: $REPORT"
