@@ -5,16 +5,16 @@
  * tight comparison with the CPU trainer).
  *
  * How it fits the shared loop (common/train.c, common/model.h), two ways:
- *   device update (adamw, adams; Model.create_updater -> cuda/updater.h): the GPU holds the fp32 master weights,
+ *   device update (adamw, adams, scape; Model.create_updater -> cuda/updater.h): the GPU holds the fp32 master weights,
  *     the optimizer state and the floatX copy the forward reads. Each backward adds its floatX gradients, bucket by
  *     bucket (one layer at a time), into an fp32 accumulator on the device and, on the last micro-step, hands each
  *     finished bucket to the update, whose all-reduce (NCCL, or host-staged MPI) overlaps the rest of backward.
  *     No per-step copy of parameters or gradients crosses PCIe; save() downloads the master for the model file.
- *   host update (scape, topk-ef): the host model of cuda/gpt2_host.c (train_gpt.c's own table, init and model
- *     files) owns the fp32 master parameters and gradients in host memory. Each forward uploads the master
+ *   host update (topk-ef, or --update host): the host model of cuda/gpt2_host.c (train_gpt.c's table, init and
+ *     model files) owns the fp32 master parameters and gradients in host memory. Each forward uploads the master
  *     parameters and converts them to floatX; each backward computes this micro-step's gradients into a zeroed
  *     floatX buffer, adds them into the host gradients and reports every bucket final; the loop's DistOptim
- *     (SCAPE, MPI on host buffers, so several ranks can share one GPU) does the rest.
+ *     (MPI on host buffers, so several ranks can share one GPU) does the rest.
  * Either way checkpoints and logs are the CPU trainer's. Not yet here (see cuda/README.md): cuDNN attention.
  *
  * Shapes: B batch, T sequence, C channels, NH heads, L layers, V vocabulary, Vp padded vocabulary, N = B*T.
@@ -432,12 +432,12 @@ static Model *gpt2cu_create(const char *spec, const char *init_path, uint64_t se
 }
 
 #if !defined(TESTING) || defined(TESTING_DEVICE_UPDATE)
-/* Model.create_updater: the device-resident update (cuda/updater.h) for adamw/adams; NULL (the loop's host update
- * on params/grads, as before) for scape and topk-ef. From here on the GPU holds the master weights.
+/* Model.create_updater: the device-resident update (cuda/updater.h) for adamw, adams and scape; NULL (the loop's
+ * host update on params/grads, as before) for topk-ef. From here on the GPU holds the master weights.
  * (Compiled into the trainer and into test/gpu/test_gpt2cu_update.cu, which link cuda/updater.o.) */
 static Updater *gpt2cu_create_updater(Model *model, const UpdaterConfig *cfg) {
     GPT2CU *m = (GPT2CU *)model;
-    if (cfg->dist.opt.kind != OPT_ADAMW && cfg->dist.opt.kind != OPT_ADAMS) return NULL;
+    if (cfg->dist.opt.kind != OPT_ADAMW && cfg->dist.opt.kind != OPT_ADAMS && cfg->dist.opt.kind != OPT_SCAPE) return NULL;
     size_t P = m->base.table.total;
     m->d_grad32 = (float *)dalloc(P * sizeof(float), "the fp32 gradients");
     cudaCheck(cudaMemset(m->d_grad32, 0, P * sizeof(float)));

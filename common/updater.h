@@ -3,9 +3,9 @@
  * functions called once per step (bucket_ready during the last micro-step's backward, then step), plus the
  * checkpoint and mask-statistics hooks. Two implementations:
  *   host   (updater_host_create, in scape/dist.c): scape/dist.h's DistOptim on the model's host params/grads,
- *          unchanged: what the CPU trainers use, and the CUDA trainers for scape and topk-ef;
+ *          unchanged: what the CPU trainers use, and the CUDA trainers for topk-ef (or --update host);
  *   device (cuda/updater.h): fp32 master weights and optimizer state on the GPU, NCCL or host-staged MPI,
- *          for adamw/adams in the CUDA trainers (Model.create_updater, common/model.h).
+ *          for adamw/adams/scape in the CUDA trainers (Model.create_updater, common/model.h).
  * Both write the same checkpoint blob for the same optimizer, world and ZeRO setting.
  * Not for: update formulas (scape/optim.h, cuda/optimizer.cuh) or collectives (scape/comm.h).
  */
@@ -31,6 +31,7 @@ typedef struct UpdaterConfig {
     DistConfig dist;   /* optimizer, clip, ZeRO-1, SCAPE settings (scape/dist.h) */
     CommBackend comm;  /* --comm */
     uint64_t seed;     /* --seed: the device update derives its stochastic-rounding seeds from it */
+    int scape_offload_residual; /* device SCAPE: r in pinned host memory, staged per slice (SCAPE.md section 7) */
 } UpdaterConfig;
 
 typedef struct Updater Updater;

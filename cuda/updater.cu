@@ -19,7 +19,8 @@
  *
  * The floatX copy is always SR(master, sr_seed(seed, last_t, tensor)): written by the update kernels, rebuilt
  * identically after a ZeRO-1 all-gather and after a resume (load), which is what makes resume bit-exact.
- * Not for: SCAPE / topk-ef (host path), the kernels themselves (cuda/optimizer.cuh).
+ * SCAPE: cuda/scape_updater.cuh, included below (it shares this file's helpers); device_updater_create hands
+ * --optimizer scape to it. Not for: topk-ef (host path), the kernels themselves (cuda/optimizer.cuh, cuda/scape.cuh).
  */
 #include <math.h>
 #include <stdio.h>
@@ -28,6 +29,7 @@
 
 #include "cuda/updater.h"
 #include "cuda/optimizer.cuh"
+#include "cuda/scape.cuh"
 #ifdef ENABLE_NCCL
 #include <nccl.h>
 #endif
@@ -420,10 +422,37 @@ static void *hmalloc_pinned(size_t bytes, const char *what) {
     return p;
 }
 
+/* The collectives for this run (the same answer on every rank): 1 for NCCL, 0 for MPI (host-staged) or one rank.
+ * fatal() on --comm nccl without NCCL in the build or with ranks sharing a GPU. */
+static int choose_nccl(const UpdaterConfig *cfg, int world) {
+    int ndev = 0, nccl = 0;
+    cudaCheck(cudaGetDeviceCount(&ndev));
+    if (cfg->comm == COMM_BACKEND_NCCL && !device_updater_has_nccl())
+        fatal("--comm nccl: this build has no NCCL (nccl.h was not found at build time); use --comm mpi, or rebuild "
+              "with NCCL installed (cuda/mk/updater.mk: NCCL_HOME)");
+    if (world > 1) {
+        if (cfg->comm == COMM_BACKEND_NCCL) nccl = 1;
+        if (cfg->comm == COMM_BACKEND_AUTO) {
+            /* the same choice on every rank (nodes may differ in GPUs): NCCL only if every rank can use it */
+            int64_t cannot = !(device_updater_has_nccl() && node_ranks(world) <= ndev);
+            comm_allreduce_max_i64(&cannot, 1);
+            nccl = !cannot;
+        }
+        if (nccl && node_ranks(world) > ndev)
+            fatal("--comm nccl: %d ranks on this node share %d GPU%s, and NCCL needs one GPU per rank; use --comm mpi "
+                  "(host-staged) or at most %d ranks per node", node_ranks(world), ndev, ndev == 1 ? "" : "s", ndev);
+    }
+    return nccl;
+}
+
+/* SCAPE on the device (scape_updater_create and its pieces) */
+#include "cuda/scape_updater.cuh"
+
 Updater *device_updater_create(const DeviceModel *dm, const UpdaterConfig *cfg) {
     OptimizerKind kind = cfg->dist.opt.kind;
-    if (kind != OPT_ADAMW && kind != OPT_ADAMS) return NULL;
+    if (kind != OPT_ADAMW && kind != OPT_ADAMS && kind != OPT_SCAPE) return NULL;
     if (!(cfg->dist.opt.beta1 >= 0 && cfg->dist.opt.beta1 < 1)) fatal("beta1 %g is outside [0, 1)", cfg->dist.opt.beta1);
+    if (kind == OPT_SCAPE) return scape_updater_create(dm, cfg, choose_nccl(cfg, comm_world()));
     DevUpdater *u = (DevUpdater *)xcalloc(1, sizeof *u, "device update");
     u->dm = *dm;
     u->cfg = *cfg;
@@ -435,25 +464,7 @@ Updater *device_updater_create(const DeviceModel *dm, const UpdaterConfig *cfg) 
     u->world = comm_world();
     u->zero = cfg->dist.zero;
     const ParamTable *tab = u->tab;
-
-    /* the collectives */
-    int ndev = 0;
-    cudaCheck(cudaGetDeviceCount(&ndev));
-    if (cfg->comm == COMM_BACKEND_NCCL && !device_updater_has_nccl())
-        fatal("--comm nccl: this build has no NCCL (nccl.h was not found at build time); use --comm mpi, or rebuild "
-              "with NCCL installed (cuda/mk/updater.mk: NCCL_HOME)");
-    if (u->world > 1) {
-        if (cfg->comm == COMM_BACKEND_NCCL) u->nccl = 1;
-        if (cfg->comm == COMM_BACKEND_AUTO) {
-            /* the same choice on every rank (nodes may differ in GPUs): NCCL only if every rank can use it */
-            int64_t cannot = !(device_updater_has_nccl() && node_ranks(u->world) <= ndev);
-            comm_allreduce_max_i64(&cannot, 1);
-            u->nccl = !cannot;
-        }
-        if (u->nccl && node_ranks(u->world) > ndev)
-            fatal("--comm nccl: %d ranks on this node share %d GPU%s, and NCCL needs one GPU per rank; use --comm mpi "
-                  "(host-staged) or at most %d ranks per node", node_ranks(u->world), ndev, ndev == 1 ? "" : "s", ndev);
-    }
+    u->nccl = choose_nccl(cfg, u->world);
 
     /* buckets (dist.c's tables) and the ZeRO-1 owner layout */
     owner_table_build(&u->own, tab, u->world);

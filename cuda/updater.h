@@ -4,8 +4,10 @@
  * all-reduce per bucket while backward runs (NCCL on a communication stream ordered by events, or host-staged
  * MPI through scape/comm.h so several ranks can share a GPU); with ZeRO-1 a reduce-scatter into the owner
  * shards, the sharded update, then a parameter all-gather. Norm, clipping, skip-on-non-finite, moments and the
- * checkpoint blob are bit-identical to scape/dist.c's dense path (the CPU trainers' update). SCAPE and topk-ef
- * stay on the host path (create returns NULL for them).
+ * checkpoint blob are bit-identical to scape/dist.c's dense path (the CPU trainers' update). SCAPE has its own
+ * device update (cuda/scape_updater.cuh, compiled into cuda/updater.cu), bit-identical to dist.c's SCAPE path in
+ * fp32, optionally with the residual in pinned host memory (UpdaterConfig.scape_offload_residual); topk-ef stays on
+ * the host path (create returns NULL for it).
  * Build: cuda/updater.cu once per precision (floatX); -DENABLE_NCCL with NCCL (cuda/mk/updater.mk).
  */
 #ifndef CUDA_UPDATER_H
@@ -15,7 +17,7 @@
 #include "common/updater.h"
 
 /* Creates the update for this rank over dm's buffers (which must outlive it), or returns NULL when cfg asks for an
- * optimizer other than adamw/adams. Broadcasts rank 0's dm->host_params, uploads them into dm->master and writes
+ * optimizer other than adamw/adams/scape. Broadcasts rank 0's dm->host_params, uploads them into dm->master and writes
  * dm->params from them (stochastic rounding with step 0's seeds). The collectives: with one rank none; else
  * cfg->comm NCCL (bootstrapped over MPI: rank 0's ncclUniqueId goes out with comm_bcast) or MPI, AUTO picking
  * NCCL when the build has it and every rank on the node has a GPU of its own. fatal() on --comm nccl without

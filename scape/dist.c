@@ -980,20 +980,9 @@ void distopt_save(const DistOptim *d, void *blob) {
                     .have_cur = d->have_cur, .have_next = d->have_next, .P = d->P, .lo = d->slo, .hi = d->shi};
     char *p = (char *)blob + sizeof h;
     if (d->cfg.opt.kind == OPT_SCAPE) {
-        h.K = scape_m_count(d);
-        memcpy(p, d->r, d->P * sizeof(float));
-        p += d->P * sizeof(float);
-        if (d->have_cur) {
-            memset(p, 0, blob_mask_bytes(d->P));
-            memcpy(p, d->mask_cur, mask_bytes(d->P));
-            p += blob_mask_bytes(d->P);
-        }
-        if (d->have_next) {
-            memset(p, 0, blob_mask_bytes(d->P));
-            memcpy(p, d->mask_next, mask_bytes(d->P));
-            p += blob_mask_bytes(d->P);
-        }
-        if (d->have_cur) scape_gather_masked(d->m, d->mask_cur, 0, d->P, (float *)p);
+        distopt_scape_blob_save(blob, d->world, d->rank, d->last_t, d->P, d->r, d->have_cur ? d->mask_cur : NULL,
+                                d->have_next ? d->mask_next : NULL, d->m);
+        return;
     } else if (d->cfg.opt.kind == OPT_TOPK_EF) {
         memcpy(p, d->r, d->P * sizeof(float));
         memcpy(p + d->P * sizeof(float), d->m, d->P * sizeof(float));
@@ -1086,19 +1075,87 @@ int distopt_dense_blob_load(OptimizerKind kind, size_t P, int world, size_t lo, 
 
 /* The per-rank residual (SCAPE's r, topk-ef's e) that every state blob starts with: this rank's own when the world
  * is unchanged, else the mean over all saved ranks, summed in rank order (SCAPE.md section 8: the mean residual is
- * what the algorithm sees). */
-static void load_residual(DistOptim *d, const void *const *blobs, int n_blobs, int saved_world) {
-    if (n_blobs == 1 || saved_world == d->world) {
-        int src = n_blobs == 1 ? 0 : d->rank;
-        memcpy(d->r, (const char *)blobs[src] + sizeof(BlobHeader), d->P * sizeof(float));
+ * what the algorithm sees). r: (P). */
+static void load_residual_into(float *r, size_t P, int world, int rank, const void *const *blobs, int n_blobs,
+                               int saved_world) {
+    if (n_blobs == 1 || saved_world == world) {
+        int src = n_blobs == 1 ? 0 : rank;
+        memcpy(r, (const char *)blobs[src] + sizeof(BlobHeader), P * sizeof(float));
         return;
     }
-    memset(d->r, 0, d->P * sizeof(float));
+    memset(r, 0, P * sizeof(float));
     for (int i = 0; i < n_blobs; i++) {
         const float *ri = (const float *)((const char *)blobs[i] + sizeof(BlobHeader));
-        for (size_t j = 0; j < d->P; j++) d->r[j] += ri[j];
+        for (size_t j = 0; j < P; j++) r[j] += ri[j];
     }
-    for (size_t j = 0; j < d->P; j++) d->r[j] /= (float)n_blobs;
+    for (size_t j = 0; j < P; j++) r[j] /= (float)n_blobs;
+}
+static void load_residual(DistOptim *d, const void *const *blobs, int n_blobs, int saved_world) {
+    load_residual_into(d->r, d->P, d->world, d->rank, blobs, n_blobs, saved_world);
+}
+
+/* ---- the SCAPE blob from explicit views (shared with the device updater, cuda/scape_updater.cuh) ---- */
+
+size_t distopt_scape_blob_bytes(size_t P, int have_cur, int have_next, size_t K) {
+    return sizeof(BlobHeader) + P * sizeof(float) + (have_cur ? blob_mask_bytes(P) : 0) +
+           (have_next ? blob_mask_bytes(P) : 0) + (have_cur ? K : 0) * sizeof(float);
+}
+
+void distopt_scape_blob_save(void *blob, int world, int rank, int last_t, size_t P, const float *r,
+                             const uint8_t *mask_cur, const uint8_t *mask_next, const float *m) {
+    BlobHeader h = {.magic = DIST_MAGIC, .version = DIST_VERSION, .kind = (int32_t)OPT_SCAPE, .world = world,
+                    .rank = rank, .zero = 0, .last_t = last_t, .have_cur = mask_cur != NULL,
+                    .have_next = mask_next != NULL, .P = P, .lo = 0, .hi = P};
+    char *p = (char *)blob + sizeof h;
+    h.K = mask_cur ? mask_count(mask_cur, 0, P) : 0;
+    memcpy(p, r, P * sizeof(float));
+    p += P * sizeof(float);
+    if (mask_cur) {
+        memset(p, 0, blob_mask_bytes(P));
+        memcpy(p, mask_cur, mask_bytes(P));
+        p += blob_mask_bytes(P);
+    }
+    if (mask_next) {
+        memset(p, 0, blob_mask_bytes(P));
+        memcpy(p, mask_next, mask_bytes(P));
+        p += blob_mask_bytes(P);
+    }
+    if (mask_cur) scape_gather_masked(m, mask_cur, 0, P, (float *)p);
+    memcpy(blob, &h, sizeof h);
+}
+
+int distopt_scape_blob_load(size_t P, int world, int rank, float *r, uint8_t *mask_cur, uint8_t *mask_next,
+                            int *have_cur, int *have_next, float *m, const void *const *blobs, const size_t *sizes,
+                            int n_blobs) {
+    if (n_blobs < 1) fatal("distopt_load: no optimizer state given");
+    BlobHeader h0 = check_blob_kind(OPT_SCAPE, P, blobs[0], sizes[0], 0);
+    for (int i = 1; i < n_blobs; i++) check_blob_kind(OPT_SCAPE, P, blobs[i], sizes[i], i);
+    if (n_blobs == 1 && h0.world != world)
+        fatal("optimizer state was saved by %d ranks, this run has %d; pass the state of all %d saved ranks", h0.world, world, h0.world);
+    const size_t PB = mask_bytes(P);
+    load_residual_into(r, P, world, rank, blobs, n_blobs, h0.world);
+    const char *p = (const char *)blobs[0] + sizeof(BlobHeader) + P * sizeof(float);
+    *have_cur = h0.have_cur;
+    *have_next = h0.have_next;
+    memset(mask_cur, 0, PB);
+    memset(mask_next, 0, PB);
+    if (h0.have_cur) {
+        memcpy(mask_cur, p, PB);
+        p += blob_mask_bytes(P);
+    }
+    if (h0.have_next) {
+        memcpy(mask_next, p, PB);
+        p += blob_mask_bytes(P);
+    }
+    memset(m, 0, P * sizeof(float));
+    if (h0.have_cur) {
+        if (mask_count(mask_cur, 0, P) != h0.K) fatal("optimizer state of rank 0: mask and moment sizes disagree; the checkpoint is corrupt");
+        const float *mv = (const float *)p;
+        size_t q = 0;
+        for (size_t j = 0; j < P; j++)
+            if (mask_get(mask_cur, j)) m[j] = mv[q++];
+    }
+    return h0.last_t;
 }
 
 void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, int n_blobs) {
@@ -1123,32 +1180,8 @@ void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, i
         return;
     }
     if (d->cfg.opt.kind == OPT_SCAPE) {
-        const size_t PB = mask_bytes(d->P);
-        const char *p0 = (const char *)blobs[0] + sizeof(BlobHeader);
-        /* residual: this rank's own when the world is unchanged, else the mean over the saved ranks
-         * (SCAPE.md section 8: the mean residual is what the algorithm sees) */
-        load_residual(d, blobs, n_blobs, h0.world);
-        const char *p = p0 + d->P * sizeof(float);
-        d->have_cur = h0.have_cur;
-        d->have_next = h0.have_next;
-        memset(d->mask_cur, 0, PB);
-        memset(d->mask_next, 0, PB);
-        if (h0.have_cur) {
-            memcpy(d->mask_cur, p, PB);
-            p += blob_mask_bytes(d->P);
-        }
-        if (h0.have_next) {
-            memcpy(d->mask_next, p, PB);
-            p += blob_mask_bytes(d->P);
-        }
-        memset(d->m, 0, d->P * sizeof(float));
-        if (h0.have_cur) {
-            if (mask_count(d->mask_cur, 0, d->P) != h0.K) fatal("optimizer state of rank 0: mask and moment sizes disagree; the checkpoint is corrupt");
-            const float *mv = (const float *)p;
-            size_t q = 0;
-            for (size_t j = 0; j < d->P; j++)
-                if (mask_get(d->mask_cur, j)) d->m[j] = mv[q++];
-        }
+        distopt_scape_blob_load(d->P, d->world, d->rank, d->r, d->mask_cur, d->mask_next, &d->have_cur,
+                                &d->have_next, d->m, blobs, sizes, n_blobs);
         return;
     }
     /* dense: assemble [slo, shi) from whichever blobs cover it */

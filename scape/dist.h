@@ -82,6 +82,21 @@ void distopt_dense_blob_save(void *blob, OptimizerKind kind, int world, int rank
 int distopt_dense_blob_load(OptimizerKind kind, size_t P, int world, size_t lo, size_t hi, float *m, float *v,
                             const void *const *blobs, const size_t *sizes, int n_blobs);
 
+/* The SCAPE state blob from explicit views, the exact layout distopt_save writes for --optimizer scape (header,
+ * r (P), mask_cur (P bits, padded to 8 bytes) if any, mask_next likewise if any, m on mask_cur compacted (K
+ * values)): so the CUDA trainers' device SCAPE (cuda/scape_updater.cuh) and the host DistOptim write and read
+ * each other's checkpoints. Masks: scape.h's packed bytes (mask_bytes(P)); NULL = none. m: (P) dense, zero off
+ * mask_cur. K = mask_count(mask_cur) (0 without a mask). last_t: the last completed step.
+ * distopt_scape_blob_load checks every blob (fatal() on a mismatch, as distopt_load), fills r (this rank's own, or
+ * the mean over all saved ranks when the world changed), both masks (zeroed where absent), the flags and m (P,
+ * dense), and returns the saved last_t. */
+size_t distopt_scape_blob_bytes(size_t P, int have_cur, int have_next, size_t K);
+void distopt_scape_blob_save(void *blob, int world, int rank, int last_t, size_t P, const float *r,
+                             const uint8_t *mask_cur, const uint8_t *mask_next, const float *m);
+int distopt_scape_blob_load(size_t P, int world, int rank, float *r, uint8_t *mask_cur, uint8_t *mask_next,
+                            int *have_cur, int *have_next, float *m, const void *const *blobs, const size_t *sizes,
+                            int n_blobs);
+
 /* ---- Inspection, for tests and logs (added by the distributed engineer) ---- */
 
 /* SCAPE: payload values K_t of the last completed step (0 for dense optimizers). */

@@ -52,3 +52,16 @@ $(BUILD)/cuda-fp32/test_gpt2cu_update.o: test/gpu/test_gpt2cu_update.cu train_gp
 $(BUILD)/cuda/test_gpt2cu_update $(BUILD)/cuda-fp32/test_gpt2cu_update: %/test_gpt2cu_update: %/test_gpt2cu_update.o %/updater.o $(GPT2_HOST_TEST_OBJ) $$(DIST_OBJ) $(COMMON_OBJ)
 	$(MPICC) $(CFLAGS) $^ -o $@ $(GPT2_HOST_TEST_LIBS) $(LDLIBS) -lpthread $(CUDA_TRAIN_LIBS) $(NCCL_LIBS)
 CUDA_MODEL_TESTS += $(BUILD)/cuda/test_gpt2cu_update $(BUILD)/cuda-fp32/test_gpt2cu_update
+
+# test/gpu/test_scape_updater.cu: device SCAPE (cuda/scape_updater.cuh inside cuda/updater.cu) against scape/dist.c's
+# host SCAPE, bf16 and fp32 builds, 1 rank or under mpirun (ranks may share one GPU). Host code without FMA
+# contraction: its conservation check recomputes c on the CPU bit for bit.
+$(BUILD)/cuda/test_scape_updater.o: test/gpu/test_scape_updater.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(UPDATER_NVCC) -Xcompiler -ffp-contract=off -MMD -MP -c $< -o $@
+$(BUILD)/cuda-fp32/test_scape_updater.o: test/gpu/test_scape_updater.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(UPDATER_NVCC) -DENABLE_FP32 -Xcompiler -ffp-contract=off -MMD -MP -c $< -o $@
+$(BUILD)/cuda/test_scape_updater $(BUILD)/cuda-fp32/test_scape_updater: %/test_scape_updater: %/test_scape_updater.o %/updater.o $$(DIST_OBJ) $(COMMON_OBJ)
+	$(MPICC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lpthread $(CUDA_TRAIN_LIBS) $(NCCL_LIBS)
+CUDA_MODEL_TESTS += $(BUILD)/cuda/test_scape_updater $(BUILD)/cuda-fp32/test_scape_updater

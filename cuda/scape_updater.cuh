@@ -1,0 +1,786 @@
+/*
+ * cuda/scape_updater.cuh - SCAPE (../shared/SCAPE.md) as a device-resident Updater (common/updater.h): scape/dist.c's
+ * SCAPE path (scape_begin, scape_c_bucket, scape_queue_bucket, scape_make_mask, scape_collect_next,
+ * scape_norm_pass, scape_update_pass, scape_step, the SCAPE checkpoint blob) with r, m, masks and payload on the
+ * GPU and cuda/scape.cuh's kernels doing the arithmetic, in the same order and with the same rounding, so that in
+ * fp32 the master weights, m, r, masks and checkpoint blobs equal the host DistOptim's bit for bit (given the same
+ * gradients and ranks; the g_hat norm is summed in another order, so the reported norm - and the clip factor,
+ * when clipping bites - agree to the last bit of a double sum rounded to float, which in practice is all bits).
+ * Included by cuda/updater.cu (one translation unit: it reuses that file's helpers); device_updater_create
+ * hands --optimizer scape to scape_updater_create.
+ *
+ * Per step t (mirroring dist.c):
+ *   first bucket (begin):  wait for M_t's all-gather (made at t-1), OR the owners' segments into the next-mask
+ *                          words, swap it in as M_t; per bucket the payload offsets of M_t (and with several ranks
+ *                          K_b on the host: one stream sync, the collectives need the counts)
+ *   bucket_ready(b):       c = b1 m + (1-b1) g + r into the fp32 gradient buffer (c replaces g there, as on the
+ *                          host) and c on M_t compacted into the payload (bucket b's part starts at the bucket's
+ *                          element offset in bucket order, dist.c's bucket_off); then the averaging all-reduce of
+ *                          K_b values: NCCL on the communication stream (sum, then / N), or host-staged MPI
+ *                          (download on the communication stream, scape/comm.h's job), or nothing with one rank
+ *   step():                (step 1 without a mask: c for all buckets, M_1 = all ones or the owners' top-k gathered
+ *                          at once); wait for the payloads; sum g_hat^2 on M_t; the non-finite check of c (any
+ *                          rank, one control all-reduce as dist.c); skip, or clip factor; the owners' top-k of |c|
+ *                          for M_{t+1} into their segments and its all-gather (NCCL broadcasts on the communication
+ *                          stream, or MPI from pinned memory), collected at step t+1's first bucket; the masked
+ *                          AdamS update with r = c off the mask and 0 on it; zeroed gradients.
+ * Masks on the device are uint32 words (cuda/scape.cuh); owner segments live word-aligned in d_seg (rank r at
+ * seg_woff[r] words), so each owner's top-k writes whole words of its own, and an OR kernel moves each segment to
+ * its (unaligned) bit offset own.lo[r] of the mask. On the host the segments are dist.c's byte layout (seg_off),
+ * so the MPI all-gather moves the same bytes as the host path and the counters match.
+ * Residual offload (UpdaterConfig.scape_offload_residual, SCAPE.md section 7): r lives in pinned host memory
+ * (h_r) and never whole on the device. r is read once per step (by c, per bucket during backward) and written once
+ * (by the update), so each slice passes through one of two device staging buffers (d_stage, the largest slice
+ * each): for c, its r is copied in on the copy stream (cps) as soon as the buffer's previous user is done, which
+ * prefetches slice k+1 while slice k's kernel runs; the update writes the slice's new r into a buffer, and the copy
+ * stream takes it back to h_r. ev_stage_free[i] follows the last use of buffer i (kernel or copy) on whichever
+ * stream; ev_stage_ready[i] the last hand-over. Same kernels (the per-slice variants), same arithmetic: results
+ * equal those without offload bit for bit.
+ * Not here (see the report in issue 9): the bf16 payload, mask statistics (mask_stats returns NULL), the top-k on
+ * a side stream (it runs on the compute stream; its all-gather overlaps).
+ */
+
+/* dst bits [dst_off, dst_off + n) |= src bits [0, n) (src: word-aligned packed mask, element e = bit e & 31 of
+ * word e >> 5). One thread per destination word; partial words at the ends use atomicOr (a neighbour's segment
+ * shares them). mask_or_bits of scape/scape.h on device words. */
+__global__ static void scape_or_segment_kernel(uint32_t *dst, long long dst_off, const uint32_t *src, long long n) {
+    long long w = (dst_off >> 5) + (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (w > (dst_off + n - 1) >> 5) return;
+    const uint32_t range = scape_range_bits(w, dst_off, dst_off + n);
+    const long long e0 = (w << 5) - dst_off; /* source element at bit 0 of word w (negative in a first partial word) */
+    uint32_t v = 0;
+    for (int i = 0; i < 32; i++) {
+        if (!((range >> i) & 1u)) continue;
+        const long long e = e0 + i; /* 0 <= e < n here */
+        v |= ((src[e >> 5] >> (e & 31)) & 1u) << i;
+    }
+    if (range == 0xFFFFFFFFu) dst[w] |= v; /* a whole word inside the range: only this thread writes it */
+    else if (v) atomicOr(&dst[w], v);
+}
+static void scape_or_segment(uint32_t *dst, long long dst_off, const uint32_t *src, long long n, cudaStream_t s) {
+    if (n <= 0) return;
+    long long nw = ((dst_off + n - 1) >> 5) - (dst_off >> 5) + 1;
+    scape_or_segment_kernel<<<ceil_div(nw, SCAPE_THREADS), SCAPE_THREADS, 0, s>>>(dst, dst_off, src, n);
+    cudaCheckLaunch();
+}
+
+/* payload[q(tile) + rank among the tile's masked elements] = c[j] for the masked j of each tile: the compaction
+ * half of scape_momentum_compact, for step 1 whose mask is made after c (dist.c: scape_c_bucket for all buckets,
+ * then the mask, then scape_queue_bucket). One block per tile. */
+__global__ static void scape_gather_kernel(float *payload, const ScapeTile *tiles, const long long *q, const float *c,
+                                           const uint32_t *mask) {
+    __shared__ int sh[32];
+    const ScapeTile t = tiles[blockIdx.x];
+    long long base = q[blockIdx.x];
+    for (int e0 = 0; e0 < t.len; e0 += blockDim.x) { /* uniform over the block */
+        const int e = e0 + threadIdx.x;
+        const long long j = t.start + e;
+        const int on = e < t.len ? (int)scape_mask_bit(mask, j) : 0;
+        int tot;
+        const int pos = scape_block_exclusive_count(on, &tot, sh);
+        if (on) payload[base + pos] = c[j];
+        base += tot;
+    }
+}
+static void scape_gather(float *payload, const ScapeBucketPlan *pl, const float *c, const uint32_t *mask, cudaStream_t s) {
+    if (pl->ntiles == 0) return;
+    scape_gather_kernel<<<pl->ntiles, SCAPE_THREADS, 0, s>>>(payload, pl->tiles, pl->q, c, mask);
+    cudaCheckLaunch();
+}
+
+typedef struct {
+    double ss;      /* sum of g_hat^2 on M_t */
+    int bad;        /* some c was not finite */
+    int pad;
+} ScapeCtl;
+
+typedef struct {
+    Updater base;
+    DeviceModel dm;
+    UpdaterConfig cfg;
+    const ParamTable *tab;
+    OptimConfig opt;
+    floatX *copy;          /* dm.params, or NULL in fp32 builds */
+    int rank, world, nccl;
+    size_t P;
+    OwnerTable own;
+    int nb;
+    int *bn, **bslices;    /* per bucket: its slices in memory order (dist.c's payload order) */
+    size_t *bucket_off;    /* per bucket: first payload index (elements of the earlier buckets) */
+    ScapeBucketPlan *plan; /* per bucket */
+    int *part_off, npart;  /* per bucket: its norm partials in d_part; total */
+    float *d_m, *d_r;      /* (P) first moment (0 off M_t), residual (NULL with offload) */
+    int offload;           /* residual offload: r in h_r, staged per slice through d_stage */
+    float *h_r;            /* pinned (P) residual (offload) */
+    float *d_stage[2];     /* (largest slice) staging buffers (offload) */
+    int stage_next;        /* the buffer the next slice uses */
+    cudaStream_t cps;      /* copy stream (offload) */
+    cudaEvent_t ev_stage_free[2], ev_stage_ready[2];
+    uint32_t *d_cur, *d_next; /* (scape_mask_words(P)) M_t and the gathered M_{t+1} */
+    uint32_t *d_seg;       /* owner segments, word-aligned: rank r's at seg_woff[r] */
+    size_t *seg_woff;
+    uint8_t *h_seg;        /* pinned (world > 1, MPI): dist.c's segment bytes, rank r's at seg_off[r] */
+    size_t *seg_bytes, *seg_off, seg_total;
+    float *d_payload;      /* (P) compact payload by bucket */
+    float *h_payload;      /* pinned (P) (world > 1, MPI) */
+    long long *h_kb;       /* pinned (nb): K_b of the step in progress */
+    double *d_part;        /* (npart) norm partials */
+    ScapeCtl *d_ctl, *h_ctl; /* device / pinned */
+    ScapeTopkWork topk;
+    int *bstate;           /* per bucket: 0 nothing, 1 c computed (step 1), 2 queued */
+    CommHandle *bh;        /* MPI: per bucket, its payload all-reduce */
+    CommHandle next_h;     /* MPI: the mask all-gather */
+    int next_pending;      /* a mask all-gather was started and not yet collected */
+    int step_begun, have_cur, have_next, swapped, last_t;
+    size_t last_k;
+    cudaStream_t cs;
+    cudaEvent_t *ev_ready, ev_comm, ev_mask, ev_gather;
+#ifdef ENABLE_NCCL
+    ncclComm_t nc;
+#endif
+} ScapeDev;
+
+static ScapeDev *sdu(const void *p) { return (ScapeDev *)p; }
+
+static int scape_slice_sparse(const ScapeDev *u, const ParamSlice *s) {
+    return !(u->cfg.dist.exclude_norms && s->dense_only);
+}
+
+/* K_b of every bucket for the current mask on the host (pinned h_kb); with sync = 1 waits for them. */
+static void scape_fetch_counts(ScapeDev *u, int sync) {
+    for (int b = 0; b < u->nb; b++) {
+        if (u->plan[b].ntiles == 0) {
+            u->h_kb[b] = 0;
+            continue;
+        }
+        cudaCheck(cudaMemcpyAsync(&u->h_kb[b], scape_plan_count_ptr(&u->plan[b]), sizeof(long long),
+                                  cudaMemcpyDeviceToHost, u->dm.stream));
+    }
+    if (sync) cudaCheck(cudaStreamSynchronize(u->dm.stream));
+}
+
+/* payload offsets of M_t in every bucket (and K_b on the host when a collective needs them) */
+static void scape_offsets(ScapeDev *u) {
+    for (int b = 0; b < u->nb; b++) scape_payload_offsets(&u->plan[b], u->d_cur, u->dm.stream);
+    if (u->world > 1) scape_fetch_counts(u, 1);
+}
+
+/* dist.c's scape_collect_next: wait for the all-gather of the mask made last step, assemble d_next */
+static void scape_dev_collect_next(ScapeDev *u) {
+    if (!u->next_pending) return;
+    u->next_pending = 0;
+    cudaStream_t s = u->dm.stream;
+    if (u->world > 1 && u->nccl) {
+        cudaCheck(cudaStreamWaitEvent(s, u->ev_gather, 0));
+    } else if (u->world > 1) {
+        comm_wait(u->next_h);
+        u->next_h = 0;
+        for (int r = 0; r < u->world; r++)
+            if (r != u->rank && u->seg_bytes[r])
+                cudaCheck(cudaMemcpyAsync(u->d_seg + u->seg_woff[r], u->h_seg + u->seg_off[r], u->seg_bytes[r],
+                                          cudaMemcpyHostToDevice, s));
+    }
+    cudaCheck(cudaMemsetAsync(u->d_next, 0, scape_mask_words((long long)u->P) * sizeof(uint32_t), s));
+    for (int r = 0; r < u->world; r++)
+        scape_or_segment(u->d_next, (long long)u->own.lo[r], u->d_seg + u->seg_woff[r],
+                         (long long)(u->own.hi[r] - u->own.lo[r]), s);
+    u->have_next = 1;
+}
+
+/* dist.c's scape_make_mask: top-k of |c| (c in dm.grads) over this rank's owned slices at density dens into its
+ * segment, then the all-gather of all segments (collected by scape_dev_collect_next) */
+static void scape_dev_make_mask(ScapeDev *u, double dens) {
+    cudaStream_t s = u->dm.stream;
+    const size_t base = u->own.lo[u->rank], n_mine = u->own.hi[u->rank] - base;
+    uint32_t *mine = u->d_seg + u->seg_woff[u->rank];
+    if (n_mine)
+        cudaCheck(cudaMemsetAsync(mine, 0, scape_mask_words((long long)n_mine) * sizeof(uint32_t), s));
+    for (int i = u->own.first[u->rank]; i < u->own.first[u->rank + 1]; i++) {
+        const ParamSlice *sl = &u->tab->slices[i];
+        if (!scape_slice_sparse(u, sl)) scape_mask_set_range(mine, (long long)(sl->offset - base), (long long)sl->numel, s);
+        else
+            scape_topk_mask_gpu(mine, (long long)(sl->offset - base), u->dm.grads + sl->offset, (long long)sl->numel,
+                                (long long)scape_k(dens, sl->numel), &u->topk, s);
+    }
+    u->next_pending = 1;
+    if (u->world == 1) {
+        comm_stats_add(COMM_ALLGATHER, u->seg_total, 0.0); /* dist.c's one-rank all-gather: a call, no bytes */
+        return;
+    }
+    cudaCheck(cudaEventRecord(u->ev_mask, s));
+    cudaCheck(cudaStreamWaitEvent(u->cs, u->ev_mask, 0));
+    if (u->nccl) {
+#ifdef ENABLE_NCCL
+        ncclCheck(ncclGroupStart());
+        for (int r = 0; r < u->world; r++) {
+            size_t nw = (size_t)scape_mask_words((long long)(u->own.hi[r] - u->own.lo[r]));
+            if (nw)
+                ncclCheck(ncclBroadcast(u->d_seg + u->seg_woff[r], u->d_seg + u->seg_woff[r], nw * sizeof(uint32_t),
+                                        ncclUint8, r, u->nc, u->cs));
+        }
+        ncclCheck(ncclGroupEnd());
+        cudaCheck(cudaEventRecord(u->ev_gather, u->cs));
+        comm_stats_add(COMM_ALLGATHER, u->seg_total, 0.0);
+#endif
+        return;
+    }
+    if (u->seg_bytes[u->rank])
+        cudaCheck(cudaMemcpyAsync(u->h_seg + u->seg_off[u->rank], mine, u->seg_bytes[u->rank], cudaMemcpyDeviceToHost,
+                                  u->cs));
+    cudaCheck(cudaStreamSynchronize(u->cs)); /* the job reads h_seg as soon as it is queued */
+    u->next_h = comm_iallgatherv(u->h_seg, u->seg_bytes, 1);
+}
+
+/* the payload all-reduce of bucket b (K_b values at bucket_off[b]), after its c and compaction on the stream */
+static void scape_dev_comm_bucket(ScapeDev *u, int b) {
+    u->bstate[b] = 2;
+    if (u->world == 1) {
+        comm_stats_add(COMM_ALLREDUCE, 0, 0.0); /* dist.c's one-rank all-reduce: a call, no bytes */
+        return;
+    }
+    const size_t K = (size_t)u->h_kb[b];
+    float *pay = u->d_payload + u->bucket_off[b];
+    cudaCheck(cudaEventRecord(u->ev_ready[b], u->dm.stream));
+    cudaCheck(cudaStreamWaitEvent(u->cs, u->ev_ready[b], 0));
+    if (u->nccl) {
+#ifdef ENABLE_NCCL
+        if (K) {
+            ncclCheck(ncclAllReduce(pay, pay, K, ncclFloat, ncclSum, u->nc, u->cs));
+            div_f32(pay, (long)K, (float)u->world, u->cs);
+        }
+        comm_stats_add(COMM_ALLREDUCE, 4ull * K, 0.0);
+#endif
+        return;
+    }
+    float *h = u->h_payload + u->bucket_off[b];
+    if (K) cudaCheck(cudaMemcpyAsync(h, pay, K * sizeof(float), cudaMemcpyDeviceToHost, u->cs));
+    cudaCheck(cudaStreamSynchronize(u->cs)); /* the job reads h as soon as it is queued */
+    u->bh[b] = comm_iallreduce_avg_f32(h, K);
+}
+
+/* c = b1 m + (1-b1) g + r into dm.grads for bucket b, its values on mask compacted into the bucket's payload
+ * (scape_momentum_compact); with offload slice by slice, r staged in from h_r on the copy stream */
+static void scape_dev_momentum(ScapeDev *u, int b, const uint32_t *mask) {
+    cudaStream_t s = u->dm.stream;
+    float *payload = u->d_payload + u->bucket_off[b];
+    const ScapeBucketPlan *pl = &u->plan[b];
+    if (!u->offload) {
+        scape_momentum_compact<float>(u->dm.grads, payload, &u->d_ctl->bad, pl, u->dm.grads, u->d_m, u->d_r, mask,
+                                      u->opt.beta1, s);
+        return;
+    }
+    for (int k = 0; k < pl->nslices; k++) {
+        const ParamSlice *sl = &u->tab->slices[u->bslices[b][k]];
+        if (sl->numel == 0) continue;
+        const int i = u->stage_next;
+        u->stage_next ^= 1;
+        float *st = u->d_stage[i];
+        /* copy stream: once the buffer's last user is done, r of this slice in (a prefetch: the host runs ahead) */
+        cudaCheck(cudaStreamWaitEvent(u->cps, u->ev_stage_free[i], 0));
+        cudaCheck(cudaMemcpyAsync(st, u->h_r + sl->offset, sl->numel * sizeof(float), cudaMemcpyHostToDevice, u->cps));
+        cudaCheck(cudaEventRecord(u->ev_stage_ready[i], u->cps));
+        cudaCheck(cudaStreamWaitEvent(s, u->ev_stage_ready[i], 0));
+        /* c_slice = dm.grads + offset: c lands in dm.grads[j] (the kernel indexes c and r by j - offset) */
+        scape_momentum_compact_slice<float>(u->dm.grads + sl->offset, payload, &u->d_ctl->bad, pl, k, u->dm.grads,
+                                            u->d_m, st, mask, u->opt.beta1, s);
+        cudaCheck(cudaEventRecord(u->ev_stage_free[i], s));
+    }
+}
+
+/* the masked update of bucket b (scape_update); with offload slice by slice, the new r written into a staging
+ * buffer and taken back to h_r on the copy stream */
+static void scape_dev_update(ScapeDev *u, int b, const ScapeUpdateArgs *a) {
+    cudaStream_t s = u->dm.stream;
+    const float *payload = u->d_payload + u->bucket_off[b];
+    const ScapeBucketPlan *pl = &u->plan[b];
+    if (!u->offload) {
+        scape_update(u->dm.master, u->copy, u->d_m, u->d_r, u->dm.grads, pl, payload, u->d_cur, a, s);
+        return;
+    }
+    for (int k = 0; k < pl->nslices; k++) {
+        const ParamSlice *sl = &u->tab->slices[u->bslices[b][k]];
+        if (sl->numel == 0) continue;
+        const int i = u->stage_next;
+        u->stage_next ^= 1;
+        float *st = u->d_stage[i];
+        cudaCheck(cudaStreamWaitEvent(s, u->ev_stage_free[i], 0)); /* its last copy out has finished */
+        /* every element of the slice gets its new r (0 on the mask, c off it), so nothing is copied in */
+        scape_update_slice(u->dm.master, u->copy, u->d_m, st, u->dm.grads + sl->offset, pl, k, payload, u->d_cur, a, s);
+        cudaCheck(cudaEventRecord(u->ev_stage_ready[i], s));
+        cudaCheck(cudaStreamWaitEvent(u->cps, u->ev_stage_ready[i], 0));
+        cudaCheck(cudaMemcpyAsync(u->h_r + sl->offset, st, sl->numel * sizeof(float), cudaMemcpyDeviceToHost, u->cps));
+        cudaCheck(cudaEventRecord(u->ev_stage_free[i], u->cps));
+    }
+}
+
+/* scape_c_bucket + scape_queue_bucket with the mask known: c into dm.grads, its masked values into the payload */
+static void scape_dev_c_and_queue(ScapeDev *u, int b) {
+    scape_dev_momentum(u, b, u->d_cur);
+    scape_dev_comm_bucket(u, b);
+}
+
+/* dist.c's scape_begin: at the step's first bucket M_t becomes the current mask */
+static void scape_dev_begin(ScapeDev *u) {
+    u->step_begun = 1;
+    u->swapped = 0;
+    cudaCheck(cudaMemsetAsync(u->d_ctl, 0, sizeof(ScapeCtl), u->dm.stream)); /* the step's non-finite flag */
+    scape_dev_collect_next(u);
+    if (u->have_next) {
+        uint32_t *tmp = u->d_cur;
+        u->d_cur = u->d_next;
+        u->d_next = tmp;
+        u->have_next = 0;
+        u->have_cur = 1;
+        u->swapped = 1;
+    }
+    if (u->have_cur) scape_offsets(u);
+}
+
+static void sd_bucket_ready(void *ctx, int bucket) {
+    ScapeDev *u = sdu(ctx);
+    if (bucket < 0 || bucket >= u->nb) fatal("device SCAPE: bucket %d outside 0..%d", bucket, u->nb - 1);
+    if (u->bstate[bucket]) return;
+    if (!u->step_begun) scape_dev_begin(u);
+    if (!u->have_cur) return; /* step 1: the mask is made from all of c in step() */
+    scape_dev_c_and_queue(u, bucket);
+}
+
+static void scape_dev_end_step(ScapeDev *u) {
+    cudaCheck(cudaMemsetAsync(u->dm.grads, 0, u->P * sizeof(float), u->dm.stream));
+    for (int b = 0; b < u->nb; b++) {
+        u->bstate[b] = 0;
+        u->bh[b] = 0;
+    }
+    u->step_begun = 0;
+}
+
+/* dist.c's scape_step on the device */
+static int sd_step(Updater *base, int t, float lr, float *grad_norm) {
+    ScapeDev *u = sdu(base);
+    if (t < 1) fatal("distopt_step: step %d < 1; steps count from 1", t);
+    cudaStream_t s = u->dm.stream;
+    const float b1 = u->opt.beta1;
+    const DistConfig *dc = &u->cfg.dist;
+    if (!u->step_begun) scape_dev_begin(u);
+    int bootstrapped = 0;
+    if (!u->have_cur) {
+        /* first step: c for everything (an empty mask: nothing compacted), then M_1 = all ones (d(1) = 1) or the
+         * owners' top-k, gathered now */
+        cudaCheck(cudaMemsetAsync(u->d_cur, 0, scape_mask_words((long long)u->P) * sizeof(uint32_t), s));
+        for (int b = 0; b < u->nb; b++) {
+            scape_dev_momentum(u, b, u->d_cur);
+            u->bstate[b] = 1;
+        }
+        double d1 = scape_density(dc->density, dc->density_start, dc->density_warmup, t);
+        if (d1 >= 1.0) {
+            scape_mask_set_range(u->d_cur, 0, (long long)u->P, s);
+        } else {
+            scape_dev_make_mask(u, d1);
+            scape_dev_collect_next(u);
+            uint32_t *tmp = u->d_cur;
+            u->d_cur = u->d_next;
+            u->d_next = tmp;
+            u->have_next = 0;
+        }
+        u->have_cur = 1;
+        bootstrapped = 1;
+        scape_offsets(u);
+    }
+    for (int b = 0; b < u->nb; b++) {
+        if (u->bstate[b] == 0) scape_dev_c_and_queue(u, b);
+        else if (u->bstate[b] == 1) {
+            scape_gather(u->d_payload + u->bucket_off[b], &u->plan[b], u->dm.grads, u->d_cur, s);
+            scape_dev_comm_bucket(u, b);
+        }
+    }
+    /* the averaged payloads, ordered before the norm and the update */
+    if (u->world > 1 && u->nccl) {
+        cudaCheck(cudaEventRecord(u->ev_comm, u->cs));
+        cudaCheck(cudaStreamWaitEvent(s, u->ev_comm, 0));
+    } else if (u->world > 1) {
+        for (int b = 0; b < u->nb; b++) {
+            comm_wait(u->bh[b]);
+            if (u->h_kb[b])
+                cudaCheck(cudaMemcpyAsync(u->d_payload + u->bucket_off[b], u->h_payload + u->bucket_off[b],
+                                          (size_t)u->h_kb[b] * sizeof(float), cudaMemcpyHostToDevice, s));
+        }
+    }
+
+    /* g_hat = (m_t - beta1 m_{t-1}) / (1 - beta1) on M_t; the sum of its squares (scape_norm_pass) */
+    for (int b = 0; b < u->nb; b++)
+        scape_norm_partial(u->d_part + u->part_off[b], &u->plan[b], u->d_payload + u->bucket_off[b], u->d_m, u->d_cur,
+                           b1, s);
+    if (u->npart) scape_norm_finish(&u->d_ctl->ss, u->d_part, u->npart, s);
+    cudaCheck(cudaMemcpyAsync(u->h_ctl, u->d_ctl, sizeof(ScapeCtl), cudaMemcpyDeviceToHost, s));
+    if (u->world == 1) scape_fetch_counts(u, 0);
+    cudaCheck(cudaStreamSynchronize(s));
+    size_t K = 0;
+    for (int b = 0; b < u->nb; b++) K += (size_t)u->h_kb[b];
+    float norm = (float)sqrt(u->h_ctl->ss);
+    /* a non-finite c anywhere (any rank) skips the step, as dist.c's control all-reduce decides */
+    int64_t bad = u->h_ctl->bad ? 1 : 0;
+    comm_allreduce_max_i64(&bad, 1);
+    if (bad) norm = NAN;
+    *grad_norm = norm;
+    if (!isfinite(norm)) {
+        /* skipped: the masks as before the step, so m stays supported on d_cur */
+        if (bootstrapped) u->have_cur = 0;
+        else if (u->swapped) {
+            uint32_t *tmp = u->d_cur;
+            u->d_cur = u->d_next;
+            u->d_next = tmp;
+            u->have_next = 1;
+        }
+        scape_dev_end_step(u);
+        return 1;
+    }
+    float sc = 1.0f;
+    int clipped = dc->clip > 0 && norm > dc->clip;
+    if (clipped) sc = dc->clip / (norm + 1e-6f);
+
+    /* next mask from |c| (c still in dm.grads), gathered while the update and the next forward/backward run */
+    scape_dev_make_mask(u, scape_density(dc->density, dc->density_start, dc->density_warmup, t + 1));
+
+    /* error feedback, then AdamS on M_t and decay only elsewhere (SCAPE.md section 3 items 3-7) */
+    ScapeUpdateArgs a = scape_update_args(t, lr, b1, u->opt.beta2, u->opt.eps, u->opt.weight_decay, clipped, sc,
+                                          u->cfg.seed);
+    for (int b = 0; b < u->nb; b++) scape_dev_update(u, b, &a);
+    u->last_k = K;
+    scape_dev_end_step(u);
+    u->last_t = t;
+    return 0;
+}
+
+static float sd_density(const Updater *base, int t) {
+    const DistConfig *dc = &sdu(base)->cfg.dist;
+    return (float)scape_density(dc->density, dc->density_start, dc->density_warmup, t);
+}
+static void sd_mask_stats_enable(Updater *u, int on) {}
+static const DistMaskStats *sd_mask_stats(const Updater *u) { return NULL; }
+
+/* ---- checkpoint blob: distopt_save's SCAPE layout through scape/dist.c's distopt_scape_blob_* ---- */
+
+static unsigned long long scape_dev_count_cur(ScapeDev *u) {
+    if (!u->have_cur) return 0;
+    unsigned long long *d = (unsigned long long *)dmalloc(sizeof *d, "a mask count"), h = 0;
+    scape_mask_count(d, u->d_cur, 0, (long long)u->P, u->dm.stream);
+    cudaCheck(cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, u->dm.stream));
+    cudaCheck(cudaStreamSynchronize(u->dm.stream));
+    cudaCheck(cudaFree(d));
+    return h;
+}
+
+static size_t sd_state_bytes(const Updater *base) {
+    ScapeDev *u = sdu(base); /* the pending mask all-gather must land before the state is complete */
+    scape_dev_collect_next(u);
+    return distopt_scape_blob_bytes(u->P, u->have_cur, u->have_next, (size_t)scape_dev_count_cur(u));
+}
+
+/* host copy of a device mask in scape.h's byte layout (little-endian words are its bytes), MASK_PAD slack */
+static uint8_t *scape_dev_download_mask(const ScapeDev *u, const uint32_t *d) {
+    uint8_t *h = (uint8_t *)xcalloc(mask_bytes(u->P) + MASK_PAD, 1, "mask download");
+    cudaCheck(cudaMemcpy(h, d, mask_bytes(u->P), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+static void sd_save(const Updater *base, void *blob) {
+    ScapeDev *u = sdu(base);
+    scape_dev_collect_next(u);
+    cudaCheck(cudaStreamSynchronize(u->dm.stream));
+    float *r = (float *)xmalloc(u->P * sizeof(float), "residual download");
+    float *m = (float *)xmalloc(u->P * sizeof(float), "moment download");
+    if (u->offload) {
+        cudaCheck(cudaStreamSynchronize(u->cps)); /* the last update's r is back in h_r */
+        memcpy(r, u->h_r, u->P * sizeof(float));
+    } else {
+        cudaCheck(cudaMemcpy(r, u->d_r, u->P * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    cudaCheck(cudaMemcpy(m, u->d_m, u->P * sizeof(float), cudaMemcpyDeviceToHost));
+    uint8_t *mc = u->have_cur ? scape_dev_download_mask(u, u->d_cur) : NULL;
+    uint8_t *mn = u->have_next ? scape_dev_download_mask(u, u->d_next) : NULL;
+    distopt_scape_blob_save(blob, u->world, u->rank, u->last_t, u->P, r, mc, mn, m);
+    free(r); free(m); free(mc); free(mn);
+}
+
+static void sd_load(Updater *base, const void *const *blobs, const size_t *sizes, int n_blobs) {
+    ScapeDev *u = sdu(base);
+    /* a pending all-gather is finished first (every rank queued it), then forgotten */
+    scape_dev_collect_next(u);
+    float *r = (float *)xmalloc(u->P * sizeof(float), "residual upload");
+    float *m = (float *)xmalloc(u->P * sizeof(float), "moment upload");
+    uint8_t *mc = (uint8_t *)xcalloc(mask_bytes(u->P) + MASK_PAD, 1, "mask upload");
+    uint8_t *mn = (uint8_t *)xcalloc(mask_bytes(u->P) + MASK_PAD, 1, "mask upload");
+    int hc = 0, hn = 0;
+    int last_t = distopt_scape_blob_load(u->P, u->world, u->rank, r, mc, mn, &hc, &hn, m, blobs, sizes, n_blobs);
+    const size_t wb = (size_t)scape_mask_words((long long)u->P) * sizeof(uint32_t);
+    cudaCheck(cudaStreamSynchronize(u->dm.stream));
+    if (u->offload) {
+        cudaCheck(cudaStreamSynchronize(u->cps)); /* no copy in flight touches h_r */
+        memcpy(u->h_r, r, u->P * sizeof(float));
+    } else {
+        cudaCheck(cudaMemcpy(u->d_r, r, u->P * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    cudaCheck(cudaMemcpy(u->d_m, m, u->P * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemset(u->d_cur, 0, wb));
+    cudaCheck(cudaMemset(u->d_next, 0, wb));
+    cudaCheck(cudaMemcpy(u->d_cur, mc, mask_bytes(u->P), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(u->d_next, mn, mask_bytes(u->P), cudaMemcpyHostToDevice));
+    free(r); free(m); free(mc); free(mn);
+    u->have_cur = hc;
+    u->have_next = hn;
+    u->last_t = last_t;
+    for (int b = 0; b < u->nb; b++) {
+        u->bstate[b] = 0;
+        u->bh[b] = 0;
+    }
+    u->step_begun = 0;
+    /* the copy the uninterrupted run would hold after step last_t (the master came from the checkpoint's model) */
+    if (u->copy)
+        for (int k = 0; k < u->tab->n; k++) {
+            const ParamSlice *sl = &u->tab->slices[k];
+            sr_copy(u->copy + sl->offset, u->dm.master + sl->offset, (long)sl->numel, sr_seed(u->cfg.seed, last_t, k),
+                    u->dm.stream);
+        }
+    cudaCheck(cudaStreamSynchronize(u->dm.stream));
+}
+
+/* SCAPE_CHECK_SYNC=1: master, floatX copy, m and masks hashed on every rank and compared (dist.c's sync check). */
+static void scape_dev_sync_check(ScapeDev *u) {
+    const char *e = getenv("SCAPE_CHECK_SYNC");
+    if (!e || strcmp(e, "1") != 0) return;
+    scape_dev_collect_next(u);
+    cudaCheck(cudaStreamSynchronize(u->dm.stream));
+    float *h = (float *)xmalloc(u->P * sizeof(float), "sync check");
+    cudaCheck(cudaMemcpy(h, u->dm.master, u->P * sizeof(float), cudaMemcpyDeviceToHost));
+    uint64_t hash = fnv1a(1469598103934665603ull, h, u->P * sizeof(float));
+    cudaCheck(cudaMemcpy(h, u->d_m, u->P * sizeof(float), cudaMemcpyDeviceToHost));
+    hash = fnv1a(hash, h, u->P * sizeof(float));
+    if (u->copy) {
+        cudaCheck(cudaMemcpy(h, u->copy, u->P * sizeof(floatX), cudaMemcpyDeviceToHost));
+        hash = fnv1a(hash, h, u->P * sizeof(floatX));
+    }
+    if (u->have_cur) {
+        cudaCheck(cudaMemcpy(h, u->d_cur, mask_bytes(u->P), cudaMemcpyDeviceToHost));
+        hash = fnv1a(hash, h, mask_bytes(u->P));
+    }
+    if (u->have_next) {
+        cudaCheck(cudaMemcpy(h, u->d_next, mask_bytes(u->P), cudaMemcpyDeviceToHost));
+        hash = fnv1a(hash, h, mask_bytes(u->P));
+    }
+    free(h);
+    uint64_t *all = (uint64_t *)xmalloc((size_t)u->world * sizeof(uint64_t), "sync check");
+    comm_allgather(&hash, all, sizeof hash);
+    for (int r = 1; r < u->world; r++)
+        if (all[r] != all[0])
+            fatal("sync check: rank %d's device parameters/SCAPE state hash %016llx differs from rank 0's %016llx; "
+                  "the ranks diverged", r, (unsigned long long)all[r], (unsigned long long)all[0]);
+    if (u->rank == 0)
+        printf("sync check: device parameters and shared SCAPE state identical on %d ranks (hash %016llx)\n", u->world,
+               (unsigned long long)all[0]);
+    fflush(stdout);
+    free(all);
+}
+
+static void sd_free(Updater *base) {
+    ScapeDev *u = sdu(base);
+    if (!u) return;
+    scape_dev_sync_check(u);
+    for (int b = 0; b < u->nb; b++) comm_wait(u->bh[b]);
+    scape_dev_collect_next(u); /* finishes a pending all-gather (every rank queued it) */
+    cudaCheck(cudaStreamSynchronize(u->cs));
+    cudaCheck(cudaStreamSynchronize(u->dm.stream));
+    if (u->offload) {
+        cudaCheck(cudaStreamSynchronize(u->cps));
+        cudaCheck(cudaStreamDestroy(u->cps));
+        for (int i = 0; i < 2; i++) {
+            cudaCheck(cudaEventDestroy(u->ev_stage_free[i]));
+            cudaCheck(cudaEventDestroy(u->ev_stage_ready[i]));
+            cudaCheck(cudaFree(u->d_stage[i]));
+        }
+        cudaCheck(cudaFreeHost(u->h_r));
+    }
+#ifdef ENABLE_NCCL
+    if (u->nccl) ncclCheck(ncclCommDestroy(u->nc));
+#endif
+    for (int b = 0; b < u->nb; b++) {
+        cudaCheck(cudaEventDestroy(u->ev_ready[b]));
+        scape_plan_free(&u->plan[b]);
+        free(u->bslices[b]);
+    }
+    cudaCheck(cudaEventDestroy(u->ev_comm));
+    cudaCheck(cudaEventDestroy(u->ev_mask));
+    cudaCheck(cudaEventDestroy(u->ev_gather));
+    cudaCheck(cudaStreamDestroy(u->cs));
+    scape_topk_work_free(&u->topk);
+    cudaCheck(cudaFree(u->d_m));
+    if (u->d_r) cudaCheck(cudaFree(u->d_r));
+    cudaCheck(cudaFree(u->d_cur));
+    cudaCheck(cudaFree(u->d_next));
+    cudaCheck(cudaFree(u->d_seg));
+    cudaCheck(cudaFree(u->d_payload));
+    cudaCheck(cudaFree(u->d_part));
+    cudaCheck(cudaFree(u->d_ctl));
+    cudaCheck(cudaFreeHost(u->h_ctl));
+    cudaCheck(cudaFreeHost(u->h_kb));
+    if (u->h_seg) cudaCheck(cudaFreeHost(u->h_seg));
+    if (u->h_payload) cudaCheck(cudaFreeHost(u->h_payload));
+    free(u->ev_ready); free(u->bslices); free(u->bn); free(u->bucket_off); free(u->plan); free(u->part_off);
+    free(u->seg_woff); free(u->seg_bytes); free(u->seg_off); free(u->bstate); free(u->bh);
+    owner_table_free(&u->own);
+    free(u);
+}
+
+/* The device SCAPE update over dm's buffers (see the top of this file); the collectives chosen as
+ * device_updater_create does (nccl: 1 for NCCL, 0 for host-staged MPI; ignored with one rank). dist.c's checks
+ * of the SCAPE settings (fatal() with the flag to fix). */
+static Updater *scape_updater_create(const DeviceModel *dm, const UpdaterConfig *cfg, int nccl) {
+    const DistConfig *dc = &cfg->dist;
+    if (!(dc->density > 0 && dc->density <= 1)) fatal("--density %g is outside (0, 1]; 0.1 means 90%% sparsity", dc->density);
+    if (!(dc->density_start > 0 && dc->density_start <= 1))
+        fatal("density start %g is outside (0, 1]; use 1 for the default warm-up from dense", dc->density_start);
+    if (dc->zero) fatal("--zero 1 applies to the dense optimizers adamw/adams; drop --zero for scape and topk-ef");
+    ScapeDev *u = (ScapeDev *)xcalloc(1, sizeof *u, "device SCAPE");
+    u->dm = *dm;
+    u->cfg = *cfg;
+    u->tab = dm->table;
+    u->opt = dc->opt;
+    u->P = dm->table->total;
+    u->copy = (void *)dm->params == (void *)dm->master ? NULL : dm->params;
+    u->rank = comm_rank();
+    u->world = comm_world();
+    u->nccl = u->world > 1 && nccl;
+    u->offload = cfg->scape_offload_residual != 0;
+    const ParamTable *tab = u->tab;
+    owner_table_build(&u->own, tab, u->world);
+
+    /* buckets in dist.c's order: slices in memory order, payload offsets = elements of the earlier buckets */
+    u->nb = tab->num_buckets;
+    u->bn = (int *)xcalloc((size_t)u->nb, sizeof(int), "bucket slices");
+    u->bslices = (int **)xcalloc((size_t)u->nb, sizeof(int *), "bucket slices");
+    u->bucket_off = (size_t *)xcalloc((size_t)u->nb, sizeof(size_t), "bucket offsets");
+    u->plan = (ScapeBucketPlan *)xcalloc((size_t)u->nb, sizeof(ScapeBucketPlan), "bucket plans");
+    u->part_off = (int *)xcalloc((size_t)u->nb, sizeof(int), "norm partial offsets");
+    u->bstate = (int *)xcalloc((size_t)u->nb, sizeof(int), "bucket state");
+    u->bh = (CommHandle *)xcalloc((size_t)u->nb, sizeof(CommHandle), "bucket handles");
+    u->ev_ready = (cudaEvent_t *)xcalloc((size_t)u->nb, sizeof(cudaEvent_t), "bucket events");
+    for (int i = 0; i < tab->n; i++) {
+        int b = tab->slices[i].bucket;
+        if (b < 0 || b >= u->nb)
+            fatal("parameter table: slice %s has bucket %d outside 0..%d", tab->slices[i].name, b, u->nb - 1);
+        u->bn[b]++;
+    }
+    for (int b = 0; b < u->nb; b++) {
+        u->bslices[b] = (int *)xmalloc((size_t)(u->bn[b] ? u->bn[b] : 1) * sizeof(int), "bucket slices");
+        u->bn[b] = 0;
+    }
+    for (int i = 0; i < tab->n; i++) {
+        int b = tab->slices[i].bucket;
+        u->bslices[b][u->bn[b]++] = i;
+    }
+    size_t off = 0;
+    for (int b = 0; b < u->nb; b++) {
+        u->bucket_off[b] = off;
+        for (int k = 0; k < u->bn[b]; k++) off += tab->slices[u->bslices[b][k]].numel;
+        scape_plan_build(&u->plan[b], tab, u->bslices[b], u->bn[b]);
+        u->part_off[b] = u->npart;
+        u->npart += scape_norm_partials(&u->plan[b]);
+    }
+
+    /* owner segments: word-aligned on the device, dist.c's bytes on the host */
+    u->seg_woff = (size_t *)xcalloc((size_t)u->world, sizeof(size_t), "mask segments");
+    u->seg_bytes = (size_t *)xcalloc((size_t)u->world, sizeof(size_t), "mask segments");
+    u->seg_off = (size_t *)xcalloc((size_t)u->world, sizeof(size_t), "mask segments");
+    size_t wo = 0, so = 0, maxn = 1;
+    for (int r = 0; r < u->world; r++) {
+        size_t n = u->own.hi[r] - u->own.lo[r];
+        u->seg_woff[r] = wo;
+        wo += (size_t)scape_mask_words((long long)n);
+        u->seg_off[r] = so;
+        u->seg_bytes[r] = mask_bytes(n);
+        so += u->seg_bytes[r];
+    }
+    u->seg_total = so;
+    for (int i = u->own.first[u->rank]; i < u->own.first[u->rank + 1]; i++)
+        if (tab->slices[i].numel > maxn) maxn = tab->slices[i].numel;
+
+    /* state and scratch */
+    const size_t wb = (size_t)scape_mask_words((long long)u->P) * sizeof(uint32_t);
+    u->d_m = (float *)dmalloc(u->P * sizeof(float), "the SCAPE first moment");
+    size_t max_slice = 1;
+    for (int i = 0; i < tab->n; i++)
+        if (tab->slices[i].numel > max_slice) max_slice = tab->slices[i].numel;
+    if (u->offload) {
+        u->h_r = (float *)hmalloc_pinned(u->P * sizeof(float), "the offloaded SCAPE residual");
+        memset(u->h_r, 0, u->P * sizeof(float));
+        for (int i = 0; i < 2; i++) {
+            u->d_stage[i] = (float *)dmalloc(max_slice * sizeof(float), "a residual staging buffer");
+            cudaCheck(cudaEventCreateWithFlags(&u->ev_stage_free[i], cudaEventDisableTiming));
+            cudaCheck(cudaEventCreateWithFlags(&u->ev_stage_ready[i], cudaEventDisableTiming));
+        }
+        cudaCheck(cudaStreamCreateWithFlags(&u->cps, cudaStreamNonBlocking));
+    } else {
+        u->d_r = (float *)dmalloc(u->P * sizeof(float), "the SCAPE residual");
+    }
+    u->d_cur = (uint32_t *)dmalloc(wb, "a SCAPE mask");
+    u->d_next = (uint32_t *)dmalloc(wb, "a SCAPE mask");
+    u->d_seg = (uint32_t *)dmalloc((wo ? wo : 1) * sizeof(uint32_t), "the mask segments");
+    u->d_payload = (float *)dmalloc(u->P * sizeof(float), "the SCAPE payload");
+    u->d_part = (double *)dmalloc((size_t)(u->npart ? u->npart : 1) * sizeof(double), "norm partials");
+    u->d_ctl = (ScapeCtl *)dmalloc(sizeof(ScapeCtl), "the step's control values");
+    cudaCheck(cudaMemset(u->d_m, 0, u->P * sizeof(float)));
+    if (u->d_r) cudaCheck(cudaMemset(u->d_r, 0, u->P * sizeof(float)));
+    cudaCheck(cudaMemset(u->d_cur, 0, wb));
+    cudaCheck(cudaMemset(u->d_next, 0, wb));
+    cudaCheck(cudaMemset(u->d_seg, 0, (wo ? wo : 1) * sizeof(uint32_t)));
+    cudaCheck(cudaMemset(u->d_ctl, 0, sizeof(ScapeCtl)));
+    u->h_ctl = (ScapeCtl *)hmalloc_pinned(sizeof(ScapeCtl), "the step's control values");
+    u->h_kb = (long long *)hmalloc_pinned((size_t)(u->nb ? u->nb : 1) * sizeof(long long), "payload counts");
+    memset(u->h_kb, 0, (size_t)(u->nb ? u->nb : 1) * sizeof(long long));
+    if (u->world > 1 && !u->nccl) {
+        u->h_seg = (uint8_t *)hmalloc_pinned(so ? so : 1, "the mask segments");
+        memset(u->h_seg, 0, so ? so : 1);
+        u->h_payload = (float *)hmalloc_pinned(u->P * sizeof(float), "the payload staging buffer");
+    }
+    scape_topk_work_create(&u->topk, (long long)maxn);
+    cudaCheck(cudaStreamCreateWithFlags(&u->cs, cudaStreamNonBlocking));
+    for (int b = 0; b < u->nb; b++) cudaCheck(cudaEventCreateWithFlags(&u->ev_ready[b], cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&u->ev_comm, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&u->ev_mask, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&u->ev_gather, cudaEventDisableTiming));
+
+#ifdef ENABLE_NCCL
+    if (u->nccl) {
+        ncclUniqueId id;
+        memset(&id, 0, sizeof id);
+        if (u->rank == 0) ncclCheck(ncclGetUniqueId(&id));
+        comm_bcast(&id, sizeof id, 0);
+        ncclCheck(ncclCommInitRank(&u->nc, u->world, id, u->rank));
+    }
+#endif
+
+    /* identical parameters on every rank (distopt_create broadcasts too), then master and copy on the device */
+    comm_bcast(dm->host_params, u->P * sizeof(float), 0);
+    cudaCheck(cudaStreamSynchronize(dm->stream));
+    cudaCheck(cudaMemcpy(dm->master, dm->host_params, u->P * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemsetAsync(dm->grads, 0, u->P * sizeof(float), dm->stream));
+    if (u->copy)
+        for (int k = 0; k < tab->n; k++) {
+            const ParamSlice *sl = &tab->slices[k];
+            sr_copy(u->copy + sl->offset, dm->master + sl->offset, (long)sl->numel, sr_seed(cfg->seed, 0, k), dm->stream);
+        }
+    cudaCheck(cudaStreamSynchronize(dm->stream));
+
+    Updater *b = &u->base;
+    snprintf(b->desc, sizeof b->desc, "device SCAPE (%s%s)", u->world == 1 ? "1 rank" : u->nccl ? "NCCL" : "MPI, host-staged",
+             u->offload ? ", residual offloaded" : "");
+    b->bucket_ready = sd_bucket_ready;
+    b->step = sd_step;
+    b->density = sd_density;
+    b->state_bytes = sd_state_bytes;
+    b->save = sd_save;
+    b->load = sd_load;
+    b->mask_stats_enable = sd_mask_stats_enable;
+    b->mask_stats = sd_mask_stats;
+    b->free = sd_free;
+    return b;
+}

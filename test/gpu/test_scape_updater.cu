@@ -1,0 +1,696 @@
+/*
+ * test/gpu/test_scape_updater.cu - SCAPE on the device (cuda/scape_updater.cuh, behind device_updater_create) against
+ * the host DistOptim's SCAPE (scape/dist.c, what the CPU trainers run) on test_updater.cu's synthetic ParamTable
+ * (an embedding of 77357 elements, 3 layers of (w, b, g) in llm.c's tensor-major order so a bucket's slices are not
+ * contiguous, a gain in the last bucket; b, g and gain are dense-only). Each step's gradient arrives as the model
+ * delivers it: two floatX micro-steps added into the fp32 accumulator, the second bucket by bucket with
+ * bucket_ready after each. fp32 and bf16 builds (the bf16 build's floatX copy is not compared with the host).
+ *
+ * Cases ("bitwise": every float/byte equal; each prints its worst difference):
+ *   d = 0.1 with warm-up from 1 over 4 steps, 10 steps, clipping on odd steps: master weights bitwise, the
+ *     checkpoint blob (r, both masks, compact m, header) byte-identical to distopt_save's after every step, the
+ *     gradient norm equal, the same collectives counted (calls and bytes per kind); SCAPE.md 9.5 (the mask used
+ *     at t is the one made at t-1) on the device's own blobs;
+ *   d = 1 (step-1 bootstrap by all ones) and d = 0.1 without warm-up (step-1 bootstrap by a synchronous top-k);
+ *   a NaN gradient at step 5: both skip, device master and state unchanged, and the runs stay bitwise equal;
+ *   SCAPE.md 9.1: device SCAPE at d = 1 vs the device dense AdamS: r stays exactly 0, K = P, master within 1e-5
+ *     (|a - b| / (|b| + 1e-3), test_dist.c's measure; g_hat = ((b1 m + (1-b1) g) - b1 m) / (1-b1) rounds differently
+ *     from g, so not bitwise; asserted with one rank, printed with several);
+ *   SCAPE.md 9.2 (one rank, no clipping): after each step m + r == c bit for bit and m * r == 0, c recomputed on
+ *     the CPU from the previous device state and the gradient;
+ *   residual offload (r in pinned host memory, staged per slice): the d = 0.1 case and a NaN step against the host;
+ *   save at step 5, a new update + load, steps 6-10: master and blob bitwise equal to the uninterrupted run, also
+ *     with the resumed run offloading its residual (offload on == off); and the host's blob of step 5 loaded by
+ *     the device continues bitwise like the host (checkpoints interchange).
+ * Runs as 1 rank, or under mpirun -np 2 (two ranks sharing one GPU: --comm mpi, host-staged), where both the
+ * host and the device update average the ranks' different gradients.
+ * Timings (1 rank, GPU only, "time" lines): one step of device AdamS, device SCAPE at d = 0.01 and with the
+ * residual offloaded on GPT-2 124M's table, and the device memory each update holds.
+ * Usage: build/cuda/test_scape_updater   (or mpirun -np 2 build/cuda/test_scape_updater)
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/updater.h"
+#include "cuda/optimizer.cuh"
+#include "test/test.h"
+extern "C" {
+#include "common/util.h"
+#include "scape/comm.h"
+#include "scape/dist.h"
+#include "scape/scape.h"
+}
+
+#define STEPS 10
+#define SEED 1337ull
+
+static ParamTable tab;
+static size_t P;
+static int rank_, world_;
+
+static void build_table(void) {
+    memset(&tab, 0, sizeof tab);
+    const int L = 3;
+    size_t emb[2] = {301, 257}, w[2] = {37, 29}, v[1] = {29}, gain[1] = {257};
+    param_table_add(&tab, "emb", -1, L, 1, 2, emb); /* 77357 elements: two norm chunks */
+    for (int l = 0; l < L; l++) param_table_add(&tab, "w", l, L - 1 - l, 1, 2, w);
+    for (int l = 0; l < L; l++) param_table_add(&tab, "b", l, L - 1 - l, 0, 1, v);
+    for (int l = 0; l < L; l++) param_table_add(&tab, "g", l, L - 1 - l, 0, 1, v);
+    param_table_add(&tab, "gain", -1, L, 0, 1, gain);
+    P = tab.total;
+}
+
+/* deterministic uniform numbers per (step, micro-step, rank) */
+static uint64_t rng_state;
+static float uni(float a) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return a * (2.0f * (float)((rng_state >> 40) / 16777216.0) - 1.0f);
+}
+static float to_floatx_value(float x) {
+#ifdef ENABLE_FP32
+    return x;
+#else
+    return __bfloat162float(__float2bfloat16_rn(x));
+#endif
+}
+/* micro-step gradient (floatX values) of step t, micro-step a, this rank; scale alternates so that the clip at 1
+ * bites on odd steps (norm ~ 0.01 * sqrt(P / 3) ~ 1.6 per micro-step) and not on even ones */
+static void gen(float *g, int t, int a, int nan_step) {
+    rng_state = 0x9E3779B97F4A7C15ull ^ ((uint64_t)t << 32) ^ ((uint64_t)a << 16) ^ (uint64_t)(rank_ + 1);
+    float s = t % 2 ? 0.01f : 0.002f;
+    for (size_t i = 0; i < P; i++) g[i] = to_floatx_value(uni(s));
+    if (t == nan_step && a == 1 && rank_ == 0) g[P / 3] = NAN;
+}
+
+/* one device update with its own buffers */
+typedef struct {
+    DeviceModel dm;
+    float *h_params;
+    floatX *g1, *g2; /* the two micro-steps' floatX gradients (device) */
+    Updater *u;
+} Dev;
+
+static floatX *upload_floatx(const float *h) {
+    floatX *tmp = (floatX *)xmalloc(P * sizeof(floatX), "staging");
+    for (size_t i = 0; i < P; i++) {
+#ifdef ENABLE_FP32
+        tmp[i] = h[i];
+#else
+        tmp[i] = __float2bfloat16_rn(h[i]);
+#endif
+    }
+    floatX *d;
+    cudaCheck(cudaMalloc(&d, P * sizeof(floatX)));
+    cudaCheck(cudaMemcpy(d, tmp, P * sizeof(floatX), cudaMemcpyHostToDevice));
+    free(tmp);
+    return d;
+}
+
+static void dev_init(Dev *x, const float *init, const UpdaterConfig *cfg) {
+    memset(x, 0, sizeof *x);
+    x->h_params = (float *)xmalloc(P * sizeof(float), "params");
+    memcpy(x->h_params, init, P * sizeof(float));
+    cudaCheck(cudaMalloc(&x->dm.master, P * sizeof(float)));
+    cudaCheck(cudaMalloc(&x->dm.grads, P * sizeof(float)));
+#ifdef ENABLE_FP32
+    x->dm.params = x->dm.master;
+#else
+    cudaCheck(cudaMalloc(&x->dm.params, P * sizeof(floatX)));
+#endif
+    cudaCheck(cudaStreamCreate(&x->dm.stream));
+    x->dm.table = &tab;
+    x->dm.host_params = x->h_params;
+    x->u = device_updater_create(&x->dm, cfg);
+    if (!x->u) fatal("device_updater_create returned NULL");
+}
+
+static void dev_free(Dev *x) {
+    x->u->free(x->u);
+    cudaCheck(cudaFree(x->dm.master));
+    cudaCheck(cudaFree(x->dm.grads));
+#ifndef ENABLE_FP32
+    cudaCheck(cudaFree(x->dm.params));
+#endif
+    cudaCheck(cudaStreamDestroy(x->dm.stream));
+    free(x->h_params);
+}
+
+/* The model's protocol for one step: micro-step 1 whole, micro-step 2 bucket by bucket with bucket_ready. */
+static int dev_step(Dev *x, const float *g1, const float *g2, int t, float lr, float *norm) {
+    floatX *d1 = upload_floatx(g1), *d2 = upload_floatx(g2);
+    grad_accumulate(x->dm.grads, d1, (long)P, x->dm.stream);
+    for (int b = 0; b < tab.num_buckets; b++) {
+        for (int k = 0; k < tab.n; k++)
+            if (tab.slices[k].bucket == b)
+                grad_accumulate(x->dm.grads + tab.slices[k].offset, d2 + tab.slices[k].offset,
+                                (long)tab.slices[k].numel, x->dm.stream);
+        x->u->bucket_ready(x->u, b);
+    }
+    int skipped = x->u->step(x->u, t, lr, norm);
+    cudaCheck(cudaStreamSynchronize(x->dm.stream));
+    cudaCheck(cudaFree(d1));
+    cudaCheck(cudaFree(d2));
+    return skipped;
+}
+static int host_step(DistOptim *d, float *hgrads, const float *g1, const float *g2, int t, float lr, float *norm) {
+    for (size_t i = 0; i < P; i++) hgrads[i] += g1[i]; /* train_gpt.cu's host path: hg += (float)floatX */
+    for (size_t i = 0; i < P; i++) hgrads[i] += g2[i];
+    for (int b = 0; b < tab.num_buckets; b++) distopt_bucket_ready(d, b);
+    return distopt_step(d, t, lr, norm);
+}
+
+static float *download_master(const Dev *x) {
+    float *h = (float *)xmalloc(P * sizeof(float), "master");
+    cudaCheck(cudaStreamSynchronize(x->dm.stream));
+    cudaCheck(cudaMemcpy(h, x->dm.master, P * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+}
+static void *download_copy(const Dev *x) {
+    void *h = xmalloc(P * sizeof(floatX), "copy");
+    cudaCheck(cudaStreamSynchronize(x->dm.stream));
+    cudaCheck(cudaMemcpy(h, x->dm.params, P * sizeof(floatX), cudaMemcpyDeviceToHost));
+    return h;
+}
+static void *save_blob(const Updater *u, size_t *n) {
+    *n = u->state_bytes(u);
+    void *b = xmalloc(*n, "blob");
+    u->save(u, b);
+    return b;
+}
+
+/* number of differing floats and the largest |a - b| */
+static size_t diff_floats(const float *a, const float *b, size_t n, double *worst, size_t *first) {
+    size_t bad = 0;
+    *worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (memcmp(&a[i], &b[i], 4) != 0) {
+            if (!bad) *first = i;
+            bad++;
+        }
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (d > *worst || d != d) *worst = d;
+    }
+    return bad;
+}
+
+
+static int offload_ = 0; /* UpdaterConfig.scape_offload_residual of the following cases */
+
+static UpdaterConfig config(float density, int warmup, float clip) {
+    UpdaterConfig c;
+    memset(&c, 0, sizeof c);
+    c.dist.opt.kind = OPT_SCAPE;
+    c.dist.opt.beta1 = 0.9f;
+    c.dist.opt.beta2 = 0.95f;
+    c.dist.opt.eps = 1e-8f;
+    c.dist.opt.weight_decay = 0.1f;
+    c.dist.clip = clip;
+    c.dist.density = density;
+    c.dist.density_start = 1.0f;
+    c.dist.density_warmup = warmup;
+    c.dist.exclude_norms = 1;
+    c.comm = COMM_BACKEND_MPI; /* several ranks may share one GPU in this test */
+    c.seed = SEED;
+    c.scape_offload_residual = offload_;
+    return c;
+}
+
+static float *initial_params(void) {
+    float *p = (float *)xmalloc(P * sizeof(float), "init");
+    rng_state = 0x2545F4914F6CDD1Dull; /* the same on every rank (the updates broadcast rank 0's anyway) */
+    for (size_t i = 0; i < P; i++) p[i] = uni(0.5f);
+    return p;
+}
+static float lr_at(int t) { return 1e-3f * (float)t / (float)STEPS + 1e-4f; }
+
+/* ---- the SCAPE blob (scape/dist.c's layout): header fields and section views ---- */
+#define BLOB_HEADER 72
+typedef struct {
+    int last_t, have_cur, have_next;
+    unsigned long long K;
+    const float *r, *m;           /* r (P), compact m (K) */
+    const uint8_t *cur, *next;    /* mask_bytes(P) each, NULL if absent */
+} BlobView;
+static size_t blob_mask_bytes_(void) { return (mask_bytes(P) + 7) / 8 * 8; }
+static BlobView blob_view(const void *blob) {
+    BlobView v;
+    memset(&v, 0, sizeof v);
+    const char *b = (const char *)blob;
+    int32_t h[10];
+    memcpy(h, b, sizeof h);
+    v.last_t = h[6];
+    v.have_cur = h[7];
+    v.have_next = h[8];
+    memcpy(&v.K, b + 64, 8);
+    const char *p = b + BLOB_HEADER;
+    v.r = (const float *)p;
+    p += P * sizeof(float);
+    if (v.have_cur) { v.cur = (const uint8_t *)p; p += blob_mask_bytes_(); }
+    if (v.have_next) { v.next = (const uint8_t *)p; p += blob_mask_bytes_(); }
+    v.m = (const float *)p;
+    return v;
+}
+/* dense m (P) from a blob view */
+static void blob_dense_m(const BlobView *v, float *m) {
+    memset(m, 0, P * sizeof(float));
+    if (!v->cur) return;
+    size_t q = 0;
+    for (size_t j = 0; j < P; j++)
+        if (mask_get(v->cur, j)) m[j] = v->m[q++];
+}
+static size_t first_diff_byte(const void *a, const void *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (((const unsigned char *)a)[i] != ((const unsigned char *)b)[i]) return i;
+    return n;
+}
+/* which blob section a byte offset lies in, for failure messages */
+static const char *blob_section(const void *blob, size_t off) {
+    BlobView v = blob_view(blob);
+    const char *b = (const char *)blob, *o = b + off;
+    if (off < BLOB_HEADER) return "header";
+    if (o < (const char *)v.r + P * sizeof(float)) return "r";
+    if (v.cur && o < (const char *)v.cur + blob_mask_bytes_()) return "mask_cur";
+    if (v.next && o < (const char *)v.next + blob_mask_bytes_()) return "mask_next";
+    return "m";
+}
+
+/* device vs host SCAPE for STEPS steps; nan_step > 0 injects a NaN gradient on rank 0 at that step */
+static void vs_host(const char *test_name_, float density, int warmup, int nan_step) {
+    UpdaterConfig cfg = config(density, warmup, 1.0f);
+    float *init = initial_params();
+    float *hp = (float *)xmalloc(P * sizeof(float), "host params"), *hg = (float *)xcalloc(P, sizeof(float), "grads");
+    memcpy(hp, init, P * sizeof(float));
+    DistOptim *d = distopt_create(&tab, hp, hg, &cfg.dist);
+    Dev x;
+    dev_init(&x, init, &cfg);
+    float *g1 = (float *)xmalloc(P * sizeof(float), "g"), *g2 = (float *)xmalloc(P * sizeof(float), "g");
+    int clipped = 0, unclipped = 0, lag_checked = 0;
+    size_t bad_master_total = 0;
+    double worst_master = 0, worst_norm_rel = 0;
+    uint8_t *prev_next = NULL; /* the device's M_{t} as made at step t-1 */
+    for (int t = 1; t <= STEPS; t++) {
+        gen(g1, t, 0, nan_step);
+        gen(g2, t, 1, nan_step);
+        float *before = NULL;
+        void *blob_before = NULL;
+        size_t nb_before = 0;
+        if (t == nan_step) {
+            before = download_master(&x);
+            blob_before = save_blob(x.u, &nb_before);
+        }
+        float nh = 0, nd = 0;
+        CommStats kh[COMM_NKINDS], kd[COMM_NKINDS];
+        comm_stats_take_kind(kh); /* reset */
+        int sh = host_step(d, hg, g1, g2, t, lr_at(t), &nh);
+        comm_stats_take_kind(kh);
+        int sd = dev_step(&x, g1, g2, t, lr_at(t), &nd);
+        comm_stats_take_kind(kd);
+        for (int k = 0; k < COMM_NKINDS; k++)
+            CHECK(kh[k].calls == kd[k].calls && kh[k].bytes_sent == kd[k].bytes_sent &&
+                  kh[k].bytes_recv == kd[k].bytes_recv, "step %d, collective kind %d: host %llu calls %llu/%llu bytes, "
+                  "device %llu calls %llu/%llu bytes", t, k, (unsigned long long)kh[k].calls,
+                  (unsigned long long)kh[k].bytes_sent, (unsigned long long)kh[k].bytes_recv,
+                  (unsigned long long)kd[k].calls, (unsigned long long)kd[k].bytes_sent,
+                  (unsigned long long)kd[k].bytes_recv);
+        CHECK(sh == sd, "step %d: host skipped=%d, device skipped=%d", t, sh, sd);
+        double nrel = fabs((double)nh - (double)nd) / (fabs((double)nh) + 1e-30);
+        if (nh == nh && nrel > worst_norm_rel) worst_norm_rel = nrel;
+        CHECK(memcmp(&nh, &nd, 4) == 0 || (nh != nh && nd != nd),
+              "step %d: g_hat norm host %.9g device %.9g (rel %.3g; summed in another order: a last-bit difference is "
+              "possible, it matters only when the clip bites)", t, nh, nd, nrel);
+        if (t == nan_step) {
+            CHECK(sd == 1, "step %d: a NaN gradient did not skip the step (norm %g)", t, nd);
+            float *after = download_master(&x);
+            size_t nb_after;
+            void *blob_after = save_blob(x.u, &nb_after);
+            double w;
+            size_t first = 0, bad = diff_floats(before, after, P, &w, &first);
+            CHECK(bad == 0, "skipped step %d changed %zu master weights (first [%zu])", t, bad, first);
+            CHECK(nb_before == nb_after && memcmp(blob_before, blob_after, nb_after) == 0,
+                  "skipped step %d changed the optimizer state (%zu vs %zu bytes)", t, nb_before, nb_after);
+            free(after); free(blob_after); free(before); free(blob_before);
+        } else {
+            if (nd > cfg.dist.clip) clipped++;
+            else unclipped++;
+        }
+        float *dm = download_master(&x);
+        double w;
+        size_t first = 0, bad = diff_floats(hp, dm, P, &w, &first);
+        if (w > worst_master) worst_master = w;
+        bad_master_total += bad;
+        CHECK(bad == 0, "step %d: %zu of %zu master weights differ from the host SCAPE, worst |diff| %.3g, first [%zu] "
+              "host %.9g device %.9g", t, bad, P, w, first, hp[bad ? first : 0], dm[bad ? first : 0]);
+        size_t nbh = distopt_state_bytes(d), nbd;
+        void *bh = xmalloc(nbh, "blob");
+        distopt_save(d, bh);
+        void *bd = save_blob(x.u, &nbd);
+        size_t fb = nbh == nbd ? first_diff_byte(bh, bd, nbh) : 0;
+        CHECK(nbh == nbd && fb == nbh, "step %d: checkpoint blob differs from distopt_save's (%zu vs %zu bytes, first "
+              "differing byte %zu, in %s)", t, nbh, nbd, fb, blob_section(bh, fb));
+        /* SCAPE.md 9.5: the mask in use at step t (mask_cur after it) is the one made at t-1 (mask_next before) */
+        BlobView v = blob_view(bd);
+        if (!sd && prev_next && v.cur) {
+            CHECK(memcmp(prev_next, v.cur, mask_bytes(P)) == 0, "step %d: the mask used is not the one made at step %d",
+                  t, t - 1);
+            lag_checked++;
+        }
+        if (!sd && v.next) {
+            free(prev_next);
+            prev_next = (uint8_t *)xmalloc(mask_bytes(P), "mask");
+            memcpy(prev_next, v.next, mask_bytes(P));
+        }
+        if (rank_ == 0 && (t <= 2 || t == STEPS || t == nan_step))
+            printf("  %s step %2d: norm %.9g (host %.9g), K %llu of %zu%s\n", test_name_, t, nd, nh, v.K, P,
+                   sd ? " skipped" : "");
+        free(bh); free(bd); free(dm);
+    }
+    CHECK(clipped > 0 && unclipped > 0, "clipping: %d clipped steps, %d unclipped; both kinds wanted", clipped,
+          unclipped);
+    if (density < 1.0f) CHECK(lag_checked >= STEPS - 2, "the mask lag was checked on %d steps only", lag_checked);
+    if (rank_ == 0)
+        printf("  %s: %d ranks, %d steps (%d clipped), %zu master weights differ in all, worst |diff| %.3g, worst "
+               "norm rel diff %.3g, mask lag checked on %d steps\n", test_name_, world_, STEPS, clipped,
+               bad_master_total, worst_master, worst_norm_rel, lag_checked);
+    free(prev_next);
+    dev_free(&x);
+    distopt_free(d);
+    free(init); free(hp); free(hg); free(g1); free(g2);
+}
+
+TEST(scape_d01_warmup_matches_host_bitwise) { vs_host(test_name_, 0.1f, 4, 0); }
+TEST(scape_d1_matches_host_bitwise) { vs_host(test_name_, 1.0f, 0, 0); }
+TEST(scape_d01_no_warmup_bootstrap_matches_host_bitwise) { vs_host(test_name_, 0.1f, 0, 0); }
+TEST(scape_nonfinite_gradient_skips_like_host) { vs_host(test_name_, 0.1f, 4, 5); }
+TEST(scape_offload_residual_matches_host_bitwise) {
+    offload_ = 1;
+    vs_host(test_name_, 0.1f, 4, 0);
+    offload_ = 0;
+}
+TEST(scape_offload_residual_nonfinite_skips_like_host) {
+    offload_ = 1;
+    vs_host(test_name_, 0.1f, 0, 3);
+    offload_ = 0;
+}
+
+/* runs steps [from, to] of the device update */
+static void dev_run(Dev *x, int from, int to) {
+    float *g1 = (float *)xmalloc(P * sizeof(float), "g"), *g2 = (float *)xmalloc(P * sizeof(float), "g");
+    for (int t = from; t <= to; t++) {
+        gen(g1, t, 0, 0);
+        gen(g2, t, 1, 0);
+        float n;
+        dev_step(x, g1, g2, t, lr_at(t), &n);
+    }
+    free(g1); free(g2);
+}
+
+/* SCAPE.md 9.1 on the device: d = 1 is dense AdamS (the device's own), r stays exactly 0 */
+TEST(inv1_density_one_equals_device_adams_residual_zero) {
+    float *init = initial_params();
+    UpdaterConfig cs = config(1.0f, 0, 1.0f), ca = cs;
+    ca.dist.opt.kind = OPT_ADAMS;
+    Dev xs, xa;
+    dev_init(&xs, init, &cs);
+    dev_init(&xa, init, &ca);
+    float *g1 = (float *)xmalloc(P * sizeof(float), "g"), *g2 = (float *)xmalloc(P * sizeof(float), "g");
+    double worst = 0;
+    for (int t = 1; t <= STEPS; t++) {
+        gen(g1, t, 0, 0);
+        gen(g2, t, 1, 0);
+        float ns, na;
+        dev_step(&xs, g1, g2, t, lr_at(t), &ns);
+        dev_step(&xa, g1, g2, t, lr_at(t), &na);
+        size_t n;
+        void *b = save_blob(xs.u, &n);
+        BlobView v = blob_view(b);
+        size_t nz = 0;
+        for (size_t j = 0; j < P; j++) nz += v.r[j] != 0.0f;
+        CHECK(nz == 0, "step %d: %zu residual entries are non-zero at density 1", t, nz);
+        CHECK(v.K == P, "step %d: K = %llu, expected P = %zu at density 1", t, v.K, P);
+        free(b);
+    }
+    float *ms = download_master(&xs), *ma = download_master(&xa);
+    for (size_t j = 0; j < P; j++) {
+        /* test_dist.c's max_rel_diff: |a - b| / (|b| + 1e-3) */
+        double r = fabs((double)ms[j] - (double)ma[j]) / (fabs((double)ma[j]) + 1e-3);
+        if (!(r <= worst)) worst = r;
+    }
+    /* one rank only: with several ranks the averaged gradient of a coordinate can nearly cancel, and then g_hat's
+     * different rounding flips AdamS's sign-like first step there (the difference then is about 2 lr, printed) */
+    if (world_ == 1)
+        CHECK(worst < 1e-5, "after %d steps SCAPE(d=1) and AdamS masters differ by rel %.3g (want < 1e-5)", STEPS, worst);
+    if (rank_ == 0)
+        printf("  d=1 vs device AdamS after %d steps: worst rel diff %.3g%s, r == 0 throughout\n", STEPS, worst,
+               world_ == 1 ? "" : " (not asserted with several ranks)");
+    free(ms); free(ma); free(g1); free(g2); free(init);
+    dev_free(&xs);
+    dev_free(&xa);
+}
+
+/* SCAPE.md 9.2 on the device, one rank, no clipping: the averaged payload is c itself on M_t, so after the step
+ * m = c on M_t and r = c off it: m + r == c bit for bit and m * r == 0. c = b1 m + (1 - b1) g + r recomputed here
+ * from the previous blob (this file is compiled without FMA contraction). */
+TEST(inv2_conservation_on_device) {
+    float *init = initial_params();
+    UpdaterConfig cfg = config(0.1f, 4, 0.0f);
+    Dev x;
+    dev_init(&x, init, &cfg);
+    float *g1 = (float *)xmalloc(P * sizeof(float), "g"), *g2 = (float *)xmalloc(P * sizeof(float), "g");
+    float *m_prev = (float *)xcalloc(P, sizeof(float), "m"), *r_prev = (float *)xcalloc(P, sizeof(float), "r");
+    float *m_new = (float *)xmalloc(P * sizeof(float), "m");
+    const float b1 = cfg.dist.opt.beta1, omb1 = 1.0f - b1;
+    size_t bad_total = 0, overlap_total = 0;
+    for (int t = 1; t <= STEPS; t++) {
+        gen(g1, t, 0, 0);
+        gen(g2, t, 1, 0);
+        float n;
+        dev_step(&x, g1, g2, t, lr_at(t), &n);
+        size_t nb;
+        void *b = save_blob(x.u, &nb);
+        BlobView v = blob_view(b);
+        blob_dense_m(&v, m_new);
+        size_t bad = 0, overlap = 0, first = 0;
+        float want_first = 0, got_first = 0;
+        for (size_t j = 0; j < P; j++) {
+            volatile float g = 0.0f + g1[j];
+            g = g + g2[j];
+            volatile float c1 = b1 * m_prev[j];
+            volatile float c2 = omb1 * g;
+            volatile float c12 = c1 + c2;
+            float c = c12 + r_prev[j];
+            float sum = m_new[j] + v.r[j];
+            if (memcmp(&sum, &c, 4) != 0) {
+                if (!bad) { first = j; want_first = c; got_first = sum; }
+                bad++;
+            }
+            overlap += m_new[j] != 0.0f && v.r[j] != 0.0f;
+        }
+        CHECK(bad == 0, "step %d: m + r != c at %zu of %zu coordinates, first [%zu] c %.9g, m + r %.9g", t, bad, P,
+              first, want_first, got_first);
+        CHECK(overlap == 0, "step %d: m and r both non-zero at %zu coordinates", t, overlap);
+        bad_total += bad;
+        overlap_total += overlap;
+        memcpy(m_prev, m_new, P * sizeof(float));
+        memcpy(r_prev, v.r, P * sizeof(float));
+        free(b);
+    }
+    printf("  conservation over %d steps: %zu coordinates off, %zu overlaps\n", STEPS, bad_total, overlap_total);
+    free(g1); free(g2); free(m_prev); free(r_prev); free(m_new); free(init);
+    dev_free(&x);
+}
+
+/* resumed_offload: the resumed run offloads its residual (the uninterrupted one does not): offload on and off
+ * then give the same results, and a blob written without offload loads into an offloading update */
+static void save_load_continue(const char *test_name_, int resumed_offload) {
+    float *init = initial_params();
+    UpdaterConfig cfg = config(0.1f, 4, 1.0f), cfg_resumed = cfg;
+    cfg_resumed.scape_offload_residual = resumed_offload;
+    Dev full, resumed;
+    dev_init(&full, init, &cfg);
+    dev_run(&full, 1, 5);
+    size_t n5;
+    void *blob5 = save_blob(full.u, &n5);
+    float *master5 = download_master(&full);
+    dev_run(&full, 6, STEPS);
+    dev_init(&resumed, master5, &cfg_resumed);
+    const void *blobs[1] = {blob5};
+    resumed.u->load(resumed.u, blobs, &n5, 1);
+    dev_run(&resumed, 6, STEPS);
+    float *ma = download_master(&full), *mb = download_master(&resumed);
+    void *ca = download_copy(&full), *cb = download_copy(&resumed);
+    size_t na, nb;
+    void *ba = save_blob(full.u, &na), *bb = save_blob(resumed.u, &nb);
+    double w;
+    size_t first = 0, bad = diff_floats(ma, mb, P, &w, &first);
+    CHECK(bad == 0, "after resume at 5: %zu master weights differ at step %d, worst %.3g, first [%zu]", bad, STEPS, w,
+          first);
+    CHECK(memcmp(ca, cb, P * sizeof(floatX)) == 0, "after resume at 5: the floatX copies differ at step %d", STEPS);
+    size_t fb = na == nb ? first_diff_byte(ba, bb, na) : 0;
+    CHECK(na == nb && fb == na, "after resume at 5: the optimizer states differ at step %d (%zu vs %zu bytes, first "
+          "byte %zu in %s)", STEPS, na, nb, fb, blob_section(ba, fb));
+    if (rank_ == 0)
+        printf("  resume at 5%s, continue to %d: %zu master weights differ\n",
+               resumed_offload ? " with the residual offloaded" : "", STEPS, bad);
+    free(ma); free(mb); free(ca); free(cb); free(ba); free(bb); free(blob5); free(master5); free(init);
+    dev_free(&full);
+    dev_free(&resumed);
+}
+TEST(save_load_continue_is_bitwise) { save_load_continue(test_name_, 0); }
+TEST(offload_resume_equals_no_offload_bitwise) { save_load_continue(test_name_, 1); }
+
+/* a CPU checkpoint resumed on the GPU: the host DistOptim's blob and params at step 5 loaded into a new device
+ * update, steps 6-10 on both: bitwise equal (and the device blob equals distopt_save's) */
+TEST(host_checkpoint_resumed_on_device_is_bitwise) {
+    float *init = initial_params();
+    UpdaterConfig cfg = config(0.1f, 4, 1.0f);
+    float *hp = (float *)xmalloc(P * sizeof(float), "host params"), *hg = (float *)xcalloc(P, sizeof(float), "grads");
+    memcpy(hp, init, P * sizeof(float));
+    DistOptim *d = distopt_create(&tab, hp, hg, &cfg.dist);
+    float *g1 = (float *)xmalloc(P * sizeof(float), "g"), *g2 = (float *)xmalloc(P * sizeof(float), "g");
+    float n;
+    for (int t = 1; t <= 5; t++) {
+        gen(g1, t, 0, 0);
+        gen(g2, t, 1, 0);
+        host_step(d, hg, g1, g2, t, lr_at(t), &n);
+    }
+    size_t n5 = distopt_state_bytes(d);
+    void *blob5 = xmalloc(n5, "blob");
+    distopt_save(d, blob5);
+    Dev x;
+    dev_init(&x, hp, &cfg);
+    const void *blobs[1] = {blob5};
+    x.u->load(x.u, blobs, &n5, 1);
+    for (int t = 6; t <= STEPS; t++) {
+        gen(g1, t, 0, 0);
+        gen(g2, t, 1, 0);
+        host_step(d, hg, g1, g2, t, lr_at(t), &n);
+        dev_step(&x, g1, g2, t, lr_at(t), &n);
+    }
+    float *dm = download_master(&x);
+    double w;
+    size_t first = 0, bad = diff_floats(hp, dm, P, &w, &first);
+    CHECK(bad == 0, "host checkpoint at 5 resumed on the device: %zu master weights differ at step %d, worst %.3g, "
+          "first [%zu]", bad, STEPS, w, first);
+    size_t nh = distopt_state_bytes(d), nd;
+    void *bh = xmalloc(nh, "blob");
+    distopt_save(d, bh);
+    void *bd = save_blob(x.u, &nd);
+    size_t fb = nh == nd ? first_diff_byte(bh, bd, nh) : 0;
+    CHECK(nh == nd && fb == nh, "host checkpoint resumed on the device: blobs differ at step %d (%zu vs %zu bytes, "
+          "first byte %zu in %s)", STEPS, nh, nd, fb, blob_section(bh, fb));
+    if (rank_ == 0) printf("  host blob at 5 -> device, continue to %d: %zu master weights differ\n", STEPS, bad);
+    free(dm); free(bh); free(bd); free(blob5); free(g1); free(g2); free(init); free(hp); free(hg);
+    dev_free(&x);
+    distopt_free(d);
+}
+
+#ifndef CUDA_EMU
+/* ---- timings on GPT-2 124M's table (GPU only; "time" lines, nothing asserted) ---- */
+
+/* g[i] = uniform(-1e-3, 1e-3) from a hash of (i, t): a fresh gradient per step, generated on the device */
+__global__ static void fill_grads_kernel(float *g, long n, uint32_t t) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) g[i] = 1e-3f * (2.0f * (float)(hash_u32((uint32_t)i, t * 0x9E3779B9u) >> 8) / 16777216.0f - 1.0f);
+}
+
+/* ms per step (steps 3..reps+2: after the bootstrap) of the update described by cfg, the gradient handed over
+ * bucket by bucket; *mem_mib: about the device memory the update holds (cudaMemGetInfo before / after dev_init,
+ * less the model's buffers) */
+static double time_update(const UpdaterConfig *cfg, int reps, double *mem_mib) {
+    float *init = (float *)xcalloc(P, sizeof(float), "params");
+    size_t free0 = 0, free1 = 0, total = 0;
+    cudaCheck(cudaMemGetInfo(&free0, &total));
+    Dev x;
+    dev_init(&x, init, cfg);
+    cudaCheck(cudaMemGetInfo(&free1, &total));
+    /* less the model's own buffers dev_init allocates (master, gradients, floatX copy) */
+    double model = (double)P * (2 * sizeof(float) + (sizeof(floatX) == sizeof(float) ? 0 : sizeof(floatX)));
+    *mem_mib = ((double)free0 - (double)free1 - model) / 1048576.0;
+    double ms = 0;
+    for (int t = 1; t <= reps + 2; t++) {
+        fill_grads_kernel<<<ceil_div((long)P, 256), 256, 0, x.dm.stream>>>(x.dm.grads, (long)P, (uint32_t)t);
+        cudaCheck(cudaGetLastError());
+        cudaCheck(cudaStreamSynchronize(x.dm.stream));
+        double t0 = now_seconds();
+        for (int b = 0; b < tab.num_buckets; b++) x.u->bucket_ready(x.u, b);
+        float n;
+        x.u->step(x.u, t, 1e-4f, &n);
+        cudaCheck(cudaStreamSynchronize(x.dm.stream));
+        if (t > 2) ms += 1e3 * (now_seconds() - t0);
+    }
+    dev_free(&x);
+    free(init);
+    return ms / reps;
+}
+
+static void time_gpt2_124m(void) {
+    ParamTable small = tab;
+    size_t small_P = P;
+    memset(&tab, 0, sizeof tab);
+    const int L = 12;
+    const size_t C = 768;
+    size_t wte[2] = {50304, C}, wpe[2] = {1024, C}, c1[1] = {C}, c3[1] = {3 * C}, c4[1] = {4 * C};
+    size_t qkvw[2] = {3 * C, C}, attprojw[2] = {C, C}, fcw[2] = {4 * C, C}, fcprojw[2] = {C, 4 * C};
+    param_table_add(&tab, "wte", -1, L, 1, 2, wte);
+    param_table_add(&tab, "wpe", -1, L, 1, 2, wpe);
+    struct { const char *name; int decay, ndim; size_t *shape; } per[] = {
+        {"ln1w", 0, 1, c1}, {"ln1b", 0, 1, c1}, {"qkvw", 1, 2, qkvw}, {"qkvb", 0, 1, c3}, {"attprojw", 1, 2, attprojw},
+        {"attprojb", 0, 1, c1}, {"ln2w", 0, 1, c1}, {"ln2b", 0, 1, c1}, {"fcw", 1, 2, fcw}, {"fcb", 0, 1, c4},
+        {"fcprojw", 1, 2, fcprojw}, {"fcprojb", 0, 1, c1}};
+    for (size_t k = 0; k < sizeof per / sizeof per[0]; k++)
+        for (int l = 0; l < L; l++) param_table_add(&tab, per[k].name, l, L - 1 - l, per[k].decay, per[k].ndim, per[k].shape);
+    param_table_add(&tab, "lnfw", -1, L, 0, 1, c1);
+    param_table_add(&tab, "lnfb", -1, L, 0, 1, c1);
+    P = tab.total;
+    const int reps = 5;
+    UpdaterConfig adams = config(1.0f, 0, 1.0f), sc = config(0.01f, 0, 1.0f), off = sc;
+    adams.dist.opt.kind = OPT_ADAMS;
+    off.scape_offload_residual = 1;
+    double mem_a, mem_s, mem_o;
+    double ta = time_update(&adams, reps, &mem_a), ts = time_update(&sc, reps, &mem_s), to = time_update(&off, reps, &mem_o);
+    printf("time device_adams_gpt2_124m: %.3f ms per step (P=%zu), update state %.1f MiB\n", ta, P, mem_a);
+    printf("time device_scape_d0.01_gpt2_124m: %.3f ms per step (%+.1f%% vs AdamS; one rank: no communication), "
+           "update state %.1f MiB\n", ts, 100.0 * (ts - ta) / ta, mem_s);
+    printf("time device_scape_d0.01_offload_gpt2_124m: %.3f ms per step, update state %.1f MiB (%.1f MiB less than "
+           "without offload)\n", to, mem_o, mem_s - mem_o);
+    param_table_free(&tab);
+    tab = small;
+    P = small_P;
+}
+#endif
+
+int main(int argc, char **argv) {
+    cuda_require_device("test_scape_updater");
+    comm_init(&argc, &argv);
+    rank_ = comm_rank();
+    world_ = comm_world();
+    int ndev = 0;
+    cudaCheck(cudaGetDeviceCount(&ndev));
+    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    cudaCheck(cudaSetDevice(lr ? atoi(lr) % ndev : 0));
+    build_table();
+    if (rank_ == 0)
+        printf("  %d slices, %d buckets, P=%zu, %d rank%s, " PRECISION_NAME "\n", tab.n, tab.num_buckets, P, world_,
+               world_ == 1 ? "" : "s");
+    RUN_TEST(scape_d01_warmup_matches_host_bitwise);
+    RUN_TEST(scape_d1_matches_host_bitwise);
+    RUN_TEST(scape_d01_no_warmup_bootstrap_matches_host_bitwise);
+    RUN_TEST(scape_nonfinite_gradient_skips_like_host);
+    RUN_TEST(scape_offload_residual_matches_host_bitwise);
+    RUN_TEST(scape_offload_residual_nonfinite_skips_like_host);
+    RUN_TEST(inv1_density_one_equals_device_adams_residual_zero);
+    if (world_ == 1) RUN_TEST(inv2_conservation_on_device);
+    RUN_TEST(save_load_continue_is_bitwise);
+    RUN_TEST(offload_resume_equals_no_offload_bitwise);
+    RUN_TEST(host_checkpoint_resumed_on_device_is_bitwise);
+#ifndef CUDA_EMU
+    if (world_ == 1) time_gpt2_124m();
+#endif
+    param_table_free(&tab);
+    comm_finalize();
+    TEST_EXIT();
+}
