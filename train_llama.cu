@@ -12,13 +12,13 @@
  * with its gradient (cuda/classifier.cuh).
  *
  * How it fits the shared loop (common/train.c, common/model.h), two ways, exactly as train_gpt.cu:
- *   device update (adamw, adams; Model.create_updater -> cuda/updater.h): the GPU holds the fp32 master weights,
+ *   device update (adamw, adams, scape; Model.create_updater -> cuda/updater.h): the GPU holds the fp32 master weights,
  *     the optimizer state and the floatX copy the forward reads. Each backward adds its floatX gradients, bucket by
  *     bucket (layer L-1 first, ..., layer 0, then wte + norm_f + lm_head), into an fp32 accumulator on the device
  *     and, on the last micro-step, hands each finished bucket to the update, whose all-reduce (NCCL, or host-staged
  *     MPI) overlaps the rest of backward. No per-step copy of parameters or gradients crosses PCIe; save()
  *     downloads the master for the model file, and sampling runs the forward on the device weights.
- *   host update (scape, topk-ef, or --update host): the host model of cuda/llama_host.c (train_llama.c's own
+ *   host update (topk-ef, or --update host): the host model of cuda/llama_host.c (train_llama.c's own
  *     table, init and model files) owns the fp32 master parameters and gradients in host memory. Each forward
  *     uploads the master parameters into an fp32 device copy and converts them to floatX; each backward computes
  *     this micro-step's gradients into a zeroed floatX buffer, adds them into the host gradients and then reports
@@ -542,15 +542,16 @@ static Model *llamacu_create(const char *spec, const char *init_path, uint64_t s
 }
 
 #if !defined(TESTING) || defined(TESTING_DEVICE_UPDATE)
-/* Model.create_updater: the device-resident update (cuda/updater.h) for adamw/adams; NULL (the loop's host update
- * on params/grads, as before) for scape and topk-ef (the same gate as train_gpt.cu's gpt2cu_create_updater: widen
+/* Model.create_updater: the device-resident update (cuda/updater.h) for adamw/adams/scape; NULL (the loop's host
+ * update on params/grads, as before) for topk-ef (the same gate as train_gpt.cu's gpt2cu_create_updater: widen
  * both together when cuda/updater.cu takes more optimizers). The update broadcasts rank 0's host parameters into
  * d_master and d_params; from here on the GPU holds the master weights. Allocates the (P) fp32 gradient
  * accumulator and frees the host path's pinned gradient staging. fatal() when GPU memory runs out.
  * (Compiled into the trainer and into test/gpu/test_llamacu_update.cu, which link cuda/updater.o.) */
 static Updater *llamacu_create_updater(Model *model, const UpdaterConfig *cfg) {
     LlamaCU *m = (LlamaCU *)model;
-    if (cfg->dist.opt.kind != OPT_ADAMW && cfg->dist.opt.kind != OPT_ADAMS) return NULL;
+    if (cfg->dist.opt.kind != OPT_ADAMW && cfg->dist.opt.kind != OPT_ADAMS && cfg->dist.opt.kind != OPT_SCAPE)
+        return NULL;
     size_t P = m->base.table.total;
     m->d_grad32 = (float *)dalloc(P * sizeof(float), "the fp32 gradients");
     cudaCheck(cudaMemset(m->d_grad32, 0, P * sizeof(float)));

@@ -608,6 +608,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     uc.dist = dc;
     uc.comm = comm_backend(c->comm);
     uc.seed = c->seed;
+    uc.scape_offload_residual = c->scape_offload_residual;
     int want_host = strcmp(c->update, "host") == 0;
     r->u = r->m->create_updater && !want_host ? r->m->create_updater(r->m, &uc) : NULL;
     if (!r->u) {
@@ -615,8 +616,12 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
             fatal("--update device: this trainer updates on the host only (the device update belongs to the CUDA "
                   "trainers, e.g. train_gptcu); use --update auto or host");
         if (strcmp(c->update, "device") == 0)
-            fatal("--update device: this trainer has no device-resident update for --optimizer %s (only for adamw "
-                  "and adams); use --update auto or host", c->optimizer);
+            fatal("--update device: this trainer has no device-resident update for --optimizer %s (only for adamw, "
+                  "adams and scape); use --update auto or host", c->optimizer);
+        if (c->scape_offload_residual)
+            fatal("--scape-offload-residual: only the device SCAPE update of the CUDA trainers has a residual in GPU "
+                  "memory to offload (this run updates on the host); drop the flag, or use --optimizer scape with a "
+                  "CUDA trainer and --update auto");
         if (uc.comm == COMM_BACKEND_NCCL)
             fatal("--comm nccl: the host update moves %s's gradients through host memory (MPI); use --comm mpi or "
                   "auto%s", c->optimizer, want_host ? ", or --update auto" : "");

@@ -23,7 +23,7 @@ typedef struct {
     uint64_t seed;
     int threads, shuffle, zero;
     float density, density_start;
-    int density_warmup, scape_exclude_norms;
+    int density_warmup, scape_exclude_norms, scape_offload_residual;
     int mask_stats_every; /* log a "mask" event every N steps (scape/dist.h DistMaskStats), 0 = off */
     float peak_flops;
     int max_bad_steps; /* stop after this many consecutive non-finite steps, 0 = never */

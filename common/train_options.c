@@ -59,8 +59,8 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
          "gradient/parameter collectives: mpi (host buffers; the only one of the CPU trainers), nccl (GPU buffers, "
          "one GPU per rank), auto (nccl for several ranks each with its own GPU, else mpi)", 0},
         {"update", ARG_STRING, &c->update, "auto", 0, 0, "auto|host|device",
-         "where the parameter update runs: device (GPU-resident adamw/adams of the CUDA trainers), host "
-         "(scape/dist.h on host buffers; the only one of the CPU trainers, and of scape/topk-ef), auto (device where "
+         "where the parameter update runs: device (GPU-resident adamw/adams/scape of the CUDA trainers), host "
+         "(scape/dist.h on host buffers; the only one of the CPU trainers, and of topk-ef), auto (device where "
          "the trainer has one for the optimizer)", 0},
         {"zero", ARG_FLAG, &c->zero, NULL, 0, 1, NULL, "ZeRO-1: shard the dense optimizer state over ranks", 0},
         {"density", ARG_FLOAT, &c->density, "1.0", 1e-6, 1, NULL, "SCAPE / topk-ef target density d (0.01 = 99% sparse)", 0},
@@ -68,6 +68,9 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
          "SCAPE / topk-ef density at step 1 of the warm-up", 0},
         {"density-warmup", ARG_INT, &c->density_warmup, "0", 0, IMAX, NULL,
          "SCAPE / topk-ef geometric density warm-up steps", 0},
+        {"scape-offload-residual", ARG_FLAG, &c->scape_offload_residual, NULL, 0, 1, NULL,
+         "device SCAPE: keep the residual r in pinned host memory, staged through the GPU a slice at a time "
+         "(SCAPE.md section 7; saves 4P bytes of GPU memory, results identical)", 0},
         {"scape-exclude-norms", ARG_INT, &c->scape_exclude_norms, "1", 0, 1, NULL,
          "1: norm gains and biases stay dense under SCAPE / topk-ef", 0},
         {"mask-stats-every", ARG_INT, &c->mask_stats_every, "0", 0, IMAX, NULL,

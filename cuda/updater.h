@@ -1,6 +1,6 @@
 /*
  * cuda/updater.h - the device-resident parameter update of the CUDA trainers (common/updater.h's Updater) for
- * the dense optimizers adamw and adams: fp32 master weights, first (and second) moments on the GPU; gradient
+ * adamw, adams and SCAPE (cuda/scape_updater.cuh): fp32 master weights, first (and second) moments on the GPU; gradient
  * all-reduce per bucket while backward runs (NCCL on a communication stream ordered by events, or host-staged
  * MPI through scape/comm.h so several ranks can share a GPU); with ZeRO-1 a reduce-scatter into the owner
  * shards, the sharded update, then a parameter all-gather. Norm, clipping, skip-on-non-finite, moments and the
