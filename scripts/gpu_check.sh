@@ -257,6 +257,19 @@ if [ $TRAIN_OK = 1 ]; then
     if [ -z "$DRY" ]; then
         run_test updater_2_ranks_one_gpu 300 env OMP_NUM_THREADS=2 "${MPI[@]}" -np 2 build/cuda/test_updater
     fi
+    # SCAPE on the device (d 0.1 after a 3-step warm-up) == SCAPE on the host DistOptim, bitwise in fp32; the residual
+    # offloaded to pinned host memory changes nothing; the CPU trainer agrees to fp32 rounding
+    SC=(--optimizer scape --density 0.1 --density-warmup 3)
+    trun scape_cpu ./train_gpt "${COMMON[@]}" --batch 4 "${SC[@]}" &&
+    trun scape_device_fp32 $GT32 "${COMMON[@]}" --batch 4 "${SC[@]}" &&
+        compare_losses scape_device_fp32_vs_cpu "$WORK/scape_device_fp32/log.jsonl" "$WORK/scape_cpu/log.jsonl" 1e-4
+    trun scape_host_fp32 $GT32 "${COMMON[@]}" --batch 4 "${SC[@]}" --update host &&
+        compare_losses scape_device_vs_host_update_fp32 "$WORK/scape_device_fp32/log.jsonl" "$WORK/scape_host_fp32/log.jsonl" 0
+    if [ -z "$DRY" ]; then
+        trun scape_offload_fp32 $GT32 "${COMMON[@]}" --batch 4 "${SC[@]}" --scape-offload-residual &&
+            compare_losses scape_offload_vs_resident_fp32 "$WORK/scape_offload_fp32/log.jsonl" "$WORK/scape_device_fp32/log.jsonl" 0
+        run_test scape_updater_2_ranks_one_gpu 300 env OMP_NUM_THREADS=2 "${MPI[@]}" -np 2 build/cuda-fp32/test_scape_updater
+    fi
     # a non-finite gradient at step 3 is skipped, every other step trained
     if trun gpu_nan env SCAPE_TEST_INJECT_NAN=3 $GT32 "${COMMON[@]}" --batch 4; then
         ns=$(grep -c '"skipped": 1' "$WORK/gpu_nan/log.jsonl")
@@ -310,7 +323,8 @@ if [ $TRAIN_OK = 1 ]; then
 else
     for c in train_fp32_vs_cpu_10_steps train_bf16_vs_cpu_10_steps identical_runs_bitwise save_resume_bitwise \
              two_ranks_one_gpu_vs_accumulation device_vs_host_update_fp32 device_vs_host_update_bf16 \
-             two_ranks_zero1_vs_no_zero nan_step_skipped cpu_checkpoint_resumed_on_gpu llama_train_fp32_vs_cpu_10_steps \
+             two_ranks_zero1_vs_no_zero scape_device_fp32_vs_cpu scape_device_vs_host_update_fp32 \
+             scape_offload_vs_resident_fp32 nan_step_skipped cpu_checkpoint_resumed_on_gpu llama_train_fp32_vs_cpu_10_steps \
              llama_train_bf16_vs_cpu_10_steps llama_device_vs_host_update_fp32 throughput_llama_500M throughput_gpt2_124M_d12 throughput_gpt2_350M_d24; do notrun $c "$reason"; done
 fi
 
