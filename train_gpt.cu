@@ -5,17 +5,19 @@
  * tight comparison with the CPU trainer).
  *
  * How it fits the shared loop (common/train.c, common/model.h), two ways:
- *   device update (adamw, adams, scape; Model.create_updater -> cuda/updater.h): the GPU holds the fp32 master weights,
- *     the optimizer state and the floatX copy the forward reads. Each backward adds its floatX gradients, bucket by
- *     bucket (one layer at a time), into an fp32 accumulator on the device and, on the last micro-step, hands each
- *     finished bucket to the update, whose all-reduce (NCCL, or host-staged MPI) overlaps the rest of backward.
+ *   device update (adamw, adams, scape; Model.create_updater -> cuda/updater.h): the GPU holds the fp32 master
+ *     weights, the optimizer state and the floatX copy the forward reads. Each backward adds its floatX
+ *     gradients, bucket by bucket (one layer at a time), into an fp32 accumulator on the device and, on the last
+ *     micro-step, hands each finished bucket to the update, whose all-reduce (NCCL, or host-staged MPI) overlaps
+ *     the rest of backward.
  *     No per-step copy of parameters or gradients crosses PCIe; save() downloads the master for the model file.
  *   host update (topk-ef, or --update host): the host model of cuda/gpt2_host.c (train_gpt.c's table, init and
  *     model files) owns the fp32 master parameters and gradients in host memory. Each forward uploads the master
  *     parameters and converts them to floatX; each backward computes this micro-step's gradients into a zeroed
  *     floatX buffer, adds them into the host gradients and reports every bucket final; the loop's DistOptim
  *     (MPI on host buffers, so several ranks can share one GPU) does the rest.
- * Either way checkpoints and logs are the CPU trainer's. Not yet here (see cuda/README.md): cuDNN attention.
+ * Either way checkpoints and logs are the CPU trainer's; the parameter-side plumbing of both ways is
+ * cuda/trainer.cuh's DeviceParams. Not yet here (see cuda/README.md): cuDNN attention.
  *
  * Shapes: B batch, T sequence, C channels, NH heads, L layers, V vocabulary, Vp padded vocabulary, N = B*T.
  */
@@ -29,7 +31,7 @@
 #include "cuda/matmul.cuh"
 #include "cuda/attention.cuh"
 #include "cuda/classifier.cuh"
-#include "cuda/optimizer.cuh"
+#include "cuda/trainer.cuh"
 #include "cuda/gpt2_host.h"
 #include "cuda/updater.h"
 extern "C" {
@@ -63,14 +65,7 @@ typedef struct {
     Model *host;      /* cuda/gpt2_host.c model: owns table, host params/grads, writes model files */
     int L, C, NH, V, Vp, maxT, Bmax, Tmax, B, T, have_targets;
     size_t att_max;   /* Bmax*NH*Tmax*Tmax */
-    float *d_master;  /* (P) fp32 master: a copy of the host parameters (host update), or THE master (device) */
-    floatX *d_params, *d_grads; /* (P) */
-    /* device update (cuda/updater.h, Model.create_updater): 1 when the Updater owns the parameters on the GPU;
-     * then backward adds each bucket's gradients into d_grad32 and forward uses d_params as they are */
-    int device_update;
-    float *d_grad32;  /* (P) fp32 gradient accumulator of the device update, else NULL */
-    int *bucket_n, **bucket_slices; /* per bucket: its slices (table indices) */
-    floatX *h_grads;  /* (P) pinned staging for the gradient download */
+    DeviceParams dp;  /* fp32 master, floatX params and gradients, host or device update (cuda/trainer.cuh) */
     Tensors p, g;
     Acts a;
     int *d_inputs, *d_targets, *h_inputs, *h_targets; /* (N) */
@@ -82,15 +77,6 @@ typedef struct {
     Blas bl;
     cudaStream_t s;
 } GPT2CU;
-
-static void *dalloc(size_t bytes, const char *what) {
-    void *p = NULL;
-    cudaError_t e = cudaMalloc(&p, bytes);
-    if (e != cudaSuccess)
-        fatal("cannot allocate %.2f GiB of GPU memory for %s (%s); reduce --batch or --seq", bytes / 1073741824.0,
-              what, cudaGetErrorString(e));
-    return p;
-}
 
 static void point_tensors(Tensors *t, floatX *base, const ParamTable *tab) {
     static const char *names[16] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
@@ -104,14 +90,6 @@ static void point_tensors(Tensors *t, floatX *base, const ParamTable *tab) {
         *ptrs[i] = base + tab->slices[idx].offset;
     }
 }
-
-#ifndef ENABLE_FP32
-/* fp32 master -> floatX working copy (round to nearest; the loop's host optimizer owns the master) */
-__global__ static void to_floatx_kernel(floatX *dst, const float *src, long n) {
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = from_float<floatX>(src[i]);
-}
-#endif
 
 static float gpt2cu_forward(Model *model, const int *inputs, const int *targets, int B, int T) {
     GPT2CU *m = (GPT2CU *)model;
@@ -140,16 +118,7 @@ static float gpt2cu_forward(Model *model, const int *inputs, const int *targets,
     m->T = T;
     m->have_targets = targets != NULL;
 
-    /* host update: the loop may have updated the host parameters since the last forward (the device update keeps
-     * d_master and d_params current itself) */
-    if (!m->device_update) {
-        size_t P = m->base.table.total;
-        cudaCheck(cudaMemcpyAsync(m->d_master, m->base.params, P * sizeof(float), cudaMemcpyHostToDevice, s));
-#ifndef ENABLE_FP32
-        to_floatx_kernel<<<ceil_div((long)P, 256), 256, 0, s>>>(m->d_params, m->d_master, (long)P);
-        cudaCheckLaunch();
-#endif
-    }
+    device_params_upload(&m->dp); /* host update: the loop may have changed the host parameters */
 
     Tensors *p = &m->p;
     Acts *a = &m->a;
@@ -194,17 +163,6 @@ static float gpt2cu_forward(Model *model, const int *inputs, const int *targets,
     return (float)(sum / N);
 }
 
-/* Device update: bucket b's gradients of this micro-step are final on the stream; add them into the fp32
- * accumulator (the sum the host path forms on the CPU) and hand the bucket to the update (last micro-step). */
-static void bucket_done(GPT2CU *m, int b, BucketReadyFn on_bucket, void *ctx) {
-    const ParamTable *tab = &m->base.table;
-    for (int k = 0; k < m->bucket_n[b]; k++) {
-        const ParamSlice *sl = &tab->slices[m->bucket_slices[b][k]];
-        grad_accumulate(m->d_grad32 + sl->offset, m->d_grads + sl->offset, (long)sl->numel, m->s);
-    }
-    if (on_bucket) on_bucket(ctx, b);
-}
-
 static void gpt2cu_backward(Model *model, float loss_scale, BucketReadyFn on_bucket, void *ctx) {
     GPT2CU *m = (GPT2CU *)model;
     if (!m->have_targets) fatal("internal: backward called after a forward without targets");
@@ -221,7 +179,7 @@ static void gpt2cu_backward(Model *model, float loss_scale, BucketReadyFn on_buc
     cudaCheck(cudaMemcpyAsync(m->d_order, m->plan.order, N * sizeof(int), cudaMemcpyHostToDevice, s));
     cudaCheck(cudaMemcpyAsync(m->d_seg_start, m->plan.seg_start, (N + 1) * sizeof(int), cudaMemcpyHostToDevice, s));
     cudaCheck(cudaMemcpyAsync(m->d_seg_tok, m->plan.seg_tok, N * sizeof(int), cudaMemcpyHostToDevice, s));
-    cudaCheck(cudaMemsetAsync(m->d_grads, 0, P * sizeof(floatX), s));
+    cudaCheck(cudaMemsetAsync(m->dp.grads, 0, P * sizeof(floatX), s));
 
     fused_classifier(a->logits, a->losses, m->d_targets, n, V, Vp, loss_scale / (float)N, s);
     matmul_backward(bl, a->dc, g->wte, NULL, a->fscratch, a->logits, a->lnf, p->wte, n, C, Vp, 0.0f, s);
@@ -246,62 +204,37 @@ static void gpt2cu_backward(Model *model, float loss_scale, BucketReadyFn on_buc
                         a->ln1 + l * LN * C, p->qkvw + (size_t)l * 3 * C * C, n, C, 3 * C, 0.0f, s);
         layernorm_backward(a->dres, g->ln1w + l * C, g->ln1b + l * C, a->fscratch, a->dc, residual, p->ln1w + l * C,
                            a->ln1_mean + l * LN, a->ln1_rstd + l * LN, n, C, s);
-        if (m->device_update) bucket_done(m, L - 1 - l, on_bucket, ctx); /* layer l's tensors are final */
+        if (m->dp.device_update) device_params_bucket_done(&m->dp, L - 1 - l, on_bucket, ctx); /* layer l final */
     }
     encoder_backward(g->wte, g->wpe, a->dres, m->d_order, m->d_seg_start, m->d_seg_tok, m->plan.nseg, B, T, C, s);
-    if (m->device_update) {
-        bucket_done(m, L, on_bucket, ctx); /* wte (lm_head and embedding), wpe, lnf */
-        return;
-    }
-
-    /* add this micro-step's gradients into the host's (the loop's optimizer and communication read those) */
-    cudaCheck(cudaMemcpyAsync(m->h_grads, m->d_grads, P * sizeof(floatX), cudaMemcpyDeviceToHost, s));
-    cudaCheck(cudaStreamSynchronize(s));
-    float *hg = m->base.grads;
-    #pragma omp parallel for schedule(static)
-    for (long i = 0; i < (long)P; i++) hg[i] += (float)m->h_grads[i];
-    if (on_bucket)
-        for (int b = 0; b <= L; b++) on_bucket(ctx, b);
+    if (m->dp.device_update)
+        device_params_bucket_done(&m->dp, L, on_bucket, ctx); /* wte (lm_head and embedding), wpe, lnf */
+    else
+        device_params_add_to_host(&m->dp, on_bucket, ctx);
 }
 
 static const float *gpt2cu_logits(const Model *model) {
     GPT2CU *m = (GPT2CU *)model;
-    size_t N = (size_t)m->B * m->T, Vp = m->Vp;
-    if (!m->h_logits) m->h_logits = (float *)xmalloc((size_t)m->Bmax * m->Tmax * Vp * sizeof(float), "host logits");
-    floatX *tmp = (floatX *)xmalloc(N * Vp * sizeof(floatX), "logits staging");
-    cudaCheck(cudaMemcpy(tmp, m->a.logits, N * Vp * sizeof(floatX), cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < N * Vp; i++) m->h_logits[i] = (float)tmp[i];
-    free(tmp);
-    return m->h_logits;
+    return logits_to_host(&m->h_logits, (size_t)m->Bmax * m->Tmax, m->a.logits, (size_t)m->B * m->T, m->Vp, m->s);
 }
 
 static void gpt2cu_save(const Model *model, const char *path) {
     GPT2CU *m = (GPT2CU *)model;
-    if (m->device_update) { /* the device holds the master weights: refresh the host copy the writer reads */
-        cudaCheck(cudaStreamSynchronize(m->s));
-        cudaCheck(cudaMemcpy(m->base.params, m->d_master, m->base.table.total * sizeof(float), cudaMemcpyDeviceToHost));
-    }
-    m->host->save(m->host, path); /* version 3 fp32, from the host master parameters */
+    device_params_to_host(&m->dp); /* device update: the GPU holds the master weights the writer reads */
+    m->host->save(m->host, path);  /* version 3 fp32, from the host master parameters */
 }
 
 static void gpt2cu_free(Model *model) {
     GPT2CU *m = (GPT2CU *)model;
     if (!m) return;
     cudaCheck(cudaStreamSynchronize(m->s));
-    void *dev[] = {m->d_master, m->d_grads, m->a.encoded, m->a.ln1, m->a.qkv, m->a.atty, m->a.att, m->a.attproj,
+    void *dev[] = {m->a.encoded, m->a.ln1, m->a.qkv, m->a.atty, m->a.att, m->a.attproj,
                    m->a.residual2, m->a.ln2, m->a.fch, m->a.fch_gelu, m->a.fcproj, m->a.residual3, m->a.ln1_mean,
                    m->a.ln1_rstd, m->a.ln2_mean, m->a.ln2_rstd, m->a.lnf, m->a.lnf_mean, m->a.lnf_rstd, m->a.logits,
                    m->a.losses, m->a.dres, m->a.dc, m->a.d4c, m->a.att_scratch, m->a.fscratch, m->d_inputs,
                    m->d_targets, m->d_order, m->d_seg_start, m->d_seg_tok};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaCheck(cudaFree(dev[i]));
-#ifndef ENABLE_FP32
-    cudaCheck(cudaFree(m->d_params));
-#endif
-    if (m->d_grad32) cudaCheck(cudaFree(m->d_grad32));
-    for (int b = 0; b < m->base.table.num_buckets; b++) free(m->bucket_slices[b]);
-    free(m->bucket_slices);
-    free(m->bucket_n);
-    cudaCheck(cudaFreeHost(m->h_grads));
+    device_params_free(&m->dp);
     cudaCheck(cudaFreeHost(m->h_losses));
     cudaCheck(cudaFreeHost(m->h_inputs));
     cudaCheck(cudaFreeHost(m->h_targets));
@@ -319,16 +252,8 @@ static void gpt2cu_free(Model *model) {
 /* ModelFamily.create: the host model (file or seeded init, identical to the CPU trainer's), then device memory
  * for B x T. fatal() with the fix if there is no GPU, T is too long, or memory runs out. */
 static Model *gpt2cu_create(const char *spec, const char *init_path, uint64_t seed, int B, int T) {
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0)
-        fatal("no CUDA device usable (%s); run train_gptcu on a machine with an NVIDIA GPU, or use train_gpt",
-              e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     if (B < 1 || T < 1) fatal("--batch %d / --seq %d must both be at least 1", B, T);
-    /* one GPU per local rank when there are several; ranks share GPU 0..ndev-1 round-robin otherwise (Open MPI
-     * sets OMPI_COMM_WORLD_LOCAL_RANK; without it every process uses device 0) */
-    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    cudaCheck(cudaSetDevice(lr ? atoi(lr) % ndev : 0));
+    select_gpu("train_gptcu", "train_gpt");
     /* activations for one token only: the CPU model serves for its parameters, table and files */
     Model *host = gpt2_host_create(spec, init_path, seed, 1, 1);
     if (T > host->max_seq_len)
@@ -363,28 +288,10 @@ static Model *gpt2cu_create(const char *spec, const char *init_path, uint64_t se
 
     cudaCheck(cudaStreamCreate(&m->s));
     blas_init(&m->bl);
-    size_t P = b->table.total, N = (size_t)B * T, L = m->L, C = m->C, Vp = m->Vp;
-    m->d_master = (float *)dalloc(P * sizeof(float), "the fp32 parameters");
-#ifdef ENABLE_FP32
-    m->d_params = m->d_master;
-#else
-    m->d_params = (floatX *)dalloc(P * sizeof(floatX), "the parameters");
-#endif
-    m->d_grads = (floatX *)dalloc(P * sizeof(floatX), "the gradients");
-    point_tensors(&m->p, m->d_params, &b->table);
-    point_tensors(&m->g, m->d_grads, &b->table);
-    int nb = b->table.num_buckets;
-    m->bucket_n = (int *)xcalloc((size_t)nb, sizeof(int), "bucket slices");
-    m->bucket_slices = (int **)xcalloc((size_t)nb, sizeof(int *), "bucket slices");
-    for (int i = 0; i < b->table.n; i++) m->bucket_n[b->table.slices[i].bucket]++;
-    for (int k = 0; k < nb; k++) {
-        m->bucket_slices[k] = (int *)xmalloc((size_t)(m->bucket_n[k] ? m->bucket_n[k] : 1) * sizeof(int), "bucket slices");
-        m->bucket_n[k] = 0;
-    }
-    for (int i = 0; i < b->table.n; i++) {
-        int k = b->table.slices[i].bucket;
-        m->bucket_slices[k][m->bucket_n[k]++] = i;
-    }
+    size_t N = (size_t)B * T, L = m->L, C = m->C, Vp = m->Vp;
+    device_params_alloc(&m->dp, b, m->s);
+    point_tensors(&m->p, m->dp.params, &b->table);
+    point_tensors(&m->g, m->dp.grads, &b->table);
     Acts *a = &m->a;
     size_t X = sizeof(floatX);
     a->encoded = (floatX *)dalloc(N * C * X, "activations");
@@ -420,7 +327,6 @@ static Model *gpt2cu_create(const char *spec, const char *init_path, uint64_t se
     m->d_order = (int *)dalloc(N * 4, "the embedding-backward plan");
     m->d_seg_start = (int *)dalloc((N + 1) * 4, "the embedding-backward plan");
     m->d_seg_tok = (int *)dalloc(N * 4, "the embedding-backward plan");
-    cudaCheck(cudaMallocHost((void **)&m->h_grads, P * X));
     cudaCheck(cudaMallocHost((void **)&m->h_losses, N * 4));
     cudaCheck(cudaMallocHost((void **)&m->h_inputs, N * 4));
     cudaCheck(cudaMallocHost((void **)&m->h_targets, N * 4));
@@ -432,24 +338,11 @@ static Model *gpt2cu_create(const char *spec, const char *init_path, uint64_t se
 }
 
 #if !defined(TESTING) || defined(TESTING_DEVICE_UPDATE)
-/* Model.create_updater: the device-resident update (cuda/updater.h) for adamw, adams and scape; NULL (the loop's
- * host update on params/grads, as before) for topk-ef. From here on the GPU holds the master weights.
- * (Compiled into the trainer and into test/gpu/test_gpt2cu_update.cu, which link cuda/updater.o.) */
+/* Model.create_updater: the device-resident update for adamw, adams and scape, NULL (the loop's host update) for
+ * topk-ef: cuda/trainer.cuh's device_params_create_updater. (Compiled into the trainer and into
+ * test/gpu/test_gpt2cu_update.cu, which link cuda/updater.o.) */
 static Updater *gpt2cu_create_updater(Model *model, const UpdaterConfig *cfg) {
-    GPT2CU *m = (GPT2CU *)model;
-    if (cfg->dist.opt.kind != OPT_ADAMW && cfg->dist.opt.kind != OPT_ADAMS && cfg->dist.opt.kind != OPT_SCAPE) return NULL;
-    size_t P = m->base.table.total;
-    m->d_grad32 = (float *)dalloc(P * sizeof(float), "the fp32 gradients");
-    cudaCheck(cudaMemset(m->d_grad32, 0, P * sizeof(float)));
-    DeviceModel dm = {&m->base.table, m->d_master, m->d_params, m->d_grad32, m->base.params, m->s};
-    Updater *u = device_updater_create(&dm, cfg);
-    if (!u) {
-        cudaCheck(cudaFree(m->d_grad32));
-        m->d_grad32 = NULL;
-        return NULL;
-    }
-    m->device_update = 1;
-    return u;
+    return device_params_create_updater(&((GPT2CU *)model)->dp, cfg);
 }
 #endif
 

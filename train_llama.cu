@@ -12,11 +12,11 @@
  * with its gradient (cuda/classifier.cuh).
  *
  * How it fits the shared loop (common/train.c, common/model.h), two ways, exactly as train_gpt.cu:
- *   device update (adamw, adams, scape; Model.create_updater -> cuda/updater.h): the GPU holds the fp32 master weights,
- *     the optimizer state and the floatX copy the forward reads. Each backward adds its floatX gradients, bucket by
- *     bucket (layer L-1 first, ..., layer 0, then wte + norm_f + lm_head), into an fp32 accumulator on the device
- *     and, on the last micro-step, hands each finished bucket to the update, whose all-reduce (NCCL, or host-staged
- *     MPI) overlaps the rest of backward. No per-step copy of parameters or gradients crosses PCIe; save()
+ *   device update (adamw, adams, scape; Model.create_updater -> cuda/updater.h): the GPU holds the fp32 master
+ *     weights, the optimizer state and the floatX copy the forward reads. Each backward adds its floatX
+ *     gradients, bucket by bucket (layer L-1 first, ..., layer 0, then wte + norm_f + lm_head), into an fp32
+ *     accumulator on the device and, on the last micro-step, hands each finished bucket to the update, whose
+ *     all-reduce (NCCL, or host-staged MPI) overlaps the rest of backward. No per-step copy of parameters or gradients crosses PCIe; save()
  *     downloads the master for the model file, and sampling runs the forward on the device weights.
  *   host update (topk-ef, or --update host): the host model of cuda/llama_host.c (train_llama.c's own
  *     table, init and model files) owns the fp32 master parameters and gradients in host memory. Each forward
@@ -41,7 +41,7 @@
 #include "cuda/gqa.cuh"
 #include "cuda/swiglu.cuh"
 #include "cuda/classifier.cuh"
-#include "cuda/optimizer.cuh"
+#include "cuda/trainer.cuh"
 #include "cuda/llama_host.h"
 #include "cuda/updater.h"
 extern "C" {
@@ -100,14 +100,7 @@ typedef struct {
     int L, C, NH, NKV, hd, KVC, F, V, Vp, maxT, Bmax, Tmax, B, T, have_targets;
     float eps;        /* RMSNorm epsilon */
     size_t att_max;   /* Bmax*NH*Tmax*Tmax */
-    float *d_master;  /* (P) fp32 master: a copy of the host parameters (host update), or THE master (device) */
-    floatX *d_params, *d_grads; /* (P); d_grads holds one micro-step's gradients */
-    /* device update (cuda/updater.h, Model.create_updater): 1 when the Updater owns the parameters on the GPU;
-     * then backward adds each bucket's gradients into d_grad32 and forward uses d_params as they are */
-    int device_update;
-    float *d_grad32;  /* (P) fp32 gradient accumulator of the device update, else NULL */
-    int *bucket_n, **bucket_slices; /* per bucket: its slices (table indices) */
-    floatX *h_grads;  /* (P) pinned staging for the gradient download (host update; NULL with the device update) */
+    DeviceParams dp;  /* fp32 master, floatX params and gradients, host or device update (cuda/trainer.cuh) */
     Tensors p, g;
     Acts a;
     int *d_inputs, *d_targets, *h_inputs, *h_targets; /* (N) */
@@ -119,15 +112,6 @@ typedef struct {
     Blas bl;
     cudaStream_t s;
 } LlamaCU;
-
-static void *dalloc(size_t bytes, const char *what) {
-    void *p = NULL;
-    cudaError_t e = cudaMalloc(&p, bytes);
-    if (e != cudaSuccess)
-        fatal("cannot allocate %.2f GiB of GPU memory for %s (%s); reduce --batch or --seq", bytes / 1073741824.0,
-              what, cudaGetErrorString(e));
-    return p;
-}
 
 static void point_tensors(Tensors *t, floatX *base, const ParamTable *tab) {
     static const char *names[12] = {"wte", "attn_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w1", "w3", "w2",
@@ -142,13 +126,6 @@ static void point_tensors(Tensors *t, floatX *base, const ParamTable *tab) {
     }
 }
 
-#ifndef ENABLE_FP32
-/* fp32 master -> floatX working copy (round to nearest; the loop's host optimizer owns the master) */
-__global__ static void to_floatx_kernel(floatX *dst, const float *src, long n) {
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = from_float<floatX>(src[i]);
-}
-#endif
 
 /* Token embedding without positions (train_llama.c embedding_forward): out[n,:] = wte[inp[n],:].
  * out (N,C), inp (N) device token ids in [0,V), wte (Vp,C). Positions enter through RoPE. */
@@ -193,16 +170,7 @@ static float llamacu_forward(Model *model, const int *inputs, const int *targets
     m->T = T;
     m->have_targets = targets != NULL;
 
-    /* host update: the loop may have updated the host parameters since the last forward (the device update keeps
-     * d_master and d_params current itself, ordered on this stream) */
-    if (!m->device_update) {
-        size_t P = m->base.table.total;
-        cudaCheck(cudaMemcpyAsync(m->d_master, m->base.params, P * sizeof(float), cudaMemcpyHostToDevice, s));
-#ifndef ENABLE_FP32
-        to_floatx_kernel<<<ceil_div((long)P, 256), 256, 0, s>>>(m->d_params, m->d_master, (long)P);
-        cudaCheckLaunch();
-#endif
-    }
+    device_params_upload(&m->dp); /* host update: the loop may have changed the host parameters */
 
     Tensors *p = &m->p;
     Acts *a = &m->a;
@@ -260,19 +228,6 @@ static float llamacu_forward(Model *model, const int *inputs, const int *targets
     return (float)(sum / N);
 }
 
-/* Device update: bucket b's gradients of this micro-step are final on the stream (their last write is enqueued);
- * add them into the fp32 accumulator (the sum the host path forms on the CPU: acc + (float)g, one rounding) and, on
- * the last micro-step (on_bucket non-NULL), hand the bucket to the update, which orders its collective after the
- * accumulation by an event on the stream (cuda/device_model.h's protocol). */
-static void bucket_done(LlamaCU *m, int b, BucketReadyFn on_bucket, void *ctx) {
-    const ParamTable *tab = &m->base.table;
-    for (int k = 0; k < m->bucket_n[b]; k++) {
-        const ParamSlice *sl = &tab->slices[m->bucket_slices[b][k]];
-        grad_accumulate(m->d_grad32 + sl->offset, m->d_grads + sl->offset, (long)sl->numel, m->s);
-    }
-    if (on_bucket) on_bucket(ctx, b);
-}
-
 static void llamacu_backward(Model *model, float loss_scale, BucketReadyFn on_bucket, void *ctx) {
     LlamaCU *m = (LlamaCU *)model;
     if (!m->have_targets) fatal("internal: backward called after a forward without targets");
@@ -291,7 +246,7 @@ static void llamacu_backward(Model *model, float loss_scale, BucketReadyFn on_bu
     cudaCheck(cudaMemcpyAsync(m->d_order, m->plan.order, N * sizeof(int), cudaMemcpyHostToDevice, s));
     cudaCheck(cudaMemcpyAsync(m->d_seg_start, m->plan.seg_start, (N + 1) * sizeof(int), cudaMemcpyHostToDevice, s));
     cudaCheck(cudaMemcpyAsync(m->d_seg_tok, m->plan.seg_tok, N * sizeof(int), cudaMemcpyHostToDevice, s));
-    cudaCheck(cudaMemsetAsync(m->d_grads, 0, P * sizeof(floatX), s));
+    cudaCheck(cudaMemsetAsync(m->dp.grads, 0, P * sizeof(floatX), s));
 
     /* loss -> logits -> norm_f -> the last layer's output */
     fused_classifier(a->logits, a->losses, m->d_targets, n, V, Vp, loss_scale / (float)N, s);
@@ -334,46 +289,27 @@ static void llamacu_backward(Model *model, float loss_scale, BucketReadyFn on_bu
         matmul_backward(bl, a->dc, dwv, NULL, NULL, a->dv, h1, wv, n, C, KVC, 1.0f, s);
         rmsnorm_backward(a->dres, dattn_norm, a->fscratch, a->dc, x, attn_norm, rstd1, n, C, s);
         /* dres is now d(this layer's input) */
-        if (m->device_update) bucket_done(m, L - 1 - l, on_bucket, ctx); /* layer l's 9 tensors are final */
+        if (m->dp.device_update) device_params_bucket_done(&m->dp, L - 1 - l, on_bucket, ctx); /* layer l final */
     }
     /* dwte += scatter of dres: each distinct token's row summed over its rows in increasing order, no atomics */
     dim3 grid(m->plan.nseg, ceil_div(C, 256));
     encoder_backward_wte_kernel<<<grid, 256, 0, s>>>(g->wte, a->dres, m->d_order, m->d_seg_start, m->d_seg_tok, C);
     cudaCheckLaunch();
-    if (m->device_update) {
-        bucket_done(m, L, on_bucket, ctx); /* wte, norm_f and lm_head (the last two were final since the start) */
-        return;
-    }
-
-    /* add this micro-step's gradients into the host's (the loop's optimizer and communication read those) */
-    cudaCheck(cudaMemcpyAsync(m->h_grads, m->d_grads, P * sizeof(floatX), cudaMemcpyDeviceToHost, s));
-    cudaCheck(cudaStreamSynchronize(s));
-    float *hg = m->base.grads;
-    #pragma omp parallel for schedule(static)
-    for (long i = 0; i < (long)P; i++) hg[i] += (float)m->h_grads[i];
-    if (on_bucket)
-        for (int b = 0; b <= L; b++) on_bucket(ctx, b);
+    if (m->dp.device_update) /* wte, norm_f and lm_head (the last two were final since the start) */
+        device_params_bucket_done(&m->dp, L, on_bucket, ctx);
+    else
+        device_params_add_to_host(&m->dp, on_bucket, ctx);
 }
 
 static const float *llamacu_logits(const Model *model) {
     LlamaCU *m = (LlamaCU *)model;
-    size_t N = (size_t)m->B * m->T, Vp = m->Vp;
-    if (!m->h_logits) m->h_logits = (float *)xmalloc((size_t)m->Bmax * m->Tmax * Vp * sizeof(float), "host logits");
-    floatX *tmp = (floatX *)xmalloc(N * Vp * sizeof(floatX), "logits staging");
-    cudaCheck(cudaStreamSynchronize(m->s));
-    cudaCheck(cudaMemcpy(tmp, m->a.logits, N * Vp * sizeof(floatX), cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < N * Vp; i++) m->h_logits[i] = (float)tmp[i];
-    free(tmp);
-    return m->h_logits;
+    return logits_to_host(&m->h_logits, (size_t)m->Bmax * m->Tmax, m->a.logits, (size_t)m->B * m->T, m->Vp, m->s);
 }
 
 static void llamacu_save(const Model *model, const char *path) {
     LlamaCU *m = (LlamaCU *)model;
-    if (m->device_update) { /* the device holds the master weights: refresh the host copy the writer reads */
-        cudaCheck(cudaStreamSynchronize(m->s));
-        cudaCheck(cudaMemcpy(m->base.params, m->d_master, m->base.table.total * sizeof(float), cudaMemcpyDeviceToHost));
-    }
-    m->host->save(m->host, path); /* version 3 fp32, from the host master parameters */
+    device_params_to_host(&m->dp); /* device update: the GPU holds the master weights the writer reads */
+    m->host->save(m->host, path);
 }
 
 static void llamacu_free(Model *model) {
@@ -381,19 +317,12 @@ static void llamacu_free(Model *model) {
     if (!m) return;
     cudaCheck(cudaStreamSynchronize(m->s));
     Acts *a = &m->a;
-    void *dev[] = {m->d_master, m->d_grads, a->x0, a->h1, a->rstd1, a->q, a->k, a->v, a->att, a->atty, a->x2, a->h2,
+    void *dev[] = {a->x0, a->h1, a->rstd1, a->q, a->k, a->v, a->att, a->atty, a->x2, a->h2,
                    a->rstd2, a->gate, a->up, a->swi, a->x3, a->hf, a->rstdf, a->logits, a->losses, a->proj, a->dres,
                    a->dc, a->dq, a->dk, a->dv, a->dgate, a->dup, a->att_scratch, a->fscratch, a->rope_cos,
                    a->rope_sin, m->d_inputs, m->d_targets, m->d_order, m->d_seg_start, m->d_seg_tok};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaCheck(cudaFree(dev[i]));
-#ifndef ENABLE_FP32
-    cudaCheck(cudaFree(m->d_params));
-#endif
-    if (m->d_grad32) cudaCheck(cudaFree(m->d_grad32));
-    for (int b = 0; b < m->base.table.num_buckets; b++) free(m->bucket_slices[b]);
-    free(m->bucket_slices);
-    free(m->bucket_n);
-    if (m->h_grads) cudaCheck(cudaFreeHost(m->h_grads));
+    device_params_free(&m->dp);
     cudaCheck(cudaFreeHost(m->h_losses));
     cudaCheck(cudaFreeHost(m->h_inputs));
     cudaCheck(cudaFreeHost(m->h_targets));
@@ -412,16 +341,8 @@ static void llamacu_free(Model *model) {
  * for B x T. fatal() with the fix if there is no GPU, T is too long, a width does not suit cuBLASLt, or memory runs
  * out. */
 static Model *llamacu_create(const char *spec, const char *init_path, uint64_t seed, int B, int T) {
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0)
-        fatal("no CUDA device usable (%s); run train_llamacu on a machine with an NVIDIA GPU, or use train_llama",
-              e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     if (B < 1 || T < 1) fatal("--batch %d / --seq %d must both be at least 1", B, T);
-    /* one GPU per local rank when there are several; ranks share GPU 0..ndev-1 round-robin otherwise (Open MPI
-     * sets OMPI_COMM_WORLD_LOCAL_RANK; without it every process uses device 0) */
-    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    cudaCheck(cudaSetDevice(lr ? atoi(lr) % ndev : 0));
+    select_gpu("train_llamacu", "train_llama");
     /* activations for one token only: the CPU model serves for its parameters, table and files */
     Model *host = llama_host_create(spec, init_path, seed, 1, 1);
     LlamaHostConfig c = llama_host_config(host);
@@ -459,30 +380,12 @@ static Model *llamacu_create(const char *spec, const char *init_path, uint64_t s
 
     cudaCheck(cudaStreamCreate(&m->s));
     blas_init(&m->bl);
-    size_t P = b->table.total, N = (size_t)B * T, L = m->L, C = m->C, F = m->F, Vp = m->Vp, kvc = (size_t)KVC;
-    m->d_master = (float *)dalloc(P * sizeof(float), "the fp32 parameters");
-#ifdef ENABLE_FP32
-    m->d_params = m->d_master;
-#else
-    m->d_params = (floatX *)dalloc(P * sizeof(floatX), "the parameters");
-#endif
-    m->d_grads = (floatX *)dalloc(P * sizeof(floatX), "the gradients");
-    point_tensors(&m->p, m->d_params, &b->table);
-    point_tensors(&m->g, m->d_grads, &b->table);
-    /* each bucket's slices (table indices, memory order), for the device update's per-bucket accumulation */
+    size_t N = (size_t)B * T, L = m->L, C = m->C, F = m->F, Vp = m->Vp, kvc = (size_t)KVC;
+    device_params_alloc(&m->dp, b, m->s);
+    point_tensors(&m->p, m->dp.params, &b->table);
+    point_tensors(&m->g, m->dp.grads, &b->table);
     int nb = b->table.num_buckets;
     if (nb != m->L + 1) fatal("internal: the Llama table has %d gradient buckets, expected L+1 = %d", nb, m->L + 1);
-    m->bucket_n = (int *)xcalloc((size_t)nb, sizeof(int), "bucket slices");
-    m->bucket_slices = (int **)xcalloc((size_t)nb, sizeof(int *), "bucket slices");
-    for (int i = 0; i < b->table.n; i++) m->bucket_n[b->table.slices[i].bucket]++;
-    for (int k = 0; k < nb; k++) {
-        m->bucket_slices[k] = (int *)xmalloc((size_t)(m->bucket_n[k] ? m->bucket_n[k] : 1) * sizeof(int), "bucket slices");
-        m->bucket_n[k] = 0;
-    }
-    for (int i = 0; i < b->table.n; i++) {
-        int k = b->table.slices[i].bucket;
-        m->bucket_slices[k][m->bucket_n[k]++] = i;
-    }
     Acts *a = &m->a;
     size_t X = sizeof(floatX);
     a->x0 = (floatX *)dalloc(N * C * X, "activations");
@@ -530,7 +433,6 @@ static Model *llamacu_create(const char *spec, const char *init_path, uint64_t s
     m->d_order = (int *)dalloc(N * 4, "the embedding-backward plan");
     m->d_seg_start = (int *)dalloc((N + 1) * 4, "the embedding-backward plan");
     m->d_seg_tok = (int *)dalloc(N * 4, "the embedding-backward plan");
-    cudaCheck(cudaMallocHost((void **)&m->h_grads, P * X));
     cudaCheck(cudaMallocHost((void **)&m->h_losses, N * 4));
     cudaCheck(cudaMallocHost((void **)&m->h_inputs, N * 4));
     cudaCheck(cudaMallocHost((void **)&m->h_targets, N * 4));
@@ -542,32 +444,11 @@ static Model *llamacu_create(const char *spec, const char *init_path, uint64_t s
 }
 
 #if !defined(TESTING) || defined(TESTING_DEVICE_UPDATE)
-/* Model.create_updater: the device-resident update (cuda/updater.h) for adamw/adams/scape; NULL (the loop's host
- * update on params/grads, as before) for topk-ef (the same gate as train_gpt.cu's gpt2cu_create_updater: widen
- * both together when cuda/updater.cu takes more optimizers). The update broadcasts rank 0's host parameters into
- * d_master and d_params; from here on the GPU holds the master weights. Allocates the (P) fp32 gradient
- * accumulator and frees the host path's pinned gradient staging. fatal() when GPU memory runs out.
- * (Compiled into the trainer and into test/gpu/test_llamacu_update.cu, which link cuda/updater.o.) */
+/* Model.create_updater: the device-resident update for adamw, adams and scape, NULL (the loop's host update) for
+ * topk-ef: cuda/trainer.cuh's device_params_create_updater. (Compiled into the trainer and into
+ * test/gpu/test_llamacu_update.cu, which link cuda/updater.o.) */
 static Updater *llamacu_create_updater(Model *model, const UpdaterConfig *cfg) {
-    LlamaCU *m = (LlamaCU *)model;
-    if (cfg->dist.opt.kind != OPT_ADAMW && cfg->dist.opt.kind != OPT_ADAMS && cfg->dist.opt.kind != OPT_SCAPE)
-        return NULL;
-    size_t P = m->base.table.total;
-    m->d_grad32 = (float *)dalloc(P * sizeof(float), "the fp32 gradients");
-    cudaCheck(cudaMemset(m->d_grad32, 0, P * sizeof(float)));
-    DeviceModel dm = {&m->base.table, m->d_master, m->d_params, m->d_grad32, m->base.params, m->s};
-    Updater *u = device_updater_create(&dm, cfg);
-    if (!u) {
-        cudaCheck(cudaFree(m->d_grad32));
-        m->d_grad32 = NULL;
-        return NULL;
-    }
-    m->device_update = 1;
-    /* the gradient download staging of the host path is never used again (2P bytes of pinned host memory) */
-    cudaCheck(cudaStreamSynchronize(m->s));
-    cudaCheck(cudaFreeHost(m->h_grads));
-    m->h_grads = NULL;
-    return u;
+    return device_params_create_updater(&((LlamaCU *)model)->dp, cfg);
 }
 #endif
 

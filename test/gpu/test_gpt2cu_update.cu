@@ -113,7 +113,7 @@ TEST(device_update_matches_host_update) {
     GPT2CU *ga = (GPT2CU *)a;
     float *ma = (float *)xmalloc(P * sizeof(float), "master");
     cudaCheck(cudaStreamSynchronize(ga->s));
-    cudaCheck(cudaMemcpy(ma, ga->d_master, P * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(ma, ga->dp.master, P * sizeof(float), cudaMemcpyDeviceToHost));
     size_t bad = 0, first = 0;
     double dd = 0, dm = 0;
     for (size_t i = 0; i < P; i++) {

@@ -60,7 +60,7 @@ static float *download_master(Model *model) {
     size_t P = model->table.total;
     float *h = (float *)xmalloc(P * sizeof(float), "master");
     cudaCheck(cudaStreamSynchronize(m->s));
-    cudaCheck(cudaMemcpy(h, m->d_master, P * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h, m->dp.master, P * sizeof(float), cudaMemcpyDeviceToHost));
     return h;
 }
 
@@ -74,8 +74,8 @@ static void device_update_matches_host_update(const char *test_name_, OptimizerK
     Updater *ua = llamacu_create_updater(a, &c);
     CHECK(ua != NULL, "%s: llamacu_create_updater returned NULL", what);
     if (!ua) { a->free(a); h->free(h); free(init); return; }
-    CHECK(((LlamaCU *)a)->device_update == 1 && ((LlamaCU *)a)->d_grad32 != NULL,
-          "%s: the model did not switch to the device update (device_update %d)", what, ((LlamaCU *)a)->device_update);
+    CHECK(((LlamaCU *)a)->dp.device_update == 1 && ((LlamaCU *)a)->dp.grad32 != NULL,
+          "%s: the model did not switch to the device update (device_update %d)", what, ((LlamaCU *)a)->dp.device_update);
     Updater *uh = updater_host_create(&h->table, h->params, h->grads, &c.dist);
     int *in = (int *)xmalloc((size_t)B * T * sizeof(int), "inputs"), *tg = (int *)xmalloc((size_t)B * T * sizeof(int), "targets");
     uint64_t x = 0x2545F4914F6CDD1Dull;
@@ -220,9 +220,9 @@ TEST(topk_ef_keeps_the_host_update) {
     c.dist.density_start = 0.1f;
     Updater *u = llamacu_create_updater(a, &c);
     LlamaCU *m = (LlamaCU *)a;
-    CHECK(u == NULL && m->device_update == 0 && m->d_grad32 == NULL,
+    CHECK(u == NULL && m->dp.device_update == 0 && m->dp.grad32 == NULL,
           "topk-ef: create_updater returned %p, device_update %d, d_grad32 %p (want NULL, 0, NULL)", (void *)u,
-          m->device_update, (void *)m->d_grad32);
+          m->dp.device_update, (void *)m->dp.grad32);
     if (u) u->free(u);
     a->free(a);
 }

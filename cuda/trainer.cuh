@@ -1,0 +1,207 @@
+/*
+ * cuda/trainer.cuh - the plumbing the CUDA trainers (train_gpt.cu, train_llama.cu) share, so that each model file
+ * keeps only its layers: GPU selection, device allocation with a clear out-of-memory error, and DeviceParams, the
+ * parameter side of a CUDA model (fp32 master, floatX parameters and gradients laid out by the ParamTable) in
+ * either of its two modes:
+ *   host update   the loop's DistOptim owns the master weights in host memory: device_params_upload before each
+ *                 forward, device_params_add_to_host after each backward (the whole gradient crosses PCIe);
+ *   device update the Updater of cuda/updater.h owns them on the GPU (device_params_create_updater): each backward
+ *                 hands finished buckets over with device_params_bucket_done, nothing crosses PCIe per step, and
+ *                 device_params_to_host refreshes the host copy before a model file is written.
+ * Shapes: P parameters (table->total), N = B*T rows, Vp padded vocabulary.
+ * Not for: layers and kernels (the other headers of cuda/), the update itself (cuda/updater.cu).
+ */
+#ifndef CUDA_TRAINER_CUH
+#define CUDA_TRAINER_CUH
+
+#include <stdlib.h>
+
+#include "cuda/common.cuh"
+#include "cuda/device_model.h"
+#include "cuda/optimizer.cuh"
+extern "C" {
+#include "common/model.h"
+#include "common/util.h"
+}
+#if !defined(TESTING) || defined(TESTING_DEVICE_UPDATE)
+#include "cuda/updater.h"
+#endif
+
+/* cudaMalloc of `bytes`, or fatal() naming `what`, the size in GiB and the fix. */
+static void *dalloc(size_t bytes, const char *what) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess)
+        fatal("cannot allocate %.2f GiB of GPU memory for %s (%s); reduce --batch or --seq", bytes / 1073741824.0,
+              what, cudaGetErrorString(e));
+    return p;
+}
+
+/* Picks this process's GPU: one per local rank when there are several, ranks sharing GPUs 0..ndev-1 round-robin
+ * otherwise (Open MPI sets OMPI_COMM_WORLD_LOCAL_RANK; without it device 0). fatal() naming `trainer` and the
+ * CPU trainer to use instead when no device is usable. */
+static void select_gpu(const char *trainer, const char *cpu_trainer) {
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0)
+        fatal("no CUDA device usable (%s); run %s on a machine with an NVIDIA GPU, or use %s",
+              e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", trainer, cpu_trainer);
+    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    cudaCheck(cudaSetDevice(lr ? atoi(lr) % ndev : 0));
+}
+
+typedef struct {
+    const ParamTable *table; /* the host model's */
+    float *host_params;      /* (P) host, Model.params */
+    float *host_grads;       /* (P) host, Model.grads (host update only) */
+    float *master;           /* (P) fp32: a copy of host_params (host update), or THE master weights (device) */
+    floatX *params;          /* (P) the copy the forward reads; == (floatX *)master in fp32 builds */
+    floatX *grads;           /* (P) this micro-step's gradients; the backward zeroes it first */
+    float *grad32;           /* (P) fp32 accumulator over micro-steps of the device update, else NULL */
+    floatX *h_grads;         /* (P) pinned staging of the host update's download; NULL once the device update runs */
+    int device_update;       /* 1 once an Updater owns the parameters on the GPU */
+    int *bucket_n;           /* (num_buckets) slices per bucket */
+    int **bucket_slices;     /* (num_buckets)(bucket_n[b]) table indices of each bucket's slices, memory order */
+    cudaStream_t s;          /* the model's compute stream */
+} DeviceParams;
+
+/* Allocates dp's device buffers and pinned staging for model `base` (its table, params and grads) on stream s,
+ * and lists each bucket's slices. fatal() when memory runs out. */
+static void device_params_alloc(DeviceParams *dp, Model *base, cudaStream_t s) {
+    memset(dp, 0, sizeof *dp);
+    const ParamTable *tab = &base->table;
+    size_t P = tab->total;
+    dp->table = tab;
+    dp->host_params = base->params;
+    dp->host_grads = base->grads;
+    dp->s = s;
+    dp->master = (float *)dalloc(P * sizeof(float), "the fp32 parameters");
+#ifdef ENABLE_FP32
+    dp->params = dp->master;
+#else
+    dp->params = (floatX *)dalloc(P * sizeof(floatX), "the parameters");
+#endif
+    dp->grads = (floatX *)dalloc(P * sizeof(floatX), "the gradients");
+    cudaCheck(cudaMallocHost((void **)&dp->h_grads, P * sizeof(floatX)));
+    int nb = tab->num_buckets;
+    dp->bucket_n = (int *)xcalloc((size_t)nb, sizeof(int), "bucket slices");
+    dp->bucket_slices = (int **)xcalloc((size_t)nb, sizeof(int *), "bucket slices");
+    for (int i = 0; i < tab->n; i++) dp->bucket_n[tab->slices[i].bucket]++;
+    for (int k = 0; k < nb; k++) {
+        dp->bucket_slices[k] = (int *)xmalloc((size_t)(dp->bucket_n[k] ? dp->bucket_n[k] : 1) * sizeof(int),
+                                              "bucket slices");
+        dp->bucket_n[k] = 0;
+    }
+    for (int i = 0; i < tab->n; i++) {
+        int k = tab->slices[i].bucket;
+        dp->bucket_slices[k][dp->bucket_n[k]++] = i;
+    }
+}
+
+#ifndef ENABLE_FP32
+/* fp32 master -> floatX working copy, round to nearest (host update; the device update writes params itself) */
+__global__ static void to_floatx_kernel(floatX *dst, const float *src, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = from_float<floatX>(src[i]);
+}
+#endif
+
+/* Host update, before each forward: the loop may have changed host_params since the last one; upload them into
+ * master and convert to params. Does nothing under the device update (it keeps master and params current). */
+static void device_params_upload(DeviceParams *dp) {
+    if (dp->device_update) return;
+    size_t P = dp->table->total;
+    cudaCheck(cudaMemcpyAsync(dp->master, dp->host_params, P * sizeof(float), cudaMemcpyHostToDevice, dp->s));
+#ifndef ENABLE_FP32
+    to_floatx_kernel<<<ceil_div((long)P, 256), 256, 0, dp->s>>>(dp->params, dp->master, (long)P);
+    cudaCheckLaunch();
+#endif
+}
+
+/* Device update: bucket b's gradients of this micro-step are final on the stream (their last write is enqueued);
+ * add them into grad32 (the sum the host path forms on the CPU: acc + (float)g, one rounding) and, on the last
+ * micro-step (on_bucket non-NULL), hand the bucket to the update, which orders its collective after the
+ * accumulation by an event on the stream (cuda/device_model.h's protocol). */
+static void device_params_bucket_done(DeviceParams *dp, int b, BucketReadyFn on_bucket, void *ctx) {
+    for (int k = 0; k < dp->bucket_n[b]; k++) {
+        const ParamSlice *sl = &dp->table->slices[dp->bucket_slices[b][k]];
+        grad_accumulate(dp->grad32 + sl->offset, dp->grads + sl->offset, (long)sl->numel, dp->s);
+    }
+    if (on_bucket) on_bucket(ctx, b);
+}
+
+/* Host update, after each backward: adds this micro-step's gradients into host_grads (the loop's optimizer and
+ * communication read those), then reports every bucket final, in order, when on_bucket is non-NULL. */
+static void device_params_add_to_host(DeviceParams *dp, BucketReadyFn on_bucket, void *ctx) {
+    size_t P = dp->table->total;
+    cudaCheck(cudaMemcpyAsync(dp->h_grads, dp->grads, P * sizeof(floatX), cudaMemcpyDeviceToHost, dp->s));
+    cudaCheck(cudaStreamSynchronize(dp->s));
+    float *hg = dp->host_grads;
+    const floatX *dg = dp->h_grads;
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < (long)P; i++) hg[i] += (float)dg[i];
+    if (on_bucket)
+        for (int b = 0; b < dp->table->num_buckets; b++) on_bucket(ctx, b);
+}
+
+/* Device update: copies the master weights into host_params (before a model file is written from them). */
+static void device_params_to_host(DeviceParams *dp) {
+    if (!dp->device_update) return;
+    cudaCheck(cudaStreamSynchronize(dp->s));
+    cudaCheck(cudaMemcpy(dp->host_params, dp->master, dp->table->total * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+#if !defined(TESTING) || defined(TESTING_DEVICE_UPDATE)
+/* Model.create_updater's body: the device-resident update (cuda/updater.h) for adamw, adams and scape, NULL (the
+ * loop's host update, as before) for topk-ef. Allocates grad32, lets the update broadcast rank 0's host_params
+ * into master and params, and frees the host path's pinned staging (2P bytes). From here on the GPU holds the
+ * master weights. fatal() when GPU memory runs out. (Compiled where cuda/updater.o is linked: the trainers and
+ * the tests that define TESTING_DEVICE_UPDATE.) */
+static Updater *device_params_create_updater(DeviceParams *dp, const UpdaterConfig *cfg) {
+    OptimizerKind k = cfg->dist.opt.kind;
+    if (k != OPT_ADAMW && k != OPT_ADAMS && k != OPT_SCAPE) return NULL;
+    size_t P = dp->table->total;
+    dp->grad32 = (float *)dalloc(P * sizeof(float), "the fp32 gradients");
+    cudaCheck(cudaMemset(dp->grad32, 0, P * sizeof(float)));
+    DeviceModel dm = {dp->table, dp->master, dp->params, dp->grad32, dp->host_params, dp->s};
+    Updater *u = device_updater_create(&dm, cfg);
+    if (!u) {
+        cudaCheck(cudaFree(dp->grad32));
+        dp->grad32 = NULL;
+        return NULL;
+    }
+    dp->device_update = 1;
+    cudaCheck(cudaStreamSynchronize(dp->s));
+    cudaCheck(cudaFreeHost(dp->h_grads));
+    dp->h_grads = NULL;
+    return u;
+}
+#endif
+
+static void device_params_free(DeviceParams *dp) {
+    cudaCheck(cudaFree(dp->master));
+#ifndef ENABLE_FP32
+    cudaCheck(cudaFree(dp->params));
+#endif
+    cudaCheck(cudaFree(dp->grads));
+    if (dp->grad32) cudaCheck(cudaFree(dp->grad32));
+    if (dp->h_grads) cudaCheck(cudaFreeHost(dp->h_grads));
+    for (int b = 0; b < dp->table->num_buckets; b++) free(dp->bucket_slices[b]);
+    free(dp->bucket_slices);
+    free(dp->bucket_n);
+}
+
+/* Model.logits: the (N,Vp) floatX logits of the last forward as floats in *h_logits (cap_rows * Vp floats,
+ * allocated on first use), after the stream finished. */
+static const float *logits_to_host(float **h_logits, size_t cap_rows, const floatX *d_logits, size_t N, size_t Vp,
+                                   cudaStream_t s) {
+    if (!*h_logits) *h_logits = (float *)xmalloc(cap_rows * Vp * sizeof(float), "host logits");
+    floatX *tmp = (floatX *)xmalloc(N * Vp * sizeof(floatX), "logits staging");
+    cudaCheck(cudaStreamSynchronize(s));
+    cudaCheck(cudaMemcpy(tmp, d_logits, N * Vp * sizeof(floatX), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < N * Vp; i++) (*h_logits)[i] = (float)tmp[i];
+    free(tmp);
+    return *h_logits;
+}
+
+#endif
