@@ -10,7 +10,7 @@ USE_NCCL ?= $(if $(NCCL_INC_DIR),1,0)
 ifeq ($(USE_NCCL),1)
 UPDATER_NVCC_FLAGS := -DENABLE_NCCL $(if $(NCCL_INC_DIR),-I$(NCCL_INC_DIR))
 # libnccl.so.2 by name: a pip wheel ships no unversioned libnccl.so
-NCCL_LIBS := -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -Wl,-rpath=$(NCCL_HOME)/lib64 -l:libnccl.so.2
+NCCL_LIBS := -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -Wl,-rpath=$(NCCL_HOME)/lib64 -Wl,-rpath=$(NCCL_HOME)/lib -l:libnccl.so.2
 else
 UPDATER_NVCC_FLAGS :=
 NCCL_LIBS :=
