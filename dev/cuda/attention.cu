@@ -75,7 +75,11 @@ int main(void) {
     check_close("attention_backward_dqkv", gdq, rdqkv, n3, TOL_REL * 2, TOL_ABS * 10);
 
     /* timing at GPT-2 124M size */
+#ifdef CUDA_EMU /* the CPU emulator (make test-emu): a small timed size */
+    const int TB = 1, TT = 64, TC = 768, TNH = 12;
+#else
     const int TB = 8, TT = 1024, TC = 768, TNH = 12;
+#endif
     floatX *t_qkv, *t_out, *t_att, *t_scr, *t_dqkv;
     cudaCheck(cudaMalloc(&t_qkv, (size_t)TB * TT * 3 * TC * sizeof(floatX)));
     cudaCheck(cudaMemset(t_qkv, 0, (size_t)TB * TT * 3 * TC * sizeof(floatX)));

@@ -43,7 +43,11 @@ int main(void) {
     /* gradients are O(1/N); the atol is relative to that scale */
     check_close("classifier_grad", g, rg, nl, TOL_REL, TOL_ABS * gs);
 
+#ifdef CUDA_EMU /* the CPU emulator (make test-emu): a small timed size */
+    const int TN = 16;
+#else
     const int TN = 8192;
+#endif
     floatX *t_l;
     float *t_loss;
     int *t_t;

@@ -7,7 +7,11 @@
 
 int main(void) {
     cuda_require_device("encoder");
+#ifdef CUDA_EMU /* the CPU emulator (make test-emu): B*T = 256 */
+    const int B = 4, T = 64, C = 768, Vp = 50304, maxT = 1024, N = B * T;
+#else
     const int B = 8, T = 1024, C = 768, Vp = 50304, maxT = 1024, N = B * T;
+#endif
     float *wte = host_random((size_t)Vp * C, 0.1f), *wpe = host_random((size_t)maxT * C, 0.1f);
     float *dout = host_random((size_t)N * C, 1.0f);
     round_host(wte, (size_t)Vp * C); round_host(wpe, (size_t)maxT * C); round_host(dout, (size_t)N * C);

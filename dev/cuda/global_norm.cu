@@ -11,7 +11,11 @@ int main(void) {
     float *d_out, *d_scr;
     cudaCheck(cudaMalloc(&d_out, 4));
     cudaCheck(cudaMalloc(&d_scr, GNORM_BLOCKS * 4));
+#ifdef CUDA_EMU /* the CPU emulator (make test-emu): the large case at 1/10 */
+    const long sizes[3] = {1, 1000, 1000003};
+#else
     const long sizes[3] = {1, 1000, 10000019};
+#endif
     for (int k = 0; k < 3; k++) {
         long n = sizes[k];
         float *x = host_random(n, 1.0f);
@@ -42,7 +46,11 @@ int main(void) {
         cudaCheck(cudaFree(d_x));
         free(x);
     }
+#ifdef CUDA_EMU /* the CPU emulator (make test-emu): a small timed size */
+    const long P = 100003;
+#else
     const long P = 124475904;
+#endif
     floatX *g;
     cudaCheck(cudaMalloc(&g, P * sizeof(floatX)));
     cudaCheck(cudaMemset(g, 0, P * sizeof(floatX)));

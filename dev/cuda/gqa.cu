@@ -131,7 +131,11 @@ int main(void) {
     run_case(&bl, 2, 128, 16, 8, 96); /* Llama-500M's heads (groups of 2), hd 96 */
 
     /* timing at Llama-500M's attention, B=4, T=2048 (one layer) */
+#ifdef CUDA_EMU /* the CPU emulator (make test-emu): a small timed size */
+    const int TB = 1, TT = 64, TNH = 16, TNKV = 8, Thd = 96, TC = TNH * Thd, TKVC = TNKV * Thd;
+#else
     const int TB = 4, TT = 2048, TNH = 16, TNKV = 8, Thd = 96, TC = TNH * Thd, TKVC = TNKV * Thd;
+#endif
     size_t tq = (size_t)TB * TT * TC, tkv = (size_t)TB * TT * TKVC;
     size_t fs = gqa_forward_scratch_elems(TB, TT, TC), bs = gqa_backward_scratch_elems(TB, TT, TC, TNH);
     floatX *t_q, *t_k, *t_v, *t_out, *t_att, *t_scr, *t_dq, *t_dk, *t_dv;

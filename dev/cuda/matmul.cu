@@ -29,7 +29,11 @@ int main(void) {
     cuda_require_device("matmul");
     Blas bl;
     blas_init(&bl);
+#ifdef CUDA_EMU /* the CPU emulator (make test-emu): N = 264 */
+    const int N = 264, C = 768, OC = 3072;
+#else
     const int N = 2048, C = 768, OC = 3072;
+#endif
     float *x = host_random((size_t)N * C, 1.0f), *w = host_random((size_t)OC * C, 0.05f), *b = host_random(OC, 0.5f);
     float *dout = host_random((size_t)N * OC, 1.0f), *dw0 = host_random((size_t)OC * C, 1.0f), *db0 = host_random(OC, 1.0f);
     round_host(x, (size_t)N * C); round_host(w, (size_t)OC * C); round_host(b, OC); round_host(dout, (size_t)N * OC);
@@ -132,7 +136,11 @@ int main(void) {
     }
 
     /* timing at the size of GPT-2 124M's fc layer with B*T = 8192 */
+#ifdef CUDA_EMU /* the CPU emulator (make test-emu): a small timed size */
+    const int TN = 64;
+#else
     const int TN = 8192;
+#endif
     floatX *t_x, *t_out, *t_pre;
     cudaCheck(cudaMalloc(&t_x, (size_t)TN * C * sizeof(floatX))); cudaCheck(cudaMemset(t_x, 0, (size_t)TN * C * sizeof(floatX)));
     cudaCheck(cudaMalloc(&t_out, (size_t)TN * OC * sizeof(floatX))); cudaCheck(cudaMalloc(&t_pre, (size_t)TN * OC * sizeof(floatX)));

@@ -113,7 +113,11 @@ int main(void) {
     cuda_require_device("optimizer");
     run_case("adamw_update", OPT_ADAMW);
     run_case("adams_update", OPT_ADAMS);
+#ifdef CUDA_EMU /* the CPU emulator (make test-emu): a small timed size */
+    const long P = 100003;
+#else
     const long P = 124475904;
+#endif
     float *p, *m, *v;
     floatX *g, *c;
     cudaCheck(cudaMalloc(&p, P * 4)); cudaCheck(cudaMalloc(&m, P * 4)); cudaCheck(cudaMalloc(&v, P * 4));

@@ -78,18 +78,14 @@ struct __nv_bfloat16 {
     uint16_t x;
     __nv_bfloat16() = default;
     __nv_bfloat16(float f);
-    operator float() const {
-        uint32_t u = (uint32_t)x << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
+    /* bit casts by __builtin_bit_cast, not memcpy: under ASan a memcpy here is an intercepted call per element */
+    operator float() const { return __builtin_bit_cast(float, (uint32_t)x << 16); }
 };
 typedef __nv_bfloat16 nv_bfloat16;
-static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
-static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
-static inline int __float_as_int(float f) { int u; memcpy(&u, &f, 4); return u; }
-static inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
+static inline unsigned __float_as_uint(float f) { return __builtin_bit_cast(unsigned, f); }
+static inline float __uint_as_float(unsigned u) { return __builtin_bit_cast(float, u); }
+static inline int __float_as_int(float f) { return __builtin_bit_cast(int, f); }
+static inline float __int_as_float(int u) { return __builtin_bit_cast(float, u); }
 static inline float __bfloat162float(__nv_bfloat16 b) { return (float)b; }
 static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
     uint32_t u = __float_as_uint(f);
@@ -105,8 +101,6 @@ inline __nv_bfloat16::__nv_bfloat16(float f) { x = __float2bfloat16_rn(f).x; }
 /* ---- device math: IEEE host operations (build with -ffp-contract=off: nvcc contracts a*b+c into an FMA unless
  * the _rn intrinsics are used; the emulator never does, so it cannot show what contraction changes) ---- */
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
-static inline float __expf(float x) { return expf(x); }
-static inline float __logf(float x) { return logf(x); }
 static inline float __fdividef(float a, float b) { return a / b; }
 static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 static inline float __fadd_rn(float a, float b) { return a + b; }
@@ -161,9 +155,21 @@ template <typename... P> struct Launcher {
         run(c, [](void *p) { (*(decltype(call) *)p)(); }, &call);
     }
 };
+/* a kernel template launched without template arguments: they are deduced from the call's arguments */
+template <typename F> struct DeducingLauncher {
+    Cfg c;
+    F f;
+    template <typename... A> void operator()(A... args) const {
+        int i = 0;
+        (check_args(c, i++, args), ...);
+        auto call = [&]() { f(args...); };
+        run(c, [](void *p) { (*(decltype(call) *)p)(); }, &call);
+    }
+};
 struct LaunchSite {
     Cfg c;
     template <typename... P> Launcher<P...> k(void (*fn)(P...)) const { return Launcher<P...>{c, fn}; }
+    template <typename F> DeducingLauncher<F> deduce(F f) const { return DeducingLauncher<F>{c, f}; }
 };
 static inline LaunchSite launch(int sync, long bound, const char *name, const char *file, int line, dim3 g, dim3 b,
                                 size_t shmem = 0, cudaStream_t s = 0) {

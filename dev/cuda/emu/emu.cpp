@@ -1,0 +1,610 @@
+/*
+ * dev/cuda/emu/emu.cpp - the CPU emulator's runtime (see include/emu.h): the block scheduler (fibers meeting at
+ * barriers and warp collectives), device memory (registered host allocations), streams, events and errors.
+ * Everything is synchronous: a call has finished when it returns. Launches from several host threads are
+ * serialised by one lock (the kernels' __shared__ variables are per process).
+ */
+#include "emu.h"
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
+#include <vector>
+
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_ASAN 1
+extern "C" {
+void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size);
+void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old, size_t *size_old);
+}
+extern "C" void *__asan_region_is_poisoned(void *beg, size_t size);
+#else
+#define EMU_ASAN 0
+#endif
+extern "C" void emu_raw_copy(void *d, const void *s, size_t n); /* emu_raw.c, not instrumented */
+extern "C" void emu_raw_fill(void *d, int v, size_t n);
+
+/* emu_switch(save, load): saves the callee-saved registers on the current stack, stores the stack pointer in
+ * *save, loads `load` as the stack pointer and restores the registers saved there (x86-64 System V). A few
+ * instructions where swapcontext makes a system call per switch. */
+#if !defined(__x86_64__)
+#error "dev/cuda/emu: the fiber switch is written for x86-64"
+#endif
+extern "C" void emu_switch(void **save, void *load);
+asm(R"(
+    .text
+    .globl emu_switch
+    .type emu_switch, @function
+emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emu_switch, .-emu_switch
+)");
+
+namespace emu {
+enum { RUN, WAIT_BLOCK, WAIT_WARP, DONE };
+static const char *kind_name(int k) {
+    static const char *n[] = {"?", "__shfl_xor_sync", "__shfl_sync", "__shfl_down_sync", "__shfl_up_sync",
+                              "__ballot_sync", "__any_sync", "__all_sync", "__match_any_sync", "__syncwarp"};
+    return k >= 0 && k <= C_SYNCWARP ? n[k] : "?";
+}
+struct Fiber {
+    void *sp;
+    char *stack_lo;
+    int state, kind, arg, width, line;
+    unsigned mask;
+    uint64_t val, result;
+    const char *file;
+    void *fake;
+};
+static const size_t STACK = 256 * 1024, GUARD = 4096;
+static std::vector<Fiber> fibers;
+static void *sched_sp;
+static const void *sched_bottom;
+static size_t sched_size;
+static int cur = -1; /* fiber running; -1 outside kernels, -2 in a plain (sync-free) kernel */
+static int nthreads;
+static void (*g_tramp)(void *);
+static void *g_ctx;
+static const Cfg *g_cfg;
+static std::recursive_mutex launch_lock;
+static long long n_launches, n_blocks, n_switches;
+static cudaError_t last_error = cudaSuccess;
+
+[[noreturn]] void die(const char *fmt, ...) {
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    char where[512] = "";
+    if (g_cfg)
+        snprintf(where, sizeof where, " [kernel %s launched at %s:%d, block (%u,%u,%u), thread (%u,%u,%u)]", g_cfg->name,
+                 g_cfg->file, g_cfg->line, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z);
+    fflush(stdout);
+    printf("FAIL emu: %s%s\n", msg, where);
+    fflush(stdout);
+    fprintf(stderr, "EMU ERROR: %s%s\n", msg, where);
+    fflush(stderr);
+    abort();
+}
+
+static void set_thread(int t) {
+    threadIdx.x = (unsigned)t % blockDim.x;
+    threadIdx.y = ((unsigned)t / blockDim.x) % blockDim.y;
+    threadIdx.z = (unsigned)t / (blockDim.x * blockDim.y);
+}
+
+/* ---- fibers ---- */
+static void to_scheduler(Fiber &f, int finished) {
+#if EMU_ASAN
+    __sanitizer_start_switch_fiber(finished ? nullptr : &f.fake, sched_bottom, sched_size);
+#endif
+    n_switches++;
+    emu_switch(&f.sp, sched_sp);
+#if EMU_ASAN
+    __sanitizer_finish_switch_fiber(f.fake, &sched_bottom, &sched_size);
+#endif
+}
+static void fiber_main() {
+#if EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &sched_bottom, &sched_size);
+#endif
+    g_tramp(g_ctx);
+    fibers[cur].state = DONE;
+    to_scheduler(fibers[cur], 1);
+    die("a finished fiber was resumed");
+}
+static void resume(int t) {
+    Fiber &f = fibers[t];
+    cur = t;
+    set_thread(t);
+    f.state = RUN;
+#if EMU_ASAN
+    void *fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, f.stack_lo, STACK);
+#endif
+    emu_switch(&sched_sp, f.sp);
+#if EMU_ASAN
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+    cur = -1;
+}
+static void fiber_start(Fiber &f) {
+    if (!f.stack_lo) {
+        char *m = (char *)mmap(nullptr, STACK + GUARD, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) die("cannot map a fiber stack");
+        mprotect(m, GUARD, PROT_NONE); /* a stack overflow faults instead of corrupting the next stack */
+        f.stack_lo = m + GUARD;
+    }
+    void **sp = (void **)(f.stack_lo + STACK); /* 16-byte aligned */
+    *--sp = nullptr;                           /* fiber_main's return address: it never returns */
+    *--sp = (void *)fiber_main;                /* where emu_switch's ret goes */
+    for (int i = 0; i < 6; i++) *--sp = nullptr;
+    f.sp = sp;
+    f.state = RUN;
+    f.fake = nullptr;
+}
+
+/* a waiting lane's group (its mask) is ready when every lane of the mask waits at the same collective, same mask */
+static int group_ready(int w0, int nl, int l) {
+    Fiber &L = fibers[w0 + l];
+    for (int p = 0; p < 32; p++) {
+        if (!(L.mask >> p & 1u)) continue;
+        if (p >= nl) return 0;
+        Fiber &P = fibers[w0 + p];
+        if (P.state != WAIT_WARP || P.kind != L.kind || P.mask != L.mask || P.width != L.width) return 0;
+    }
+    return 1;
+}
+static void resolve_group(int w0, unsigned mask) {
+    Fiber *F = &fibers[w0];
+    for (int l = 0; l < 32; l++) {
+        if (!(mask >> l & 1u)) continue;
+        Fiber &L = F[l];
+        int w = L.width, seg = l & ~(w - 1), src = l;
+        uint64_t r = 0;
+        switch (L.kind) {
+        case C_SHFL_XOR: src = l ^ L.arg; if ((src & ~(w - 1)) != seg) src = l; break;
+        case C_SHFL_IDX: src = seg + (L.arg & (w - 1)); break;
+        case C_SHFL_DOWN: src = (l - seg) + L.arg < w ? l + L.arg : l; break;
+        case C_SHFL_UP: src = (l - seg) >= L.arg ? l - L.arg : l; break;
+        case C_BALLOT: for (int i = 0; i < 32; i++) if (mask >> i & 1u) r |= (uint64_t)(F[i].val != 0) << i; break;
+        case C_ANY: for (int i = 0; i < 32; i++) if (mask >> i & 1u) r |= F[i].val != 0; break;
+        case C_ALL: r = 1; for (int i = 0; i < 32; i++) if (mask >> i & 1u) r &= F[i].val != 0; break;
+        case C_MATCH: for (int i = 0; i < 32; i++) if (mask >> i & 1u) r |= (uint64_t)(F[i].val == L.val) << i; break;
+        default: break;
+        }
+        if (L.kind >= C_SHFL_XOR && L.kind <= C_SHFL_UP) {
+            if (src < 0 || src >= 32 || !(mask >> src & 1u))
+                die("%s in warp %d: lane %d reads lane %d, which is not in the mask 0x%08x (undefined on a GPU)",
+                    kind_name(L.kind), w0 / 32, l, src, mask);
+            r = F[src].val;
+        }
+        L.result = r;
+    }
+    for (int l = 0; l < 32; l++)
+        if (mask >> l & 1u) F[l].state = RUN;
+}
+/* nothing can run and no barrier or group can be released: say why */
+[[noreturn]] static void diagnose(int nt) {
+    int done = 0, wb = 0, ww = 0;
+    for (int t = 0; t < nt; t++) {
+        done += fibers[t].state == DONE;
+        wb += fibers[t].state == WAIT_BLOCK;
+        ww += fibers[t].state == WAIT_WARP;
+    }
+    for (int w0 = 0; w0 < nt; w0 += 32) {
+        int nl = nt - w0 < 32 ? nt - w0 : 32;
+        for (int l = 0; l < nl; l++) {
+            Fiber &L = fibers[w0 + l];
+            if (L.state != WAIT_WARP) continue;
+            for (int p = 0; p < 32; p++) {
+                if (!(L.mask >> p & 1u)) continue;
+                if (p >= nl)
+                    die("%s with mask 0x%08x in warp %d, which has only %d lanes (block of %d threads): lane %d does "
+                        "not exist", kind_name(L.kind), L.mask, w0 / 32, nl, nt, p);
+                Fiber &P = fibers[w0 + p];
+                if (P.state == DONE)
+                    die("%s with mask 0x%08x in warp %d: lane %d waits for lane %d, which has exited (a hang or "
+                        "undefined on a GPU)", kind_name(L.kind), L.mask, w0 / 32, l, p);
+                if (P.state == WAIT_BLOCK)
+                    die("%s with mask 0x%08x in warp %d: lane %d waits for lane %d, which waits at __syncthreads "
+                        "(%s:%d)", kind_name(L.kind), L.mask, w0 / 32, l, p, P.file, P.line);
+                if (P.kind != L.kind || P.mask != L.mask || P.width != L.width)
+                    die("warp %d: lane %d calls %s (mask 0x%08x, width %d), lane %d calls %s (mask 0x%08x, width %d)",
+                        w0 / 32, l, kind_name(L.kind), L.mask, L.width, p, kind_name(P.kind), P.mask, P.width);
+            }
+        }
+    }
+    die("deadlock: %d threads at __syncthreads, %d at warp collectives, %d exited, of %d", wb, ww, done, nt);
+}
+static void run_block_fibers(int nt) {
+    if ((int)fibers.size() < nt) fibers.resize(nt, Fiber{});
+    for (int t = 0; t < nt; t++) fiber_start(fibers[t]);
+    for (;;) {
+        for (int t = 0; t < nt; t++)
+            if (fibers[t].state == RUN) resume(t);
+        int progressed = 0, done = 0, wb = 0;
+        for (int w0 = 0; w0 < nt; w0 += 32) {
+            int nl = nt - w0 < 32 ? nt - w0 : 32;
+            for (int l = 0; l < nl; l++)
+                if (fibers[w0 + l].state == WAIT_WARP && group_ready(w0, nl, l)) {
+                    resolve_group(w0, fibers[w0 + l].mask);
+                    progressed = 1;
+                }
+        }
+        if (progressed) continue;
+        for (int t = 0; t < nt; t++) {
+            done += fibers[t].state == DONE;
+            wb += fibers[t].state == WAIT_BLOCK;
+        }
+        if (done == nt) return;
+        if (wb + done == nt) {
+            int first = -1;
+            for (int t = 0; t < nt && first < 0; t++)
+                if (fibers[t].state == WAIT_BLOCK) first = t;
+            if (done) {
+                int gone = -1;
+                for (int t = 0; t < nt && gone < 0; t++)
+                    if (fibers[t].state == DONE) gone = t;
+                die("__syncthreads (%s:%d) reached by %d threads while %d had exited (thread %d first): undefined "
+                    "on a GPU", fibers[first].file, fibers[first].line, wb, done, gone);
+            }
+            for (int t = 0; t < nt; t++)
+                if (fibers[t].line != fibers[first].line || fibers[t].file != fibers[first].file)
+                    die("threads of one block wait at different __syncthreads: thread %d at %s:%d, thread %d at %s:%d",
+                        first, fibers[first].file, fibers[first].line, t, fibers[t].file, fibers[t].line);
+            for (int t = 0; t < nt; t++) fibers[t].state = RUN;
+            continue;
+        }
+        diagnose(nt);
+    }
+}
+
+void syncthreads(const char *file, int line) {
+    if (cur == -2)
+        die("__syncthreads (%s:%d) in a kernel that dev/cuda/emu/rewrite.py classified as free of synchronisation; "
+            "teach it the helper that synchronises", file, line);
+    if (cur < 0) die("__syncthreads (%s:%d) outside a kernel", file, line);
+    Fiber &f = fibers[cur];
+    f.state = WAIT_BLOCK;
+    f.file = file;
+    f.line = line;
+    to_scheduler(f, 0);
+}
+uint64_t collective(int kind, unsigned mask, uint64_t val, int arg, int width) {
+    if (cur == -2)
+        die("%s in a kernel that dev/cuda/emu/rewrite.py classified as free of synchronisation; teach it the helper "
+            "that synchronises", kind_name(kind));
+    if (cur < 0) die("%s outside a kernel", kind_name(kind));
+    if (width < 1 || width > 32 || (width & (width - 1))) die("%s with width %d (must be a power of 2 <= 32)", kind_name(kind), width);
+    int lane = cur % 32;
+    if (!(mask >> lane & 1u)) die("%s with mask 0x%08x called by lane %d, which is not in the mask", kind_name(kind), mask, lane);
+    Fiber &f = fibers[cur];
+    f.state = WAIT_WARP;
+    f.kind = kind;
+    f.mask = mask;
+    f.val = val;
+    f.arg = arg;
+    f.width = width;
+    to_scheduler(f, 0);
+    return fibers[cur].result;
+}
+
+void run(const Cfg &c, void (*tramp)(void *), void *ctx) {
+    const dim3 &g = c.grid, &b = c.block;
+    unsigned long nt = (unsigned long)b.x * b.y * b.z;
+    const char *bad = nullptr;
+    if (!g.x || !g.y || !g.z || !b.x || !b.y || !b.z) bad = "a zero dimension";
+    else if (b.x > 1024 || b.y > 1024 || b.z > 64 || nt > 1024) bad = "more than 1024 threads per block (or y > 1024, z > 64)";
+    else if (g.x > 2147483647u || g.y > 65535 || g.z > 65535) bad = "grid beyond 2^31-1 x 65535 x 65535";
+    else if (c.bound > 0 && (long)nt > c.bound) bad = "more threads per block than the kernel's __launch_bounds__";
+    if (bad) {
+        fprintf(stderr, "emu: launch of %s at %s:%d with grid (%u,%u,%u) block (%u,%u,%u) fails: %s\n", c.name, c.file,
+                c.line, g.x, g.y, g.z, b.x, b.y, b.z, bad);
+        last_error = cudaErrorInvalidConfiguration;
+        return;
+    }
+    std::lock_guard<std::recursive_mutex> lock(launch_lock);
+    if (cur != -1) die("kernel %s launched from inside a kernel", c.name);
+    const Cfg *saved = g_cfg;
+    g_cfg = &c;
+    g_tramp = tramp;
+    g_ctx = ctx;
+    gridDim = g;
+    blockDim = b;
+    n_launches++;
+    for (unsigned z = 0; z < g.z; z++)
+        for (unsigned y = 0; y < g.y; y++)
+            for (unsigned x = 0; x < g.x; x++) {
+                blockIdx.x = x;
+                blockIdx.y = y;
+                blockIdx.z = z;
+                n_blocks++;
+                if (c.sync) run_block_fibers((int)nt);
+                else {
+                    cur = -2;
+                    for (int t = 0; t < (int)nt; t++) {
+                        set_thread(t);
+                        tramp(ctx);
+                    }
+                    cur = -1;
+                }
+            }
+    g_cfg = saved;
+}
+
+/* ---- device memory ---- */
+struct Alloc { size_t size; int pinned; };
+static std::map<uintptr_t, Alloc> allocs;
+static std::mutex alloc_lock;
+static int fill_byte() {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("EMU_FILL");
+        v = e ? (int)strtol(e, nullptr, 0) & 0xFF : 0xFF;
+    }
+    return v;
+}
+long alloc_holding(const void *p, size_t bytes, int *pinned) {
+    std::lock_guard<std::mutex> lock(alloc_lock);
+    uintptr_t a = (uintptr_t)p;
+    auto it = allocs.upper_bound(a);
+    if (it == allocs.begin()) return -1;
+    --it;
+    if (a < it->first || a + bytes > it->first + it->second.size || a > it->first + it->second.size) return -1;
+    if (pinned) *pinned = it->second.pinned;
+    return (long)it->second.size;
+}
+static const Alloc *alloc_at(const void *p) {
+    auto it = allocs.find((uintptr_t)p);
+    return it == allocs.end() ? nullptr : &it->second;
+}
+void check_arg(const Cfg &c, int index, const void *p) {
+    if (!p) return;
+    int pinned = 0;
+    if (alloc_holding(p, 0, &pinned) < 0)
+        die("kernel %s launched at %s:%d: pointer argument %d (%p) is neither device memory (cudaMalloc) nor pinned "
+            "host memory (cudaMallocHost): a host pointer the GPU cannot read", c.name, c.file, c.line, index, p);
+}
+static cudaError_t do_alloc(void **p, size_t n, int pinned) {
+    void *m = nullptr;
+    if (posix_memalign(&m, 256, n ? n : 1)) return cudaErrorMemoryAllocation;
+    emu_raw_fill(m, pinned ? 0 : fill_byte(), n);
+    std::lock_guard<std::mutex> lock(alloc_lock);
+    allocs[(uintptr_t)m] = Alloc{n, pinned};
+    *p = m;
+    return cudaSuccess;
+}
+static cudaError_t do_free(void *p, int pinned, const char *fn) {
+    if (!p) return cudaSuccess;
+    {
+        std::lock_guard<std::mutex> lock(alloc_lock);
+        const Alloc *a = alloc_at(p);
+        if (!a || a->pinned != pinned)
+            die("%s(%p): not a pointer %s returned (host memory, a view into an allocation, or already freed)", fn, p,
+                pinned ? "cudaMallocHost" : "cudaMalloc");
+        allocs.erase((uintptr_t)p);
+    }
+    free(p);
+    return cudaSuccess;
+}
+/* side: 1 device (cudaMalloc), 0 host (anything but cudaMalloc), -1 either */
+static void check_side(const char *fn, const char *which, const void *p, size_t n, int side) {
+    int pinned = 0;
+    long sz = alloc_holding(p, n, &pinned);
+    int dev = sz >= 0 && !pinned;
+    if (side == 1 && !dev) {
+        long s0 = alloc_holding(p, 0, &pinned);
+        if (s0 >= 0 && !pinned) die("%s: %s [%p, +%zu bytes) runs past the end of its device allocation of %ld bytes", fn, which, p, n, s0);
+        die("%s: %s %p is not device memory (wrong direction, or a host pointer)", fn, which, p);
+    }
+    if (side == 0 && alloc_holding(p, 0, &pinned) >= 0 && !pinned) die("%s: %s %p is device memory where the copy direction says host", fn, which, p);
+    if (side == -1 && alloc_holding(p, 0, &pinned) >= 0 && sz < 0) die("%s: %s [%p, +%zu bytes) runs past the end of its allocation", fn, which, p, n);
+}
+/* under ASan: the whole range is addressable (the raw copy is not instrumented, so check it here) */
+static void check_addressable(const char *fn, const char *which, const void *p, size_t n) {
+#if EMU_ASAN
+    void *bad = __asan_region_is_poisoned((void *)p, n);
+    if (bad)
+        die("%s: %s [%p, +%zu bytes) is not addressable from byte %zu on (past the end of a buffer, or freed)", fn,
+            which, p, n, (size_t)((const char *)bad - (const char *)p));
+#endif
+}
+static void check_copy(const char *fn, void *d, const void *s, size_t n, cudaMemcpyKind k) {
+    if (!n) return;
+    check_addressable(fn, "destination", d, n);
+    check_addressable(fn, "source", s, n);
+    switch (k) {
+    case cudaMemcpyHostToDevice: check_side(fn, "destination", d, n, 1); check_side(fn, "source", s, n, 0); break;
+    case cudaMemcpyDeviceToHost: check_side(fn, "destination", d, n, 0); check_side(fn, "source", s, n, 1); break;
+    case cudaMemcpyDeviceToDevice: check_side(fn, "destination", d, n, 1); check_side(fn, "source", s, n, 1); break;
+    case cudaMemcpyHostToHost: check_side(fn, "destination", d, n, 0); check_side(fn, "source", s, n, 0); break;
+    default: check_side(fn, "destination", d, n, -1); check_side(fn, "source", s, n, -1); break;
+    }
+}
+/* ---- streams and events ---- */
+}  // namespace emu
+struct emu_stream { int flags; };
+struct emu_event { unsigned flags; int recorded; double t; };
+namespace emu {
+static std::set<const void *> streams, events;
+static std::mutex obj_lock;
+static void check_stream(const char *fn, cudaStream_t s) {
+    std::lock_guard<std::mutex> lock(obj_lock);
+    if (s && !streams.count(s)) die("%s: stream %p was never created or is already destroyed", fn, (void *)s);
+}
+static emu_event *check_event(const char *fn, cudaEvent_t e) {
+    std::lock_guard<std::mutex> lock(obj_lock);
+    if (!e || !events.count(e)) die("%s: event %p was never created or is already destroyed", fn, (void *)e);
+    return e;
+}
+static double now_ms() {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+__attribute__((constructor)) static void emu_init() { setvbuf(stdout, nullptr, _IOLBF, 0); }
+__attribute__((destructor)) static void emu_fini() {
+    if (getenv("EMU_STATS"))
+        fprintf(stderr, "emu: %lld launches, %lld blocks, %lld fiber switches, %zu allocations still held\n", n_launches,
+                n_blocks, n_switches, allocs.size());
+}
+}  // namespace emu
+
+using namespace emu;
+cudaError_t cudaMalloc(void **p, size_t n) { return do_alloc(p, n, 0); }
+cudaError_t cudaFree(void *p) { return do_free(p, 0, "cudaFree"); }
+cudaError_t cudaMallocHost(void **p, size_t n) { return do_alloc(p, n, 1); }
+cudaError_t cudaFreeHost(void *p) { return do_free(p, 1, "cudaFreeHost"); }
+/* The same large device-to-host download repeated with no launch in between is a bug pattern (a macro that
+ * evaluates `model->logits(model)` once per element turns one copy into millions: hours on a GPU, a hang here).
+ * After EMU_MAX_REPEATED_DOWNLOADS (default 100) identical downloads of >= 64 KiB in a row, stop and say so. */
+static void check_repeated_download(const void *s, size_t n, cudaMemcpyKind k) {
+    static const void *last_src;
+    static size_t last_n;
+    static long long last_launch = -1, repeats;
+    if (k != cudaMemcpyDeviceToHost || n < (64u << 10)) return;
+    if (s == last_src && n == last_n && n_launches == last_launch) repeats++;
+    else { last_src = s; last_n = n; last_launch = n_launches; repeats = 1; }
+    const char *e = getenv("EMU_MAX_REPEATED_DOWNLOADS");
+    long long limit = e ? atoll(e) : 100;
+    if (limit > 0 && repeats >= limit)
+        die("cudaMemcpy: the same %zu bytes downloaded from device %p %lld times in a row with no kernel launch in "
+            "between (a download inside a loop, e.g. a macro argument evaluated per element?)", n, s, repeats);
+}
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k) {
+    check_copy("cudaMemcpy", d, s, n, k);
+    check_repeated_download(s, n, k);
+    if (n) emu_raw_copy(d, s, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st) {
+    check_stream("cudaMemcpyAsync", st);
+    check_copy("cudaMemcpyAsync", d, s, n, k);
+    check_repeated_download(s, n, k);
+    if (n) emu_raw_copy(d, s, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemset(void *d, int v, size_t n) {
+    if (n) check_side("cudaMemset", "destination", d, n, 1);
+    if (n) emu_raw_fill(d, v, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st) {
+    check_stream("cudaMemsetAsync", st);
+    return cudaMemset(d, v, n);
+}
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+    *s = new emu_stream{(int)flags};
+    std::lock_guard<std::mutex> lock(obj_lock);
+    streams.insert(*s);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    check_stream("cudaStreamDestroy", s);
+    if (!s) return cudaErrorInvalidResourceHandle;
+    {
+        std::lock_guard<std::mutex> lock(obj_lock);
+        streams.erase(s);
+    }
+    delete s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { check_stream("cudaStreamSynchronize", s); return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+    check_stream("cudaStreamWaitEvent", s);
+    check_event("cudaStreamWaitEvent", e);
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
+cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
+cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+static int emu_sms() {
+    const char *e = getenv("EMU_SMS");
+    return e ? atoi(e) : 4; /* few SMs: grids sized by the SM count stay small */
+}
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
+    switch (a) {
+    case cudaDevAttrMultiProcessorCount: *v = emu_sms(); break;
+    case cudaDevAttrMaxThreadsPerBlock: *v = 1024; break;
+    default: *v = 0; return cudaErrorInvalidValue; /* clock and bus width: unknown, callers skip bandwidth figures */
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "CPU emulator (dev/cuda/emu)");
+    p->totalGlobalMem = (size_t)8 << 30;
+    p->major = 9;
+    p->multiProcessorCount = emu_sms();
+    p->maxThreadsPerBlock = 1024;
+    p->warpSize = 32;
+    p->sharedMemPerBlock = 48 << 10;
+    return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int *v) { *v = 0; return cudaSuccess; }
+cudaError_t cudaDriverGetVersion(int *v) { *v = 0; return cudaSuccess; }
+cudaError_t cudaGetLastError() { cudaError_t e = last_error; last_error = cudaSuccess; return e; }
+cudaError_t cudaPeekAtLastError() { return last_error; }
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    default: return "emulated error";
+    }
+}
+cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
+    *e = new emu_event{flags, 0, 0};
+    std::lock_guard<std::mutex> lock(obj_lock);
+    events.insert(*e);
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    check_stream("cudaEventRecord", s);
+    check_event("cudaEventRecord", e)->recorded = 1;
+    e->t = now_ms();
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { check_event("cudaEventSynchronize", e); return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t e) { check_event("cudaEventQuery", e); return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    check_event("cudaEventElapsedTime", a);
+    check_event("cudaEventElapsedTime", b);
+    if ((a->flags | b->flags) & cudaEventDisableTiming) return cudaErrorInvalidResourceHandle;
+    if (!a->recorded || !b->recorded) return cudaErrorInvalidResourceHandle;
+    *ms = (float)(b->t - a->t);
+    return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    check_event("cudaEventDestroy", e);
+    {
+        std::lock_guard<std::mutex> lock(obj_lock);
+        events.erase(e);
+    }
+    delete e;
+    return cudaSuccess;
+}
