@@ -23,7 +23,7 @@
  * (scape_plan_build, scape_topk_work_create: allocations and copies). Determinism: integer counts (histograms,
  * popcounts, scans) are exact whatever the order; the only float reduction (the norm) uses a grid fixed by the
  * bucket's shape and sums in a fixed order. Checked against the CPU code by dev/cuda/scape.cu, on a GPU or on the
- * CPU emulation of dev/cuda/emu (`make test-scape-emu`).
+ * CPU emulation of dev/cuda/emu (`make test-emu`).
  * Not for: streams and events, communication, the residual offload's copies (the kernels only take a one-slice
  * staging buffer), the step's control flow (the device updater).
  * Shapes: P parameters in the flat buffers (params, m, r, c: fp32; grad: floatX or fp32), a slice = one tensor.

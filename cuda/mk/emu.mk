@@ -8,7 +8,7 @@
 #      one OpenMP/OpenBLAS thread each.
 # Tests shrink their large timed cases under CUDA_EMU (defined by the emulator's header).
 # Included by cuda/module.mk before its aggregate targets; CUDA_KERNEL_TESTS is read at run time, so kernel tests
-# added by later fragments are included. Variables are CUEMU_* (scape.mk's test-scape-emu owns EMU_*).
+# added by later fragments are included.
 CUEMU := $(BUILD)/emu
 CUEMU_CXX ?= g++
 CUEMU_SAN ?= -fsanitize=address -fno-omit-frame-pointer
