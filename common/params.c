@@ -43,3 +43,31 @@ void param_table_free(ParamTable *t) {
     free(t->slices);
     memset(t, 0, sizeof *t);
 }
+
+void param_table_bucket_slices(const ParamTable *t, int **count, int ***slices) {
+    int nb = t->num_buckets;
+    int *n = xcalloc((size_t)(nb > 0 ? nb : 1), sizeof(int), "bucket slices");
+    int **sl = xcalloc((size_t)(nb > 0 ? nb : 1), sizeof(int *), "bucket slices");
+    for (int i = 0; i < t->n; i++) {
+        int b = t->slices[i].bucket;
+        if (b < 0 || b >= nb) fatal("parameter table: slice %s has bucket %d outside 0..%d", t->slices[i].name, b, nb - 1);
+        n[b]++;
+    }
+    for (int b = 0; b < nb; b++) {
+        sl[b] = xmalloc((size_t)(n[b] ? n[b] : 1) * sizeof(int), "bucket slices");
+        n[b] = 0;
+    }
+    for (int i = 0; i < t->n; i++) {
+        int b = t->slices[i].bucket;
+        sl[b][n[b]++] = i;
+    }
+    *count = n;
+    *slices = sl;
+}
+
+void param_table_bucket_slices_free(int num_buckets, int *count, int **slices) {
+    if (slices)
+        for (int b = 0; b < num_buckets; b++) free(slices[b]);
+    free(slices);
+    free(count);
+}

@@ -46,4 +46,10 @@ int param_table_add(ParamTable *t, const char *name, int layer, int bucket, int 
 int param_table_find(const ParamTable *t, const char *name, int layer);
 void param_table_free(ParamTable *t);
 
+/* Each bucket's entries: *count gets (num_buckets) ints, *slices (num_buckets) arrays of the indices of that
+ * bucket's entries in table (= memory) order, each allocated (at least one int). fatal() naming the entry if an
+ * entry's bucket is outside 0..num_buckets-1. Free with param_table_bucket_slices_free(t->num_buckets, ...). */
+void param_table_bucket_slices(const ParamTable *t, int **count, int ***slices);
+void param_table_bucket_slices_free(int num_buckets, int *count, int **slices);
+
 #endif

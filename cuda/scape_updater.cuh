@@ -605,7 +605,6 @@ static void sd_free(Updater *base) {
     for (int b = 0; b < u->nb; b++) {
         cudaCheck(cudaEventDestroy(u->ev_ready[b]));
         scape_plan_free(&u->plan[b]);
-        free(u->bslices[b]);
     }
     cudaCheck(cudaEventDestroy(u->ev_comm));
     cudaCheck(cudaEventDestroy(u->ev_mask));
@@ -624,7 +623,8 @@ static void sd_free(Updater *base) {
     cudaCheck(cudaFreeHost(u->h_kb));
     if (u->h_seg) cudaCheck(cudaFreeHost(u->h_seg));
     if (u->h_payload) cudaCheck(cudaFreeHost(u->h_payload));
-    free(u->ev_ready); free(u->bslices); free(u->bn); free(u->bucket_off); free(u->plan); free(u->part_off);
+    param_table_bucket_slices_free(u->nb, u->bn, u->bslices);
+    free(u->ev_ready); free(u->bucket_off); free(u->plan); free(u->part_off);
     free(u->seg_woff); free(u->seg_bytes); free(u->seg_off); free(u->bstate); free(u->bh);
     owner_table_free(&u->own);
     free(u);
@@ -655,28 +655,13 @@ static Updater *scape_updater_create(const DeviceModel *dm, const UpdaterConfig 
 
     /* buckets in dist.c's order: slices in memory order, payload offsets = elements of the earlier buckets */
     u->nb = tab->num_buckets;
-    u->bn = (int *)xcalloc((size_t)u->nb, sizeof(int), "bucket slices");
-    u->bslices = (int **)xcalloc((size_t)u->nb, sizeof(int *), "bucket slices");
+    param_table_bucket_slices(tab, &u->bn, &u->bslices);
     u->bucket_off = (size_t *)xcalloc((size_t)u->nb, sizeof(size_t), "bucket offsets");
     u->plan = (ScapeBucketPlan *)xcalloc((size_t)u->nb, sizeof(ScapeBucketPlan), "bucket plans");
     u->part_off = (int *)xcalloc((size_t)u->nb, sizeof(int), "norm partial offsets");
     u->bstate = (int *)xcalloc((size_t)u->nb, sizeof(int), "bucket state");
     u->bh = (CommHandle *)xcalloc((size_t)u->nb, sizeof(CommHandle), "bucket handles");
     u->ev_ready = (cudaEvent_t *)xcalloc((size_t)u->nb, sizeof(cudaEvent_t), "bucket events");
-    for (int i = 0; i < tab->n; i++) {
-        int b = tab->slices[i].bucket;
-        if (b < 0 || b >= u->nb)
-            fatal("parameter table: slice %s has bucket %d outside 0..%d", tab->slices[i].name, b, u->nb - 1);
-        u->bn[b]++;
-    }
-    for (int b = 0; b < u->nb; b++) {
-        u->bslices[b] = (int *)xmalloc((size_t)(u->bn[b] ? u->bn[b] : 1) * sizeof(int), "bucket slices");
-        u->bn[b] = 0;
-    }
-    for (int i = 0; i < tab->n; i++) {
-        int b = tab->slices[i].bucket;
-        u->bslices[b][u->bn[b]++] = i;
-    }
     size_t off = 0;
     for (int b = 0; b < u->nb; b++) {
         u->bucket_off[b] = off;

@@ -83,19 +83,7 @@ static void device_params_alloc(DeviceParams *dp, Model *base, cudaStream_t s) {
 #endif
     dp->grads = (floatX *)dalloc(P * sizeof(floatX), "the gradients");
     cudaCheck(cudaMallocHost((void **)&dp->h_grads, P * sizeof(floatX)));
-    int nb = tab->num_buckets;
-    dp->bucket_n = (int *)xcalloc((size_t)nb, sizeof(int), "bucket slices");
-    dp->bucket_slices = (int **)xcalloc((size_t)nb, sizeof(int *), "bucket slices");
-    for (int i = 0; i < tab->n; i++) dp->bucket_n[tab->slices[i].bucket]++;
-    for (int k = 0; k < nb; k++) {
-        dp->bucket_slices[k] = (int *)xmalloc((size_t)(dp->bucket_n[k] ? dp->bucket_n[k] : 1) * sizeof(int),
-                                              "bucket slices");
-        dp->bucket_n[k] = 0;
-    }
-    for (int i = 0; i < tab->n; i++) {
-        int k = tab->slices[i].bucket;
-        dp->bucket_slices[k][dp->bucket_n[k]++] = i;
-    }
+    param_table_bucket_slices(tab, &dp->bucket_n, &dp->bucket_slices);
 }
 
 #ifndef ENABLE_FP32
@@ -186,9 +174,7 @@ static void device_params_free(DeviceParams *dp) {
     cudaCheck(cudaFree(dp->grads));
     if (dp->grad32) cudaCheck(cudaFree(dp->grad32));
     if (dp->h_grads) cudaCheck(cudaFreeHost(dp->h_grads));
-    for (int b = 0; b < dp->table->num_buckets; b++) free(dp->bucket_slices[b]);
-    free(dp->bucket_slices);
-    free(dp->bucket_n);
+    param_table_bucket_slices_free(dp->table->num_buckets, dp->bucket_n, dp->bucket_slices);
 }
 
 /* Model.logits: the (N,Vp) floatX logits of the last forward as floats in *h_logits (cap_rows * Vp floats,

@@ -379,7 +379,6 @@ static void du_free(Updater *base) {
 #endif
     for (int b = 0; b < u->nb; b++) {
         cudaCheck(cudaEventDestroy(u->ev_ready[b]));
-        free(u->bslices[b]);
         if (u->bcounts) free(u->bcounts[b]);
     }
     cudaCheck(cudaEventDestroy(u->ev_comm));
@@ -393,7 +392,8 @@ static void du_free(Updater *base) {
     if (u->h_stage) cudaCheck(cudaFreeHost(u->h_stage));
     if (u->h_rs) cudaCheck(cudaFreeHost(u->h_rs));
     if (u->h_master) cudaCheck(cudaFreeHost(u->h_master));
-    free(u->ev_ready); free(u->bslices); free(u->bn); free(u->bucket_numel); free(u->bcounts); free(u->hoff);
+    param_table_bucket_slices_free(u->nb, u->bn, u->bslices);
+    free(u->ev_ready); free(u->bucket_numel); free(u->bcounts); free(u->hoff);
     free(u->rs_off); free(u->bstate); free(u->bh);
     owner_table_free(&u->own);
     free(u);
@@ -475,29 +475,14 @@ Updater *device_updater_create(const DeviceModel *dm, const UpdaterConfig *cfg) 
     u->slo = u->zero ? u->own.lo[u->rank] : 0;
     u->shi = u->zero ? u->own.hi[u->rank] : u->P;
     u->nb = tab->num_buckets;
-    u->bn = (int *)xcalloc((size_t)u->nb, sizeof(int), "bucket slices");
-    u->bslices = (int **)xcalloc((size_t)u->nb, sizeof(int *), "bucket slices");
+    param_table_bucket_slices(tab, &u->bn, &u->bslices);
     u->bucket_numel = (size_t *)xcalloc((size_t)u->nb, sizeof(size_t), "bucket sizes");
     u->hoff = (size_t *)xcalloc((size_t)u->nb, sizeof(size_t), "bucket offsets");
     u->rs_off = (size_t *)xcalloc((size_t)u->nb, sizeof(size_t), "bucket offsets");
     u->bstate = (int *)xcalloc((size_t)u->nb, sizeof(int), "bucket state");
     u->bh = (CommHandle *)xcalloc((size_t)u->nb, sizeof(CommHandle), "bucket handles");
     u->ev_ready = (cudaEvent_t *)xcalloc((size_t)u->nb, sizeof(cudaEvent_t), "bucket events");
-    for (int i = 0; i < tab->n; i++) {
-        int b = tab->slices[i].bucket;
-        if (b < 0 || b >= u->nb)
-            fatal("parameter table: slice %s has bucket %d outside 0..%d", tab->slices[i].name, b, u->nb - 1);
-        u->bn[b]++;
-    }
-    for (int b = 0; b < u->nb; b++) {
-        u->bslices[b] = (int *)xmalloc((size_t)(u->bn[b] ? u->bn[b] : 1) * sizeof(int), "bucket slices");
-        u->bn[b] = 0;
-    }
-    for (int i = 0; i < tab->n; i++) {
-        int b = tab->slices[i].bucket;
-        u->bslices[b][u->bn[b]++] = i;
-        u->bucket_numel[b] += tab->slices[i].numel;
-    }
+    for (int i = 0; i < tab->n; i++) u->bucket_numel[tab->slices[i].bucket] += tab->slices[i].numel;
     size_t off = 0, roff = 0, owned_total = 0;
     if (u->zero) u->bcounts = (size_t **)xcalloc((size_t)u->nb, sizeof(size_t *), "bucket counts");
     for (int b = 0; b < u->nb; b++) {

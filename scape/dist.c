@@ -123,28 +123,16 @@ DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, co
     owner_table_build(&d->own, tab, d->world);
 
     d->nb = tab->num_buckets;
-    d->bslices = xcalloc((size_t)d->nb, sizeof(int *), "bucket slices");
-    d->bn = xcalloc((size_t)d->nb, sizeof(int), "bucket slices");
+    param_table_bucket_slices(tab, &d->bn, &d->bslices);
     d->bucket_off = xcalloc((size_t)d->nb, sizeof(size_t), "bucket offsets");
     d->bucket_numel = xcalloc((size_t)d->nb, sizeof(size_t), "bucket sizes");
     d->rs_off = xcalloc((size_t)d->nb, sizeof(size_t), "bucket offsets");
     d->bucket_k = xcalloc((size_t)d->nb, sizeof(size_t), "bucket payload sizes");
     d->bh = xcalloc((size_t)d->nb, sizeof(CommHandle), "bucket handles");
     d->bstate = xcalloc((size_t)d->nb, sizeof(int), "bucket state");
-    for (int i = 0; i < tab->n; i++) {
-        int b = tab->slices[i].bucket;
-        if (b < 0 || b >= d->nb) fatal("parameter table: slice %s has bucket %d outside 0..%d", tab->slices[i].name, b, d->nb - 1);
-        d->bn[b]++;
-    }
-    for (int b = 0; b < d->nb; b++) {
-        d->bslices[b] = xmalloc((size_t)(d->bn[b] ? d->bn[b] : 1) * sizeof(int), "bucket slices");
-        d->bn[b] = 0;
-    }
     size_t owned_total = 0;
     for (int i = 0; i < tab->n; i++) {
-        int b = tab->slices[i].bucket;
-        d->bslices[b][d->bn[b]++] = i;
-        d->bucket_numel[b] += tab->slices[i].numel;
+        d->bucket_numel[tab->slices[i].bucket] += tab->slices[i].numel;
         if (i >= d->own.first[d->rank] && i < d->own.first[d->rank + 1]) owned_total += tab->slices[i].numel;
     }
     size_t off = 0, roff = 0;
@@ -266,8 +254,8 @@ void distopt_free(DistOptim *d) {
     sync_check(d);
     comm_wait(d->next_h);
     for (int b = 0; b < d->nb; b++) comm_wait(d->bh[b]);
-    for (int b = 0; b < d->nb; b++) free(d->bslices[b]);
-    free(d->bslices); free(d->bn); free(d->bucket_off); free(d->bucket_numel); free(d->rs_off);
+    param_table_bucket_slices_free(d->nb, d->bn, d->bslices);
+    free(d->bucket_off); free(d->bucket_numel); free(d->rs_off);
     free(d->bucket_k); free(d->bh); free(d->bstate); free(d->stage); free(d->rs_out);
     free(d->m); free(d->v); free(d->r); free(d->mask_cur); free(d->mask_next); free(d->seg);
     free(d->seg_bytes); free(d->seg_off); free(d->topk_tmp);
