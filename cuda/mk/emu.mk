@@ -17,7 +17,7 @@ CUEMU_CXXFLAGS = -std=c++17 -O1 -g $(CUEMU_SAN) -ffp-contract=off -fopenmp -w -D
 CUEMU_RT := $(CUEMU)/obj/emu.o $(CUEMU)/obj/emu_blas.o $(CUEMU)/obj/emu_raw.o
 CUEMU_LIBS = $(BLAS_LIBS) -lm -lstdc++ -lpthread
 CUEMU_HDRS := $(wildcard dev/cuda/emu/include/*.h dev/cuda/emu/include/cub/*.cuh dev/cuda/emu/include/cub/device/*.cuh)
-CUEMU_SRC = $(wildcard cuda/*.cuh cuda/*.cu dev/cuda/*.cu dev/cuda/*.cuh test/gpu/*.cu train_gpt.cu train_llama.cu) \
+CUEMU_SRC = $(wildcard cuda/*.cuh cuda/*.cu dev/cuda/*.cu dev/cuda/*.cuh test/gpu/*.cu test/gpu/*.cuh train_gpt.cu train_llama.cu) \
             dev/cuda/emu/selftest.cu
 # host objects the kernel tests may link (the optimizer and SCAPE tests check against scape/*.c)
 CUEMU_HOST_OBJ = $(BUILD)/scape/optim.o $(BUILD)/scape/scape.o $(COMMON_OBJ)
