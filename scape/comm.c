@@ -25,18 +25,19 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/bf16.h"
 #include "common/util.h"
 
 #define QCAP 4096 /* jobs in flight; enough for every bucket of a step plus the mask all-gather */
 
-typedef enum { JOB_ALLREDUCE_AVG, JOB_REDUCE_SCATTER_AVG, JOB_ALLGATHERV, JOB_BCAST, JOB_SUM_F64, JOB_MAX_I64,
+typedef enum { JOB_ALLREDUCE_AVG, JOB_ALLREDUCE_AVG_BF16, JOB_REDUCE_SCATTER_AVG, JOB_ALLGATHERV, JOB_BCAST, JOB_SUM_F64, JOB_MAX_I64,
                JOB_BARRIER, JOB_STOP } JobOp;
 
 typedef struct {
     JobOp op;
     CommKind kind;
     void *buf;          /* in/out buffer */
-    void *out;          /* reduce-scatter output */
+    void *out;          /* reduce-scatter output; bf16 all-reduce: the rounding error (float, may be NULL) */
     size_t n;           /* elements (allreduce, bcast bytes, control) */
     size_t elem_bytes;  /* allgatherv */
     size_t *counts;     /* world entries (reduce-scatter, allgatherv), owned by the job */
@@ -57,6 +58,8 @@ static struct {
     double wait_s[2][COMM_NKINDS];
     float *scratch; /* comm-thread scratch for the averaging all-reduce */
     size_t scratch_n;
+    uint16_t *scratch16; /* comm-thread scratch of the bf16 all-reduce: world parts received, then the mean */
+    size_t scratch16_n;
     int spin;        /* SCAPE_COMM_SPIN=1: busy-wait on requests */
     long sleep_max_ns; /* longest sleep between tests (SCAPE_COMM_SLEEP_MAX_US, default 500) */
     double busy_s;   /* wall time the comm thread spent running jobs, since the last comm_stats_take */
@@ -133,10 +136,60 @@ static void run_allreduce_avg(float *buf, size_t n) {
     free(dsp);
 }
 
+/* comm_iallreduce_avg_bf16 (comm.h gives the exact arithmetic): an all-to-all of the parts, the owner's fp32 sum in
+ * rank order, bf16 rounding of the mean, an all-gather of the rounded parts. */
+static void run_allreduce_avg_bf16(uint16_t *buf, float *err, size_t n) {
+    int N = C.world;
+    if (err) memset(err, 0, n * sizeof(float));
+    if (!C.use_mpi || N == 1 || n == 0) return;
+    int *cnt = xmalloc((size_t)N * sizeof(int), "comm counts");
+    int *dsp = xmalloc((size_t)N * sizeof(int), "comm displacements");
+    int *rcnt = xmalloc((size_t)N * sizeof(int), "comm counts");
+    int *rdsp = xmalloc((size_t)N * sizeof(int), "comm displacements");
+    size_t off = 0;
+    for (int r = 0; r < N; r++) {
+        size_t c = n / (size_t)N + ((size_t)r < n % (size_t)N);
+        cnt[r] = to_int(c, "all-reduce part");
+        dsp[r] = to_int(off, "all-reduce offset");
+        off += c;
+    }
+    size_t mine = (size_t)cnt[C.rank];
+    for (int r = 0; r < N; r++) {
+        rcnt[r] = (int)mine;
+        rdsp[r] = to_int((size_t)r * mine, "all-to-all offset");
+    }
+    size_t need = (size_t)N * mine;
+    if (need > C.scratch16_n) {
+        free(C.scratch16);
+        C.scratch16 = xmalloc((need ? need : 1) * sizeof(uint16_t), "comm bf16 scratch");
+        C.scratch16_n = need;
+    }
+    MPI_Request rq;
+    MPI_Ialltoallv(buf, cnt, dsp, MPI_UINT16_T, C.scratch16, rcnt, rdsp, MPI_UINT16_T, MPI_COMM_WORLD, &rq);
+    wait_req(&rq);
+    const float fN = (float)N;
+    uint16_t *own = buf + dsp[C.rank];
+    for (size_t i = 0; i < mine; i++) {
+        float s = 0.0f;
+        for (int r = 0; r < N; r++) s += bf16_to_f32(C.scratch16[(size_t)r * mine + i]);
+        float mean = s / fN;
+        uint16_t b = bf16_from_f32(mean);
+        own[i] = b;
+        if (err) err[(size_t)dsp[C.rank] + i] = mean - bf16_to_f32(b);
+    }
+    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, cnt, dsp, MPI_UINT16_T, MPI_COMM_WORLD, &rq);
+    wait_req(&rq);
+    free(cnt);
+    free(dsp);
+    free(rcnt);
+    free(rdsp);
+}
+
 static void run_job(Job *j) {
     int N = C.world;
     switch (j->op) {
     case JOB_ALLREDUCE_AVG: run_allreduce_avg(j->buf, j->n); break;
+    case JOB_ALLREDUCE_AVG_BF16: run_allreduce_avg_bf16(j->buf, j->out, j->n); break;
     case JOB_REDUCE_SCATTER_AVG: {
         size_t off = 0;
         for (int r = 0; r < C.rank; r++) off += j->counts[r];
@@ -299,6 +352,13 @@ CommHandle comm_iallreduce_avg_f32(float *buf, size_t n) {
     uint64_t b = 2ull * 4ull * n * (uint64_t)(C.world - 1);
     count(COMM_ALLREDUCE, b, b);
     Job j = {.op = JOB_ALLREDUCE_AVG, .kind = COMM_ALLREDUCE, .buf = buf, .n = n};
+    return enqueue(&j);
+}
+
+CommHandle comm_iallreduce_avg_bf16(uint16_t *buf, size_t n, float *err) {
+    uint64_t b = 2ull * 2ull * n * (uint64_t)(C.world - 1);
+    count(COMM_ALLREDUCE, b, b);
+    Job j = {.op = JOB_ALLREDUCE_AVG_BF16, .kind = COMM_ALLREDUCE, .buf = buf, .out = err, .n = n};
     return enqueue(&j);
 }
 
@@ -475,6 +535,9 @@ void comm_finalize(void) {
     free(C.scratch);
     C.scratch = NULL;
     C.scratch_n = 0;
+    free(C.scratch16);
+    C.scratch16 = NULL;
+    C.scratch16_n = 0;
     C.inited = 0;
     if (C.use_mpi) {
         set_fatal_hook(NULL);

@@ -61,6 +61,16 @@ typedef enum {
 /* buf (n floats) <- mean over ranks of buf, in place. The result is bit-identical on every rank (it is computed
  * as reduce-scatter + all-gather, so each element is summed once, in one place). Bytes: 2 * 4n (N-1)/N. */
 CommHandle comm_iallreduce_avg_f32(float *buf, size_t n);
+/* The reduced-precision payload of SCAPE (SCAPE.md section 7): buf holds n bf16 values (common/bf16.h bit
+ * patterns); afterwards every rank holds the same b = bf16(mean over ranks), computed exactly as follows. The n
+ * elements are cut into world consecutive parts as comm_iallreduce_avg_f32 cuts them (n/N, the first n%N one more);
+ * the owner of part r receives every rank's bf16 values of it (an all-to-all), sums them in fp32 in rank order,
+ * divides by N in fp32 and rounds the mean to bf16 (nearest, ties to even); the parts are then all-gathered in
+ * bf16. err (n floats, NULL to skip) receives, on this rank's own part, the fp32 mean minus its bf16 rounding
+ * (exact), and 0 elsewhere: the caller feeds it back (dist.c adds N * err to this rank's residual, so the mean
+ * residual keeps what rounding the mean lost). One rank: b = buf, err = 0. Deterministic, independent of the MPI
+ * library's reduction algorithms. Counted as an all-reduce of 2n bytes: 2 * 2n (N-1)/N sent and received. */
+CommHandle comm_iallreduce_avg_bf16(uint16_t *buf, size_t n, float *err);
 /* in (sum_r counts[r] floats, identical layout on every rank) is summed over ranks and divided by N; this rank
  * gets its part, counts[rank] floats starting at sum_{r<rank} counts[r], written to out. counts has world
  * entries and is copied. Bytes: 4 * sum(counts) (N-1)/N. */

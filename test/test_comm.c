@@ -4,11 +4,14 @@
  * SCAPE.md section 6. With --die-rank R / --fatal-rank R it instead makes rank R die (SIGKILL) or fail (fatal())
  * while the others block in a collective; test/test_comm_kill.sh checks that the job then ends, non-zero, soon.
  */
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/bf16.h"
+#include "common/rng.h"
 #include "common/util.h"
 #include "test/test_comm_mpi.h"
 
@@ -29,6 +32,59 @@ TEST(allreduce_avg_is_the_mean_on_every_rank) {
             }
         }
         free(x);
+    }
+}
+
+/* bf16 input of rank r at element i, any sign and a wide range of magnitudes (so the sums round) */
+static uint16_t bf16_input(int r, size_t i) {
+    Rng g;
+    rng_seed(&g, rng_mix((uint64_t)r + 1, (uint64_t)i));
+    float x;
+    rng_normal(&g, &x, 1, 0.0f, 1.0f);
+    return bf16_from_f32(x * ldexpf(1.0f, (int)(i % 13) - 6));
+}
+
+/* comm.h's definition, recomputed here from every rank's inputs: owner's fp32 sum in rank order, mean, RNE to bf16,
+ * identical on every rank; err is the fp32 mean minus the rounded mean on this rank's part (the parts cut as in the
+ * fp32 all-reduce) and 0 elsewhere; and the error is the exact difference, so bf16 mean + err == fp32 mean. */
+TEST(allreduce_avg_bf16_is_the_rounded_rank_order_mean_with_its_error_on_the_owner) {
+    size_t sizes[] = {0, 1, 3, 1000, 4099};
+    for (int c = 0; c < 5; c++) {
+        size_t n = sizes[c];
+        uint16_t *x = xmalloc(n * sizeof(uint16_t) + 2, "x");
+        float *err = xmalloc(n * sizeof(float) + 4, "err");
+        for (size_t i = 0; i < n; i++) x[i] = bf16_input(R, i);
+        for (size_t i = 0; i < n; i++) err[i] = 12345.0f; /* must be overwritten */
+        comm_wait(comm_iallreduce_avg_bf16(x, n, err));
+        size_t lo = 0;
+        for (int r = 0; r < R; r++) lo += n / (size_t)N + ((size_t)r < n % (size_t)N);
+        size_t hi = lo + n / (size_t)N + ((size_t)R < n % (size_t)N);
+        size_t bad = 0, bad_err = 0;
+        for (size_t i = 0; i < n; i++) {
+            float s = 0.0f;
+            for (int r = 0; r < N; r++) s += bf16_to_f32(bf16_input(r, i));
+            float mean = s / (float)N;
+            uint16_t want = bf16_from_f32(mean);
+            if (x[i] != want) {
+                if (!bad) CHECK(0, "n=%zu x[%zu] = %#06x, expected %#06x (mean %.9g)", n, i, x[i], want, mean);
+                bad++;
+            }
+            float want_err = i >= lo && i < hi ? mean - bf16_to_f32(want) : 0.0f;
+            int exact = bf16_to_f32(want) + want_err == (i >= lo && i < hi ? mean : bf16_to_f32(want));
+            if (err[i] != want_err || !exact) {
+                if (!bad_err) CHECK(0, "n=%zu err[%zu] = %.9g, expected %.9g (exact %d)", n, i, err[i], want_err, exact);
+                bad_err++;
+            }
+        }
+        CHECK(bad == 0 && bad_err == 0, "n=%zu: %zu values and %zu errors differ", n, bad, bad_err);
+        uint16_t h = 0;
+        for (size_t i = 0; i < n; i++) h = (uint16_t)(h * 31u + x[i]);
+        uint16_t *all = xmalloc((size_t)N * sizeof h, "hashes");
+        comm_allgather(&h, all, sizeof h);
+        for (int r = 0; r < N; r++) CHECK(all[r] == h, "n=%zu: rank %d's result differs from rank %d's", n, r, R);
+        free(all);
+        free(x);
+        free(err);
     }
 }
 
@@ -117,6 +173,7 @@ TEST(byte_counters_follow_the_ring_formulas) {
     for (int r = 0; r < N; r++) tot += counts[r];
     uint8_t *g = xcalloc(tot, 1, "g");
     comm_wait(comm_iallgatherv(g, counts, 1));
+    uint16_t *h = xcalloc(n2, sizeof(uint16_t), "h");
     comm_stats_take_kind(k);
     uint64_t ar = 2ull * 4 * (n1 + n2) * (uint64_t)(N - 1) / (uint64_t)N;
     uint64_t ag = (uint64_t)tot * (uint64_t)(N - 1) / (uint64_t)N;
@@ -127,7 +184,15 @@ TEST(byte_counters_follow_the_ring_formulas) {
           (unsigned long long)ag, (unsigned long long)k[COMM_ALLGATHER].calls, (unsigned long long)k[COMM_ALLGATHER].bytes_recv);
     CHECK(k[COMM_REDUCE_SCATTER].calls == 0, "reduce-scatter calls expected 0, got %llu", (unsigned long long)k[COMM_REDUCE_SCATTER].calls);
     CHECK(k[COMM_ALLREDUCE].wait_ms >= 0, "negative wait time %g", k[COMM_ALLREDUCE].wait_ms);
-    free(x); free(g);
+    /* the bf16 all-reduce moves half the bytes of the fp32 one */
+    comm_wait(comm_iallreduce_avg_bf16(h, n2, NULL));
+    comm_stats_take_kind(k);
+    uint64_t ar16 = 2ull * 2 * n2 * (uint64_t)(N - 1) / (uint64_t)N;
+    CHECK(k[COMM_ALLREDUCE].calls == 1 && k[COMM_ALLREDUCE].bytes_sent == ar16 && k[COMM_ALLREDUCE].bytes_recv == ar16,
+          "bf16 all-reduce expected 1 call of %llu bytes, got %llu calls %llu/%llu bytes", (unsigned long long)ar16,
+          (unsigned long long)k[COMM_ALLREDUCE].calls, (unsigned long long)k[COMM_ALLREDUCE].bytes_sent,
+          (unsigned long long)k[COMM_ALLREDUCE].bytes_recv);
+    free(x); free(g); free(h);
 }
 
 /* The communication thread's busy and CPU time are counted and reset by comm_stats_take; while it waits for a
@@ -167,6 +232,7 @@ int main(int argc, char **argv) {
         for (;;) comm_barrier(); /* the survivors block here until the job is brought down */
     }
     MPI_RUN_TEST(allreduce_avg_is_the_mean_on_every_rank);
+    MPI_RUN_TEST(allreduce_avg_bf16_is_the_rounded_rank_order_mean_with_its_error_on_the_owner);
     MPI_RUN_TEST(queued_jobs_run_in_order_and_one_wait_covers_earlier_ones);
     MPI_RUN_TEST(reduce_scatter_avg_gives_each_rank_its_part_of_the_mean);
     MPI_RUN_TEST(allgatherv_in_place_fills_every_part);
