@@ -603,6 +603,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     dc.density_start = c->density_start;
     dc.density_warmup = c->density_warmup;
     dc.exclude_norms = c->scape_exclude_norms;
+    dc.payload_bf16 = strcmp(c->scape_payload, "bf16") == 0;
     UpdaterConfig uc;
     memset(&uc, 0, sizeof uc);
     uc.dist = dc;

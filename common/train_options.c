@@ -71,6 +71,9 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
         {"scape-offload-residual", ARG_FLAG, &c->scape_offload_residual, NULL, 0, 1, NULL,
          "device SCAPE: keep the residual r in pinned host memory, staged through the GPU a slice at a time "
          "(SCAPE.md section 7; saves 4P bytes of GPU memory, results identical)", 0},
+        {"scape-payload", ARG_STRING, &c->scape_payload, "fp32", 0, 0, "fp32|bf16",
+         "SCAPE payload precision on the wire: bf16 halves the all-reduce bytes, its rounding error is kept in the "
+         "residual (SCAPE.md section 7)", 0},
         {"scape-exclude-norms", ARG_INT, &c->scape_exclude_norms, "1", 0, 1, NULL,
          "1: norm gains and biases stay dense under SCAPE / topk-ef", 0},
         {"mask-stats-every", ARG_INT, &c->mask_stats_every, "0", 0, IMAX, NULL,

@@ -451,6 +451,8 @@ static int choose_nccl(const UpdaterConfig *cfg, int world) {
 Updater *device_updater_create(const DeviceModel *dm, const UpdaterConfig *cfg) {
     OptimizerKind kind = cfg->dist.opt.kind;
     if (kind != OPT_ADAMW && kind != OPT_ADAMS && kind != OPT_SCAPE) return NULL;
+    if (cfg->dist.payload_bf16 && kind != OPT_SCAPE)
+        fatal("--scape-payload bf16 applies to --optimizer scape only; drop it or use --optimizer scape");
     if (!(cfg->dist.opt.beta1 >= 0 && cfg->dist.opt.beta1 < 1)) fatal("beta1 %g is outside [0, 1)", cfg->dist.opt.beta1);
     if (kind == OPT_SCAPE) return scape_updater_create(dm, cfg, choose_nccl(cfg, comm_world()));
     DevUpdater *u = (DevUpdater *)xcalloc(1, sizeof *u, "device update");

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bf16.h"
 #include "common/updater.h"
 #include "common/util.h"
 #include "scape/scape.h"
@@ -48,6 +49,8 @@ struct DistOptim {
     int *bn;
     size_t *bucket_off, *bucket_numel;
     float *stage;          /* (P) packed gradients / SCAPE payload, by bucket */
+    uint16_t *stage16;     /* SCAPE bf16 payload: (P) the payload as sent, then b, by bucket like stage */
+    float *qerr;           /* SCAPE bf16 payload: (P) e = fp32 mean - b on this rank's parts, 0 elsewhere */
     float *rs_out;         /* ZeRO: the owned part of each bucket after reduce-scatter */
     size_t *rs_off;        /* ZeRO: offset of bucket b's owned part in rs_out */
     CommHandle *bh;        /* per bucket: its collective */
@@ -107,6 +110,8 @@ DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, co
         fatal("--density %g is outside (0, 1]; 0.1 means 90%% sparsity", cfg->density);
     if (sparse && !(cfg->density_start > 0 && cfg->density_start <= 1))
         fatal("density start %g is outside (0, 1]; use 1 for the default warm-up from dense", cfg->density_start);
+    if (cfg->payload_bf16 && cfg->opt.kind != OPT_SCAPE)
+        fatal("--scape-payload bf16 applies to --optimizer scape only; drop it or use --optimizer scape");
     if (sparse && cfg->zero)
         fatal("--zero 1 applies to the dense optimizers adamw/adams; drop --zero for scape and topk-ef");
     if (cfg->opt.kind == OPT_TOPK_EF && tab->total > UINT32_MAX)
@@ -154,6 +159,10 @@ DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, co
         d->r = xcalloc(d->P, sizeof(float), "SCAPE residual");
         d->mask_cur = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "SCAPE mask");
         d->mask_next = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "SCAPE mask");
+        if (cfg->payload_bf16) {
+            d->stage16 = xmalloc(d->P * sizeof(uint16_t), "SCAPE bf16 payload");
+            d->qerr = xmalloc(d->P * sizeof(float), "SCAPE bf16 rounding errors");
+        }
         size_t nch = 0;
         for (int i = 0; i < tab->n; i++) nch += (tab->slices[i].numel + SCAPE_CHUNK - 1) / SCAPE_CHUNK;
         d->nch = nch;
@@ -256,7 +265,7 @@ void distopt_free(DistOptim *d) {
     for (int b = 0; b < d->nb; b++) comm_wait(d->bh[b]);
     param_table_bucket_slices_free(d->nb, d->bn, d->bslices);
     free(d->bucket_off); free(d->bucket_numel); free(d->rs_off);
-    free(d->bucket_k); free(d->bh); free(d->bstate); free(d->stage); free(d->rs_out);
+    free(d->bucket_k); free(d->bh); free(d->bstate); free(d->stage); free(d->stage16); free(d->qerr); free(d->rs_out);
     free(d->m); free(d->v); free(d->r); free(d->mask_cur); free(d->mask_next); free(d->seg);
     free(d->seg_bytes); free(d->seg_off); free(d->topk_tmp);
     free(d->ch_lo); free(d->ch_hi); free(d->ch_q); free(d->ch_slice); free(d->ch_bucket); free(d->ch_ss); free(d->ch_bad);
@@ -316,14 +325,27 @@ static void scape_queue_bucket(DistOptim *d, int b) {
         K += scape_gather_masked(d->grads, d->mask_cur, s->offset, s->offset + s->numel, out + K);
     }
     d->bucket_k[b] = K;
+    uint16_t *out16 = d->stage16 ? d->stage16 + d->bucket_off[b] : NULL;
+    if (out16) {
+        /* what goes on the wire: s_i rounded to bf16 (the error goes to r in scape_update_pass) */
+        #pragma omp parallel for schedule(static) if (K > 65536)
+        for (size_t q = 0; q < K; q++) out16[q] = bf16_from_f32(out[q]);
+    }
     if (d->dbg_s) {
-        for (int k = 0, q = 0; k < d->bn[b]; k++) {
+        size_t q = 0;
+        for (int k = 0; k < d->bn[b]; k++) {
             const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
-            for (size_t j = s->offset; j < s->offset + s->numel; j++)
-                d->dbg_s[j] = mask_get(d->mask_cur, j) ? out[q++] : 0.0f;
+            for (size_t j = s->offset; j < s->offset + s->numel; j++) {
+                if (!mask_get(d->mask_cur, j)) {
+                    d->dbg_s[j] = 0.0f;
+                    continue;
+                }
+                d->dbg_s[j] = out16 ? bf16_to_f32(out16[q]) : out[q];
+                q++;
+            }
         }
     }
-    d->bh[b] = comm_iallreduce_avg_f32(out, K);
+    d->bh[b] = out16 ? comm_iallreduce_avg_bf16(out16, K, d->qerr + d->bucket_off[b]) : comm_iallreduce_avg_f32(out, K);
     d->bstate[b] = 2;
 }
 
@@ -776,8 +798,11 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
     const float bc1 = (float)(1.0 - pow((double)b1, t));
     const float sqrt_bc2 = (float)sqrt(1.0 - pow((double)b2, t));
     float *p = d->params, *m = d->m, *r = d->r;
-    const float *c = d->grads, *bv = d->stage;
+    const float *c = d->grads, *bv = d->stage, *qe = d->qerr;
+    const float fN = (float)d->world;
     const uint8_t *M = d->mask_cur;
+    /* the residual on M_t: 0, or with the bf16 payload what rounding lost (distopt_create's comment) */
+#define RESIDUAL_ON(j, q) (qe ? (c[j] - bf16_to_f32(bf16_from_f32(c[j]))) + fN * qe[q] : 0.0f)
     #pragma omp parallel for schedule(dynamic, 4)
     for (size_t ch = 0; ch < d->nch; ch++) {
         const ParamSlice *s = &d->tab->slices[d->ch_slice[ch]];
@@ -788,14 +813,14 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
             uint64_t full, w = mask_word(M, j, n, &full);
             if (w == full) {
                 for (size_t i = 0; i < n; i++) {
-                    r[j + i] = 0.0f;
+                    r[j + i] = RESIDUAL_ON(j + i, q + i);
                     scape_update_on(&p[j + i], &m[j + i], bv[q + i], sc, clipped, b1, omb1, b2, eps, bc1, sqrt_bc2, lr, wd);
                 }
                 q += n;
             } else {
                 for (size_t i = 0; i < n; i++) {
                     if ((w >> i) & 1) {
-                        r[j + i] = 0.0f;
+                        r[j + i] = RESIDUAL_ON(j + i, q);
                         scape_update_on(&p[j + i], &m[j + i], bv[q++], sc, clipped, b1, omb1, b2, eps, bc1, sqrt_bc2, lr, wd);
                     } else {
                         r[j + i] = c[j + i];
@@ -806,6 +831,7 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
             }
         }
     }
+#undef RESIDUAL_ON
 }
 
 static int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
@@ -837,6 +863,14 @@ static int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
     for (int b = 0; b < d->nb; b++) {
         comm_wait(d->bh[b]);
         K += d->bucket_k[b];
+        if (d->stage16) {
+            /* b in bf16 -> the fp32 payload buffer the passes below read */
+            float *bv = d->stage + d->bucket_off[b];
+            const uint16_t *b16 = d->stage16 + d->bucket_off[b];
+            size_t Kb = d->bucket_k[b];
+            #pragma omp parallel for schedule(static) if (Kb > 65536)
+            for (size_t q = 0; q < Kb; q++) bv[q] = bf16_to_f32(b16[q]);
+        }
     }
     if (d->dbg_c) memcpy(d->dbg_c, d->grads, d->P * sizeof(float));
 

@@ -27,6 +27,7 @@ typedef struct {
     float density_start;   /* d_start, default 1 */
     int density_warmup;    /* W steps of geometric warm-up, 0 = none */
     int exclude_norms;     /* 1 (default): norm gains and biases always dense */
+    int payload_bf16;      /* SCAPE only: 1 sends the payload in bf16 (SCAPE.md section 7), see distopt_create */
 } DistConfig;
 
 typedef struct DistOptim DistOptim;
@@ -46,6 +47,14 @@ typedef struct DistOptim DistOptim;
  * Ours, not the papers': the per-slice top-k with SCAPE's density schedule and exclusion (so the two optimizers
  * select the same number of coordinates), AdamW rather than SGD as the consumer, and summation in rank order.
  * Bytes per rank and step: 8 K (N-1), K = sum_s k_s (all-gather of N K pairs, comm.h's ring model). */
+/*
+ * SCAPE with payload_bf16 (SCAPE.md section 7, reduced-precision payload): each rank sends q_i = bf16(s_i)
+ * (round to nearest even) through comm_iallreduce_avg_bf16, which returns b = bf16(mean_i q_i) and, to the owner
+ * of each part, e = mean - b. Nothing is lost: on M_t the residual keeps the quantisation error instead of 0,
+ *   r_i <- (c_i - q_i) + N e   (e = 0 off this rank's parts of the payload),
+ * where c_i - q_i is exact in fp32, so mean_i r_i + b = mean_i c_i up to fp32 rounding; off M_t r_i <- c_i as
+ * always. m_t = b (bf16 values). Payload bytes halve: 2 * 2 K (N-1)/N. Density 1 no longer equals dense AdamS
+ * exactly (it is within bf16 rounding of it), and r is not 0 on the mask. */
 DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, const DistConfig *cfg);
 void distopt_free(DistOptim *d);
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bf16.h"
 #include "common/rng.h"
 #include "common/util.h"
 #include "scape/dist.h"
@@ -372,6 +373,99 @@ TEST(inv6_one_payload_allreduce_and_one_mask_allgather_per_step_with_formula_byt
     toy_free(&m);
 }
 
+/* ---- SCAPE with the bf16 payload (dist.h, distopt_create's comment; SCAPE.md section 7) ---- */
+
+static DistConfig bf16_config(void) {
+    DistConfig c = sparse_config();
+    c.payload_bf16 = 1;
+    c.clip = 0; /* so m_t is b itself, and the conservation below is exact up to fp32 rounding */
+    return c;
+}
+
+/* Per step: what is sent is bf16(c_i) on M_t; m_t = b is bf16-valued and 0 off M_t; off M_t r_i = c_i bit for
+ * bit; on M_t nothing is lost, mean_i r_i + m_t == mean_i c_i (checked in double against a tolerance of fp32
+ * rounding, three orders below what dropping either rounding error would cost); shared state identical on every
+ * rank; the payload all-reduce moves 2 * 2 K (N-1)/N bytes. */
+TEST(scape_bf16_payload_loses_nothing_into_the_residual_and_halves_the_bytes) {
+    Toy m;
+    toy_build(&m);
+    size_t P = m.tab.total;
+    DistConfig cfg = bf16_config();
+    DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
+    float *c = xmalloc(P * 4, "c"), *s = xmalloc(P * 4, "s");
+    double *sum = xmalloc(2 * P * sizeof(double), "sums");
+    distopt_debug_capture(d, c, s, NULL);
+    CommStats k[COMM_NKINDS];
+    comm_stats_take_kind(k);
+    for (int t = 1; t <= 7; t++) {
+        CHECK(train_step(d, &m, t) == 0, "step %d skipped", t);
+        comm_stats_take_kind(k);
+        const float *r = distopt_residual(d), *mt = distopt_moment(d);
+        const uint8_t *M = distopt_mask(d, 0);
+        size_t K = mask_count(M, 0, P), bad_s = 0, bad_off = 0, bad_m = 0, bad_cons = 0;
+        for (size_t j = 0; j < P; j++) {
+            sum[j] = (double)r[j] + 0.0;
+            sum[P + j] = (double)c[j];
+        }
+        comm_allreduce_sum_f64(sum, 2 * P);
+        double worst = 0;
+        for (size_t j = 0; j < P; j++) {
+            if (!mask_get(M, j)) {
+                bad_off += memcmp(&r[j], &c[j], 4) != 0 || s[j] != 0 || mt[j] != 0;
+                continue;
+            }
+            bad_s += s[j] != bf16_to_f32(bf16_from_f32(c[j]));
+            bad_m += mt[j] != bf16_to_f32(bf16_from_f32(mt[j]));
+            double mean_r = sum[j] / N, mean_c = sum[P + j] / N;
+            double err = fabs(mean_r + (double)mt[j] - mean_c), tol = 1e-6 * (fabs(mean_c) + fabs((double)mt[j])) + 1e-30;
+            if (err / tol > worst) worst = err / tol;
+            bad_cons += !(err <= tol);
+        }
+        CHECK(bad_s == 0, "step %d: %zu payload values are not bf16(c)", t, bad_s);
+        CHECK(bad_off == 0, "step %d: %zu coordinates off the mask have r != c, s != 0 or m != 0", t, bad_off);
+        CHECK(bad_m == 0, "step %d: %zu values of m_t are not bf16 values", t, bad_m);
+        CHECK(bad_cons == 0, "step %d: mean r + m_t != mean c at %zu of %zu masked coordinates (worst err/tol %g)", t,
+              bad_cons, K, worst);
+        uint64_t ar = 2ull * 2 * K * (uint64_t)(N - 1) / (uint64_t)N;
+        CHECK(k[COMM_ALLREDUCE].bytes_sent == ar && k[COMM_ALLREDUCE].bytes_recv == ar,
+              "step %d: payload bytes %llu, formula 2*2*K*(N-1)/N = %llu", t, (unsigned long long)k[COMM_ALLREDUCE].bytes_sent,
+              (unsigned long long)ar);
+        CHECK(same_everywhere(fnv(m.p, P * 4)) && same_everywhere(fnv(mt, P * 4)), "step %d: params or m differ across ranks", t);
+        CHECK(same_everywhere(fnv(M, mask_bytes(P))), "step %d: masks differ across ranks", t);
+    }
+    distopt_free(d);
+    free(c); free(s); free(sum);
+    toy_free(&m);
+}
+
+/* Density 1 with the bf16 payload stays within bf16 rounding of dense AdamS (the feedback keeps the rounding
+ * errors from adding up), and far from equal to it: the payload really is rounded. */
+TEST(scape_bf16_payload_at_density_one_tracks_dense_adams) {
+    Toy a, b;
+    toy_build(&a);
+    toy_build(&b);
+    DistConfig cs = config(OPT_SCAPE), ca = config(OPT_ADAMS);
+    cs.payload_bf16 = 1;
+    DistOptim *ds = distopt_create(&a.tab, a.p, a.g, &cs), *da = distopt_create(&b.tab, b.p, b.g, &ca);
+    for (int t = 1; t <= 8; t++) {
+        train_step(ds, &a, t);
+        train_step(da, &b, t);
+    }
+    size_t P = a.tab.total;
+    double dp = 0, np = 0;
+    for (size_t j = 0; j < P; j++) {
+        dp += ((double)a.p[j] - b.p[j]) * ((double)a.p[j] - b.p[j]);
+        np += (double)b.p[j] * b.p[j];
+    }
+    double rel = sqrt(dp / np);
+    CHECK(rel < 2e-3 && rel > 0, "after 8 steps params differ from dense AdamS by relative L2 %g (want in (0, 2e-3))", rel);
+    distopt_free(ds);
+    distopt_free(da);
+    toy_free(&a);
+    toy_free(&b);
+}
+
+
 /* ---- topk-ef: top-k of raw gradients with error feedback into AdamW (dist.h, distopt_create) ---- */
 
 static DistConfig topk_config(void) {
@@ -525,6 +619,7 @@ static void save_resume_case(const char *test_name_, DistConfig cfg) {
 }
 
 TEST(inv8_scape_save_resume_continues_bit_identically) { save_resume_case(test_name_, sparse_config()); }
+TEST(scape_bf16_payload_save_resume_continues_bit_identically) { save_resume_case(test_name_, bf16_config()); }
 TEST(topk_ef_save_resume_continues_bit_identically) { save_resume_case(test_name_, topk_config()); }
 TEST(dense_adamw_zero1_save_resume_continues_bit_identically) {
     DistConfig c = config(OPT_ADAMW);
@@ -617,6 +712,7 @@ static void skip_case(const char *test_name_, DistConfig cfg) {
 TEST(nonfinite_gradient_skips_scape_step_unchanged) { skip_case(test_name_, sparse_config()); }
 TEST(nonfinite_gradient_skips_adamw_step_unchanged) { skip_case(test_name_, config(OPT_ADAMW)); }
 TEST(nonfinite_gradient_skips_topk_ef_step_unchanged) { skip_case(test_name_, topk_config()); }
+TEST(nonfinite_gradient_skips_scape_bf16_step_unchanged) { skip_case(test_name_, bf16_config()); }
 
 /* ---- mask-stability statistics (dist.h, DistMaskStats) against a direct recomputation here ---- */
 
@@ -867,6 +963,10 @@ int main(int argc, char **argv) {
     MPI_RUN_TEST(scape_step_is_bit_identical_on_1_and_3_threads);
     MPI_RUN_TEST(inv6_one_payload_allreduce_and_one_mask_allgather_per_step_with_formula_bytes);
     MPI_RUN_TEST(inv8_scape_save_resume_continues_bit_identically);
+    MPI_RUN_TEST(scape_bf16_payload_loses_nothing_into_the_residual_and_halves_the_bytes);
+    MPI_RUN_TEST(scape_bf16_payload_at_density_one_tracks_dense_adams);
+    MPI_RUN_TEST(scape_bf16_payload_save_resume_continues_bit_identically);
+    MPI_RUN_TEST(nonfinite_gradient_skips_scape_bf16_step_unchanged);
     MPI_RUN_TEST(dense_adamw_zero1_save_resume_continues_bit_identically);
     MPI_RUN_TEST(inv9_dense_adamw_n_ranks_equals_one_rank_full_batch);
     MPI_RUN_TEST(inv9_dense_adams_n_ranks_equals_one_rank_full_batch);
