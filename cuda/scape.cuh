@@ -37,6 +37,7 @@
 #include "cuda/common.cuh"
 extern "C" {
 #include "common/params.h"
+#include "common/bf16.h"
 #include "scape/scape.h"
 }
 
@@ -395,6 +396,11 @@ typedef struct {
     int clipped;
     int step;
     uint32_t seed_mix; /* (uint32)seed ^ (uint32)(seed >> 32), sr_seed's second argument */
+    /* bf16 payload (dist.h, distopt_create): on M_t r = (c - bf16(c)) + fN * qerr[q] instead of 0; qerr is the
+     * bucket's rounding errors of the mean by payload index, NULL for none (one rank). Set per bucket. */
+    int payload_bf16;
+    float fN;
+    const float *qerr;
 } ScapeUpdateArgs;
 
 /* Constants of step t >= 1 exactly as scape_update_pass derives them: bc1 = 1 - b1^t and sqrt_bc2 =
@@ -417,7 +423,15 @@ static ScapeUpdateArgs scape_update_args(int t, float lr, float b1, float b2, fl
     a.clipped = clipped;
     a.step = t;
     a.seed_mix = (uint32_t)seed ^ (uint32_t)(seed >> 32);
+    a.payload_bf16 = 0;
+    a.fN = 1.0f;
+    a.qerr = NULL;
     return a;
+}
+
+/* The residual on M_t with the bf16 payload, dist.c's RESIDUAL_ON: (c - bf16(c)) + fN * e (c - bf16(c) is exact). */
+static __device__ inline float scape_bf16_residual(float c, float e, float fN) {
+    return __fadd_rn(__fsub_rn(c, bf16_to_f32(bf16_from_f32(c))), __fmul_rn(fN, e));
 }
 
 /* scape_update_on (scape/scape.h), operation for operation */
@@ -456,7 +470,8 @@ __global__ static void scape_update_kernel(float *params, floatX *copy, float *m
             float pj = params[j];
             if (on) {
                 float mj = m[j];
-                r[j - rc_origin] = 0.0f;
+                r[j - rc_origin] = a.payload_bf16 ? scape_bf16_residual(c[j - rc_origin], a.qerr ? a.qerr[base + pos] : 0.0f, a.fN)
+                                                  : 0.0f;
                 scape_update_on_dev(&pj, &mj, payload[base + pos], a, wd);
                 m[j] = mj;
             } else {
@@ -492,6 +507,62 @@ static void scape_update_slice(float *params, floatX *copy, float *m, float *r_s
     if (nt == 0) return;
     scape_update_kernel<<<nt, SCAPE_THREADS, 0, s>>>(params, copy, m, r_slice, c_slice, pl->slice_off[k], pl->tiles + t0,
                                                      pl->q + t0, payload, mask, *a);
+    cudaCheckLaunch();
+}
+
+/* ---- bf16 payload (SCAPE.md section 7): scape/dist.c with payload_bf16 and comm_iallreduce_avg_bf16 ----
+ * The payload of a bucket is rounded to bf16 before it goes out (q = bf16(c) on M_t), the owner of each part
+ * averages the parts in fp32 in rank order and rounds the mean, the rounded parts are gathered, and the error of
+ * both roundings goes to r in the update (ScapeUpdateArgs.payload_bf16). Same formulas as the host, so in fp32
+ * the device equals scape/dist.c bit for bit. */
+
+/* q < n (n = *count when count is not NULL, else n_fixed): out16[q] = bf16(pay[q]) if out16, and with widen
+ * pay[q] = (float)bf16(pay[q]) in place (one rank: the rounded payload is the mean). Grid-stride. */
+__global__ static void scape_bf16_round_kernel(uint16_t *out16, float *pay, const long long *count, long long n_fixed,
+                                               int widen) {
+    const long long n = count ? *count : n_fixed;
+    for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < n; q += (long long)gridDim.x * blockDim.x) {
+        const uint16_t h = bf16_from_f32(pay[q]);
+        if (out16) out16[q] = h;
+        if (widen) pay[q] = bf16_to_f32(h);
+    }
+}
+/* Rounds a bucket's payload: at most max_n values (the bucket's size), the count read on the device. */
+static void scape_bf16_round(uint16_t *out16, float *pay, const long long *count, long long n_fixed, long long max_n,
+                             int widen, cudaStream_t s) {
+    if (max_n <= 0) return;
+    const long long blocks = ceil_div(max_n, SCAPE_THREADS);
+    scape_bf16_round_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), SCAPE_THREADS, 0, s>>>(out16, pay, count, n_fixed,
+                                                                                              widen);
+    cudaCheckLaunch();
+}
+
+/* The owner's part of comm_iallreduce_avg_bf16: recv holds world parts of `mine` bf16 values (rank r's at
+ * r * mine); own16[i] = bf16(mean), err[i] = mean - bf16(mean), mean = (fp32 sum in rank order) / world. */
+__global__ static void scape_bf16_mean_kernel(uint16_t *own16, float *err, const uint16_t *recv, long long mine, int world) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= mine) return;
+    float s = 0.0f;
+    for (int r = 0; r < world; r++) s = __fadd_rn(s, bf16_to_f32(recv[(long long)r * mine + i]));
+    const float mean = __fdiv_rn(s, (float)world);
+    const uint16_t b = bf16_from_f32(mean);
+    own16[i] = b;
+    err[i] = __fsub_rn(mean, bf16_to_f32(b));
+}
+static void scape_bf16_mean(uint16_t *own16, float *err, const uint16_t *recv, long long mine, int world, cudaStream_t s) {
+    if (mine <= 0) return;
+    scape_bf16_mean_kernel<<<ceil_div(mine, SCAPE_THREADS), SCAPE_THREADS, 0, s>>>(own16, err, recv, mine, world);
+    cudaCheckLaunch();
+}
+
+/* pay[q] = (float)p16[q], q < n: the reduced bf16 payload into the fp32 buffer the norm and update read. */
+__global__ static void scape_bf16_widen_kernel(float *pay, const uint16_t *p16, long long n) {
+    const long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (q < n) pay[q] = bf16_to_f32(p16[q]);
+}
+static void scape_bf16_widen(float *pay, const uint16_t *p16, long long n, cudaStream_t s) {
+    if (n <= 0) return;
+    scape_bf16_widen_kernel<<<ceil_div(n, SCAPE_THREADS), SCAPE_THREADS, 0, s>>>(pay, p16, n);
     cudaCheckLaunch();
 }
 

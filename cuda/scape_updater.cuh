@@ -36,8 +36,12 @@
  * stream takes it back to h_r. ev_stage_free[i] follows the last use of buffer i (kernel or copy) on whichever
  * stream; ev_stage_ready[i] the last hand-over. Same kernels (the per-slice variants), same arithmetic: results
  * equal those without offload bit for bit.
- * Not here (see the report in issue 9): the bf16 payload, mask statistics (mask_stats returns NULL), the top-k on
- * a side stream (it runs on the compute stream; its all-gather overlaps).
+ * bf16 payload (--scape-payload bf16, scape/dist.h): each bucket's payload is rounded to bf16 on the
+ * communication stream and averaged exactly as comm_iallreduce_avg_bf16 does (host-staged: that function; NCCL:
+ * scape_nccl_allreduce_bf16, an all-to-all, the owner's mean kernel, broadcasts of the parts), the rounding errors
+ * go to r in the update (cuda/scape.cuh); one rank rounds in place. Bitwise the host's in fp32.
+ * Not here (see the report in issue 9): mask statistics (mask_stats returns NULL), the top-k on a side stream (it
+ * runs on the compute stream; its all-gather overlaps).
  */
 
 /* dst bits [dst_off, dst_off + n) |= src bits [0, n) (src: word-aligned packed mask, element e = bit e & 31 of
@@ -123,6 +127,12 @@ typedef struct {
     size_t *seg_bytes, *seg_off, seg_total;
     float *d_payload;      /* (P) compact payload by bucket */
     float *h_payload;      /* pinned (P) (world > 1, MPI) */
+    int bf16;              /* --scape-payload bf16 (scape/dist.h: payload_bf16) */
+    uint16_t *d_payload16; /* (P) bf16: the payload as sent, then b (world > 1) */
+    float *d_qerr;         /* (P) bf16: the mean's rounding errors on this rank's parts, 0 elsewhere (world > 1) */
+    uint16_t *d_recv16;    /* bf16, NCCL: one bucket's part of every rank (world * the largest part) */
+    uint16_t *h_payload16; /* pinned (P) (bf16, world > 1, MPI) */
+    float *h_qerr;         /* pinned (P) (bf16, world > 1, MPI) */
     long long *h_kb;       /* pinned (nb): K_b of the step in progress */
     double *d_part;        /* (npart) norm partials */
     ScapeCtl *d_ctl, *h_ctl; /* device / pinned */
@@ -231,10 +241,81 @@ static void scape_dev_make_mask(ScapeDev *u, double dens) {
     u->next_h = comm_iallgatherv(u->h_seg, u->seg_bytes, 1);
 }
 
+/* elements of bucket b (the most payload values it can have) */
+static size_t scape_bucket_numel(const ScapeDev *u, int b) {
+    return (b + 1 < u->nb ? u->bucket_off[b + 1] : u->P) - u->bucket_off[b];
+}
+
+#ifdef ENABLE_NCCL
+/* comm_iallreduce_avg_bf16 (scape/comm.h) over NCCL on the communication stream, with the same parts and the same
+ * arithmetic: an all-to-all of the parts (grouped send/recv; this rank's own part by a device copy), the owner's
+ * mean (scape_bf16_mean) into its part of p16 and of err, then every part broadcast from its owner. err (n) gets
+ * 0 outside this rank's part. */
+static void scape_nccl_allreduce_bf16(ScapeDev *u, uint16_t *p16, float *err, size_t n) {
+    const int N = u->world;
+    size_t mine = 0, my_off = 0, off = 0;
+    for (int r = 0; r < N; r++) {
+        size_t c = n / (size_t)N + ((size_t)r < n % (size_t)N);
+        if (r == u->rank) {
+            mine = c;
+            my_off = off;
+        }
+        off += c;
+    }
+    cudaCheck(cudaMemsetAsync(err, 0, n * sizeof(float), u->cs));
+    ncclCheck(ncclGroupStart());
+    off = 0;
+    for (int r = 0; r < N; r++) {
+        size_t c = n / (size_t)N + ((size_t)r < n % (size_t)N);
+        if (r != u->rank) {
+            if (c) ncclCheck(ncclSend(p16 + off, c * sizeof(uint16_t), ncclUint8, r, u->nc, u->cs));
+            if (mine) ncclCheck(ncclRecv(u->d_recv16 + (size_t)r * mine, mine * sizeof(uint16_t), ncclUint8, r, u->nc, u->cs));
+        } else if (c) {
+            cudaCheck(cudaMemcpyAsync(u->d_recv16 + (size_t)r * mine, p16 + off, c * sizeof(uint16_t),
+                                      cudaMemcpyDeviceToDevice, u->cs));
+        }
+        off += c;
+    }
+    ncclCheck(ncclGroupEnd());
+    scape_bf16_mean(p16 + my_off, err + my_off, u->d_recv16, (long long)mine, N, u->cs);
+    ncclCheck(ncclGroupStart());
+    off = 0;
+    for (int r = 0; r < N; r++) {
+        size_t c = n / (size_t)N + ((size_t)r < n % (size_t)N);
+        if (c) ncclCheck(ncclBroadcast(p16 + off, p16 + off, c * sizeof(uint16_t), ncclUint8, r, u->nc, u->cs));
+        off += c;
+    }
+    ncclCheck(ncclGroupEnd());
+}
+#endif
+
+/* the bf16 payload of bucket b (scape_dev_comm_bucket with --scape-payload bf16, world > 1): rounded on the
+ * communication stream, then reduced by NCCL or by the host-staged comm_iallreduce_avg_bf16 */
+static void scape_dev_comm_bucket_bf16(ScapeDev *u, int b, size_t K) {
+    float *pay = u->d_payload + u->bucket_off[b];
+    uint16_t *p16 = u->d_payload16 + u->bucket_off[b];
+    scape_bf16_round(p16, pay, NULL, (long long)K, (long long)K, 0, u->cs);
+    if (u->nccl) {
+#ifdef ENABLE_NCCL
+        if (K) scape_nccl_allreduce_bf16(u, p16, u->d_qerr + u->bucket_off[b], K);
+        comm_stats_add(COMM_ALLREDUCE, 2ull * K, 0.0);
+#endif
+        return;
+    }
+    uint16_t *h = u->h_payload16 + u->bucket_off[b];
+    if (K) cudaCheck(cudaMemcpyAsync(h, p16, K * sizeof(uint16_t), cudaMemcpyDeviceToHost, u->cs));
+    cudaCheck(cudaStreamSynchronize(u->cs)); /* the job reads h as soon as it is queued */
+    u->bh[b] = comm_iallreduce_avg_bf16(h, K, u->h_qerr + u->bucket_off[b]);
+}
+
 /* the payload all-reduce of bucket b (K_b values at bucket_off[b]), after its c and compaction on the stream */
 static void scape_dev_comm_bucket(ScapeDev *u, int b) {
     u->bstate[b] = 2;
     if (u->world == 1) {
+        /* bf16 with one rank: the mean is the rounded payload itself (no error) */
+        if (u->bf16 && u->plan[b].ntiles)
+            scape_bf16_round(NULL, u->d_payload + u->bucket_off[b], scape_plan_count_ptr(&u->plan[b]), 0,
+                             (long long)scape_bucket_numel(u, b), 1, u->dm.stream);
         comm_stats_add(COMM_ALLREDUCE, 0, 0.0); /* dist.c's one-rank all-reduce: a call, no bytes */
         return;
     }
@@ -242,6 +323,10 @@ static void scape_dev_comm_bucket(ScapeDev *u, int b) {
     float *pay = u->d_payload + u->bucket_off[b];
     cudaCheck(cudaEventRecord(u->ev_ready[b], u->dm.stream));
     cudaCheck(cudaStreamWaitEvent(u->cs, u->ev_ready[b], 0));
+    if (u->bf16) {
+        scape_dev_comm_bucket_bf16(u, b, K);
+        return;
+    }
     if (u->nccl) {
 #ifdef ENABLE_NCCL
         if (K) {
@@ -289,8 +374,15 @@ static void scape_dev_momentum(ScapeDev *u, int b, const uint32_t *mask) {
 
 /* the masked update of bucket b (scape_update); with offload slice by slice, the new r written into a staging
  * buffer and taken back to h_r on the copy stream */
-static void scape_dev_update(ScapeDev *u, int b, const ScapeUpdateArgs *a) {
+static void scape_dev_update(ScapeDev *u, int b, const ScapeUpdateArgs *step_args) {
     cudaStream_t s = u->dm.stream;
+    ScapeUpdateArgs ab = *step_args;
+    if (u->bf16) {
+        ab.payload_bf16 = 1;
+        ab.fN = (float)u->world;
+        ab.qerr = u->world > 1 ? u->d_qerr + u->bucket_off[b] : NULL;
+    }
+    const ScapeUpdateArgs *a = &ab;
     const float *payload = u->d_payload + u->bucket_off[b];
     const ScapeBucketPlan *pl = &u->plan[b];
     if (!u->offload) {
@@ -400,11 +492,20 @@ static int sd_step(Updater *base, int t, float lr, float *grad_norm) {
     } else if (u->world > 1) {
         for (int b = 0; b < u->nb; b++) {
             comm_wait(u->bh[b]);
-            if (u->h_kb[b])
-                cudaCheck(cudaMemcpyAsync(u->d_payload + u->bucket_off[b], u->h_payload + u->bucket_off[b],
-                                          (size_t)u->h_kb[b] * sizeof(float), cudaMemcpyHostToDevice, s));
+            const size_t K = (size_t)u->h_kb[b], o = u->bucket_off[b];
+            if (!K) continue;
+            if (u->bf16) {
+                cudaCheck(cudaMemcpyAsync(u->d_payload16 + o, u->h_payload16 + o, K * sizeof(uint16_t),
+                                          cudaMemcpyHostToDevice, s));
+                cudaCheck(cudaMemcpyAsync(u->d_qerr + o, u->h_qerr + o, K * sizeof(float), cudaMemcpyHostToDevice, s));
+            } else {
+                cudaCheck(cudaMemcpyAsync(u->d_payload + o, u->h_payload + o, K * sizeof(float), cudaMemcpyHostToDevice, s));
+            }
         }
     }
+    if (u->world > 1 && u->bf16) /* b in bf16 -> the fp32 payload the norm and the update read */
+        for (int b = 0; b < u->nb; b++)
+            scape_bf16_widen(u->d_payload + u->bucket_off[b], u->d_payload16 + u->bucket_off[b], u->h_kb[b], s);
 
     /* g_hat = (m_t - beta1 m_{t-1}) / (1 - beta1) on M_t; the sum of its squares (scape_norm_pass) */
     for (int b = 0; b < u->nb; b++)
@@ -623,6 +724,11 @@ static void sd_free(Updater *base) {
     cudaCheck(cudaFreeHost(u->h_kb));
     if (u->h_seg) cudaCheck(cudaFreeHost(u->h_seg));
     if (u->h_payload) cudaCheck(cudaFreeHost(u->h_payload));
+    if (u->d_payload16) cudaCheck(cudaFree(u->d_payload16));
+    if (u->d_qerr) cudaCheck(cudaFree(u->d_qerr));
+    if (u->d_recv16) cudaCheck(cudaFree(u->d_recv16));
+    if (u->h_payload16) cudaCheck(cudaFreeHost(u->h_payload16));
+    if (u->h_qerr) cudaCheck(cudaFreeHost(u->h_qerr));
     param_table_bucket_slices_free(u->nb, u->bn, u->bslices);
     free(u->ev_ready); free(u->bucket_off); free(u->plan); free(u->part_off);
     free(u->seg_woff); free(u->seg_bytes); free(u->seg_off); free(u->bstate); free(u->bh);
@@ -650,6 +756,7 @@ static Updater *scape_updater_create(const DeviceModel *dm, const UpdaterConfig 
     u->world = comm_world();
     u->nccl = u->world > 1 && nccl;
     u->offload = cfg->scape_offload_residual != 0;
+    u->bf16 = dc->payload_bf16 != 0;
     const ParamTable *tab = u->tab;
     owner_table_build(&u->own, tab, u->world);
 
@@ -726,6 +833,21 @@ static Updater *scape_updater_create(const DeviceModel *dm, const UpdaterConfig 
         memset(u->h_seg, 0, so ? so : 1);
         u->h_payload = (float *)hmalloc_pinned(u->P * sizeof(float), "the payload staging buffer");
     }
+    if (u->bf16 && u->world > 1) {
+        u->d_payload16 = (uint16_t *)dmalloc(u->P * sizeof(uint16_t), "the bf16 SCAPE payload");
+        u->d_qerr = (float *)dmalloc(u->P * sizeof(float), "the bf16 payload's rounding errors");
+        if (u->nccl) {
+            size_t max_part = 1;
+            for (int b = 0; b < u->nb; b++) {
+                size_t part = scape_bucket_numel(u, b) / (size_t)u->world + 1;
+                if (part > max_part) max_part = part;
+            }
+            u->d_recv16 = (uint16_t *)dmalloc((size_t)u->world * max_part * sizeof(uint16_t), "the bf16 all-to-all buffer");
+        } else {
+            u->h_payload16 = (uint16_t *)hmalloc_pinned(u->P * sizeof(uint16_t), "the bf16 payload staging buffer");
+            u->h_qerr = (float *)hmalloc_pinned(u->P * sizeof(float), "the bf16 rounding error staging buffer");
+        }
+    }
     scape_topk_work_create(&u->topk, (long long)maxn);
     cudaCheck(cudaStreamCreateWithFlags(&u->cs, cudaStreamNonBlocking));
     for (int b = 0; b < u->nb; b++) cudaCheck(cudaEventCreateWithFlags(&u->ev_ready[b], cudaEventDisableTiming));
@@ -756,8 +878,8 @@ static Updater *scape_updater_create(const DeviceModel *dm, const UpdaterConfig 
     cudaCheck(cudaStreamSynchronize(dm->stream));
 
     Updater *b = &u->base;
-    snprintf(b->desc, sizeof b->desc, "device SCAPE (%s%s)", u->world == 1 ? "1 rank" : u->nccl ? "NCCL" : "MPI, host-staged",
-             u->offload ? ", residual offloaded" : "");
+    snprintf(b->desc, sizeof b->desc, "device SCAPE (%s%s%s)", u->world == 1 ? "1 rank" : u->nccl ? "NCCL" : "MPI, host-staged",
+             u->offload ? ", residual offloaded" : "", u->bf16 ? ", bf16 payload" : "");
     b->bucket_ready = sd_bucket_ready;
     b->step = sd_step;
     b->density = sd_density;

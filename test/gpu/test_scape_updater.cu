@@ -19,6 +19,7 @@
  *   SCAPE.md 9.2 (one rank, no clipping): after each step m + r == c bit for bit and m * r == 0, c recomputed on
  *     the CPU from the previous device state and the gradient;
  *   residual offload (r in pinned host memory, staged per slice): the d = 0.1 case and a NaN step against the host;
+ *   --scape-payload bf16 (d = 0.1 with and without warm-up, resident and offloaded r, a NaN step) against the host;
  *   save at step 5, a new update + load, steps 6-10: master and blob bitwise equal to the uninterrupted run, also
  *     with the resumed run offloading its residual (offload on == off); and the host's blob of step 5 loaded by
  *     the device continues bitwise like the host (checkpoints interchange).
@@ -40,6 +41,7 @@
 
 
 static int offload_ = 0; /* UpdaterConfig.scape_offload_residual of the following cases */
+static int bf16_payload_ = 0; /* DistConfig.payload_bf16 (--scape-payload bf16) of the following cases */
 
 static UpdaterConfig config(float density, int warmup, float clip) {
     UpdaterConfig c;
@@ -57,6 +59,7 @@ static UpdaterConfig config(float density, int warmup, float clip) {
     c.comm = COMM_BACKEND_MPI; /* several ranks may share one GPU in this test */
     c.seed = SEED;
     c.scape_offload_residual = offload_;
+    c.dist.payload_bf16 = bf16_payload_;
     return c;
 }
 
@@ -235,6 +238,24 @@ TEST(scape_offload_residual_nonfinite_skips_like_host) {
     offload_ = 1;
     vs_host(test_name_, 0.1f, 0, 3);
     offload_ = 0;
+}
+
+/* --scape-payload bf16: the rounded payload, its exact mean and the errors fed back into r (host: dist.c with
+ * comm_iallreduce_avg_bf16), with the residual resident and offloaded, and a NaN step */
+TEST(scape_bf16_payload_matches_host_bitwise) {
+    bf16_payload_ = 1;
+    vs_host(test_name_, 0.1f, 4, 0);
+    bf16_payload_ = 0;
+}
+TEST(scape_bf16_payload_offload_matches_host_bitwise) {
+    bf16_payload_ = offload_ = 1;
+    vs_host(test_name_, 0.1f, 0, 0);
+    bf16_payload_ = offload_ = 0;
+}
+TEST(scape_bf16_payload_nonfinite_skips_like_host) {
+    bf16_payload_ = 1;
+    vs_host(test_name_, 0.1f, 4, 3);
+    bf16_payload_ = 0;
 }
 
 /* runs steps [from, to] of the device update */
@@ -523,6 +544,9 @@ int main(int argc, char **argv) {
     RUN_TEST(scape_nonfinite_gradient_skips_like_host);
     RUN_TEST(scape_offload_residual_matches_host_bitwise);
     RUN_TEST(scape_offload_residual_nonfinite_skips_like_host);
+    RUN_TEST(scape_bf16_payload_matches_host_bitwise);
+    RUN_TEST(scape_bf16_payload_offload_matches_host_bitwise);
+    RUN_TEST(scape_bf16_payload_nonfinite_skips_like_host);
     RUN_TEST(inv1_density_one_equals_device_adams_residual_zero);
     if (world_ == 1) RUN_TEST(inv2_conservation_on_device);
     RUN_TEST(save_load_continue_is_bitwise);
