@@ -11,8 +11,10 @@
  *
  * Per step t (mirroring dist.c):
  *   first bucket (begin):  wait for M_t's all-gather (made at t-1), OR the owners' segments into the next-mask
- *                          words, swap it in as M_t; per bucket the payload offsets of M_t (and with several ranks
- *                          K_b on the host: one stream sync, the collectives need the counts)
+ *                          words, swap it in as M_t; per bucket the payload offsets of M_t; K_b on the host (the
+ *                          collectives need the counts) from the density M_t was made with, checked against the
+ *                          device's counts at the step's one synchronisation (a mask loaded from a checkpoint is
+ *                          counted instead: one stream sync)
  *   bucket_ready(b):       c = b1 m + (1-b1) g + r into the fp32 gradient buffer (c replaces g there, as on the
  *                          host) and c on M_t compacted into the payload (bucket b's part starts at the bucket's
  *                          element offset in bucket order, dist.c's bucket_off); then the averaging all-reduce of
@@ -134,6 +136,9 @@ typedef struct {
     uint16_t *h_payload16; /* pinned (P) (bf16, world > 1, MPI) */
     float *h_qerr;         /* pinned (P) (bf16, world > 1, MPI) */
     long long *h_kb;       /* pinned (nb): K_b of the step in progress */
+    long long *h_kb_dev;   /* pinned (nb): the device's own counts of K_b, to check the predicted ones */
+    double cur_dens, next_dens; /* the density d_cur / d_next were made with (top-k), -1: unknown (loaded) */
+    int kb_predicted;      /* h_kb of this step came from cur_dens, not from the device */
     double *d_part;        /* (npart) norm partials */
     ScapeCtl *d_ctl, *h_ctl; /* device / pinned */
     ScapeTopkWork topk;
@@ -156,23 +161,51 @@ static int scape_slice_sparse(const ScapeDev *u, const ParamSlice *s) {
     return !(u->cfg.dist.exclude_norms && s->dense_only);
 }
 
-/* K_b of every bucket for the current mask on the host (pinned h_kb); with sync = 1 waits for them. */
-static void scape_fetch_counts(ScapeDev *u, int sync) {
+/* K_b of every bucket for the current mask, as the device counted them, into kb (pinned, nb); with sync = 1
+ * waits for them. */
+static void scape_fetch_counts(ScapeDev *u, long long *kb, int sync) {
     for (int b = 0; b < u->nb; b++) {
         if (u->plan[b].ntiles == 0) {
-            u->h_kb[b] = 0;
+            kb[b] = 0;
             continue;
         }
-        cudaCheck(cudaMemcpyAsync(&u->h_kb[b], scape_plan_count_ptr(&u->plan[b]), sizeof(long long),
-                                  cudaMemcpyDeviceToHost, u->dm.stream));
+        cudaCheck(cudaMemcpyAsync(&kb[b], scape_plan_count_ptr(&u->plan[b]), sizeof(long long), cudaMemcpyDeviceToHost,
+                                  u->dm.stream));
     }
     if (sync) cudaCheck(cudaStreamSynchronize(u->dm.stream));
 }
 
-/* payload offsets of M_t in every bucket (and K_b on the host when a collective needs them) */
+/* K_b without asking the device: a mask made by the owners' top-k at density d has exactly k_s = scape_k(d, |s|)
+ * bits in every sparse slice and all |s| in the dense ones (SCAPE.md 9.4; all ones at d = 1). */
+static void scape_predict_counts(ScapeDev *u, double dens) {
+    for (int b = 0; b < u->nb; b++) {
+        long long K = 0;
+        for (int k = 0; k < u->bn[b]; k++) {
+            const ParamSlice *sl = &u->tab->slices[u->bslices[b][k]];
+            if (sl->numel) K += (long long)(scape_slice_sparse(u, sl) ? scape_k(dens, sl->numel) : sl->numel);
+        }
+        u->h_kb[b] = K;
+    }
+}
+
+/* payload offsets of M_t in every bucket, and K_b on the host for the collectives: predicted from the density
+ * the mask was made with (no synchronisation in backward; sd_step checks the prediction against the device's
+ * counts at its one synchronisation), or for a mask loaded from a checkpoint, counted (one stream sync) */
 static void scape_offsets(ScapeDev *u) {
     for (int b = 0; b < u->nb; b++) scape_payload_offsets(&u->plan[b], u->d_cur, u->dm.stream);
-    if (u->world > 1) scape_fetch_counts(u, 1);
+    u->kb_predicted = u->cur_dens >= 0;
+    if (u->kb_predicted) scape_predict_counts(u, u->cur_dens);
+    else if (u->world > 1) scape_fetch_counts(u, u->h_kb, 1);
+}
+
+/* d_cur <-> d_next, with the densities they were made with */
+static void scape_swap_masks(ScapeDev *u) {
+    uint32_t *tmp = u->d_cur;
+    u->d_cur = u->d_next;
+    u->d_next = tmp;
+    const double td = u->cur_dens;
+    u->cur_dens = u->next_dens;
+    u->next_dens = td;
 }
 
 /* dist.c's scape_collect_next: wait for the all-gather of the mask made last step, assemble d_next */
@@ -203,6 +236,7 @@ static void scape_dev_make_mask(ScapeDev *u, double dens) {
     cudaStream_t s = u->dm.stream;
     const size_t base = u->own.lo[u->rank], n_mine = u->own.hi[u->rank] - base;
     uint32_t *mine = u->d_seg + u->seg_woff[u->rank];
+    u->next_dens = dens;
     if (n_mine)
         cudaCheck(cudaMemsetAsync(mine, 0, scape_mask_words((long long)n_mine) * sizeof(uint32_t), s));
     for (int i = u->own.first[u->rank]; i < u->own.first[u->rank + 1]; i++) {
@@ -418,9 +452,7 @@ static void scape_dev_begin(ScapeDev *u) {
     cudaCheck(cudaMemsetAsync(u->d_ctl, 0, sizeof(ScapeCtl), u->dm.stream)); /* the step's non-finite flag */
     scape_dev_collect_next(u);
     if (u->have_next) {
-        uint32_t *tmp = u->d_cur;
-        u->d_cur = u->d_next;
-        u->d_next = tmp;
+        scape_swap_masks(u);
         u->have_next = 0;
         u->have_cur = 1;
         u->swapped = 1;
@@ -466,12 +498,11 @@ static int sd_step(Updater *base, int t, float lr, float *grad_norm) {
         double d1 = scape_density(dc->density, dc->density_start, dc->density_warmup, t);
         if (d1 >= 1.0) {
             scape_mask_set_range(u->d_cur, 0, (long long)u->P, s);
+            u->cur_dens = 1.0;
         } else {
             scape_dev_make_mask(u, d1);
             scape_dev_collect_next(u);
-            uint32_t *tmp = u->d_cur;
-            u->d_cur = u->d_next;
-            u->d_next = tmp;
+            scape_swap_masks(u);
             u->have_next = 0;
         }
         u->have_cur = 1;
@@ -513,10 +544,17 @@ static int sd_step(Updater *base, int t, float lr, float *grad_norm) {
                            b1, s);
     if (u->npart) scape_norm_finish(&u->d_ctl->ss, u->d_part, u->npart, s);
     cudaCheck(cudaMemcpyAsync(u->h_ctl, u->d_ctl, sizeof(ScapeCtl), cudaMemcpyDeviceToHost, s));
-    if (u->world == 1) scape_fetch_counts(u, 0);
+    if (u->kb_predicted) scape_fetch_counts(u, u->h_kb_dev, 0);
+    else if (u->world == 1) scape_fetch_counts(u, u->h_kb, 0);
     cudaCheck(cudaStreamSynchronize(s));
     size_t K = 0;
-    for (int b = 0; b < u->nb; b++) K += (size_t)u->h_kb[b];
+    for (int b = 0; b < u->nb; b++) {
+        if (u->kb_predicted && u->h_kb_dev[b] != u->h_kb[b])
+            fatal("device SCAPE: step %d's mask has %lld payload values in bucket %d where its density %g implies %lld "
+                  "(an internal error: the mask is not the owners' exact top-k); please report it", t,
+                  u->h_kb_dev[b], b, u->cur_dens, u->h_kb[b]);
+        K += (size_t)u->h_kb[b];
+    }
     float norm = (float)sqrt(u->h_ctl->ss);
     /* a non-finite c anywhere (any rank) skips the step, as dist.c's control all-reduce decides */
     int64_t bad = u->h_ctl->bad ? 1 : 0;
@@ -527,9 +565,7 @@ static int sd_step(Updater *base, int t, float lr, float *grad_norm) {
         /* skipped: the masks as before the step, so m stays supported on d_cur */
         if (bootstrapped) u->have_cur = 0;
         else if (u->swapped) {
-            uint32_t *tmp = u->d_cur;
-            u->d_cur = u->d_next;
-            u->d_next = tmp;
+            scape_swap_masks(u);
             u->have_next = 1;
         }
         scape_dev_end_step(u);
@@ -629,6 +665,7 @@ static void sd_load(Updater *base, const void *const *blobs, const size_t *sizes
     free(r); free(m); free(mc); free(mn);
     u->have_cur = hc;
     u->have_next = hn;
+    u->cur_dens = u->next_dens = -1.0; /* made by another run, maybe with another schedule: count on the device */
     u->last_t = last_t;
     for (int b = 0; b < u->nb; b++) {
         u->bstate[b] = 0;
@@ -722,6 +759,7 @@ static void sd_free(Updater *base) {
     cudaCheck(cudaFree(u->d_ctl));
     cudaCheck(cudaFreeHost(u->h_ctl));
     cudaCheck(cudaFreeHost(u->h_kb));
+    cudaCheck(cudaFreeHost(u->h_kb_dev));
     if (u->h_seg) cudaCheck(cudaFreeHost(u->h_seg));
     if (u->h_payload) cudaCheck(cudaFreeHost(u->h_payload));
     if (u->d_payload16) cudaCheck(cudaFree(u->d_payload16));
@@ -828,6 +866,8 @@ static Updater *scape_updater_create(const DeviceModel *dm, const UpdaterConfig 
     u->h_ctl = (ScapeCtl *)hmalloc_pinned(sizeof(ScapeCtl), "the step's control values");
     u->h_kb = (long long *)hmalloc_pinned((size_t)(u->nb ? u->nb : 1) * sizeof(long long), "payload counts");
     memset(u->h_kb, 0, (size_t)(u->nb ? u->nb : 1) * sizeof(long long));
+    u->h_kb_dev = (long long *)hmalloc_pinned((size_t)(u->nb ? u->nb : 1) * sizeof(long long), "payload counts");
+    u->cur_dens = u->next_dens = -1.0;
     if (u->world > 1 && !u->nccl) {
         u->h_seg = (uint8_t *)hmalloc_pinned(so ? so : 1, "the mask segments");
         memset(u->h_seg, 0, so ? so : 1);
