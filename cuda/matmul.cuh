@@ -9,6 +9,7 @@
 #ifndef CUDA_MATMUL_CUH
 #define CUDA_MATMUL_CUH
 
+#include <string.h>
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include "cuda/common.cuh"
@@ -31,28 +32,6 @@ static inline void cublas_check_(cublasStatus_t st, const char *what, const char
 
 #define CUBLASLT_WORKSPACE_BYTES (32u << 20)
 
-/* Handles shared by every GEMM of a process; one per device. */
-typedef struct {
-    cublasLtHandle_t lt;
-    cublasHandle_t blas;
-    void *workspace; /* CUBLASLT_WORKSPACE_BYTES on the device */
-} Blas;
-
-static void blas_init(Blas *b) {
-    cublasCheck(cublasLtCreate(&b->lt));
-    cublasCheck(cublasCreate(&b->blas));
-#ifdef ENABLE_FP32
-    /* no TF32 or other shortcut: fp32 builds must be true fp32 for the tight CPU comparisons */
-    cublasCheck(cublasSetMathMode(b->blas, CUBLAS_PEDANTIC_MATH));
-#endif
-    cudaCheck(cudaMalloc(&b->workspace, CUBLASLT_WORKSPACE_BYTES));
-}
-static void blas_free(Blas *b) {
-    cudaCheck(cudaFree(b->workspace));
-    cublasCheck(cublasDestroy(b->blas));
-    cublasCheck(cublasLtDestroy(b->lt));
-}
-
 /* Largest power of two, at most 256, that divides the address. cuBLASLt's heuristic assumes 256-byte aligned A,
  * B, C and D unless the preference says otherwise (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, default 256), and
  * the views the trainers pass (layer l's slice of a flat weight buffer, e.g. attprojw of d2c32 at 128 bytes) are
@@ -63,54 +42,168 @@ static inline uint32_t lt_alignment(const void *p) {
     return al;
 }
 
-/* D = alpha * op(A) op(B) + beta * C (C == D), column-major view, m x n result, inner k; lda, ldb, ldd leading
- * dimensions. epi: CUBLASLT_EPILOGUE_DEFAULT, _BIAS (bias: m values), _GELU_BIAS, _GELU_AUX_BIAS (aux: the
- * pre-GELU m x n matrix, leading dimension ldd). Returns 0 (and does nothing) if cuBLASLt has no algorithm for
- * this shape, epilogue and alignment; lt_matmul() then exits with one line. */
-static int lt_matmul_try(Blas *bl, floatX *d, const floatX *a, const floatX *b, const floatX *bias, floatX *aux,
-                      int m, int n, int k, int lda, int ldb, int ldd, cublasOperation_t ta, cublasOperation_t tb,
-                      float beta, cublasLtEpilogue_t epi, cudaStream_t s) {
+/* Everything that determines a GEMM's cuBLASLt descriptors and the algorithm the heuristic picks. The pointers
+ * themselves change per call (layer l's slice, this step's activations) and enter only through their alignments:
+ * A, B and C/D as declared in the preference, bias and aux because the heuristic also reads the epilogue's
+ * pointers (bias alignment decides whether a bias epilogue exists: matmul_forward's fallback). al_bias, al_aux 0:
+ * no such pointer. Every field is 32 bits, so the key has no padding and is compared with memcmp. lt_matmul has
+ * no batched form (attention's batched GEMMs go through cuBLAS), hence no batch count or strides. */
+typedef struct {
+    int32_t m, n, k, lda, ldb, ldd;
+    int32_t ta, tb, epi;
+    int32_t type;                               /* A, B, C, D, bias and aux: all floatX */
+    uint32_t al_a, al_b, al_d, al_bias, al_aux; /* lt_alignment() of each pointer */
+    uint32_t ws;                                /* workspace bytes offered to the heuristic */
+} LtKey;
+
+/* One key's finalized descriptors and its algorithm, chosen once: every later call with the same key runs the
+ * same algorithm, so a run's GEMMs are bitwise repeatable step to step. found 0: cuBLASLt has no algorithm for
+ * the key (the caller's fallback runs; the descriptors are already freed). */
+typedef struct {
+    LtKey key;
+    int found;
     cublasLtMatmulDesc_t desc;
-    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    if (bias) cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    if (aux) {
-        int64_t ld = ldd;
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
-    }
     cublasLtMatrixLayout_t la, lb, ld;
-    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_FLOATX, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda));
-    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_FLOATX, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb));
-    cublasCheck(cublasLtMatrixLayoutCreate(&ld, CUDA_FLOATX, m, n, ldd));
+    cublasLtMatmulAlgo_t algo;
+} LtPlan;
+
+/* GPT-2 and Llama use a few dozen keys (each linear layer forward and backward, the fallback epilogues, the few
+ * alignments layer slices take); beyond this many, GEMMs are planned per call, as they were before the table */
+#define LT_PLANS_MAX 128
+
+/* Handles shared by every GEMM of a process; one per device, used by one host thread (the plan table has no
+ * lock). */
+typedef struct {
+    cublasLtHandle_t lt;
+    cublasHandle_t blas;
+    void *workspace; /* CUBLASLT_WORKSPACE_BYTES on the device */
+    LtPlan plans[LT_PLANS_MAX]; /* lt_matmul_try's cache, nplans used, searched in order */
+    int nplans;
+    int plans_full_noted;
+} Blas;
+
+static void lt_plan_destroy_descriptors(LtPlan *p) {
+    cublasCheck(cublasLtMatrixLayoutDestroy(p->la));
+    cublasCheck(cublasLtMatrixLayoutDestroy(p->lb));
+    cublasCheck(cublasLtMatrixLayoutDestroy(p->ld));
+    cublasCheck(cublasLtMatmulDescDestroy(p->desc));
+}
+static void lt_plan_free(LtPlan *p) {
+    if (p->found) lt_plan_destroy_descriptors(p);
+    p->found = 0;
+}
+/* Frees every plan: blas_free, and dev/cuda/matmul.cu's timing of the per-call planning this table saves. */
+static void lt_plans_clear(Blas *b) {
+    for (int i = 0; i < b->nplans; i++) lt_plan_free(&b->plans[i]);
+    b->nplans = 0;
+}
+
+static void blas_init(Blas *b) {
+    cublasCheck(cublasLtCreate(&b->lt));
+    cublasCheck(cublasCreate(&b->blas));
+#ifdef ENABLE_FP32
+    /* no TF32 or other shortcut: fp32 builds must be true fp32 for the tight CPU comparisons */
+    cublasCheck(cublasSetMathMode(b->blas, CUBLAS_PEDANTIC_MATH));
+#endif
+    cudaCheck(cudaMalloc(&b->workspace, CUBLASLT_WORKSPACE_BYTES));
+    b->nplans = 0;
+    b->plans_full_noted = 0;
+}
+static void blas_free(Blas *b) {
+    lt_plans_clear(b);
+    cudaCheck(cudaFree(b->workspace));
+    cublasCheck(cublasDestroy(b->blas));
+    cublasCheck(cublasLtDestroy(b->lt));
+}
+
+/* Builds p for key: the descriptor (transposes, epilogue, the aux leading dimension; bias and aux pointers of
+ * this call, which the heuristic inspects), the layouts, and one algorithm from the heuristic under the declared
+ * alignments and workspace. */
+static void lt_plan_build(Blas *bl, LtPlan *p, const LtKey *key, const floatX *bias, const floatX *aux) {
+    p->key = *key;
+    cublasOperation_t ta = (cublasOperation_t)key->ta, tb = (cublasOperation_t)key->tb;
+    cublasLtEpilogue_t epi = (cublasLtEpilogue_t)key->epi;
+    int m = key->m, n = key->n, k = key->k;
+    cudaDataType_t type = (cudaDataType_t)key->type;
+    cublasCheck(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    if (bias) cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    if (aux) {
+        int64_t ld = key->ldd;
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+    }
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->la, type, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, key->lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->lb, type, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, key->ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->ld, type, m, n, key->ldd));
     cublasLtMatmulPreference_t pref;
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = CUBLASLT_WORKSPACE_BYTES;
+    size_t ws = key->ws;
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    uint32_t al_a = lt_alignment(a), al_b = lt_alignment(b), al_d = lt_alignment(d);
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key->al_a, sizeof(key->al_a)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key->al_b, sizeof(key->al_b)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key->al_d, sizeof(key->al_d)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key->al_d, sizeof(key->al_d)));
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
     /* "no algorithm" comes back either as found == 0 or as CUBLAS_STATUS_NOT_SUPPORTED (cublasLt.h: no heuristic
      * for this configuration, e.g. an epilogue the type or alignment does not allow): both mean "fall back" */
-    cublasStatus_t hst = cublasLtMatmulAlgoGetHeuristic(bl->lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
+    cublasStatus_t hst = cublasLtMatmulAlgoGetHeuristic(bl->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &heur, &found);
     if (hst == CUBLAS_STATUS_NOT_SUPPORTED) found = 0;
     else cublas_check_(hst, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
-    float alpha = 1.0f;
-    if (found > 0)
-        cublasCheck(cublasLtMatmul(bl->lt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo,
-                                   bl->workspace, ws, s));
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-    cublasCheck(cublasLtMatrixLayoutDestroy(la));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
-    cublasCheck(cublasLtMatrixLayoutDestroy(ld));
-    cublasCheck(cublasLtMatmulDescDestroy(desc));
-    return found > 0;
+    p->found = found > 0;
+    if (p->found) p->algo = heur.algo;
+    else lt_plan_destroy_descriptors(p);
+}
+
+/* The plan for key: from the table, else built and added (or, with the table full, built into *tmp, which the
+ * caller frees after the call). */
+static LtPlan *lt_plan_get(Blas *bl, const LtKey *key, const floatX *bias, const floatX *aux, LtPlan *tmp) {
+    for (int i = 0; i < bl->nplans; i++)
+        if (memcmp(&bl->plans[i].key, key, sizeof *key) == 0) return &bl->plans[i];
+    LtPlan *p = tmp;
+    if (bl->nplans < LT_PLANS_MAX) p = &bl->plans[bl->nplans++];
+    else if (!bl->plans_full_noted) {
+        bl->plans_full_noted = 1;
+        fprintf(stderr, "note: more than %d cuBLASLt GEMM configurations; the rest are planned on every call "
+                        "(raise LT_PLANS_MAX in cuda/matmul.cuh)\n", LT_PLANS_MAX);
+    }
+    lt_plan_build(bl, p, key, bias, aux);
+    return p;
+}
+
+/* D = alpha * op(A) op(B) + beta * C (C == D), column-major view, m x n result, inner k; lda, ldb, ldd leading
+ * dimensions. epi: CUBLASLT_EPILOGUE_DEFAULT, _BIAS (bias: m values), _GELU_BIAS, _GELU_AUX_BIAS (aux: the
+ * pre-GELU m x n matrix, leading dimension ldd). Returns 0 (and does nothing) if cuBLASLt has no algorithm for
+ * this shape, epilogue and alignment; lt_matmul() then exits with one line. The descriptors and the algorithm
+ * come from bl's plan table (LtKey): after a configuration's first call, a call only sets this call's bias and
+ * aux pointers and runs cublasLtMatmul. */
+static int lt_matmul_try(Blas *bl, floatX *d, const floatX *a, const floatX *b, const floatX *bias, floatX *aux,
+                      int m, int n, int k, int lda, int ldb, int ldd, cublasOperation_t ta, cublasOperation_t tb,
+                      float beta, cublasLtEpilogue_t epi, cudaStream_t s) {
+    LtKey key;
+    memset(&key, 0, sizeof key);
+    key.m = m; key.n = n; key.k = k; key.lda = lda; key.ldb = ldb; key.ldd = ldd;
+    key.ta = ta; key.tb = tb; key.epi = epi;
+    key.type = CUDA_FLOATX;
+    key.al_a = lt_alignment(a); key.al_b = lt_alignment(b); key.al_d = lt_alignment(d);
+    key.al_bias = bias ? lt_alignment(bias) : 0;
+    key.al_aux = aux ? lt_alignment(aux) : 0;
+    key.ws = CUBLASLT_WORKSPACE_BYTES;
+    LtPlan tmp;
+    LtPlan *p = lt_plan_get(bl, &key, bias, aux, &tmp);
+    if (!p->found) return 0;
+    /* the descriptor is read when cublasLtMatmul enqueues, so the next call may repoint it at once */
+    if (bias) cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    if (aux) cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+    float alpha = 1.0f;
+    cublasCheck(cublasLtMatmul(bl->lt, p->desc, &alpha, a, p->la, b, p->lb, &beta, d, p->ld, d, p->ld, &p->algo,
+                               bl->workspace, key.ws, s));
+    if (p == &tmp) lt_plan_free(&tmp);
+    return 1;
 }
 static void lt_matmul(Blas *bl, floatX *d, const floatX *a, const floatX *b, const floatX *bias, floatX *aux,
                       int m, int n, int k, int lda, int ldb, int ldd, cublasOperation_t ta, cublasOperation_t tb,

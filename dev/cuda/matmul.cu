@@ -2,9 +2,11 @@
  * dev/cuda/matmul.cu - checks cuda/matmul.cuh (cuBLASLt) against a float64 CPU reference at GPT-2 shapes:
  * forward with the bias epilogue, forward with GELU (bf16: cuBLASLt's GELU+bias epilogue; fp32 builds use the
  * GELU kernel after the GEMM) checking pre-activation and output, backward
- * (dinp overwritten, dweight and dbias accumulated onto existing values, dbias deterministic); then times the
- * forward and reports TFLOP/s.
+ * (dinp overwritten, dweight and dbias accumulated onto existing values, dbias deterministic), cuBLASLt's plan
+ * table (a repeated call reuses its plan, same bits as replanned, correct past a full table); then times the host
+ * overhead per GEMM with and without the table, and the forward in TFLOP/s.
  */
+#include <time.h>
 #include "dev/cuda/dev_common.cuh"
 #include "cuda/matmul.cuh"
 
@@ -133,6 +135,89 @@ int main(void) {
         check_close("matmul_backward_views_dweight", vdw, rdw, (size_t)OC * C, TOL_REL, TOL_ABS * 20);
         check_close("matmul_backward_views_dbias", vdb, rdb, OC, TOL_REL, TOL_ABS * 20);
         free(dx0); free(vo); free(vp); free(vdx); free(vdw); free(vdb);
+    }
+
+    /* The plan table (cuda/matmul.cuh, LtPlan): a repeated configuration finds its plan (the table does not grow)
+     * and gives the same bits as the same call planned afresh; past LT_PLANS_MAX configurations a GEMM is planned
+     * for the one call and is still right. */
+    {
+        size_t no = (size_t)N * OC;
+        int np = bl.nplans;
+        matmul_forward(&bl, d_out, d_pre, d_x, d_w, d_b, N, C, OC, 0); /* planned by the checks above */
+        char what[96];
+        snprintf(what, sizeof what, "%d plans after the repeated call, %d before", bl.nplans, np);
+        check_true("lt_plans_repeated_call_hits", bl.nplans == np && np > 0, what);
+        float *o1 = from_device(d_out, no), *p1 = from_device(d_pre, no);
+        lt_plans_clear(&bl);
+        matmul_forward(&bl, d_out, d_pre, d_x, d_w, d_b, N, C, OC, 0);
+        float *o2 = from_device(d_out, no), *p2 = from_device(d_pre, no);
+        check_same("lt_plans_cached_equals_replanned_out", o1, o2, no);
+        check_same("lt_plans_cached_equals_replanned_preact", p1, p2, no);
+        free(o1); free(p1); free(o2); free(p2);
+
+        /* D (8 x n) = A (8 x 8) B (8 x n), column-major, A = w's first 64 values, B = x's first 8n; n grows until
+         * the table is full, then once more */
+        const int nmax = LT_PLANS_MAX + 1;
+        floatX *d_small;
+        cudaCheck(cudaMalloc(&d_small, (size_t)8 * nmax * sizeof(floatX)));
+        int n8 = 0;
+        while (bl.nplans < LT_PLANS_MAX && n8 < nmax - 1) {
+            n8++;
+            lt_matmul(&bl, d_small, d_w, d_x, NULL, NULL, 8, n8, 8, 8, 8, 8, CUBLAS_OP_N, CUBLAS_OP_N, 0.0f,
+                      CUBLASLT_EPILOGUE_DEFAULT, 0);
+        }
+        n8++;
+        lt_matmul(&bl, d_small, d_w, d_x, NULL, NULL, 8, n8, 8, 8, 8, 8, CUBLAS_OP_N, CUBLAS_OP_N, 0.0f,
+                  CUBLASLT_EPILOGUE_DEFAULT, 0);
+        snprintf(what, sizeof what, "%d plans, expected the table full at %d", bl.nplans, LT_PLANS_MAX);
+        check_true("lt_plans_table_full", bl.nplans == LT_PLANS_MAX, what);
+        float *gs = from_device(d_small, (size_t)8 * n8), *rs = (float *)malloc((size_t)8 * n8 * sizeof(float));
+        for (int c = 0; c < n8; c++)
+            for (int i = 0; i < 8; i++) {
+                double acc = 0;
+                for (int q = 0; q < 8; q++) acc += (double)w[i + 8 * q] * x[q + 8 * c];
+                rs[i + 8 * c] = (float)acc;
+            }
+        check_close("lt_plans_beyond_table_gemm", gs, rs, (size_t)8 * n8, TOL_REL, TOL_ABS * 5);
+        free(gs); free(rs);
+        cudaCheck(cudaFree(d_small));
+        lt_plans_clear(&bl);
+    }
+
+    /* The host time per call that the plan table saves: a GEMM small enough (64 x 64 x 64, bias epilogue) that
+     * the host side is most of its cost, run with its plan cached and with the table cleared before every call
+     * (descriptors, layouts, preference and heuristic each time, as before the table). Host time only: each
+     * batch of calls is timed on the host, then the stream is drained outside the timing, so a full launch queue
+     * never makes the host wait on the GPU. */
+    {
+#ifdef CUDA_EMU /* the CPU emulator: a few calls, the figures mean nothing here */
+        const int batches = 2, per_batch = 5;
+#else
+        const int batches = 20, per_batch = 100;
+#endif
+        const int tn = 64, tc = 64, toc = 64;
+        double host_s[2] = {0, 0};
+        for (int rebuild = 0; rebuild < 2; rebuild++) {
+            lt_plans_clear(&bl);
+            matmul_forward(&bl, d_out, NULL, d_x, d_w, d_b, tn, tc, toc, 0); /* warm: the plan (and the library) */
+            cudaCheck(cudaDeviceSynchronize());
+            for (int bt = 0; bt < batches; bt++) {
+                struct timespec t0, t1;
+                clock_gettime(CLOCK_MONOTONIC, &t0);
+                for (int i = 0; i < per_batch; i++) {
+                    if (rebuild) lt_plans_clear(&bl);
+                    matmul_forward(&bl, d_out, NULL, d_x, d_w, d_b, tn, tc, toc, 0);
+                }
+                clock_gettime(CLOCK_MONOTONIC, &t1);
+                host_s[rebuild] += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+                cudaCheck(cudaDeviceSynchronize());
+            }
+        }
+        double us_cached = 1e6 * host_s[0] / (batches * per_batch), us_rebuilt = 1e6 * host_s[1] / (batches * per_batch);
+        printf("time lt_matmul host overhead per call (matmul_forward bias N=%d C=%d OC=%d, %d calls): cached plan "
+               "%.2f us, planned every call %.2f us, ratio %.1fx\n", tn, tc, toc, batches * per_batch, us_cached,
+               us_rebuilt, us_rebuilt / us_cached);
+        lt_plans_clear(&bl);
     }
 
     /* timing at the size of GPT-2 124M's fc layer with B*T = 8192 */
