@@ -669,7 +669,9 @@ int main(int argc, char **argv) {
     RUN_TEST(save_load_continue_is_bitwise);
     RUN_TEST(offload_resume_equals_no_offload_bitwise);
     RUN_TEST(host_checkpoint_resumed_on_device_is_bitwise);
-#ifndef CUDA_EMU
+#ifdef CUDA_EMU
+    if (world_ == 1) printf("emu: not checked: time device_scape_*_gpt2_124m (GPU timing)\n");
+#else
     if (world_ == 1) time_gpt2_124m();
 #endif
     param_table_free(&tab);
