@@ -353,10 +353,11 @@ static void mask_stats_vs_host(const char *test_name_, int warmup, int nan_step,
         free(mx); free(my); free(cx); free(cy); free(bx); free(by);
     }
     if (rank_ == 0) {
-        /* the case covered what it claims: Jaccards with and without a previous mask */
+        /* the case covered what it claims: Jaccards with and without a previous mask (step 1 has neither) */
         CHECK(compared > 0 && fin_jm > 0 && fin_jg > 0, "%d steps compared, %d finite jaccard_m, %d finite jaccard_g",
               compared, fin_jm, fin_jg);
-        CHECK(nan_jg > 0, "no step without G_{t-1} (NAN jaccard_g) was compared");
+        CHECK(nan_jm > 0 && nan_jg > 0, "no step without M_{t-1} (%d NAN jaccard_m) or G_{t-1} (%d NAN jaccard_g) "
+              "was compared", nan_jm, nan_jg);
         printf("  %s: %d steps compared, jaccard bitwise (%d/%d slice values NAN m/g), worst energy rel diff %.3g "
                "(%.3g of the tolerance), worst mean energy rel diff %.3g; with vs without statistics: %d steps "
                "differ\n", test_name_, compared, nan_jm, nan_jg, worst_e, worst_e_over_tol, worst_mean_e, state_bad);
