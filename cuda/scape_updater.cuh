@@ -461,24 +461,17 @@ static double scape_dev_jaccard(const ScapeMaskStatsSums *x) { return x->uni ? (
 static double scape_dev_energy(const ScapeMaskStatsSums *x) { return x->all > 0 ? x->kept / x->all : 1.0; }
 
 /* distopt_mask_stats on the device: the last completed step's statistics (waits for their download the first
- * time it is asked), or NULL (off, skipped step, ranks other than 0). Means as dist.c's stats_compute forms them. */
+ * time it is asked), or NULL (off, skipped step, ranks other than 0). Means by dist.c's distopt_mask_stats_means. */
 static const DistMaskStats *sd_mask_stats(const Updater *base) {
     ScapeDev *u = sdu(base);
     if (u->st_pending) {
         cudaCheck(cudaEventSynchronize(u->ev_st));
         const int n = u->st_plan.nslices;
-        double w = 0, sjm = 0, sem = 0, sjg = 0, seg = 0;
         for (int k = 0; k < n; k++) {
-            const double numel = (double)u->tab->slices[u->st_slice[k]].numel;
             u->st_jm[k] = u->st_have_mprev ? scape_dev_jaccard(&u->h_st[k]) : NAN;
             u->st_em[k] = scape_dev_energy(&u->h_st[k]);
             u->st_jg[k] = u->st_have_gprev ? scape_dev_jaccard(&u->h_st[n + k]) : NAN;
             u->st_eg[k] = scape_dev_energy(&u->h_st[n + k]);
-            sjm += numel * u->st_jm[k];
-            sem += numel * u->st_em[k];
-            sjg += numel * u->st_jg[k];
-            seg += numel * u->st_eg[k];
-            w += numel;
         }
         u->st.n = n;
         u->st.slice = u->st_slice;
@@ -486,10 +479,7 @@ static const DistMaskStats *sd_mask_stats(const Updater *base) {
         u->st.energy_m = u->st_em;
         u->st.jaccard_g = u->st_jg;
         u->st.energy_g = u->st_eg;
-        u->st.mean_jaccard_m = w > 0 ? sjm / w : NAN;
-        u->st.mean_energy_m = w > 0 ? sem / w : NAN;
-        u->st.mean_jaccard_g = w > 0 ? sjg / w : NAN;
-        u->st.mean_energy_g = w > 0 ? seg / w : NAN;
+        distopt_mask_stats_means(&u->st, u->tab);
         u->st_pending = 0;
         u->st_valid = 1;
     }
