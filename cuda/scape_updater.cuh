@@ -486,9 +486,9 @@ static const DistMaskStats *sd_mask_stats(const Updater *base) {
     return u->st_valid ? &u->st : NULL;
 }
 
+/* frees what sd_mask_stats_enable allocated (nothing if it never was); the compute stream must be idle */
 static void scape_dev_stats_free(ScapeDev *u) {
     if (!u->st_slice) return;
-    cudaCheck(cudaEventSynchronize(u->ev_st));
     cudaCheck(cudaEventDestroy(u->ev_st));
     scape_topk_work_free(&u->st_topk);
     scape_plan_free(&u->st_plan);
@@ -736,11 +736,11 @@ static void sd_free(Updater *base) {
     ScapeDev *u = sdu(base);
     if (!u) return;
     scape_dev_sync_check(u);
-    scape_dev_stats_free(u);
     for (int b = 0; b < u->nb; b++) comm_wait(u->bh[b]);
     scape_dev_collect_next(u); /* finishes a pending all-gather (every rank queued it) */
     cudaCheck(cudaStreamSynchronize(u->cs));
     cudaCheck(cudaStreamSynchronize(u->dm.stream));
+    scape_dev_stats_free(u); /* after the stream: its g copies and statistics kernels are done */
     if (u->offload) {
         cudaCheck(cudaStreamSynchronize(u->cps));
         cudaCheck(cudaStreamDestroy(u->cps));
