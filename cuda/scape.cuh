@@ -16,13 +16,15 @@
  *   top-k             exact per-slice top-k of |c| by radix select, many blocks per slice (scape_topk_mask)
  *   masks             pack from bytes, unpack, set a range, count a range (mask_or_bits, mask_set_range,
  *                     mask_count)
+ *   mask statistics   per slice AND / OR popcounts of two masks and the energy of a vector on a mask, for
+ *                     DistMaskStats (dist.c's mask_jaccard, mask_energy); deterministic double sums
  * Masks on the device are arrays of uint32 words, element j = bit (j & 31) of word j >> 5; on a little-endian
  * host (x86-64, AArch64) that is byte for byte scape.h's LSB-first layout, so a host mask is copied as bytes. A
  * mask of n elements needs scape_mask_words(n) words, 4-byte aligned (every cudaMalloc is).
  * Every kernel runs on the caller's stream and nothing synchronises the host, except the set-up functions
  * (scape_plan_build, scape_topk_work_create: allocations and copies). Determinism: integer counts (histograms,
- * popcounts, scans) are exact whatever the order; the only float reduction (the norm) uses a grid fixed by the
- * bucket's shape and sums in a fixed order. Checked against the CPU code by dev/cuda/scape.cu, on a GPU or on the
+ * popcounts, scans) are exact whatever the order; the float reductions (the norm, the statistics' energies) use a
+ * grid fixed by the plan's shape and sum in a fixed order. Checked against the CPU code by dev/cuda/scape.cu, on a GPU or on the
  * CPU emulation of dev/cuda/emu (`make test-emu`).
  * Not for: streams and events, communication, the residual offload's copies (the kernels only take a one-slice
  * staging buffer), the step's control flow (the device updater).
@@ -764,6 +766,77 @@ static void scape_topk_mask_gpu(uint32_t *bits, long long bit_off, const float *
     bytes = w->scan_tmp_bytes;
     cudaCheck(cub::DeviceScan::ExclusiveSum(w->scan_tmp, bytes, w->eq, w->eqscan, nch, s));
     scape_topk_mark_kernel<<<nch, SCAPE_THREADS, 0, s>>>(bits, bit_off, w->state, w->eqscan, c, n);
+    cudaCheckLaunch();
+}
+
+/* ---- mask statistics (scape/dist.c's mask_jaccard and mask_energy, for DistMaskStats) ----
+ * Per slice s of a plan (scape_plan_build over the slices to report), for a mask `cur`, the previous step's mask
+ * `prev` and a vector x (all indexed by the flat element index):
+ *   inter = |cur n prev| and uni = |cur u prev| over s (popcounts of the packed words' AND / OR; exact integers),
+ *   kept = sum_{j in s, cur_j} x_j^2 and all = sum_{j in s} x_j^2 (double; x_j^2 of a float is exact in double,
+ *   so only the order of the additions can differ from dist.c's running sum: the grid is fixed by the plan and
+ *   the order by scape_block_sum, hence the same bits on every run, within a few ulps of the CPU's).
+ * jaccard = inter / uni (1 when uni = 0) and energy = kept / all (1 when all = 0) are left to the caller, which
+ * forms them in double exactly as dist.c does. */
+typedef struct {
+    unsigned long long inter, uni; /* 0 when there is no previous mask */
+    double kept, all;
+} ScapeMaskStatsSums;
+
+/* One block per tile of the plan: the tile's sums into part[blockIdx.x]. prev may be NULL. */
+__global__ static void scape_mask_stats_tile_kernel(ScapeMaskStatsSums *part, const ScapeTile *tiles,
+                                                    const uint32_t *cur, const uint32_t *prev, const float *x) {
+    const ScapeTile t = tiles[blockIdx.x];
+    const long long lo = t.start, hi = t.start + t.len;
+    unsigned long long in = 0, un = 0;
+    if (prev)
+        for (long long w = (lo >> 5) + threadIdx.x; w <= (hi - 1) >> 5; w += blockDim.x) {
+            const uint32_t rb = scape_range_bits(w, lo, hi), a = cur[w] & rb, b = prev[w] & rb;
+            in += (unsigned long long)__popc(a & b);
+            un += (unsigned long long)__popc(a | b);
+        }
+    double kept = 0.0, all = 0.0;
+    for (long long j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+        const double v = __dmul_rn((double)x[j], (double)x[j]);
+        all = __dadd_rn(all, v);
+        if (scape_mask_bit(cur, j)) kept = __dadd_rn(kept, v);
+    }
+    in = scape_block_sum(in);
+    un = scape_block_sum(un);
+    kept = scape_block_sum(kept);
+    all = scape_block_sum(all);
+    if (threadIdx.x == 0) part[blockIdx.x] = ScapeMaskStatsSums{in, un, kept, all};
+}
+/* One block per slice of the plan: its tiles' sums, in tile order, into out[blockIdx.x]. */
+__global__ static void scape_mask_stats_slice_kernel(ScapeMaskStatsSums *out, const ScapeMaskStatsSums *part,
+                                                     const int *slice_tile) {
+    const int t0 = slice_tile[blockIdx.x], t1 = slice_tile[blockIdx.x + 1];
+    unsigned long long in = 0, un = 0;
+    double kept = 0.0, all = 0.0;
+    for (int i = t0 + threadIdx.x; i < t1; i += blockDim.x) {
+        in += part[i].inter;
+        un += part[i].uni;
+        kept = __dadd_rn(kept, part[i].kept);
+        all = __dadd_rn(all, part[i].all);
+    }
+    in = scape_block_sum(in);
+    un = scape_block_sum(un);
+    kept = scape_block_sum(kept);
+    all = scape_block_sum(all);
+    if (threadIdx.x == 0) out[blockIdx.x] = ScapeMaskStatsSums{in, un, kept, all};
+}
+/* out[k] (device, pl->nslices entries) = the sums above for the plan's k-th slice; part: (pl->ntiles) device
+ * scratch; slice_tile: a device copy of pl->slice_tile (nslices + 1 ints). cur, prev (NULL: none, the counts are
+ * 0): scape_mask_words(P) words; x: (P) device floats. Two launches on s, no host synchronisation. */
+static void scape_mask_stats(ScapeMaskStatsSums *out, ScapeMaskStatsSums *part, const ScapeBucketPlan *pl,
+                             const int *slice_tile, const uint32_t *cur, const uint32_t *prev, const float *x,
+                             cudaStream_t s) {
+    if (pl->nslices == 0) return;
+    if (pl->ntiles > 0) {
+        scape_mask_stats_tile_kernel<<<pl->ntiles, SCAPE_THREADS, 0, s>>>(part, pl->tiles, cur, prev, x);
+        cudaCheckLaunch();
+    }
+    scape_mask_stats_slice_kernel<<<pl->nslices, SCAPE_THREADS, 0, s>>>(out, part, slice_tile);
     cudaCheckLaunch();
 }
 

@@ -42,8 +42,13 @@
  * communication stream and averaged exactly as comm_iallreduce_avg_bf16 does (host-staged: that function; NCCL:
  * scape_nccl_allreduce_bf16, an all-to-all, the owner's mean kernel, broadcasts of the parts), the rounding errors
  * go to r in the update (cuda/scape.cuh); one rank rounds in place. Bitwise the host's in fp32.
- * Not here (see the report in issue 9): mask statistics (mask_stats returns NULL), the top-k on a side stream (it
- * runs on the compute stream; its all-gather overlaps).
+ * Mask statistics (sd_mask_stats_enable, sd_mask_stats: distopt_mask_stats_enable / distopt_mask_stats of
+ * scape/dist.h, same values): rank 0 copies g_i per bucket while enabled, and at the step computes G_t (the top-k
+ * of scape.cuh) and the per-slice popcounts and energies on the device (scape_mask_stats); the host only divides.
+ * Jaccards equal dist.c's exactly; energies to the rounding of double sums added in another order. Nothing is
+ * allocated or run while they are off.
+ * Not here (see the report in issue 9): the top-k on a side stream (it runs on the compute stream; its all-gather
+ * overlaps).
  */
 
 /* dst bits [dst_off, dst_off + n) |= src bits [0, n) (src: word-aligned packed mask, element e = bit e & 31 of
@@ -153,6 +158,24 @@ typedef struct {
 #ifdef ENABLE_NCCL
     ncclComm_t nc;
 #endif
+    /* mask statistics (DistMaskStats, rank 0): allocated by the first sd_mask_stats_enable(1), see scape_dev_stats */
+    int st_on;             /* enabled for the following steps */
+    int st_step;           /* st_on as it was when the step in progress began: g is being copied */
+    int st_pending;        /* the last completed step's sums are on their way to h_st (ev_st) */
+    int st_valid;          /* st holds the last completed step's values */
+    int st_gprev_t;        /* step of d_st_gprev, -1 none */
+    int st_have_mprev;     /* the pending step had M_{t-1} (else jaccard_m is NAN) */
+    int st_have_gprev;     /* ... and G_{t-1} (else jaccard_g is NAN) */
+    DistMaskStats st;
+    int *st_slice;         /* (st_plan.nslices) the sparse slices, ParamTable order */
+    double *st_jm, *st_em, *st_jg, *st_eg;
+    ScapeBucketPlan st_plan;   /* tiles of the sparse slices */
+    int *d_st_slice_tile;      /* device copy of st_plan.slice_tile */
+    float *d_st_g;             /* (P) copy of this rank's g_i, made per bucket before c replaces it */
+    uint32_t *d_st_gcur, *d_st_gprev; /* raw-gradient masks G_t, G_{t-1} */
+    ScapeMaskStatsSums *d_st_part, *d_st_sums, *h_st; /* tile scratch; (2 n) per-slice sums, M then G; pinned */
+    ScapeTopkWork st_topk;     /* sized for the largest sparse slice (the owners' topk covers owned ones only) */
+    cudaEvent_t ev_st;         /* after the sums' download */
 } ScapeDev;
 
 static ScapeDev *sdu(const void *p) { return (ScapeDev *)p; }
@@ -383,6 +406,13 @@ static void scape_dev_momentum(ScapeDev *u, int b, const uint32_t *mask) {
     cudaStream_t s = u->dm.stream;
     float *payload = u->d_payload + u->bucket_off[b];
     const ScapeBucketPlan *pl = &u->plan[b];
+    if (u->st_step) /* the statistics' g_i, before c overwrites it (dist.c's scape_c_bucket) */
+        for (int k = 0; k < u->bn[b]; k++) {
+            const ParamSlice *sl = &u->tab->slices[u->bslices[b][k]];
+            if (sl->numel)
+                cudaCheck(cudaMemcpyAsync(u->d_st_g + sl->offset, u->dm.grads + sl->offset, sl->numel * sizeof(float),
+                                          cudaMemcpyDeviceToDevice, s));
+        }
     if (!u->offload) {
         scape_momentum_compact<float>(u->dm.grads, payload, &u->d_ctl->bad, pl, u->dm.grads, u->d_m, u->d_r, mask,
                                       u->opt.beta1, s);
@@ -449,6 +479,7 @@ static void scape_dev_c_and_queue(ScapeDev *u, int b) {
 static void scape_dev_begin(ScapeDev *u) {
     u->step_begun = 1;
     u->swapped = 0;
+    u->st_step = u->st_on;
     cudaCheck(cudaMemsetAsync(u->d_ctl, 0, sizeof(ScapeCtl), u->dm.stream)); /* the step's non-finite flag */
     scape_dev_collect_next(u);
     if (u->have_next) {
@@ -478,6 +509,125 @@ static void scape_dev_end_step(ScapeDev *u) {
     u->step_begun = 0;
 }
 
+/* ---- mask statistics (scape/dist.h's DistMaskStats) ---- */
+
+/* distopt_mask_stats_enable on the device: rank 0 only; the first enable allocates what the statistics need (a
+ * copy of g (P floats), two masks, a top-k scratch for the largest sparse slice, the sums), nothing before. */
+static void sd_mask_stats_enable(Updater *base, int on) {
+    ScapeDev *u = sdu(base);
+    u->st_on = on && u->rank == 0;
+    if (!u->st_on || u->st_slice) return;
+    const ParamTable *tab = u->tab;
+    int n = 0;
+    long long maxn = 1;
+    u->st_slice = (int *)xmalloc((size_t)(tab->n ? tab->n : 1) * sizeof(int), "mask statistics");
+    for (int i = 0; i < tab->n; i++)
+        if (scape_slice_sparse(u, &tab->slices[i])) {
+            u->st_slice[n++] = i;
+            if ((long long)tab->slices[i].numel > maxn) maxn = (long long)tab->slices[i].numel;
+        }
+    const size_t nn = (size_t)(n ? n : 1);
+    u->st_jm = (double *)xmalloc(nn * sizeof(double), "mask statistics");
+    u->st_em = (double *)xmalloc(nn * sizeof(double), "mask statistics");
+    u->st_jg = (double *)xmalloc(nn * sizeof(double), "mask statistics");
+    u->st_eg = (double *)xmalloc(nn * sizeof(double), "mask statistics");
+    scape_plan_build(&u->st_plan, tab, u->st_slice, n);
+    u->d_st_slice_tile = (int *)dmalloc((size_t)(n + 1) * sizeof(int), "mask statistics");
+    cudaCheck(cudaMemcpy(u->d_st_slice_tile, u->st_plan.slice_tile, (size_t)(n + 1) * sizeof(int),
+                         cudaMemcpyHostToDevice));
+    const size_t wb = (size_t)scape_mask_words((long long)u->P) * sizeof(uint32_t);
+    u->d_st_g = (float *)dmalloc(u->P * sizeof(float), "the mask statistics' gradient copy");
+    u->d_st_gcur = (uint32_t *)dmalloc(wb, "a mask statistics mask");
+    u->d_st_gprev = (uint32_t *)dmalloc(wb, "a mask statistics mask");
+    u->d_st_part = (ScapeMaskStatsSums *)dmalloc((size_t)(u->st_plan.ntiles ? u->st_plan.ntiles : 1) *
+                                                 sizeof(ScapeMaskStatsSums), "mask statistics");
+    u->d_st_sums = (ScapeMaskStatsSums *)dmalloc(2 * nn * sizeof(ScapeMaskStatsSums), "mask statistics");
+    u->h_st = (ScapeMaskStatsSums *)hmalloc_pinned(2 * nn * sizeof(ScapeMaskStatsSums), "mask statistics");
+    scape_topk_work_create(&u->st_topk, maxn);
+    cudaCheck(cudaEventCreateWithFlags(&u->ev_st, cudaEventDisableTiming));
+    u->st_gprev_t = -1;
+}
+
+/* dist.c's scape_stats at step t on the device, enqueued after the skip decision and before the next mask: G_t =
+ * top-k_s of |g_i| (the density in force at t) per sparse slice from d_st_g, then per slice the popcounts and
+ * energies of (M_t, M_{t-1}, c_i) and (G_t, G_{t-1}, g_i) (c_i is still in dm.grads; M_{t-1} is d_next after
+ * this step's swap, have_mprev) and their download; sd_mask_stats waits for it. G_t becomes G_{t-1}. */
+static void scape_dev_stats(ScapeDev *u, int t, int have_mprev) {
+    cudaStream_t s = u->dm.stream;
+    const DistConfig *dc = &u->cfg.dist;
+    const int n = u->st_plan.nslices;
+    const double dens = scape_density(dc->density, dc->density_start, dc->density_warmup, t);
+    cudaCheck(cudaMemsetAsync(u->d_st_gcur, 0, (size_t)scape_mask_words((long long)u->P) * sizeof(uint32_t), s));
+    for (int k = 0; k < n; k++) {
+        const ParamSlice *sl = &u->tab->slices[u->st_slice[k]];
+        scape_topk_mask_gpu(u->d_st_gcur, (long long)sl->offset, u->d_st_g + sl->offset, (long long)sl->numel,
+                            (long long)scape_k(dens, sl->numel), &u->st_topk, s);
+    }
+    u->st_have_mprev = have_mprev;
+    u->st_have_gprev = u->st_gprev_t == t - 1;
+    scape_mask_stats(u->d_st_sums, u->d_st_part, &u->st_plan, u->d_st_slice_tile, u->d_cur,
+                     have_mprev ? u->d_next : NULL, u->dm.grads, s);
+    scape_mask_stats(u->d_st_sums + n, u->d_st_part, &u->st_plan, u->d_st_slice_tile, u->d_st_gcur,
+                     u->st_have_gprev ? u->d_st_gprev : NULL, u->d_st_g, s);
+    if (n) cudaCheck(cudaMemcpyAsync(u->h_st, u->d_st_sums, 2 * (size_t)n * sizeof(ScapeMaskStatsSums),
+                                     cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaEventRecord(u->ev_st, s));
+    uint32_t *tmp = u->d_st_gprev; /* stream order: the kernels above read G_{t-1} before anything rewrites it */
+    u->d_st_gprev = u->d_st_gcur;
+    u->d_st_gcur = tmp;
+    u->st_gprev_t = t;
+    u->st.step = t;
+    u->st_pending = 1;
+}
+
+/* dist.h's |A n B| / |A u B| (1 when the union is empty) and kept / all energy (1 when x is 0 on the slice) */
+static double scape_dev_jaccard(const ScapeMaskStatsSums *x) { return x->uni ? (double)x->inter / (double)x->uni : 1.0; }
+static double scape_dev_energy(const ScapeMaskStatsSums *x) { return x->all > 0 ? x->kept / x->all : 1.0; }
+
+/* distopt_mask_stats on the device: the last completed step's statistics (waits for their download the first
+ * time it is asked), or NULL (off, skipped step, ranks other than 0). Means by dist.c's distopt_mask_stats_means. */
+static const DistMaskStats *sd_mask_stats(const Updater *base) {
+    ScapeDev *u = sdu(base);
+    if (u->st_pending) {
+        cudaCheck(cudaEventSynchronize(u->ev_st));
+        const int n = u->st_plan.nslices;
+        for (int k = 0; k < n; k++) {
+            u->st_jm[k] = u->st_have_mprev ? scape_dev_jaccard(&u->h_st[k]) : NAN;
+            u->st_em[k] = scape_dev_energy(&u->h_st[k]);
+            u->st_jg[k] = u->st_have_gprev ? scape_dev_jaccard(&u->h_st[n + k]) : NAN;
+            u->st_eg[k] = scape_dev_energy(&u->h_st[n + k]);
+        }
+        u->st.n = n;
+        u->st.slice = u->st_slice;
+        u->st.jaccard_m = u->st_jm;
+        u->st.energy_m = u->st_em;
+        u->st.jaccard_g = u->st_jg;
+        u->st.energy_g = u->st_eg;
+        distopt_mask_stats_means(&u->st, u->tab);
+        u->st_pending = 0;
+        u->st_valid = 1;
+    }
+    return u->st_valid ? &u->st : NULL;
+}
+
+/* frees what sd_mask_stats_enable allocated (nothing if it never was); the compute stream must be idle */
+static void scape_dev_stats_free(ScapeDev *u) {
+    if (!u->st_slice) return;
+    cudaCheck(cudaEventDestroy(u->ev_st));
+    scape_topk_work_free(&u->st_topk);
+    scape_plan_free(&u->st_plan);
+    cudaCheck(cudaFree(u->d_st_slice_tile));
+    cudaCheck(cudaFree(u->d_st_g));
+    cudaCheck(cudaFree(u->d_st_gcur));
+    cudaCheck(cudaFree(u->d_st_gprev));
+    cudaCheck(cudaFree(u->d_st_part));
+    cudaCheck(cudaFree(u->d_st_sums));
+    cudaCheck(cudaFreeHost(u->h_st));
+    free(u->st_slice); free(u->st_jm); free(u->st_em); free(u->st_jg); free(u->st_eg);
+}
+
+/* ---- the step ---- */
+
 /* dist.c's scape_step on the device */
 static int sd_step(Updater *base, int t, float lr, float *grad_norm) {
     ScapeDev *u = sdu(base);
@@ -485,6 +635,8 @@ static int sd_step(Updater *base, int t, float lr, float *grad_norm) {
     cudaStream_t s = u->dm.stream;
     const float b1 = u->opt.beta1;
     const DistConfig *dc = &u->cfg.dist;
+    u->st_valid = 0;
+    u->st_pending = 0;
     if (!u->step_begun) scape_dev_begin(u);
     int bootstrapped = 0;
     if (!u->have_cur) {
@@ -575,6 +727,7 @@ static int sd_step(Updater *base, int t, float lr, float *grad_norm) {
     int clipped = dc->clip > 0 && norm > dc->clip;
     if (clipped) sc = dc->clip / (norm + 1e-6f);
 
+    if (u->st_step) scape_dev_stats(u, t, u->swapped && !bootstrapped);
     /* next mask from |c| (c still in dm.grads), gathered while the update and the next forward/backward run */
     scape_dev_make_mask(u, scape_density(dc->density, dc->density_start, dc->density_warmup, t + 1));
 
@@ -592,9 +745,6 @@ static float sd_density(const Updater *base, int t) {
     const DistConfig *dc = &sdu(base)->cfg.dist;
     return (float)scape_density(dc->density, dc->density_start, dc->density_warmup, t);
 }
-static void sd_mask_stats_enable(Updater *u, int on) {}
-static const DistMaskStats *sd_mask_stats(const Updater *u) { return NULL; }
-
 /* ---- checkpoint blob: distopt_save's SCAPE layout through scape/dist.c's distopt_scape_blob_* ---- */
 
 static unsigned long long scape_dev_count_cur(ScapeDev *u) {
@@ -667,6 +817,7 @@ static void sd_load(Updater *base, const void *const *blobs, const size_t *sizes
     u->have_next = hn;
     u->cur_dens = u->next_dens = -1.0; /* made by another run, maybe with another schedule: count on the device */
     u->last_t = last_t;
+    u->st_gprev_t = -1; /* the Jaccard of the first step after a resume has no previous mask (as distopt_load) */
     for (int b = 0; b < u->nb; b++) {
         u->bstate[b] = 0;
         u->bh[b] = 0;
@@ -727,6 +878,7 @@ static void sd_free(Updater *base) {
     scape_dev_collect_next(u); /* finishes a pending all-gather (every rank queued it) */
     cudaCheck(cudaStreamSynchronize(u->cs));
     cudaCheck(cudaStreamSynchronize(u->dm.stream));
+    scape_dev_stats_free(u); /* after the stream: its g copies and statistics kernels are done */
     if (u->offload) {
         cudaCheck(cudaStreamSynchronize(u->cps));
         cudaCheck(cudaStreamDestroy(u->cps));

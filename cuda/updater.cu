@@ -286,6 +286,8 @@ static int du_step(Updater *base, int t, float lr, float *grad_norm) {
 }
 
 static float du_density(const Updater *u, int t) { return 1.0f; }
+/* dense optimizers have no masks: no statistics, as distopt_mask_stats answers for adamw/adams (SCAPE's are in
+ * cuda/scape_updater.cuh) */
 static void du_mask_stats_enable(Updater *u, int on) {}
 static const DistMaskStats *du_mask_stats(const Updater *u) { return NULL; }
 

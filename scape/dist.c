@@ -552,13 +552,28 @@ void distopt_mask_stats_enable(DistOptim *d, int on) {
 
 const DistMaskStats *distopt_mask_stats(const DistOptim *d) { return d->st_valid ? &d->st : NULL; }
 
+void distopt_mask_stats_means(DistMaskStats *st, const ParamTable *tab) {
+    double w = 0, sjm = 0, sem = 0, sjg = 0, seg = 0;
+    for (int k = 0; k < st->n; k++) {
+        double numel = (double)tab->slices[st->slice[k]].numel;
+        if (st->jaccard_m) sjm += numel * st->jaccard_m[k];
+        if (st->energy_m) sem += numel * st->energy_m[k];
+        if (st->jaccard_g) sjg += numel * st->jaccard_g[k];
+        if (st->energy_g) seg += numel * st->energy_g[k];
+        w += numel;
+    }
+    st->mean_jaccard_m = st->jaccard_m && w > 0 ? sjm / w : NAN;
+    st->mean_energy_m = st->energy_m && w > 0 ? sem / w : NAN;
+    st->mean_jaccard_g = st->jaccard_g && w > 0 ? sjg / w : NAN;
+    st->mean_energy_g = st->energy_g && w > 0 ? seg / w : NAN;
+}
+
 /* Fills d->st for step t. gmask/gvec: the raw-gradient mask of this step and the vector its energy is of (SCAPE:
  * made here from st_g; topk-ef: the selection and acc). mprev: M_{t-1} (SCAPE, NULL if none). */
 static void stats_compute(DistOptim *d, int t, const uint8_t *gmask, const float *gvec, const uint8_t *mprev,
                           const float *c) {
     int scape = d->cfg.opt.kind == OPT_SCAPE;
     int have_gprev = d->st_gprev_t == t - 1;
-    double w = 0, sjm = 0, sem = 0, sjg = 0, seg = 0;
     int n = 0;
     for (int i = 0; i < d->tab->n; i++) {
         const ParamSlice *s = &d->tab->slices[i];
@@ -570,12 +585,7 @@ static void stats_compute(DistOptim *d, int t, const uint8_t *gmask, const float
         if (scape) {
             d->st_jm[n] = mprev ? mask_jaccard(d->mask_cur, mprev, lo, hi) : NAN;
             d->st_em[n] = mask_energy(d->mask_cur, c, lo, hi);
-            sjm += (double)s->numel * d->st_jm[n];
-            sem += (double)s->numel * d->st_em[n];
         }
-        sjg += (double)s->numel * d->st_jg[n];
-        seg += (double)s->numel * d->st_eg[n];
-        w += (double)s->numel;
         n++;
     }
     d->st.step = t;
@@ -585,10 +595,7 @@ static void stats_compute(DistOptim *d, int t, const uint8_t *gmask, const float
     d->st.energy_m = scape ? d->st_em : NULL;
     d->st.jaccard_g = d->st_jg;
     d->st.energy_g = d->st_eg;
-    d->st.mean_jaccard_m = scape && w > 0 ? sjm / w : NAN;
-    d->st.mean_energy_m = scape && w > 0 ? sem / w : NAN;
-    d->st.mean_jaccard_g = w > 0 ? sjg / w : NAN;
-    d->st.mean_energy_g = w > 0 ? seg / w : NAN;
+    distopt_mask_stats_means(&d->st, d->tab);
     memcpy(d->st_gprev, gmask, mask_bytes(d->P));
     d->st_gprev_t = t;
     d->st_valid = 1;

@@ -148,5 +148,10 @@ typedef struct {
 void distopt_mask_stats_enable(DistOptim *d, int on);
 /* The statistics of the last completed step, or NULL (off, skipped step, ranks other than 0). */
 const DistMaskStats *distopt_mask_stats(const DistOptim *d);
+/* Fills st's four means from its per-slice arrays: sum_k numel_k * x_k / sum_k numel_k over the st->n reported
+ * slices of tab (st->slice), added in that order; NAN for an absent (NULL) array or when no slice is reported
+ * (a NAN value makes its mean NAN). Used by distopt_mask_stats and the device SCAPE update (cuda/scape_updater.cuh),
+ * so both report the same means from the same values. */
+void distopt_mask_stats_means(DistMaskStats *st, const ParamTable *tab);
 
 #endif

@@ -19,7 +19,8 @@
 # and train_gptcu against train_gpt's losses (train_gpt is itself checked against PyTorch by test/test_gpt2);
 # two identical runs bitwise equal; save/resume/continue bitwise equal; 2 ranks sharing the GPU == 1 rank
 # accumulating 2 micro-steps (the same windows under the data loader's rank interleaving); a throughput run of
-# GPT-2 124M (d12) at T=1024 with the largest batch that fits: tokens/s and MFU.
+# GPT-2 124M (d12) at T=1024 with the largest batch that fits: tokens/s and MFU; device SCAPE (with its residual
+# offloaded too) against the host SCAPE update, and its mask statistics against the host's.
 set -u
 cd "$(dirname "$0")/.."
 REPORT=${1:-out/gpu_check/report.txt}
@@ -211,6 +212,41 @@ compare_losses() {
     if [ $rc -eq 0 ]; then pass "$DRY$1" "$(echo "$out" | tail -1)"; else fail "$DRY$1" "$(echo "$out" | tail -1)"; fi
     echo "$out" | sed 's/^/        | /' >> "$REPORT"
 }
+# compare_mask_events NAME A.jsonl B.jsonl: the "mask" events (--mask-stats-every) of two runs: the same steps and
+# tensors, every Jaccard equal as logged (%.9g of doubles both updates compute exactly alike), every energy within
+# 1e-8 relative (double sums added in another order, printed to 9 digits)
+compare_mask_events() {
+    local out
+    if ! have python3; then notrun "$DRY$1" "no python3 to read the mask events"; return; fi
+    out=$(python3 - "$2" "$3" <<'PY'
+import json, sys
+ev = [{e["step"]: e for e in map(json.loads, open(f)) if e.get("event") == "mask"} for f in sys.argv[1:3]]
+a, b = ev
+bad, worst, n, jbad = [], 0.0, 0, 0
+if not a or sorted(a) != sorted(b): bad.append("mask events at steps %s vs %s" % (sorted(a), sorted(b)))
+for t in sorted(set(a) & set(b)):
+    x, y = a[t], b[t]
+    if x["tensors"] != y["tensors"]: bad.append("step %d: tensors differ" % t); continue
+    for k in ("jaccard_m", "jaccard_g", "mean_jaccard_m", "mean_jaccard_g"):
+        u, v = x.get(k), y.get(k)
+        u, v = (u, v) if isinstance(u, list) else ([u], [v])
+        for i, (p, q) in enumerate(zip(u, v)):
+            if p != q: bad.append("step %d: %s[%d] %s vs %s" % (t, k, i, p, q)); jbad += 1
+    for k in ("energy_m", "energy_g", "mean_energy_m", "mean_energy_g"):
+        u, v = x.get(k), y.get(k)
+        u, v = (u, v) if isinstance(u, list) else ([u], [v])
+        for p, q in zip(u, v):
+            n += 1
+            r = 0.0 if p == q else (abs(p - q) / abs(q) if p is not None and q is not None and q else float("inf"))
+            worst = max(worst, r)
+            if r > 1e-8: bad.append("step %d: %s %s vs %s" % (t, k, p, q))
+print("%d mask events, %d energies, worst energy rel diff %.2e, %d jaccards differ%s" %
+      (len(a), n, worst, jbad, "" if not bad else "; " + "; ".join(bad[:3])))
+sys.exit(1 if bad else 0)
+PY
+)
+    if [ $? -eq 0 ]; then pass "$DRY$1" "$out"; else fail "$DRY$1" "$out"; fi
+}
 trun() { # trun NAME BIN ARGS...: one run into $WORK/NAME, 0 on success
     local name=$1; shift
     if [ $(( $(date +%s) - START )) -gt "${BUDGET_S:-420}" ]; then notrun "$name" "time budget of ${BUDGET_S:-420} s spent"; return 1; fi
@@ -258,13 +294,16 @@ if [ $TRAIN_OK = 1 ]; then
         run_test updater_2_ranks_one_gpu 300 env OMP_NUM_THREADS=2 "${MPI[@]}" -np 2 build/cuda/test_updater
     fi
     # SCAPE on the device (d 0.1 after a 3-step warm-up) == SCAPE on the host DistOptim, bitwise in fp32; the residual
-    # offloaded to pinned host memory changes nothing; the CPU trainer agrees to fp32 rounding
+    # offloaded to pinned host memory changes nothing; the CPU trainer agrees to fp32 rounding. Mask statistics every
+    # 2 steps in both update runs: the device's "mask" events equal the host DistOptim's
     SC=(--optimizer scape --density 0.1 --density-warmup 3)
     trun scape_cpu ./train_gpt "${COMMON[@]}" --batch 4 "${SC[@]}" &&
-    trun scape_device_fp32 $GT32 "${COMMON[@]}" --batch 4 "${SC[@]}" &&
+    trun scape_device_fp32 $GT32 "${COMMON[@]}" --batch 4 "${SC[@]}" --mask-stats-every 2 &&
         compare_losses scape_device_fp32_vs_cpu "$WORK/scape_device_fp32/log.jsonl" "$WORK/scape_cpu/log.jsonl" 1e-4
-    trun scape_host_fp32 $GT32 "${COMMON[@]}" --batch 4 "${SC[@]}" --update host &&
+    if trun scape_host_fp32 $GT32 "${COMMON[@]}" --batch 4 "${SC[@]}" --update host --mask-stats-every 2; then
         compare_losses scape_device_vs_host_update_fp32 "$WORK/scape_device_fp32/log.jsonl" "$WORK/scape_host_fp32/log.jsonl" 0
+        compare_mask_events scape_mask_stats_device_vs_host_fp32 "$WORK/scape_device_fp32/log.jsonl" "$WORK/scape_host_fp32/log.jsonl"
+    fi
     if [ -z "$DRY" ]; then
         trun scape_offload_fp32 $GT32 "${COMMON[@]}" --batch 4 "${SC[@]}" --scape-offload-residual &&
             compare_losses scape_offload_vs_resident_fp32 "$WORK/scape_offload_fp32/log.jsonl" "$WORK/scape_device_fp32/log.jsonl" 0
@@ -324,6 +363,7 @@ else
     for c in train_fp32_vs_cpu_10_steps train_bf16_vs_cpu_10_steps identical_runs_bitwise save_resume_bitwise \
              two_ranks_one_gpu_vs_accumulation device_vs_host_update_fp32 device_vs_host_update_bf16 \
              two_ranks_zero1_vs_no_zero scape_device_fp32_vs_cpu scape_device_vs_host_update_fp32 \
+             scape_mask_stats_device_vs_host_fp32 \
              scape_offload_vs_resident_fp32 nan_step_skipped cpu_checkpoint_resumed_on_gpu llama_train_fp32_vs_cpu_10_steps \
              llama_train_bf16_vs_cpu_10_steps llama_device_vs_host_update_fp32 throughput_llama_500M throughput_gpt2_124M_d12 throughput_gpt2_350M_d24; do notrun $c "$reason"; done
 fi

@@ -12,11 +12,14 @@
  *             clipping (params, m, r exact), the floatX copy (exact: fp32 equals the params; bf16 equals a host
  *             emulation of the stochastic rounding with sr_seed), conservation (SCAPE.md invariant 2), and the
  *             per-slice variants with r and c in a one-slice staging buffer (residual offload), exact
+ *   stats:    the mask statistics' per-slice AND / OR popcounts (exact) and kept / total energies (against long
+ *             double, 2 n DBL_EPSILON relative), edge slices, prev = NULL, repeat runs bitwise
  * Exact means bit for bit: all arithmetic is fp32 with the CPU's operation order; in the bf16 build only the
  * gradient input is bf16, rounded on the host before the CPU reference sees it, so fp32 results still match.
  * Then "time ..." lines: each kernel on 64M (top-k: 32M) elements, GB/s against the peak the device reports.
  * Also built for the CPU emulation of dev/cuda/emu (`make test-emu`, CUDA_EMU: smaller, no timings).
  */
+#include <float.h>
 #include <math.h>
 #include <algorithm>
 #include <functional>
@@ -339,6 +342,102 @@ static void test_topk(ScapeTopkWork *w) {
     c = host_random(nl, 1.0f);
     topk_case("random_n16M_d0.01", c, nl, scape_k(0.01, nl), 11, w, 0);
     free(c);
+}
+
+/* ---- mask statistics (scape_mask_stats, for DistMaskStats) ----
+ * Per reported slice: AND / OR popcounts of (cur, prev) against counting mask_get bit by bit (exact), and the
+ * kept / total energy of x on cur against long double sums (relative error at most 2 n DBL_EPSILON: two sums of n
+ * positive doubles, any order). Slices at unaligned offsets, several tiles per slice, a slice reported out of
+ * memory order, one skipped, one with x = 0 (energy 1 by dist.c's rule: all = 0), one with both masks empty on it
+ * (union 0); prev = NULL gives zero counts; a second run gives the same bits. */
+static void test_mask_stats(void) {
+    ParamTable tab;
+    memset(&tab, 0, sizeof tab);
+    const size_t sizes[7] = {1, 31, 4097, 33, 9000, 70, 100};
+    const char *names[7] = {"a", "b", "c", "d", "e", "zero_x", "empty_masks"};
+    for (int i = 0; i < 7; i++) param_table_add(&tab, names[i], 0, 0, 1, 1, &sizes[i]);
+    const size_t P = tab.total;
+    const int rep[6] = {0, 2, 1, 4, 5, 6}; /* slice 3 not reported, 1 after 2 */
+    const int n = 6;
+    uint8_t *cur = random_mask(P, 0.3), *prev = random_mask(P, 0.5);
+    float *x = (float *)malloc(P * sizeof(float));
+    for (size_t j = 0; j < P; j++) x[j] = (j % 7 == 3) ? 0.0f : dev_uniform(2.0f) * (j % 5 == 0 ? 1e-20f : 1.0f);
+    const ParamSlice *sz = &tab.slices[5], *se = &tab.slices[6];
+    for (size_t j = sz->offset; j < sz->offset + sz->numel; j++) x[j] = 0.0f;
+    clear_bits(cur, se->offset, se->offset + se->numel);
+    clear_bits(prev, se->offset, se->offset + se->numel);
+    ScapeBucketPlan pl;
+    scape_plan_build(&pl, &tab, rep, n);
+    int *d_st;
+    cudaCheck(cudaMalloc(&d_st, (n + 1) * sizeof(int)));
+    cudaCheck(cudaMemcpy(d_st, pl.slice_tile, (n + 1) * sizeof(int), cudaMemcpyHostToDevice));
+    ScapeMaskStatsSums *d_part, *d_out, got[3][6];
+    cudaCheck(cudaMalloc(&d_part, (size_t)pl.ntiles * sizeof(ScapeMaskStatsSums)));
+    cudaCheck(cudaMalloc(&d_out, n * sizeof(ScapeMaskStatsSums)));
+    uint32_t *d_cur = mask_to_device(cur, (long long)P), *d_prev = mask_to_device(prev, (long long)P);
+    float *d_x = f32_to_device(x, P);
+    for (int run = 0; run < 3; run++) { /* 0, 1: with prev; 2: prev = NULL */
+        scape_mask_stats(d_out, d_part, &pl, d_st, d_cur, run < 2 ? d_prev : NULL, d_x, 0);
+        cudaCheck(cudaMemcpy(got[run], d_out, n * sizeof(ScapeMaskStatsSums), cudaMemcpyDeviceToHost));
+    }
+    int cbad = 0, ebad = 0, nbad = 0;
+    double worst = 0;
+    for (int k = 0; k < n; k++) {
+        const ParamSlice *sl = &tab.slices[rep[k]];
+        unsigned long long in = 0, un = 0;
+        long double kept = 0, all = 0;
+        for (size_t j = sl->offset; j < sl->offset + sl->numel; j++) {
+            in += mask_get(cur, j) && mask_get(prev, j);
+            un += mask_get(cur, j) || mask_get(prev, j);
+            long double v = (long double)x[j] * (long double)x[j];
+            all += v;
+            if (mask_get(cur, j)) kept += v;
+        }
+        const ScapeMaskStatsSums *g = &got[0][k];
+        if (g->inter != in || g->uni != un) {
+            if (!cbad) printf("FAIL mask_stats_popcounts: slice %s: inter %llu union %llu, bit by bit %llu %llu\n",
+                              sl->name, g->inter, g->uni, in, un);
+            cbad++;
+        }
+        const double tol = 2.0 * (double)sl->numel * DBL_EPSILON;
+        const double rk = kept > 0 ? (double)fabsl((long double)g->kept - kept) / (double)kept : fabs(g->kept);
+        const double ra = all > 0 ? (double)fabsl((long double)g->all - all) / (double)all : fabs(g->all);
+        if (!(rk <= tol && ra <= tol)) {
+            if (!ebad) printf("FAIL mask_stats_energy: slice %s: kept %.17g all %.17g, long double %.17Lg %.17Lg (rel "
+                              "%.3g %.3g > %.3g)\n", sl->name, g->kept, g->all, kept, all, rk, ra, tol);
+            ebad++;
+        }
+        worst = std::max(worst, std::max(rk, ra));
+        if (got[2][k].inter || got[2][k].uni || memcmp(&got[2][k].kept, &g->kept, 8) || memcmp(&got[2][k].all, &g->all, 8))
+            nbad++;
+    }
+    const ScapeMaskStatsSums *z = &got[0][4], *e = &got[0][5];
+    if (z->all != 0.0 || z->kept != 0.0 || e->uni != 0 || e->kept != 0.0 || !(e->all > 0)) {
+        printf("FAIL mask_stats_edges: x = 0 slice: kept %g all %g (want 0 0); empty-mask slice: union %llu kept %g all %g "
+               "(want 0, 0, > 0)\n", z->kept, z->all, e->uni, e->kept, e->all);
+        dev_failures++;
+    } else printf("ok mask_stats_edges (x = 0: all = 0; masks empty on the slice: union 0)\n");
+    if (cbad) dev_failures++;
+    else printf("ok mask_stats_popcounts (%d slices, %d tiles)\n", n, pl.ntiles);
+    if (ebad) dev_failures++;
+    else printf("ok mask_stats_energy (worst rel %.3g against long double)\n", worst);
+    if (nbad) {
+        printf("FAIL mask_stats_no_prev: %d slices with counts or energies changed by prev = NULL\n", nbad);
+        dev_failures++;
+    } else printf("ok mask_stats_no_prev\n");
+    if (memcmp(got[0], got[1], sizeof got[0])) {
+        printf("FAIL mask_stats_repeat: a second run gave other bits\n");
+        dev_failures++;
+    } else printf("ok mask_stats_repeat_bitwise\n");
+    cudaCheck(cudaFree(d_st));
+    cudaCheck(cudaFree(d_part));
+    cudaCheck(cudaFree(d_out));
+    cudaCheck(cudaFree(d_cur));
+    cudaCheck(cudaFree(d_prev));
+    cudaCheck(cudaFree(d_x));
+    scape_plan_free(&pl);
+    free(cur); free(prev); free(x);
+    param_table_free(&tab);
 }
 
 /* ---- bucket kernels: corrected first moment + compaction, norm, update ---- */
@@ -777,6 +876,7 @@ int main(void) {
     scape_topk_work_create(&w, 64ll << 20);
     test_topk(&w);
     test_bucket();
+    test_mask_stats();
 #if !defined(CUDA_EMU)
     timing(&w);
 #endif

@@ -211,7 +211,7 @@ static void device_update_matches_host_update(const char *test_name_, OptimizerK
 TEST(adamw_device_update_matches_host_update) { device_update_matches_host_update(test_name_, OPT_ADAMW, "adamw"); }
 TEST(adams_device_update_matches_host_update) { device_update_matches_host_update(test_name_, OPT_ADAMS, "adams"); }
 
-/* topk-ef (like SCAPE until the device has it) keeps the host path: create_updater declines, allocates nothing,
+/* topk-ef (no device implementation; SCAPE has one) keeps the host path: create_updater declines, allocates nothing,
  * and the model keeps uploading the host weights each forward */
 TEST(topk_ef_keeps_the_host_update) {
     Model *a = llamacu_create(spec, NULL, 1337, B, T);

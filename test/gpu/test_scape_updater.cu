@@ -20,6 +20,10 @@
  *     the CPU from the previous device state and the gradient;
  *   residual offload (r in pinned host memory, staged per slice): the d = 0.1 case and a NaN step against the host;
  *   --scape-payload bf16 (d = 0.1 with and without warm-up, resident and offloaded r, a NaN step) against the host;
+ *   mask statistics (DistMaskStats, --mask-stats-every): the device's against distopt_mask_stats over 10 steps
+ *     with a gap (step 4 off), a skipped step and a bootstrap with the residual offloaded: present on the same
+ *     steps, Jaccards (and NAN where the previous mask is missing) bitwise, energies within 2 * numel *
+ *     DBL_EPSILON relative; and enabling them leaves master, floatX copy and blob bitwise unchanged;
  *   save at step 5, a new update + load, steps 6-10: master and blob bitwise equal to the uninterrupted run, also
  *     with the resumed run offloading its residual (offload on == off); and the host's blob of step 5 loaded by
  *     the device continues bitwise like the host (checkpoints interchange).
@@ -29,6 +33,7 @@
  * residual offloaded on GPT-2 124M's table, and the device memory each update holds.
  * Usage: build/cuda/test_scape_updater   (or mpirun -np 2 build/cuda/test_scape_updater)
  */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -256,6 +261,141 @@ TEST(scape_bf16_payload_nonfinite_skips_like_host) {
     bf16_payload_ = 1;
     vs_host(test_name_, 0.1f, 4, 3);
     bf16_payload_ = 0;
+}
+
+/* ---- mask statistics (DistMaskStats) on the device against the host's distopt_mask_stats ---- */
+
+/* equal doubles: the same bits, or both NaN */
+static int same_double(double a, double b) { return memcmp(&a, &b, sizeof a) == 0 || (a != a && b != b); }
+/* |a - b| / |b| (0 when equal, also for two NaNs or zeros; inf when only one is NaN) */
+static double rel_double(double a, double b) {
+    if (same_double(a, b)) return 0;
+    if (a != a || b != b) return INFINITY;
+    return fabs(a - b) / (fabs(b) > 0 ? fabs(b) : 1e-300);
+}
+
+/* Device SCAPE with statistics vs the host DistOptim with statistics vs device SCAPE without them, STEPS steps,
+ * statistics enabled on the steps stats_on(t) says (the enable called before the step's gradients, as
+ * common/train.c does). Per step, both or neither report (rank 0 only; NULL when off or skipped); then:
+ *   slices, step: equal; jaccard_m, jaccard_g and their means: bitwise (integer popcounts divided alike; NaN where
+ *   the previous step's mask is missing); energy_m, energy_g: relative difference <= 2 * numel * DBL_EPSILON, the
+ *   a priori bound for two sums of numel positive doubles (kept / all) added in different orders (the terms
+ *   x_j^2 of floats are exact in double); their means: <= 2 * P * DBL_EPSILON. The run with statistics and the
+ *   run without have bitwise equal master weights, floatX copies and checkpoint blobs after every step. */
+static int stats_skip_4(int t) { return t != 4; }
+static int stats_always(int t) { return 1; }
+static void mask_stats_vs_host(const char *test_name_, int warmup, int nan_step, int (*stats_on)(int)) {
+    UpdaterConfig cfg = config(0.1f, warmup, 1.0f);
+    float *init = initial_params();
+    float *hp = (float *)xmalloc(P * sizeof(float), "host params"), *hg = (float *)xcalloc(P, sizeof(float), "grads");
+    memcpy(hp, init, P * sizeof(float));
+    DistOptim *d = distopt_create(&tab, hp, hg, &cfg.dist);
+    Dev x, y; /* x: with statistics, y: without */
+    dev_init(&x, init, &cfg);
+    dev_init(&y, init, &cfg);
+    float *g1 = (float *)xmalloc(P * sizeof(float), "g"), *g2 = (float *)xmalloc(P * sizeof(float), "g");
+    int compared = 0, nan_jm = 0, nan_jg = 0, fin_jm = 0, fin_jg = 0, state_bad = 0;
+    double worst_e = 0, worst_e_over_tol = 0, worst_mean_e = 0;
+    for (int t = 1; t <= STEPS; t++) {
+        gen(g1, t, 0, nan_step);
+        gen(g2, t, 1, nan_step);
+        const int on = stats_on(t);
+        distopt_mask_stats_enable(d, on);
+        x.u->mask_stats_enable(x.u, on);
+        float nh, nx, ny;
+        int sh = host_step(d, hg, g1, g2, t, lr_at(t), &nh);
+        int sx = dev_step(&x, g1, g2, t, lr_at(t), &nx);
+        int sy = dev_step(&y, g1, g2, t, lr_at(t), &ny);
+        CHECK(sh == sx && sx == sy, "step %d: skipped host %d, device with statistics %d, without %d", t, sh, sx, sy);
+        const DistMaskStats *a = distopt_mask_stats(d), *b = x.u->mask_stats(x.u);
+        CHECK(y.u->mask_stats(y.u) == NULL, "step %d: statistics reported by the update that never enabled them", t);
+        CHECK((a == NULL) == (b == NULL), "step %d (stats %s, skipped %d): host statistics %s, device %s", t,
+              on ? "on" : "off", sh, a ? "present" : "NULL", b ? "present" : "NULL");
+        const int want = on && !sh && rank_ == 0;
+        CHECK((b != NULL) == want, "step %d (stats %s, skipped %d, rank %d): device statistics %s", t, on ? "on" : "off",
+              sh, rank_, b ? "present" : "NULL");
+        if (a && b) {
+            compared++;
+            CHECK(a->step == t && b->step == t, "step %d: statistics of step host %d, device %d", t, a->step, b->step);
+            CHECK(a->n == b->n && a->n > 0, "step %d: %d sparse slices on the host, %d on the device", t, a->n, b->n);
+            CHECK(b->jaccard_m && b->energy_m && b->jaccard_g && b->energy_g, "step %d: a device array is NULL", t);
+            for (int k = 0; k < a->n && k < b->n && b->jaccard_m; k++) {
+                const size_t numel = tab.slices[a->slice[k]].numel;
+                const double tol = 2.0 * (double)numel * DBL_EPSILON;
+                CHECK(a->slice[k] == b->slice[k], "step %d: reported slice %d is %d on the host, %d on the device", t,
+                      k, a->slice[k], b->slice[k]);
+                CHECK(same_double(a->jaccard_m[k], b->jaccard_m[k]), "step %d slice %d: jaccard_m host %.17g device "
+                      "%.17g", t, a->slice[k], a->jaccard_m[k], b->jaccard_m[k]);
+                CHECK(same_double(a->jaccard_g[k], b->jaccard_g[k]), "step %d slice %d: jaccard_g host %.17g device "
+                      "%.17g", t, a->slice[k], a->jaccard_g[k], b->jaccard_g[k]);
+                const double em = rel_double(b->energy_m[k], a->energy_m[k]), eg = rel_double(b->energy_g[k], a->energy_g[k]);
+                CHECK(em <= tol && eg <= tol, "step %d slice %d (%zu elements): energy_m host %.17g device %.17g (rel "
+                      "%.3g), energy_g host %.17g device %.17g (rel %.3g); tolerance %.3g", t, a->slice[k], numel,
+                      a->energy_m[k], b->energy_m[k], em, a->energy_g[k], b->energy_g[k], eg, tol);
+                const double e = em > eg ? em : eg;
+                if (!(e <= worst_e)) worst_e = e;
+                if (!(e / tol <= worst_e_over_tol)) worst_e_over_tol = e / tol;
+                nan_jm += a->jaccard_m[k] != a->jaccard_m[k];
+                nan_jg += a->jaccard_g[k] != a->jaccard_g[k];
+                fin_jm += a->jaccard_m[k] == a->jaccard_m[k];
+                fin_jg += a->jaccard_g[k] == a->jaccard_g[k];
+            }
+            CHECK(same_double(a->mean_jaccard_m, b->mean_jaccard_m) && same_double(a->mean_jaccard_g, b->mean_jaccard_g),
+                  "step %d: mean jaccard_m host %.17g device %.17g, mean jaccard_g host %.17g device %.17g", t,
+                  a->mean_jaccard_m, b->mean_jaccard_m, a->mean_jaccard_g, b->mean_jaccard_g);
+            const double tol = 2.0 * (double)P * DBL_EPSILON;
+            const double mm = rel_double(b->mean_energy_m, a->mean_energy_m), mg = rel_double(b->mean_energy_g, a->mean_energy_g);
+            CHECK(mm <= tol && mg <= tol, "step %d: mean energy_m host %.17g device %.17g (rel %.3g), mean energy_g "
+                  "host %.17g device %.17g (rel %.3g); tolerance %.3g", t, a->mean_energy_m, b->mean_energy_m, mm,
+                  a->mean_energy_g, b->mean_energy_g, mg, tol);
+            if (!(mm <= worst_mean_e)) worst_mean_e = mm;
+            if (!(mg <= worst_mean_e)) worst_mean_e = mg;
+            if (t <= 3 || t == STEPS)
+                printf("  %s step %2d: mean jaccard_m %.6f jaccard_g %.6f energy_m %.6f energy_g %.6f (host %.6f %.6f "
+                       "%.6f %.6f)\n", test_name_, t, b->mean_jaccard_m, b->mean_jaccard_g, b->mean_energy_m,
+                       b->mean_energy_g, a->mean_jaccard_m, a->mean_jaccard_g, a->mean_energy_m, a->mean_energy_g);
+        }
+        /* the statistics change nothing: x and y hold the same state */
+        float *mx = download_master(&x), *my = download_master(&y);
+        void *cx = download_copy(&x), *cy = download_copy(&y);
+        size_t nbx, nby;
+        void *bx = save_blob(x.u, &nbx), *by = save_blob(y.u, &nby);
+        double w;
+        size_t first = 0, bad = diff_floats(mx, my, P, &w, &first);
+        size_t fb = nbx == nby ? first_diff_byte(bx, by, nbx) : 0;
+        const int same = bad == 0 && memcmp(cx, cy, P * sizeof(floatX)) == 0 && nbx == nby && fb == nbx;
+        CHECK(same, "step %d: with statistics the state differs from without: %zu master weights (first [%zu]), "
+              "copies %s, blobs %zu vs %zu bytes, first differing byte %zu in %s", t, bad, first,
+              memcmp(cx, cy, P * sizeof(floatX)) ? "differ" : "equal", nbx, nby, fb, blob_section(bx, fb));
+        state_bad += !same;
+        size_t bad_host = diff_floats(hp, mx, P, &w, &first);
+        CHECK(bad_host == 0, "step %d: with statistics %zu master weights differ from the host's, first [%zu]", t,
+              bad_host, first);
+        free(mx); free(my); free(cx); free(cy); free(bx); free(by);
+    }
+    if (rank_ == 0) {
+        /* the case covered what it claims: Jaccards with and without a previous mask (step 1 has neither) */
+        CHECK(compared > 0 && fin_jm > 0 && fin_jg > 0, "%d steps compared, %d finite jaccard_m, %d finite jaccard_g",
+              compared, fin_jm, fin_jg);
+        CHECK(nan_jm > 0 && nan_jg > 0, "no step without M_{t-1} (%d NAN jaccard_m) or G_{t-1} (%d NAN jaccard_g) "
+              "was compared", nan_jm, nan_jg);
+        printf("  %s: %d steps compared, jaccard bitwise (%d/%d slice values NAN m/g), worst energy rel diff %.3g "
+               "(%.3g of the tolerance), worst mean energy rel diff %.3g; with vs without statistics: %d steps "
+               "differ\n", test_name_, compared, nan_jm, nan_jg, worst_e, worst_e_over_tol, worst_mean_e, state_bad);
+    }
+    dev_free(&x);
+    dev_free(&y);
+    distopt_free(d);
+    free(init); free(hp); free(hg); free(g1); free(g2);
+}
+/* warm-up (k changes every step), statistics off at step 4 (step 5's jaccard_g is NAN, jaccard_m is not), a NaN
+ * gradient at step 7 (skipped: no statistics; step 8's jaccard_g is NAN) */
+TEST(mask_stats_match_host_warmup_gap_and_skip) { mask_stats_vs_host(test_name_, 4, 7, stats_skip_4); }
+/* step-1 bootstrap by top-k (step 1's jaccard_m is NAN), residual offloaded */
+TEST(mask_stats_match_host_bootstrap_offload) {
+    offload_ = 1;
+    mask_stats_vs_host(test_name_, 0, 0, stats_always);
+    offload_ = 0;
 }
 
 /* runs steps [from, to] of the device update */
@@ -547,12 +687,16 @@ int main(int argc, char **argv) {
     RUN_TEST(scape_bf16_payload_matches_host_bitwise);
     RUN_TEST(scape_bf16_payload_offload_matches_host_bitwise);
     RUN_TEST(scape_bf16_payload_nonfinite_skips_like_host);
+    RUN_TEST(mask_stats_match_host_warmup_gap_and_skip);
+    RUN_TEST(mask_stats_match_host_bootstrap_offload);
     RUN_TEST(inv1_density_one_equals_device_adams_residual_zero);
     if (world_ == 1) RUN_TEST(inv2_conservation_on_device);
     RUN_TEST(save_load_continue_is_bitwise);
     RUN_TEST(offload_resume_equals_no_offload_bitwise);
     RUN_TEST(host_checkpoint_resumed_on_device_is_bitwise);
-#ifndef CUDA_EMU
+#ifdef CUDA_EMU
+    if (world_ == 1) printf("emu: not checked: time device_scape_*_gpt2_124m (GPU timing)\n");
+#else
     if (world_ == 1) time_gpt2_124m();
 #endif
     param_table_free(&tab);
