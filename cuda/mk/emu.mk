@@ -4,7 +4,8 @@
 #   2. every kernel test in CUDA_KERNEL_TESTS (dev/cuda/<name>.cu) and the whole-model tests are compiled by g++
 #      with AddressSanitizer against the emulator's headers, bf16 (build/emu/bf16/) and fp32 (build/emu/fp32/);
 #   3. test/run.sh runs them (the matmul and GPT-2 tests also with every cuBLASLt epilogue refused, so the
-#      fallbacks run) plus the emulator's self-test (deliberate bugs it must report), one process at a time,
+#      fallbacks run; the fp32 device SCAPE test also on 2 ranks, host-staged MPI, as two ranks sharing a GPU)
+#      plus the emulator's self-test (deliberate bugs it must report), one process at a time,
 #      one OpenMP/OpenBLAS thread each.
 # Tests shrink their large timed cases under CUDA_EMU (defined by the emulator's header).
 # Included by cuda/module.mk before its aggregate targets; CUDA_KERNEL_TESTS is read at run time, so kernel tests
@@ -90,6 +91,7 @@ CUEMU_CMDS = $(foreach p,bf16 fp32,$(CUDA_KERNEL_TESTS:%=$(CUEMU)/$(p)/test_%) \
                  "EMU_LT_NO_EPILOGUE=1 $(CUEMU)/$(p)/test_matmul" "EMU_LT_NO_EPILOGUE=2 $(CUEMU)/$(p)/test_matmul" \
                  $(CUEMU_MODEL_TESTS:%="timeout $(CUEMU_TIMEOUT) $(CUEMU)/$(p)/%") \
                  "EMU_LT_NO_EPILOGUE=1 timeout $(CUEMU_TIMEOUT) $(CUEMU)/$(p)/test_gpt2cu") \
+             "timeout $(CUEMU_TIMEOUT) $(MPIRUN_TEST) -np 2 $(CUEMU)/fp32/test_scape_updater" \
              "$(CUEMU)/selftest ok" $(CUEMU_SELFTEST_CASES:%="dev/cuda/emu/expect_fail.sh $(CUEMU)/selftest %")
 
 .PHONY: test-emu emu-build
