@@ -86,7 +86,7 @@ CUEMU_SELFTEST_CASES := oob_write oob_read exited_lane_shuffle syncthreads_after
 
 CUEMU_BINS = $(foreach p,bf16 fp32,$(CUDA_KERNEL_TESTS:%=$(CUEMU)/$(p)/test_%) $(CUEMU_MODEL_TESTS:%=$(CUEMU)/$(p)/%))
 # each model test is stopped after CUEMU_TIMEOUT seconds (a hang must fail, not stall CI)
-CUEMU_TIMEOUT ?= 300
+CUEMU_TIMEOUT ?= 600
 CUEMU_CMDS = $(foreach p,bf16 fp32,$(CUDA_KERNEL_TESTS:%=$(CUEMU)/$(p)/test_%) \
                  "EMU_LT_NO_EPILOGUE=1 $(CUEMU)/$(p)/test_matmul" "EMU_LT_NO_EPILOGUE=2 $(CUEMU)/$(p)/test_matmul" \
                  $(CUEMU_MODEL_TESTS:%="timeout $(CUEMU_TIMEOUT) $(CUEMU)/$(p)/%") \
