@@ -4,7 +4,7 @@
 #   GPU_ARCH="80 90"  compute capabilities of the fat binary (default: A100 and H100/H200)
 #   PRECISION=FP32    kernel tests in fp32 instead of bf16, under build/cuda-fp32 (the fp32 trainer is always
 #                     built as train_gptcu_fp32)
-#   USE_CUDNN=1       defines ENABLE_CUDNN and links cuDNN 9 (reserved: no cuDNN attention is written yet)
+#   USE_CUDNN=1       defines ENABLE_CUDNN and links cuDNN 9: the plain targets use cuDNN attention (cuda/mk/cudnn.mk)
 #   CUDA_HOME         toolkit root (default /usr/local/cuda)
 
 CUDA_HOME ?= /usr/local/cuda
