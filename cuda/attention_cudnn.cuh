@@ -23,7 +23,7 @@
  * on first use and cached (CDNN_MAX_PLANS, oldest evicted); one workspace shared by all plans, allocated once
  * and grown only if a later shape needs more. The backward's own fp32 buffers (D and the dQ accumulator) are
  * allocated once at the largest shape.
- * Errors: nothing here exits. Every cuDNN call's status is checked; the first failure stops the build or the
+ * Errors: no cuDNN failure exits. Every cuDNN call's status is checked; the first failure stops the build or the
  * call and is returned as one line (what failed, cuDNN's status string and its last error message) so the
  * caller (cuda/attention.cuh) can fall back to cuBLAS attention. Asynchronous kernel faults surface, as
  * everywhere else, at the next cudaCheck.
@@ -416,7 +416,10 @@ static CdnnPlan *cdnn_get_plan(CudnnAttn *ca, int B, int T, int backward, char *
     }
     if ((size_t)p->workspace > ca->workspace_bytes) { /* rare: a new shape needs more than any before */
         cudaError_t e = cudaSuccess;
-        if (ca->workspace) e = cudaFree(ca->workspace);
+        if (ca->workspace) { /* an execution enqueued earlier may still be reading it */
+            e = cudaDeviceSynchronize();
+            if (e == cudaSuccess) e = cudaFree(ca->workspace);
+        }
         ca->workspace = NULL;
         ca->workspace_bytes = 0;
         if (e == cudaSuccess) e = cudaMalloc(&ca->workspace, (size_t)p->workspace);

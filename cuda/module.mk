@@ -91,6 +91,16 @@ CUDA_MODEL_TESTS := $(BUILD)/cuda/test_gpt2cu $(BUILD)/cuda-fp32/test_gpt2cu
 include $(sort $(wildcard cuda/mk/*.mk))
 CUDA_TEST_BINS := $(CUDA_KERNEL_TESTS:%=$(CUDA_BUILD)/test_%)
 
+# USE_CUDNN changes what the objects hold but not their paths: a stamp with its value (rewritten when it differs)
+# is a prerequisite of everything compiled from code that may include cuda/attention.cuh, so switching rebuilds it
+# instead of linking a stale object (a "USE_CUDNN=1 make train_gptcu" after a plain build would run cuBLAS).
+CUDNN_STAMP := $(BUILD)/cuda/.use_cudnn
+ifneq ($(shell cat $(CUDNN_STAMP) 2>/dev/null),$(USE_CUDNN))
+$(shell mkdir -p $(BUILD)/cuda && echo $(USE_CUDNN) > $(CUDNN_STAMP))
+endif
+$(CUDA_TEST_BINS) $(patsubst %,%.o,$(CUDA_MODEL_TESTS)) $(BUILD)/cuda/train_gpt.o $(BUILD)/cuda-fp32/train_gpt.o \
+    $(BUILD)/cuda/train_llama.o $(BUILD)/cuda-fp32/train_llama.o: $(CUDNN_STAMP)
+
 .PHONY: cuda test-gpu cuda-tests
 cuda-tests: $(CUDA_BUILD)/gpu_probe $(CUDA_TEST_BINS) $(CUDA_MODEL_TESTS)
 cuda: cuda-tests $(CUDA_TRAINERS)
