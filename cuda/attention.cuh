@@ -229,9 +229,14 @@ static void attention_init(Attention *at, Blas *bl, int L, int B, int T, int C, 
         at->cudnn = 1;
         at->stats = (float *)attention_alloc((size_t)L * B * NH * T * sizeof(float), "the attention statistics");
         size_t v = cudnnGetVersion();
+        int det = cudnn_attention_deterministic(&at->cd, B, T);
         snprintf(at->desc, sizeof at->desc, "cuDNN %zu.%zu.%zu fused flash attention (saves (L,B,NH,T) fp32 "
-                 "statistics: %.1f MiB, not %.2f GiB of probabilities)", v / 10000, v % 10000 / 100, v % 100,
-                 (double)L * B * NH * T * 4 / 1048576.0, (double)L * at->att_max * sizeof(floatX) / 1073741824.0);
+                 "statistics: %.1f MiB, not %.2f GiB of probabilities; backward %s)", v / 10000, v % 10000 / 100,
+                 v % 100, (double)L * B * NH * T * 4 / 1048576.0,
+                 (double)L * at->att_max * sizeof(floatX) / 1073741824.0,
+                 det ? "deterministic" : "not bitwise reproducible");
+        if (!det && verbose) fprintf(stderr, "note: cuDNN refused the deterministic attention backward (%s); its "
+                                     "dQ is accumulated with atomics\n", at->cd.bwd_note);
     } else {
         fprintf(stderr, "warning: %s; using cuBLAS attention\n", why);
         snprintf(at->desc, sizeof at->desc, "cuBLAS batched GEMMs + fused softmax (cuDNN unavailable, see the "

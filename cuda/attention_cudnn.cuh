@@ -49,6 +49,7 @@
 /* one finalized execution plan and every descriptor it was built from (destroyed together) */
 typedef struct {
     int B, T, NH, hs, backward; /* the cache key */
+    int deterministic;          /* backward: 1 = dQ written directly (no fp32 accumulator; see cdnn_build_backward) */
     cudnnBackendDescriptor_t plan;
     int64_t workspace;          /* bytes the plan needs */
     cudnnBackendDescriptor_t descs[CDNN_MAX_DESCS];
@@ -63,8 +64,10 @@ typedef struct {
     void *workspace;            /* shared by every plan */
     size_t workspace_bytes;
     float *softmax_sum;         /* (Bmax,NH,Tmax) the backward's D = rowsum(dO * O) */
-    float *dq_accum;            /* (Bmax,NH,Tmax,hs) the backward's fp32 dQ accumulator */
+    float *dq_accum;            /* (Bmax,NH,Tmax,hs) fp32 dQ accumulator of the non-deterministic backward; NULL
+                                   until such a plan runs */
     float scale, one, neg_big;  /* pass-by-value scalars: 1/sqrt(hs), 1, -FLT_MAX (the masked score) */
+    char bwd_note[CDNN_WHY];    /* empty, or why the backward is not the deterministic graph */
 } CudnnAttn;
 
 /* unique ids of the tensors a variant pack binds; virtual tensors are numbered from CDNN_UID_VIRTUAL */
@@ -310,8 +313,11 @@ static void cdnn_build_forward(CdnnBuild *b, cudnnHandle_t handle) {
     cdnn_plan(b, handle, ops, n);
 }
 
-/* The backward graph of the header's formulas for one shape. dQ goes through the fp32 accumulator. */
-static void cdnn_build_backward(CdnnBuild *b, cudnnHandle_t handle) {
+/* The backward graph of the header's formulas for one shape. deterministic = 1: dQ = dS K is written directly,
+ * the form cudnn-frontend builds when asked for a deterministic backward (cuDNN then runs its dP-workspace
+ * algorithm, which needs a (B,NH,T,T) bf16 workspace, one for all layers); 0: dQ is accumulated in an fp32 buffer
+ * across key blocks (atomics: faster, not bitwise reproducible) and copied out, cudnn-frontend's default. */
+static void cdnn_build_backward(CdnnBuild *b, cudnnHandle_t handle, int deterministic) {
     int64_t B = b->p->B, H = b->p->NH, S = b->p->T, D = b->p->hs, C = H * D, C3 = 3 * C;
     cudnnDataType_t io = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
     cudnnBackendDescriptor_t ops[32];
@@ -329,7 +335,8 @@ static void cdnn_build_backward(CdnnBuild *b, cudnnHandle_t handle) {
     cudnnBackendDescriptor_t one = cdnn_tensor(b, CDNN_UID_ONE, f32, 1, 1, 1, 1, 1, 1, 1, 1, 1);
     cudnnBackendDescriptor_t neg = cdnn_tensor(b, CDNN_UID_NEG, f32, 1, 1, 1, 1, 1, 1, 1, 1, 1);
     cudnnBackendDescriptor_t dsum = cdnn_tensor(b, CDNN_UID_SUM, f32, B, H, S, 1, H * S, S, 1, 1, 0);
-    cudnnBackendDescriptor_t dqacc = cdnn_tensor(b, CDNN_UID_DQACC, f32, B, H, S, D, H * S * D, S * D, D, 1, 0);
+    cudnnBackendDescriptor_t dqacc = deterministic ? NULL
+                                                   : cdnn_tensor(b, CDNN_UID_DQACC, f32, B, H, S, D, H * S * D, S * D, D, 1, 0);
     /* D = rowsum(dO * O), kept in memory for the kernel (Algorithm 2, line 4) */
     cudnnBackendDescriptor_t doo = cdnn_tensor(b, 0, f32, B, H, S, D, H * S * D, S * D, D, 1, 0), rs = cdnn_rows(b, B, H, S);
     ops[n++] = cdnn_pointwise(b, CUDNN_POINTWISE_MUL, f32, dout, o, NULL, doo, -1);
@@ -358,11 +365,14 @@ static void cdnn_build_backward(CdnnBuild *b, cudnnHandle_t handle) {
     cudnnBackendDescriptor_t dst = cdnn_tensor(b, 0, io, B, H, S, S, H * S * S, S * S, 1, S, 0);
     ops[n++] = cdnn_reshape(b, ds, dst);
     ops[n++] = cdnn_matmul(b, dst, q, dk);
-    /* dQ = dS K, accumulated in fp32, then written to dqkv */
+    /* dQ = dS K: directly, or accumulated in fp32 and then written to dqkv */
     cudnnBackendDescriptor_t k = cdnn_tensor(b, 0, f32, B, H, S, D, S * C3, D, C3, 1, 0);
     ops[n++] = cdnn_reshape(b, kt, k);
-    ops[n++] = cdnn_matmul(b, ds, k, dqacc);
-    ops[n++] = cdnn_pointwise(b, CUDNN_POINTWISE_IDENTITY, f32, dqacc, NULL, NULL, dq, -1);
+    if (deterministic) ops[n++] = cdnn_matmul(b, ds, k, dq);
+    else {
+        ops[n++] = cdnn_matmul(b, ds, k, dqacc);
+        ops[n++] = cdnn_pointwise(b, CUDNN_POINTWISE_IDENTITY, f32, dqacc, NULL, NULL, dq, -1);
+    }
     cdnn_plan(b, handle, ops, n);
 }
 
@@ -407,8 +417,21 @@ static CdnnPlan *cdnn_get_plan(CudnnAttn *ca, int B, int T, int backward, char *
     memset(p, 0, sizeof *p);
     p->B = B; p->T = T; p->NH = ca->NH; p->hs = ca->hs; p->backward = backward;
     CdnnBuild b = {p, CUDNN_STATUS_SUCCESS, CDNN_UID_VIRTUAL, why, backward ? "backward" : "forward"};
-    if (backward) cdnn_build_backward(&b, ca->handle);
-    else cdnn_build_forward(&b, ca->handle);
+    if (backward) { /* the deterministic graph first (bitwise-repeatable runs), else the accumulating one */
+        p->deterministic = 1;
+        cdnn_build_backward(&b, ca->handle, 1);
+        if (b.st != CUDNN_STATUS_SUCCESS || !p->plan) {
+            snprintf(ca->bwd_note, sizeof ca->bwd_note, "%s", why);
+            for (int i = p->ndesc - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(p->descs[i]); /* status ignored */
+            p->ndesc = 0;
+            p->plan = NULL;
+            p->deterministic = 0;
+            b.st = CUDNN_STATUS_SUCCESS;
+            b.next_uid = CDNN_UID_VIRTUAL;
+            cdnn_build_backward(&b, ca->handle, 0);
+        }
+    } else
+        cdnn_build_forward(&b, ca->handle);
     if (b.st != CUDNN_STATUS_SUCCESS || !p->plan) {
         if (b.st == CUDNN_STATUS_SUCCESS) snprintf(why, CDNN_WHY, "cuDNN %s graph: no execution plan", b.graph);
         cdnn_drop(ca, p);
@@ -483,9 +506,19 @@ static int cudnn_attention_has_plan(const CudnnAttn *ca, int B, int T) {
     return 0;
 }
 
+/* 1 if the backward plan of (B, T) (cached) writes dQ directly: bitwise-repeatable; 0 if it accumulates */
+static int cudnn_attention_deterministic(const CudnnAttn *ca, int B, int T) {
+    for (int i = 0; i < ca->nplans; i++) {
+        const CdnnPlan *p = &ca->plans[i];
+        if (p->B == B && p->T == T && p->backward) return p->deterministic;
+    }
+    return 0;
+}
+
 /* Sets up cuDNN attention for shapes up to (Bmax, Tmax) with NH heads of size hs: a handle, the backward's fp32
- * buffers (Bmax*NH*Tmax*(hs+1)*4 bytes), and the forward and backward plans of (Bmax, Tmax), so a graph cuDNN
- * cannot run shows at start-up. Returns 1, or 0 with why filled (everything released). */
+ * row buffer (Bmax*NH*Tmax*4 bytes; the non-deterministic backward adds hs times that on first use), and the
+ * forward and backward plans of (Bmax, Tmax), so a graph cuDNN cannot run shows at start-up. Returns 1, or 0 with
+ * why filled (everything released). */
 static int cudnn_attention_init(CudnnAttn *ca, int Bmax, int Tmax, int NH, int hs, char *why) {
     memset(ca, 0, sizeof *ca);
     ca->Bmax = Bmax; ca->Tmax = Tmax; ca->NH = NH; ca->hs = hs;
@@ -500,10 +533,9 @@ static int cudnn_attention_init(CudnnAttn *ca, int Bmax, int Tmax, int NH, int h
     if (st != CUDNN_STATUS_SUCCESS) { ca->handle = NULL; cdnn_why(why, st, "cudnnCreate"); return 0; }
     size_t rows = (size_t)Bmax * NH * Tmax;
     cudaError_t e = cudaMalloc((void **)&ca->softmax_sum, rows * sizeof(float));
-    if (e == cudaSuccess) e = cudaMalloc((void **)&ca->dq_accum, rows * hs * sizeof(float));
     if (e != cudaSuccess) {
-        snprintf(why, CDNN_WHY, "cuDNN attention: cannot allocate %.1f MiB for its backward buffers: %s",
-                 rows * (hs + 1) * 4 / 1048576.0, cudaGetErrorString(e));
+        snprintf(why, CDNN_WHY, "cuDNN attention: cannot allocate %.1f MiB for its backward buffer: %s",
+                 rows * 4 / 1048576.0, cudaGetErrorString(e));
     }
     if (e == cudaSuccess && cdnn_get_plan(ca, Bmax, Tmax, 0, why) && cdnn_get_plan(ca, Bmax, Tmax, 1, why)) return 1;
     cudaGetLastError(); /* a failed cudaMalloc is not sticky; clear it for the next cudaCheckLaunch */
@@ -531,8 +563,13 @@ static int cudnn_attention_backward(CudnnAttn *ca, floatX *dqkv, const floatX *d
     if (!p) return 0;
     size_t C = (size_t)ca->NH * ca->hs;
     /* cuDNN >= 9.6 clears its dQ accumulator itself; older versions expect zeros (cudnn-frontend memsets it) */
-    cudaError_t e = cudaMemsetAsync(ca->dq_accum, 0, (size_t)B * T * C * sizeof(float), s);
+    cudaError_t e = cudaSuccess;
+    if (!p->deterministic && !ca->dq_accum) /* sized for the largest shape, once */
+        e = cudaMalloc((void **)&ca->dq_accum, (size_t)ca->Bmax * ca->Tmax * C * sizeof(float));
+    if (e == cudaSuccess && !p->deterministic)
+        e = cudaMemsetAsync(ca->dq_accum, 0, (size_t)B * T * C * sizeof(float), s);
     if (e != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: clear it for the next cudaCheckLaunch */
         snprintf(why, CDNN_WHY, "cuDNN attention backward: clearing the dQ accumulator: %s", cudaGetErrorString(e));
         return 0;
     }
@@ -542,7 +579,7 @@ static int cudnn_attention_backward(CudnnAttn *ca, floatX *dqkv, const floatX *d
     void *ptrs[] = {(void *)qkv, (void *)(qkv + C), (void *)(qkv + 2 * C), (void *)out, (void *)dout,
                     (void *)stats, dqkv, dqkv + C, dqkv + 2 * C, &ca->scale, &ca->one, &ca->neg_big,
                     ca->softmax_sum, ca->dq_accum};
-    return cdnn_execute(ca, p, uids, ptrs, 14, s, why);
+    return cdnn_execute(ca, p, uids, ptrs, p->deterministic ? 13 : 14, s, why); /* DQACC last: only if used */
 }
 
 #endif /* ENABLE_CUDNN && !ENABLE_FP32 */

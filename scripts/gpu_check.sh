@@ -22,7 +22,8 @@
 # GPT-2 124M (d12) at T=1024 with the largest batch that fits: tokens/s, MFU and peak GPU memory.
 # cuDNN attention (cuda/attention_cudnn.cuh): its kernel tests (build/cuda/test_attention_cudnn*, with the model
 # tests: against the float64 reference and the cuBLAS path); train_gptcu_cudnn against train_gptcu over 10 steps
-# (bf16 both, relative tolerance 1e-2 per step's loss); d12 throughput and peak memory with cuDNN against
+# (bf16 both, relative tolerance 1e-2 per step's loss); two identical cuDNN runs bitwise equal (when cuDNN took
+# the deterministic backward graph; NOT RUN otherwise); d12 throughput and peak memory with cuDNN against
 # without, at the same batch. A cuDNN run that fell back to cuBLAS is a FAIL; a cuDNN trainer that did not build
 # makes both NOT RUN.
 set -u
@@ -350,11 +351,19 @@ if [ $TRAIN_OK = 1 ]; then
         notrun llama_device_vs_host_update_fp32 "no Llama shards and no python3 to write synthetic ones"
     fi
     # cuDNN attention: train_gptcu_cudnn against train_gptcu (cuBLAS attention) over the same 10 steps, bf16 both
-    if [ -n "$CUDNN_REASON" ]; then notrun cudnn_vs_cublas_bf16_10_steps "$CUDNN_REASON"
+    if [ -n "$CUDNN_REASON" ]; then notrun cudnn_vs_cublas_bf16_10_steps "$CUDNN_REASON"; notrun cudnn_identical_runs_bitwise "$CUDNN_REASON"
     elif [ ! -f "$WORK/gpu_bf16/log.jsonl" ]; then notrun cudnn_vs_cublas_bf16_10_steps "the train_gptcu run (gpu_bf16) it compares with failed"
     elif trun gpu_bf16_cudnn $GTC "${COMMON[@]}" --batch 4; then
         if cudnn_ran "$WORK/gpu_bf16_cudnn.out"; then
             compare_losses cudnn_vs_cublas_bf16_10_steps "$WORK/gpu_bf16_cudnn/log.jsonl" "$WORK/gpu_bf16/log.jsonl" 1e-2
+            # two identical cuDNN runs: bitwise equal losses, where cuDNN took the deterministic backward graph
+            if grep -q '^attention: cuDNN.*backward deterministic' "$WORK/gpu_bf16_cudnn.out"; then
+                if trun gpu_bf16_cudnn_again $GTC "${COMMON[@]}" --batch 4; then
+                    if diff <(train_rows "$WORK/gpu_bf16_cudnn/log.jsonl") <(train_rows "$WORK/gpu_bf16_cudnn_again/log.jsonl") > /dev/null; then
+                        pass cudnn_identical_runs_bitwise "10 losses equal"
+                    else fail cudnn_identical_runs_bitwise "losses of two identical cuDNN runs differ"; fi
+                fi
+            else notrun cudnn_identical_runs_bitwise "cuDNN refused the deterministic backward: $(grep -m1 'deterministic attention backward' "$WORK/gpu_bf16_cudnn.out" | cut -c1-250)"; fi
         else fail cudnn_vs_cublas_bf16_10_steps "train_gptcu_cudnn did not run on cuDNN attention: $(cudnn_why_not "$WORK/gpu_bf16_cudnn.out")"; fi
     fi
     throughput throughput_gpt2_124M_d12 ./train_gptcu d12
@@ -376,7 +385,7 @@ else
              two_ranks_zero1_vs_no_zero scape_device_fp32_vs_cpu scape_device_vs_host_update_fp32 \
              scape_offload_vs_resident_fp32 nan_step_skipped cpu_checkpoint_resumed_on_gpu llama_train_fp32_vs_cpu_10_steps \
              llama_train_bf16_vs_cpu_10_steps llama_device_vs_host_update_fp32 throughput_llama_500M throughput_gpt2_124M_d12 throughput_gpt2_350M_d24 \
-             cudnn_vs_cublas_bf16_10_steps throughput_gpt2_124M_d12_cudnn; do notrun $c "$reason"; done
+             cudnn_vs_cublas_bf16_10_steps cudnn_identical_runs_bitwise throughput_gpt2_124M_d12_cudnn; do notrun $c "$reason"; done
 fi
 
 log "== $npass passed, $nfail failed, $nnot not run ($(( $(date +%s) - START )) s); report: $REPORT"

@@ -2,7 +2,8 @@
  * dev/cuda/attention_cudnn.cu - checks cuDNN's fused causal attention (cuda/attention_cudnn.cuh) on the same bf16
  * inputs against the float64 CPU reference (dev/cuda/attention_ref.cuh) and against the cuBLAS path
  * (cuda/attention.cuh): forward output, the saved statistics (row log-sum-exp), the backward's dqkv (pre-filled
- * with NaN, so an element the backward does not write fails); at two shapes (the second plan comes through the
+ * with NaN, so an element the backward does not write fails), bitwise repeatability of the backward when its
+ * deterministic graph is in use; at two shapes (the second plan comes through the
  * cache); then the whole-model Attention object: it chose cuDNN, its layer forward/backward, a sampling forward at
  * a shape without a plan (cuBLAS), and the fallback (a layer's forward on cuDNN, a simulated cuDNN failure, its
  * backward recomputed on cuBLAS). Times cuDNN against cuBLAS at GPT-2 124M's attention (B=8, T=1024, C=768, NH=12).
@@ -65,6 +66,18 @@ static void check_shape(Blas *bl, CudnnAttn *ca, int B, int T, int C, int NH) {
     float *dqkv = from_device(d_dqkv, n3);
     snprintf(name, sizeof name, "attention_cudnn_backward_dqkv_%s", tag);
     check_close(name, dqkv, rdqkv, n3, TOL_REL * 2, TOL_ABS * 10);
+    /* repeatability: bitwise when the deterministic backward graph is in use (else said, not claimed) */
+    cudaCheck(cudaMemset(d_dqkv, 0xFF, n3 * sizeof(floatX)));
+    snprintf(name, sizeof name, "attention_cudnn_backward_again_%s", tag);
+    if (!cudnn_attention_backward(ca, d_dqkv, d_dout, d_out, d_stats, d_qkv, B, T, 0, why)) {
+        check_true(name, 0, why);
+        return;
+    }
+    float *dqkv_again = from_device(d_dqkv, n3);
+    snprintf(name, sizeof name, "attention_cudnn_backward_bitwise_repeatable_%s", tag);
+    if (cudnn_attention_deterministic(ca, B, T)) check_same(name, dqkv_again, dqkv, n3);
+    else printf("  %s: not checked, the deterministic backward graph was refused: %s\n", name, ca->bwd_note);
+    free(dqkv_again);
 
     /* the cuBLAS path on the same inputs */
     floatX *c_out = dev_nan(n), *c_dqkv = dev_nan(n3), *c_att, *c_scr;
