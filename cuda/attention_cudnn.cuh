@@ -21,8 +21,9 @@
  *
  * Plans: one finalized execution plan per (B, T, NH, hs, forward|backward) (the precision is the build's), built
  * on first use and cached (CDNN_MAX_PLANS, oldest evicted); one workspace shared by all plans, allocated once
- * and grown only if a later shape needs more. The backward's own fp32 buffers (D and the dQ accumulator) are
- * allocated once at the largest shape.
+ * and grown only if a later shape needs more. The backward's own fp32 buffers (D, and the dQ accumulator of the
+ * non-deterministic graph) are allocated once, at the largest shape. The backward graph is the deterministic one
+ * where cuDNN accepts it (cdnn_build_backward).
  * Errors: no cuDNN failure exits. Every cuDNN call's status is checked; the first failure stops the build or the
  * call and is returned as one line (what failed, cuDNN's status string and its last error message) so the
  * caller (cuda/attention.cuh) can fall back to cuBLAS attention. Asynchronous kernel faults surface, as
