@@ -174,8 +174,15 @@ typedef struct {
 #ifdef ATTENTION_CUDNN
     CudnnAttn cd;
 #endif
-    char desc[200];          /* one line: the path and what it keeps, for the start-up output */
+    char desc[256];          /* one line: the path and what it keeps, for the start-up output */
 } Attention;
+
+/* bytes as "%.2f GiB" or "%.1f MiB" into buf (the start-up line's sizes: GPT-2 124M's att is GiB, a test's KiB) */
+static const char *attention_size(char *buf, size_t n, double bytes) {
+    if (bytes >= 1073741824.0) snprintf(buf, n, "%.2f GiB", bytes / 1073741824.0);
+    else snprintf(buf, n, "%.1f MiB", bytes / 1048576.0);
+    return buf;
+}
 
 /* cudaMalloc or exit with one line naming what and how much (the fallback's late allocation has nothing to
  * fall back to) */
@@ -202,9 +209,10 @@ static void attention_cublas_buffers(Attention *at) {
 #ifdef ATTENTION_CUDNN
 /* cuDNN failed (why): one line, then cuBLAS for the rest of the run */
 static void attention_cudnn_failed(Attention *at, const char *why) {
+    char sz[32];
     fprintf(stderr, "warning: %s; cuDNN attention is off for the rest of the run, using cuBLAS attention "
-            "(+%.2f GiB for the (L,B,NH,T,T) probabilities)\n", why,
-            ((double)at->L * at->att_max * sizeof(floatX)) / 1073741824.0);
+            "(+%s for the (L,B,NH,T,T) probabilities)\n", why,
+            attention_size(sz, sizeof sz, (double)at->L * at->att_max * sizeof(floatX)));
     at->cudnn = 0;
     attention_cublas_buffers(at);
     snprintf(at->desc, sizeof at->desc, "cuBLAS batched GEMMs + fused softmax (cuDNN failed at run time)");
@@ -221,6 +229,8 @@ static void attention_init(Attention *at, Blas *bl, int L, int B, int T, int C, 
     at->att_max = (size_t)B * NH * T * T;
     at->by_cudnn = (unsigned char *)calloc(L, 1);
     if (!at->by_cudnn) { fprintf(stderr, "error: out of host memory for the attention layers\n"); exit(1); }
+    char sz[32], sz2[32];
+    double att_bytes = (double)L * at->att_max * sizeof(floatX);
     const char *rank = getenv("OMPI_COMM_WORLD_RANK");
     int verbose = !rank || atoi(rank) == 0;
 #ifdef ATTENTION_CUDNN
@@ -231,27 +241,26 @@ static void attention_init(Attention *at, Blas *bl, int L, int B, int T, int C, 
         size_t v = cudnnGetVersion();
         int det = cudnn_attention_deterministic(&at->cd, B, T);
         snprintf(at->desc, sizeof at->desc, "cuDNN %zu.%zu.%zu fused flash attention (saves (L,B,NH,T) fp32 "
-                 "statistics: %.1f MiB, not %.2f GiB of probabilities; backward %s)", v / 10000, v % 10000 / 100,
-                 v % 100, (double)L * B * NH * T * 4 / 1048576.0,
-                 (double)L * at->att_max * sizeof(floatX) / 1073741824.0,
+                 "statistics: %s, not %s of probabilities; backward %s)", v / 10000, v % 10000 / 100, v % 100,
+                 attention_size(sz, sizeof sz, (double)L * B * NH * T * 4), attention_size(sz2, sizeof sz2, att_bytes),
                  det ? "deterministic" : "not bitwise reproducible");
         if (!det && verbose) fprintf(stderr, "note: cuDNN refused the deterministic attention backward (%s); its "
                                      "dQ is accumulated with atomics\n", at->cd.bwd_note);
     } else {
         fprintf(stderr, "warning: %s; using cuBLAS attention\n", why);
         snprintf(at->desc, sizeof at->desc, "cuBLAS batched GEMMs + fused softmax (cuDNN unavailable, see the "
-                 "warning; saves (L,B,NH,T,T) probabilities: %.2f GiB)",
-                 (double)L * at->att_max * sizeof(floatX) / 1073741824.0);
+                 "warning; saves (L,B,NH,T,T) probabilities: %s)", attention_size(sz, sizeof sz, att_bytes));
     }
 #else
     snprintf(at->desc, sizeof at->desc, "cuBLAS batched GEMMs + fused softmax (%s; saves (L,B,NH,T,T) probabilities: "
-             "%.2f GiB)",
+             "%s)",
 #if defined(ENABLE_CUDNN)
              "fp32 build: cuDNN's flash attention takes bf16/fp16 only",
 #else
              "built without cuDNN; USE_CUDNN=1 adds it",
 #endif
-             (double)L * at->att_max * sizeof(floatX) / 1073741824.0);
+             attention_size(sz, sizeof sz, att_bytes));
+    (void)sz2;
 #endif
     if (!at->cudnn) attention_cublas_buffers(at);
     if (verbose) printf("attention: %s\n", at->desc);
