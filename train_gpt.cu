@@ -17,7 +17,9 @@
  *     floatX buffer, adds them into the host gradients and reports every bucket final; the loop's DistOptim
  *     (MPI on host buffers, so several ranks can share one GPU) does the rest.
  * Either way checkpoints and logs are the CPU trainer's; the parameter-side plumbing of both ways is
- * cuda/trainer.cuh's DeviceParams. Not yet here (see cuda/README.md): cuDNN attention.
+ * cuda/trainer.cuh's DeviceParams. Attention is cuda/attention.cuh's Attention: cuDNN's fused flash attention in
+ * builds with cuDNN (USE_CUDNN=1, or train_gptcu_cudnn; bf16), keeping (B,NH,T) statistics per layer, else cuBLAS
+ * GEMMs keeping the (B,NH,T,T) probabilities; the start-up line names the one in use.
  *
  * Shapes: B batch, T sequence, C channels, NH heads, L layers, V vocabulary, Vp padded vocabulary, N = B*T.
  */
@@ -48,7 +50,7 @@ typedef struct {
 /* device activations; per-layer ones hold L slices of Bmax*Tmax rows */
 typedef struct {
     floatX *encoded;                 /* (N,C) */
-    floatX *ln1, *qkv, *atty, *att;  /* (L,N,C) (L,N,3C) (L,N,C) (L,B,NH,T,T) */
+    floatX *ln1, *qkv, *atty;        /* (L,N,C) (L,N,3C) (L,N,C); attention's own state lives in GPT2CU.attn */
     floatX *attproj, *residual2, *ln2, *fch, *fch_gelu, *fcproj, *residual3; /* (L,N,C|4C) */
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; /* (L,N) */
     floatX *lnf;                     /* (N,C) */
@@ -56,7 +58,6 @@ typedef struct {
     floatX *logits;                  /* (N,Vp); the backward turns it into dlogits */
     float *losses;                   /* (N) per-row cross-entropy */
     floatX *dres, *dc, *d4c;         /* (N,C) (N,C) (N,4C) gradient buffers of backward */
-    floatX *att_scratch;             /* attention_backward_scratch_elems */
     float *fscratch;                 /* layernorm / bias-gradient partial sums */
 } Acts;
 
@@ -64,7 +65,6 @@ typedef struct {
     Model base;       /* params, grads, table: the host model's (shared, not copied) */
     Model *host;      /* cuda/gpt2_host.c model: owns table, host params/grads, writes model files */
     int L, C, NH, V, Vp, maxT, Bmax, Tmax, B, T, have_targets;
-    size_t att_max;   /* Bmax*NH*Tmax*Tmax */
     DeviceParams dp;  /* fp32 master, floatX params and gradients, host or device update (cuda/trainer.cuh) */
     Tensors p, g;
     Acts a;
@@ -75,6 +75,7 @@ typedef struct {
     int *plan_count;  /* (Vp) scratch of the plan */
     int *d_order, *d_seg_start, *d_seg_tok;
     Blas bl;
+    Attention attn;   /* cuDNN or cuBLAS attention and what each layer keeps for backward (cuda/attention.cuh) */
     cudaStream_t s;
 } GPT2CU;
 
@@ -93,9 +94,8 @@ static void point_tensors(Tensors *t, floatX *base, const ParamTable *tab) {
 
 static float gpt2cu_forward(Model *model, const int *inputs, const int *targets, int B, int T) {
     GPT2CU *m = (GPT2CU *)model;
-    int L = m->L, C = m->C, NH = m->NH, V = m->V, Vp = m->Vp;
-    if (B < 1 || T < 1 || T > m->maxT || (size_t)B * T > (size_t)m->Bmax * m->Tmax ||
-        (size_t)B * NH * T * T > m->att_max)
+    int L = m->L, C = m->C, V = m->V, Vp = m->Vp;
+    if (B < 1 || T < 1 || T > m->maxT || (size_t)B * T > (size_t)m->Bmax * m->Tmax || !attention_fits(&m->attn, B, T))
         fatal("forward with B=%d T=%d does not fit this model (sized for B=%d T=%d, maximum sequence length %d); "
               "use a smaller batch or sequence", B, T, m->Bmax, m->Tmax, m->maxT);
     size_t N = (size_t)B * T, LN = (size_t)m->Bmax * m->Tmax;
@@ -127,7 +127,7 @@ static float gpt2cu_forward(Model *model, const int *inputs, const int *targets,
     encoder_forward(a->encoded, m->d_inputs, p->wte, p->wpe, B, T, C, s);
     for (int l = 0; l < L; l++) {
         floatX *ln1 = a->ln1 + l * LN * C, *qkv = a->qkv + l * LN * 3 * C, *atty = a->atty + l * LN * C;
-        floatX *att = a->att + l * m->att_max, *attproj = a->attproj + l * LN * C;
+        floatX *attproj = a->attproj + l * LN * C;
         floatX *residual2 = a->residual2 + l * LN * C, *ln2 = a->ln2 + l * LN * C, *fch = a->fch + l * LN * 4 * C;
         floatX *fch_gelu = a->fch_gelu + l * LN * 4 * C, *fcproj = a->fcproj + l * LN * C;
         float *ln1_mean = a->ln1_mean + l * LN, *ln1_rstd = a->ln1_rstd + l * LN;
@@ -139,7 +139,7 @@ static float gpt2cu_forward(Model *model, const int *inputs, const int *targets,
             fused_residual_layernorm_forward(residual, ln1, ln1_mean, ln1_rstd, a->residual2 + (l - 1) * LN * C,
                                              a->fcproj + (l - 1) * LN * C, p->ln1w + l * C, p->ln1b + l * C, n, C, s);
         matmul_forward(bl, qkv, NULL, ln1, p->qkvw + (size_t)l * 3 * C * C, p->qkvb + l * 3 * C, n, C, 3 * C, s);
-        attention_forward(bl, atty, att, a->att_scratch, qkv, B, T, C, NH, s);
+        attention_layer_forward(&m->attn, l, atty, qkv, B, T, targets != NULL, s);
         matmul_forward(bl, attproj, NULL, atty, p->attprojw + (size_t)l * C * C, p->attprojb + l * C, n, C, C, s);
         fused_residual_layernorm_forward(residual2, ln2, ln2_mean, ln2_rstd, residual, attproj, p->ln2w + l * C,
                                          p->ln2b + l * C, n, C, s);
@@ -167,7 +167,7 @@ static void gpt2cu_backward(Model *model, float loss_scale, BucketReadyFn on_buc
     GPT2CU *m = (GPT2CU *)model;
     if (!m->have_targets) fatal("internal: backward called after a forward without targets");
     m->have_targets = 0;
-    int L = m->L, C = m->C, NH = m->NH, V = m->V, Vp = m->Vp, B = m->B, T = m->T;
+    int L = m->L, C = m->C, V = m->V, Vp = m->Vp, B = m->B, T = m->T;
     size_t N = (size_t)B * T, LN = (size_t)m->Bmax * m->Tmax, P = m->base.table.total;
     int n = (int)N;
     cudaStream_t s = m->s;
@@ -198,8 +198,7 @@ static void gpt2cu_backward(Model *model, float loss_scale, BucketReadyFn on_buc
                            p->ln2w + l * C, a->ln2_mean + l * LN, a->ln2_rstd + l * LN, n, C, s);
         matmul_backward(bl, a->dc, g->attprojw + (size_t)l * C * C, g->attprojb + l * C, a->fscratch, a->dres,
                         a->atty + l * LN * C, p->attprojw + (size_t)l * C * C, n, C, C, 0.0f, s);
-        attention_backward(bl, dqkv, a->att_scratch, a->dc, a->att + l * m->att_max, a->qkv + l * LN * 3 * C, B, T,
-                           C, NH, s);
+        attention_layer_backward(&m->attn, l, dqkv, a->dc, a->atty + l * LN * C, a->qkv + l * LN * 3 * C, B, T, s);
         matmul_backward(bl, a->dc, g->qkvw + (size_t)l * 3 * C * C, g->qkvb + l * 3 * C, a->fscratch, dqkv,
                         a->ln1 + l * LN * C, p->qkvw + (size_t)l * 3 * C * C, n, C, 3 * C, 0.0f, s);
         layernorm_backward(a->dres, g->ln1w + l * C, g->ln1b + l * C, a->fscratch, a->dc, residual, p->ln1w + l * C,
@@ -228,10 +227,10 @@ static void gpt2cu_free(Model *model) {
     GPT2CU *m = (GPT2CU *)model;
     if (!m) return;
     cudaCheck(cudaStreamSynchronize(m->s));
-    void *dev[] = {m->a.encoded, m->a.ln1, m->a.qkv, m->a.atty, m->a.att, m->a.attproj,
+    void *dev[] = {m->a.encoded, m->a.ln1, m->a.qkv, m->a.atty, m->a.attproj,
                    m->a.residual2, m->a.ln2, m->a.fch, m->a.fch_gelu, m->a.fcproj, m->a.residual3, m->a.ln1_mean,
                    m->a.ln1_rstd, m->a.ln2_mean, m->a.ln2_rstd, m->a.lnf, m->a.lnf_mean, m->a.lnf_rstd, m->a.logits,
-                   m->a.losses, m->a.dres, m->a.dc, m->a.d4c, m->a.att_scratch, m->a.fscratch, m->d_inputs,
+                   m->a.losses, m->a.dres, m->a.dc, m->a.d4c, m->a.fscratch, m->d_inputs,
                    m->d_targets, m->d_order, m->d_seg_start, m->d_seg_tok};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaCheck(cudaFree(dev[i]));
     device_params_free(&m->dp);
@@ -243,6 +242,7 @@ static void gpt2cu_free(Model *model) {
     free(m->plan.seg_start);
     free(m->plan.seg_tok);
     free(m->plan_count);
+    attention_free(&m->attn);
     blas_free(&m->bl);
     cudaCheck(cudaStreamDestroy(m->s));
     m->host->free(m->host);
@@ -266,7 +266,6 @@ static Model *gpt2cu_create(const char *spec, const char *init_path, uint64_t se
     m->host = host;
     Model *b = &m->base;
     b->family = host->family;
-    snprintf(b->desc, sizeof b->desc, "%.40s, CUDA " PRECISION_NAME, host->desc);
     b->table = host->table; /* shared; the host model frees it */
     b->params = host->params;
     b->grads = host->grads;
@@ -284,10 +283,11 @@ static Model *gpt2cu_create(const char *spec, const char *init_path, uint64_t se
     b->free = gpt2cu_free;
     m->L = host->num_layers; m->C = host->channels; m->NH = host->num_heads; m->V = host->vocab_size;
     m->Vp = host->padded_vocab_size; m->maxT = host->max_seq_len; m->Bmax = B; m->Tmax = T;
-    m->att_max = (size_t)B * m->NH * T * T;
 
     cudaCheck(cudaStreamCreate(&m->s));
     blas_init(&m->bl);
+    attention_init(&m->attn, &m->bl, m->L, B, T, m->C, m->NH); /* cuDNN or cuBLAS; prints "attention: ..." */
+    snprintf(b->desc, sizeof b->desc, "%.36s, CUDA " PRECISION_NAME ", %s attn", host->desc, attention_path(&m->attn));
     size_t N = (size_t)B * T, L = m->L, C = m->C, Vp = m->Vp;
     device_params_alloc(&m->dp, b, m->s);
     point_tensors(&m->p, m->dp.params, &b->table);
@@ -298,7 +298,6 @@ static Model *gpt2cu_create(const char *spec, const char *init_path, uint64_t se
     a->ln1 = (floatX *)dalloc(L * N * C * X, "activations");
     a->qkv = (floatX *)dalloc(L * N * 3 * C * X, "activations");
     a->atty = (floatX *)dalloc(L * N * C * X, "activations");
-    a->att = (floatX *)dalloc(L * m->att_max * X, "attention matrices");
     a->attproj = (floatX *)dalloc(L * N * C * X, "activations");
     a->residual2 = (floatX *)dalloc(L * N * C * X, "activations");
     a->ln2 = (floatX *)dalloc(L * N * C * X, "activations");
@@ -318,8 +317,6 @@ static Model *gpt2cu_create(const char *spec, const char *init_path, uint64_t se
     a->dres = (floatX *)dalloc(N * C * X, "gradient buffers");
     a->dc = (floatX *)dalloc(N * C * X, "gradient buffers");
     a->d4c = (floatX *)dalloc(N * 4 * C * X, "gradient buffers");
-    size_t as = attention_backward_scratch_elems(B, T, (int)C, m->NH);
-    a->att_scratch = (floatX *)dalloc(as * X, "attention scratch");
     size_t fs = layernorm_backward_scratch_floats((int)N, (int)C), ms = matmul_backward_scratch_floats((int)N, 4 * (int)C);
     a->fscratch = (float *)dalloc((fs > ms ? fs : ms) * 4, "reduction scratch");
     m->d_inputs = (int *)dalloc(N * 4, "inputs");

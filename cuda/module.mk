@@ -4,7 +4,7 @@
 #   GPU_ARCH="80 90"  compute capabilities of the fat binary (default: A100 and H100/H200)
 #   PRECISION=FP32    kernel tests in fp32 instead of bf16, under build/cuda-fp32 (the fp32 trainer is always
 #                     built as train_gptcu_fp32)
-#   USE_CUDNN=1       defines ENABLE_CUDNN and links cuDNN 9 (reserved: no cuDNN attention is written yet)
+#   USE_CUDNN=1       defines ENABLE_CUDNN and links cuDNN 9: the plain targets use cuDNN attention (cuda/mk/cudnn.mk)
 #   CUDA_HOME         toolkit root (default /usr/local/cuda)
 
 CUDA_HOME ?= /usr/local/cuda
@@ -90,6 +90,16 @@ CUDA_MODEL_TESTS := $(BUILD)/cuda/test_gpt2cu $(BUILD)/cuda-fp32/test_gpt2cu
 # (whole-model test binaries) and CUDA_TRAINERS; the aggregate targets below are defined after them.
 include $(sort $(wildcard cuda/mk/*.mk))
 CUDA_TEST_BINS := $(CUDA_KERNEL_TESTS:%=$(CUDA_BUILD)/test_%)
+
+# USE_CUDNN changes what the objects hold but not their paths: a stamp with its value (rewritten when it differs)
+# is a prerequisite of everything compiled from code that may include cuda/attention.cuh, so switching rebuilds it
+# instead of linking a stale object (a "USE_CUDNN=1 make train_gptcu" after a plain build would run cuBLAS).
+CUDNN_STAMP := $(BUILD)/cuda/.use_cudnn
+ifneq ($(shell cat $(CUDNN_STAMP) 2>/dev/null),$(USE_CUDNN))
+$(shell mkdir -p $(BUILD)/cuda && echo $(USE_CUDNN) > $(CUDNN_STAMP))
+endif
+$(CUDA_TEST_BINS) $(patsubst %,%.o,$(CUDA_MODEL_TESTS)) $(BUILD)/cuda/train_gpt.o $(BUILD)/cuda-fp32/train_gpt.o \
+    $(BUILD)/cuda/train_llama.o $(BUILD)/cuda-fp32/train_llama.o: $(CUDNN_STAMP)
 
 .PHONY: cuda test-gpu cuda-tests
 cuda-tests: $(CUDA_BUILD)/gpu_probe $(CUDA_TEST_BINS) $(CUDA_MODEL_TESTS)

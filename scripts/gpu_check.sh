@@ -19,8 +19,14 @@
 # and train_gptcu against train_gpt's losses (train_gpt is itself checked against PyTorch by test/test_gpt2);
 # two identical runs bitwise equal; save/resume/continue bitwise equal; 2 ranks sharing the GPU == 1 rank
 # accumulating 2 micro-steps (the same windows under the data loader's rank interleaving); a throughput run of
-# GPT-2 124M (d12) at T=1024 with the largest batch that fits: tokens/s and MFU; device SCAPE (with its residual
-# offloaded too) against the host SCAPE update, and its mask statistics against the host's.
+# GPT-2 124M (d12) at T=1024 with the largest batch that fits: tokens/s, MFU and peak GPU memory; device SCAPE
+# (with its residual offloaded too) against the host SCAPE update, and its mask statistics against the host's.
+# cuDNN attention (cuda/attention_cudnn.cuh): its kernel tests (build/cuda/test_attention_cudnn*, with the model
+# tests: against the float64 reference and the cuBLAS path); train_gptcu_cudnn against train_gptcu over 10 steps
+# (bf16 both, relative tolerance 1e-2 per step's loss); two identical cuDNN runs bitwise equal (when cuDNN took
+# the deterministic backward graph; NOT RUN otherwise); d12 throughput and peak memory with cuDNN against
+# without, at the same batch. A cuDNN run that fell back to cuBLAS is a FAIL; a cuDNN trainer that did not build
+# makes both NOT RUN.
 set -u
 cd "$(dirname "$0")/.."
 REPORT=${1:-out/gpu_check/report.txt}
@@ -149,15 +155,24 @@ TRAIN_OK=1
 reason=""
 GT=./train_gptcu; GT32=./train_gptcu_fp32; LT=./train_llamacu; LT32=./train_llamacu_fp32; DRY=""
 TRAIN_TARGETS=(train_gpt train_gptcu train_gptcu_fp32 train_llama train_llamacu train_llamacu_fp32)
+GTC=./train_gptcu_cudnn; CUDNN_REASON=""
 if [ "${CPU_DRY:-0}" = 1 ]; then GT=./train_gpt; GT32=./train_gpt; LT=./train_llama; LT32=./train_llama
-    TRAIN_TARGETS=(train_gpt train_llama); DRY="DRY(train_gpt) "
+    TRAIN_TARGETS=(train_gpt train_llama); DRY="DRY(train_gpt) "; CUDNN_REASON="CPU_DRY=1"
     log "CPU_DRY=1: the training checks below run train_gpt in place of the CUDA trainers"
 elif [ -n "${NO_GPU:-}" ]; then TRAIN_OK=0; reason="no usable GPU"; fi
 [ $HAVE_MPI = 0 ] && { TRAIN_OK=0; reason="no mpicc/mpirun (the shared training loop links Open MPI)"; }
 [ $HAVE_BLAS = 0 ] || [ $HAVE_PCRE = 0 ] && { TRAIN_OK=0; reason="${reason:+$reason; }OpenBLAS or PCRE2 missing"; }
 if [ $TRAIN_OK = 1 ]; then
     build trainers "${TRAIN_TARGETS[@]}" || { TRAIN_OK=0; reason="build failed: $(grep -m3 error "$WORK/build_trainers.log" | tr '\n' ' ')"; fail build_trainers "$reason"; }
+    # the cuDNN trainer on its own: a machine without cuDNN must not cost the other training checks
+    if [ -z "$CUDNN_REASON" ] && ! build trainer_cudnn train_gptcu_cudnn; then
+        CUDNN_REASON="train_gptcu_cudnn did not build (cuDNN 9 headers or libcudnn.so.9 missing?): $(grep -m2 -E 'error|cannot find' "$WORK/build_trainer_cudnn.log" | tr '\n' ' ')"
+    fi
+    [ -z "$CUDNN_REASON" ] && [ ! -x "$GTC" ] && CUDNN_REASON="$GTC was not built"
 fi
+# cuDNN attention really ran in a trainer's output (the start-up line, and no fallback warning)?
+cudnn_ran() { grep -q '^attention: cuDNN' "$1" && ! grep -q 'cuDNN attention is off' "$1"; }
+cudnn_why_not() { grep -m1 -iE 'cudnn' "$1" | cut -c1-300; }
 DATA=${DATA:-data}
 TR=$DATA/sotu/gpt2/sotu_train_000000.bin; VA=$DATA/sotu/gpt2/sotu_val_000000.bin
 if [ $TRAIN_OK = 1 ] && { [ ! -f "$TR" ] || [ ! -f "$VA" ]; }; then
@@ -318,21 +333,39 @@ if [ $TRAIN_OK = 1 ]; then
     # checkpoints interchange: the CPU trainer's step-5 checkpoint resumed by the GPU trainer
     [ -d "$WORK/cpu/ckpt_5" ] && trun gpu_from_cpu_ckpt $GT32 "${COMMON[@]}" --batch 4 --resume "$WORK/cpu/ckpt_5" &&
         compare_losses cpu_checkpoint_resumed_on_gpu "$WORK/gpu_from_cpu_ckpt/log.jsonl" "$WORK/cpu/log.jsonl" 1e-4 6
-    # throughput: GPT-2 124M (d12) and 350M (d24) at T=1024, the largest batch of 32/16/8/4 that fits
-    throughput() { # throughput NAME BIN MODEL
-        local name=$1 bin=$2 model=$3 tried="" b
+    # throughput: GPT-2 124M (d12) and 350M (d24) at T=1024, the largest batch of 32/16/8/4 that fits (or the
+    # batches given); peak GPU memory sampled by nvidia-smi every 100 ms (device-wide). On PASS sets THR_B,
+    # THR_TOKS, THR_MEM. REQUIRE_CUDNN=1: the run must have used cuDNN attention throughout.
+    throughput() { # throughput NAME BIN MODEL [BATCH...]
+        local name=$1 bin=$2 model=$3 tried="" b batches smi
+        shift 3; batches=${*:-32 16 8 4}
+        THR_B=""; THR_TOKS=""; THR_MEM=""
         if [ -n "$DRY" ]; then notrun "$name" "CPU_DRY=1"; return; fi
-        for b in 32 16 8 4; do
+        for b in $batches; do
             if [ $(( $(date +%s) - START )) -gt "${BUDGET_S:-420}" ]; then notrun "$name" "time budget spent"; return; fi
             rm -rf "$WORK/bench"
-            if timeout 240 "$bin" --model "$model" --train "$TR" --val "$VA" --data "$DATA" --seq 1024 --batch $b \
+            : > "$WORK/mem_$name.txt"; smi=""
+            if have nvidia-smi; then
+                nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 > "$WORK/mem_$name.txt" 2>/dev/null &
+                smi=$!
+            fi
+            timeout 240 "$bin" --model "$model" --train "$TR" --val "$VA" --data "$DATA" --seq 1024 --batch $b \
                 --steps 12 --warmup 2 --eval-every 0 --eval-batches 1 --sample-every 0 --peak-flops "$PEAK_FLOPS" \
-                --out "$WORK/bench" > "$WORK/bench_$name.out" 2>&1; then
+                --out "$WORK/bench" > "$WORK/bench_$name.out" 2>&1
+            local rc=$?
+            [ -n "$smi" ] && { kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null; }
+            if [ $rc -eq 0 ]; then
                 # the median of steps 3-12 (the first steps include cuBLASLt heuristics and allocation)
-                local med
+                local med mem
                 med=$(grep '^step' "$WORK/bench_$name.out" | tail -10 |
                       sed -E 's/.*\| ([0-9.]+) ms \| ([0-9]+) tok\/s \| MFU ([^ ]+).*/\1 \2 \3/' | sort -n | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}')
-                pass "$name" "B=$b T=1024: median of the last 10 steps: ${med% * *} ms, $(echo "$med" | cut -d' ' -f2) tok/s, MFU $(echo "$med" | cut -d' ' -f3)"
+                mem=$(grep -E '^[0-9]+$' "$WORK/mem_$name.txt" | sort -n | tail -1)
+                if [ "${REQUIRE_CUDNN:-0}" = 1 ] && ! cudnn_ran "$WORK/bench_$name.out"; then
+                    fail "$name" "B=$b ran, but not on cuDNN attention: $(cudnn_why_not "$WORK/bench_$name.out")"; return
+                fi
+                THR_B=$b; THR_TOKS=$(echo "$med" | cut -d' ' -f2); THR_MEM=${mem:-?}
+                pass "$name" "B=$b T=1024: median of the last 10 steps: ${med% * *} ms, $THR_TOKS tok/s, MFU $(echo "$med" | cut -d' ' -f3), peak GPU memory ${THR_MEM} MiB"
+                grep -m1 '^attention:' "$WORK/bench_$name.out" | sed 's/^/        | /' >> "$REPORT"
                 [ -n "$tried" ] && log "        | $name: larger batches failed first:$tried"
                 return
             fi
@@ -356,7 +389,33 @@ if [ $TRAIN_OK = 1 ]; then
         notrun llama_train_bf16_vs_cpu_10_steps "no Llama shards and no python3 to write synthetic ones"
         notrun llama_device_vs_host_update_fp32 "no Llama shards and no python3 to write synthetic ones"
     fi
+    # cuDNN attention: train_gptcu_cudnn against train_gptcu (cuBLAS attention) over the same 10 steps, bf16 both
+    if [ -n "$CUDNN_REASON" ]; then notrun cudnn_vs_cublas_bf16_10_steps "$CUDNN_REASON"; notrun cudnn_identical_runs_bitwise "$CUDNN_REASON"
+    elif [ ! -f "$WORK/gpu_bf16/log.jsonl" ]; then notrun cudnn_vs_cublas_bf16_10_steps "the train_gptcu run (gpu_bf16) it compares with failed"
+    elif trun gpu_bf16_cudnn $GTC "${COMMON[@]}" --batch 4; then
+        if cudnn_ran "$WORK/gpu_bf16_cudnn.out"; then
+            compare_losses cudnn_vs_cublas_bf16_10_steps "$WORK/gpu_bf16_cudnn/log.jsonl" "$WORK/gpu_bf16/log.jsonl" 1e-2
+            # two identical cuDNN runs: bitwise equal losses, where cuDNN took the deterministic backward graph
+            if grep -q '^attention: cuDNN.*backward deterministic' "$WORK/gpu_bf16_cudnn.out"; then
+                if trun gpu_bf16_cudnn_again $GTC "${COMMON[@]}" --batch 4; then
+                    if diff <(train_rows "$WORK/gpu_bf16_cudnn/log.jsonl") <(train_rows "$WORK/gpu_bf16_cudnn_again/log.jsonl") > /dev/null; then
+                        pass cudnn_identical_runs_bitwise "10 losses equal"
+                    else fail cudnn_identical_runs_bitwise "losses of two identical cuDNN runs differ"; fi
+                fi
+            else notrun cudnn_identical_runs_bitwise "cuDNN refused the deterministic backward: $(grep -m1 'deterministic attention backward' "$WORK/gpu_bf16_cudnn.out" | cut -c1-250)"; fi
+        else fail cudnn_vs_cublas_bf16_10_steps "train_gptcu_cudnn did not run on cuDNN attention: $(cudnn_why_not "$WORK/gpu_bf16_cudnn.out")"; fi
+    fi
     throughput throughput_gpt2_124M_d12 ./train_gptcu d12
+    # d12 with cuDNN attention at the batch the cuBLAS run used (the same work), then the comparison
+    if [ -n "$CUDNN_REASON" ]; then notrun throughput_gpt2_124M_d12_cudnn "$CUDNN_REASON"
+    elif [ -z "$THR_B" ]; then notrun throughput_gpt2_124M_d12_cudnn "the cuBLAS d12 throughput run it compares with did not pass"
+    else
+        b0=$THR_B; t0=$THR_TOKS; m0=$THR_MEM
+        REQUIRE_CUDNN=1 throughput throughput_gpt2_124M_d12_cudnn $GTC d12 "$b0"
+        if [ -n "$THR_B" ]; then
+            log "        | d12 B=$b0 T=1024, cuDNN vs cuBLAS attention: $THR_TOKS vs $t0 tok/s ($(awk -v a="$THR_TOKS" -v b="$t0" 'BEGIN { if (b > 0) printf "x%.2f", a / b; else print "?" }')), peak GPU memory $THR_MEM vs $m0 MiB"
+        fi
+    fi
     throughput throughput_gpt2_350M_d24 ./train_gptcu d24
     TR=$LTR VA=$LVA throughput throughput_llama_500M $LT 500m
 else
@@ -365,7 +424,8 @@ else
              two_ranks_zero1_vs_no_zero scape_device_fp32_vs_cpu scape_device_vs_host_update_fp32 \
              scape_mask_stats_device_vs_host_fp32 \
              scape_offload_vs_resident_fp32 nan_step_skipped cpu_checkpoint_resumed_on_gpu llama_train_fp32_vs_cpu_10_steps \
-             llama_train_bf16_vs_cpu_10_steps llama_device_vs_host_update_fp32 throughput_llama_500M throughput_gpt2_124M_d12 throughput_gpt2_350M_d24; do notrun $c "$reason"; done
+             llama_train_bf16_vs_cpu_10_steps llama_device_vs_host_update_fp32 throughput_llama_500M throughput_gpt2_124M_d12 throughput_gpt2_350M_d24 \
+             cudnn_vs_cublas_bf16_10_steps cudnn_identical_runs_bitwise throughput_gpt2_124M_d12_cudnn; do notrun $c "$reason"; done
 fi
 
 log "== $npass passed, $nfail failed, $nnot not run ($(( $(date +%s) - START )) s); report: $REPORT"

@@ -1,0 +1,46 @@
+# cuda/mk/cudnn.mk - cuDNN's fused flash attention (cuda/attention_cudnn.cuh, chosen by cuda/attention.cuh's
+# Attention), included by cuda/module.mk before its aggregate targets. The cuDNN path is compiled by every
+# `make cuda`, whatever USE_CUDNN says, so CI (nvcc, no GPU, warnings as errors) keeps it building:
+#   train_gptcu_cudnn                    train_gpt.cu with -DENABLE_CUDNN (bf16), linked with cuDNN 9
+#   $(BUILD)/cuda/test_attention_cudnn   dev/cuda/attention_cudnn.cu: cuDNN attention against the float64 CPU
+#                                        reference and the cuBLAS path; bf16 only (cuDNN's flash engines take no
+#                                        fp32), so it is listed with the model tests, not CUDA_KERNEL_TESTS (whose
+#                                        entries are also built in fp32 and by the emulator, which has no cuDNN)
+#   $(BUILD)/cuda/test_attention_cudnn_graph  dev/cuda/attention_cudnn_graph.cu: both graphs at several shapes;
+#                                        without a GPU every descriptor up to the operation graph (host-side
+#                                        attribute checks), with one the full plans
+#   make test-cudnn-graphs               runs the latter: needs libcudnn, not a GPU
+# USE_CUDNN=1 (module.mk) makes the plain targets (train_gptcu, the kernel and model tests) use cuDNN too.
+# cuDNN's headers: CUDA_HOME/include, else a CUDA_LIB_DIRS entry's ../include (a Python env's nvidia/cudnn).
+CUDNN_INC_DIR := $(firstword $(foreach d,$(CUDA_HOME)/include $(foreach l,$(subst :, ,$(CUDA_LIB_DIRS)),$(l)/../include),$(if $(wildcard $(d)/cudnn.h),$(d))))
+CUDNN_NVCC_FLAGS := -DENABLE_CUDNN $(if $(CUDNN_INC_DIR),-I$(CUDNN_INC_DIR))
+# libcudnn.so.9 by name: a pip wheel ships no unversioned libcudnn.so
+CUDNN_LINK := -l:libcudnn.so.9
+ifeq ($(USE_CUDNN),1) # module.mk has added -DENABLE_CUDNN and -lcudnn
+NVCC_FLAGS += $(if $(CUDNN_INC_DIR),-I$(CUDNN_INC_DIR))
+endif
+
+# the trainer: bf16 only; links the bf16 device update (cuda/mk/updater.mk) and NCCL like train_gptcu
+$(BUILD)/cuda-cudnn/train_gpt.o: train_gpt.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(filter-out -DENABLE_CUDNN,$(NVCC_TRAIN_FLAGS)) $(CUDNN_NVCC_FLAGS) -MMD -MP -c $< -o $@
+train_gptcu_cudnn: $(BUILD)/cuda-cudnn/train_gpt.o $(BUILD)/cuda/gpt2_host.o $(BUILD)/cuda/updater.o $$(TRAIN_LINK_OBJ)
+	$(MPICC) $(CFLAGS) $^ -o $@ $(TRAIN_LIBS) $(CUDA_TRAIN_LIBS) $(NCCL_LIBS) $(CUDNN_LINK)
+CUDA_TRAINERS += train_gptcu_cudnn
+
+# the kernel test (cuDNN vs reference vs cuBLAS); run by make test-gpu and scripts/gpu_check.sh
+$(BUILD)/cuda/test_attention_cudnn: dev/cuda/attention_cudnn.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(filter-out -DENABLE_FP32 -DENABLE_CUDNN,$(NVCC_FLAGS)) $(CUDNN_NVCC_FLAGS) -MMD -MP $< -o $@ \
+	    $(NVCC_LDFLAGS) -lcublasLt -lcublas $(CUDNN_LINK)
+CUDA_MODEL_TESTS += $(BUILD)/cuda/test_attention_cudnn
+$(BUILD)/cuda/test_attention_cudnn_graph: dev/cuda/attention_cudnn_graph.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(filter-out -DENABLE_FP32 -DENABLE_CUDNN,$(NVCC_FLAGS)) $(CUDNN_NVCC_FLAGS) -MMD -MP $< -o $@ \
+	    $(NVCC_LDFLAGS) $(CUDNN_LINK)
+CUDA_MODEL_TESTS += $(BUILD)/cuda/test_attention_cudnn_graph
+.PHONY: test-cudnn-graphs
+test-cudnn-graphs: $(BUILD)/cuda/test_attention_cudnn_graph
+	@test/run.sh $<
+
+-include $(wildcard $(BUILD)/cuda-cudnn/*.d)
