@@ -26,7 +26,9 @@
 # (bf16 both, relative tolerance 1e-2 per step's loss); two identical cuDNN runs bitwise equal (when cuDNN took
 # the deterministic backward graph; NOT RUN otherwise); d12 throughput and peak memory with cuDNN against
 # without, at the same batch. A cuDNN run that fell back to cuBLAS is a FAIL; a cuDNN trainer that did not build
-# makes both NOT RUN.
+# makes both NOT RUN. SCAPE benchmarks (one rank): Llama-500M T=2048 step time with SCAPE d=0.01 (fp32 and bf16
+# payload) against dense AdamS at the same batch, and Llama-1.8B's peak GPU memory with the residual resident and
+# offloaded. Top-k GB/s against the memory bandwidth: the kernel test dev/cuda/scape.cu's "time topk" lines.
 set -u
 cd "$(dirname "$0")/.."
 REPORT=${1:-out/gpu_check/report.txt}
@@ -335,11 +337,13 @@ if [ $TRAIN_OK = 1 ]; then
         compare_losses cpu_checkpoint_resumed_on_gpu "$WORK/gpu_from_cpu_ckpt/log.jsonl" "$WORK/cpu/log.jsonl" 1e-4 6
     # throughput: GPT-2 124M (d12) and 350M (d24) at T=1024, the largest batch of 32/16/8/4 that fits (or the
     # batches given); peak GPU memory sampled by nvidia-smi every 100 ms (device-wide). On PASS sets THR_B,
-    # THR_TOKS, THR_MEM. REQUIRE_CUDNN=1: the run must have used cuDNN attention throughout.
+    # THR_TOKS, THR_MEM, THR_MS. REQUIRE_CUDNN=1: the run must have used cuDNN attention throughout. SEQ (default
+    # 1024), STEPS (default 12) and EXTRA (more trainer flags, split on spaces) change the run.
     throughput() { # throughput NAME BIN MODEL [BATCH...]
-        local name=$1 bin=$2 model=$3 tried="" b batches smi
+        local name=$1 bin=$2 model=$3 tried="" b batches smi seq=${SEQ:-1024} steps=${STEPS:-12}
         shift 3; batches=${*:-32 16 8 4}
-        THR_B=""; THR_TOKS=""; THR_MEM=""
+        THR_B=""; THR_TOKS=""; THR_MEM=""; THR_MS=""
+        local extra=(); [ -n "${EXTRA:-}" ] && read -r -a extra <<< "$EXTRA"
         if [ -n "$DRY" ]; then notrun "$name" "CPU_DRY=1"; return; fi
         for b in $batches; do
             if [ $(( $(date +%s) - START )) -gt "${BUDGET_S:-420}" ]; then notrun "$name" "time budget spent"; return; fi
@@ -349,9 +353,9 @@ if [ $TRAIN_OK = 1 ]; then
                 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 > "$WORK/mem_$name.txt" 2>/dev/null &
                 smi=$!
             fi
-            timeout 240 "$bin" --model "$model" --train "$TR" --val "$VA" --data "$DATA" --seq 1024 --batch $b \
-                --steps 12 --warmup 2 --eval-every 0 --eval-batches 1 --sample-every 0 --peak-flops "$PEAK_FLOPS" \
-                --out "$WORK/bench" > "$WORK/bench_$name.out" 2>&1
+            timeout 240 "$bin" --model "$model" --train "$TR" --val "$VA" --data "$DATA" --seq "$seq" --batch $b \
+                --steps "$steps" --warmup 2 --eval-every 0 --eval-batches 1 --sample-every 0 --peak-flops "$PEAK_FLOPS" \
+                "${extra[@]}" --out "$WORK/bench" > "$WORK/bench_$name.out" 2>&1
             local rc=$?
             [ -n "$smi" ] && { kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null; }
             if [ $rc -eq 0 ]; then
@@ -363,8 +367,8 @@ if [ $TRAIN_OK = 1 ]; then
                 if [ "${REQUIRE_CUDNN:-0}" = 1 ] && ! cudnn_ran "$WORK/bench_$name.out"; then
                     fail "$name" "B=$b ran, but not on cuDNN attention: $(cudnn_why_not "$WORK/bench_$name.out")"; return
                 fi
-                THR_B=$b; THR_TOKS=$(echo "$med" | cut -d' ' -f2); THR_MEM=${mem:-?}
-                pass "$name" "B=$b T=1024: median of the last 10 steps: ${med% * *} ms, $THR_TOKS tok/s, MFU $(echo "$med" | cut -d' ' -f3), peak GPU memory ${THR_MEM} MiB"
+                THR_B=$b; THR_TOKS=$(echo "$med" | cut -d' ' -f2); THR_MEM=${mem:-?}; THR_MS=${med%% *}
+                pass "$name" "B=$b T=$seq${EXTRA:+ $EXTRA}: median of the last $(( steps < 10 ? steps : 10 )) steps: $THR_MS ms, $THR_TOKS tok/s, MFU $(echo "$med" | cut -d' ' -f3), peak GPU memory ${THR_MEM} MiB"
                 grep -m1 '^attention:' "$WORK/bench_$name.out" | sed 's/^/        | /' >> "$REPORT"
                 [ -n "$tried" ] && log "        | $name: larger batches failed first:$tried"
                 return
@@ -416,6 +420,29 @@ if [ $TRAIN_OK = 1 ]; then
             log "        | d12 B=$b0 T=1024, cuDNN vs cuBLAS attention: $THR_TOKS vs $t0 tok/s ($(awk -v a="$THR_TOKS" -v b="$t0" 'BEGIN { if (b > 0) printf "x%.2f", a / b; else print "?" }')), peak GPU memory $THR_MEM vs $m0 MiB"
         fi
     fi
+    # SCAPE on one GPU (issue 9's benchmark). With one rank no collective moves bytes, so the step time against
+    # dense AdamS at the same batch is SCAPE's compute overhead (c and compaction, top-k, masked update; target
+    # at most 5%): Llama-500M at T=2048, d = 0.01 from step 1, and with the bf16 payload
+    ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "x%.3f", a / b; else print "?" }'; }
+    SCB="--optimizer scape --density 0.01 --density-start 0.01"
+    SEQ=2048 EXTRA="--optimizer adams" TR=$LTR VA=$LVA throughput throughput_llama_500M_adams $LT 500m 8 4 2
+    if [ -n "$THR_B" ]; then
+        b0=$THR_B; ms0=$THR_MS; m0=$THR_MEM
+        SEQ=2048 EXTRA="$SCB" TR=$LTR VA=$LVA throughput throughput_llama_500M_scape $LT 500m "$b0"
+        [ -n "$THR_B" ] && log "        | Llama-500M B=$b0 T=2048, 1 rank: SCAPE d=0.01 $THR_MS ms vs AdamS $ms0 ms per step ($(ratio "$THR_MS" "$ms0"); target <= x1.05), peak GPU memory $THR_MEM vs $m0 MiB"
+        SEQ=2048 EXTRA="$SCB --scape-payload bf16" TR=$LTR VA=$LVA throughput throughput_llama_500M_scape_bf16 $LT 500m "$b0"
+        [ -n "$THR_B" ] && log "        | Llama-500M B=$b0 T=2048, 1 rank: SCAPE d=0.01 bf16 payload $THR_MS ms vs AdamS $ms0 ms ($(ratio "$THR_MS" "$ms0"))"
+    else
+        notrun throughput_llama_500M_scape "the AdamS run it compares with did not pass"
+        notrun throughput_llama_500M_scape_bf16 "the AdamS run it compares with did not pass"
+    fi
+    # the device memory residual offload saves on Llama-1.8B (V 128256; the paper reports 6-9 GB), B=1 T=2048
+    SEQ=2048 STEPS=4 EXTRA="$SCB" TR=$LTR VA=$LVA throughput memory_llama_1.8B_scape $LT 1.8b 1
+    if [ -n "$THR_B" ]; then
+        m0=$THR_MEM; ms0=$THR_MS
+        SEQ=2048 STEPS=4 EXTRA="$SCB --scape-offload-residual" TR=$LTR VA=$LVA throughput memory_llama_1.8B_scape_offload $LT 1.8b 1
+        [ -n "$THR_B" ] && log "        | Llama-1.8B B=1 T=2048 SCAPE d=0.01: peak GPU memory $m0 MiB resident vs $THR_MEM MiB offloaded: $(awk -v a="$m0" -v b="$THR_MEM" 'BEGIN { printf "%.0f", a - b }') MiB saved (4P = 4 x 1.8e9 B, about 6900 MiB, expected); step $ms0 vs $THR_MS ms"
+    else notrun memory_llama_1.8B_scape_offload "the resident run it compares with did not pass"; fi
     throughput throughput_gpt2_350M_d24 ./train_gptcu d24
     TR=$LTR VA=$LVA throughput throughput_llama_500M $LT 500m
 else
@@ -425,7 +452,9 @@ else
              scape_mask_stats_device_vs_host_fp32 \
              scape_offload_vs_resident_fp32 nan_step_skipped cpu_checkpoint_resumed_on_gpu llama_train_fp32_vs_cpu_10_steps \
              llama_train_bf16_vs_cpu_10_steps llama_device_vs_host_update_fp32 throughput_llama_500M throughput_gpt2_124M_d12 throughput_gpt2_350M_d24 \
-             cudnn_vs_cublas_bf16_10_steps cudnn_identical_runs_bitwise throughput_gpt2_124M_d12_cudnn; do notrun $c "$reason"; done
+             cudnn_vs_cublas_bf16_10_steps cudnn_identical_runs_bitwise throughput_gpt2_124M_d12_cudnn \
+             throughput_llama_500M_adams throughput_llama_500M_scape throughput_llama_500M_scape_bf16 \
+             memory_llama_1.8B_scape memory_llama_1.8B_scape_offload; do notrun $c "$reason"; done
 fi
 
 log "== $npass passed, $nfail failed, $nnot not run ($(( $(date +%s) - START )) s); report: $REPORT"
