@@ -310,20 +310,12 @@ static size_t scape_bucket_numel(const ScapeDev *u, int b) {
  * 0 outside this rank's part. */
 static void scape_nccl_allreduce_bf16(ScapeDev *u, uint16_t *p16, float *err, size_t n) {
     const int N = u->world;
-    size_t mine = 0, my_off = 0, off = 0;
-    for (int r = 0; r < N; r++) {
-        size_t c = n / (size_t)N + ((size_t)r < n % (size_t)N);
-        if (r == u->rank) {
-            mine = c;
-            my_off = off;
-        }
-        off += c;
-    }
+    size_t my_off, off;
+    const size_t mine = comm_part(n, N, u->rank, &my_off);
     cudaCheck(cudaMemsetAsync(err, 0, n * sizeof(float), u->cs));
     ncclCheck(ncclGroupStart());
-    off = 0;
     for (int r = 0; r < N; r++) {
-        size_t c = n / (size_t)N + ((size_t)r < n % (size_t)N);
+        const size_t c = comm_part(n, N, r, &off);
         if (r != u->rank) {
             if (c) ncclCheck(ncclSend(p16 + off, c * sizeof(uint16_t), ncclUint8, r, u->nc, u->cs));
             if (mine) ncclCheck(ncclRecv(u->d_recv16 + (size_t)r * mine, mine * sizeof(uint16_t), ncclUint8, r, u->nc, u->cs));
@@ -331,16 +323,13 @@ static void scape_nccl_allreduce_bf16(ScapeDev *u, uint16_t *p16, float *err, si
             cudaCheck(cudaMemcpyAsync(u->d_recv16 + (size_t)r * mine, p16 + off, c * sizeof(uint16_t),
                                       cudaMemcpyDeviceToDevice, u->cs));
         }
-        off += c;
     }
     ncclCheck(ncclGroupEnd());
     scape_bf16_mean(p16 + my_off, err + my_off, u->d_recv16, (long long)mine, N, u->cs);
     ncclCheck(ncclGroupStart());
-    off = 0;
     for (int r = 0; r < N; r++) {
-        size_t c = n / (size_t)N + ((size_t)r < n % (size_t)N);
+        const size_t c = comm_part(n, N, r, &off);
         if (c) ncclCheck(ncclBroadcast(p16 + off, p16 + off, c * sizeof(uint16_t), ncclUint8, r, u->nc, u->cs));
-        off += c;
     }
     ncclCheck(ncclGroupEnd());
 }

@@ -107,18 +107,22 @@ static int to_int(size_t n, const char *what) {
 
 /* ---- the communication thread ---- */
 
+/* comm_part's parts of n elements as MPI's int counts and displacements (world entries each, malloc'd) */
+static void allreduce_parts(size_t n, int **cnt, int **dsp) {
+    *cnt = xmalloc((size_t)C.world * sizeof(int), "comm counts");
+    *dsp = xmalloc((size_t)C.world * sizeof(int), "comm displacements");
+    for (int r = 0; r < C.world; r++) {
+        size_t off;
+        (*cnt)[r] = to_int(comm_part(n, C.world, r, &off), "all-reduce part");
+        (*dsp)[r] = to_int(off, "all-reduce offset");
+    }
+}
+
 static void run_allreduce_avg(float *buf, size_t n) {
     int N = C.world;
     if (!C.use_mpi || N == 1 || n == 0) return;
-    int *cnt = xmalloc((size_t)N * sizeof(int), "comm counts");
-    int *dsp = xmalloc((size_t)N * sizeof(int), "comm displacements");
-    size_t off = 0;
-    for (int r = 0; r < N; r++) {
-        size_t c = n / (size_t)N + ((size_t)r < n % (size_t)N);
-        cnt[r] = to_int(c, "all-reduce part");
-        dsp[r] = to_int(off, "all-reduce offset");
-        off += c;
-    }
+    int *cnt, *dsp;
+    allreduce_parts(n, &cnt, &dsp);
     size_t mine = (size_t)cnt[C.rank];
     if (mine > C.scratch_n) {
         free(C.scratch);
@@ -142,17 +146,10 @@ static void run_allreduce_avg_bf16(uint16_t *buf, float *err, size_t n) {
     int N = C.world;
     if (err) memset(err, 0, n * sizeof(float));
     if (!C.use_mpi || N == 1 || n == 0) return;
-    int *cnt = xmalloc((size_t)N * sizeof(int), "comm counts");
-    int *dsp = xmalloc((size_t)N * sizeof(int), "comm displacements");
+    int *cnt, *dsp;
+    allreduce_parts(n, &cnt, &dsp);
     int *rcnt = xmalloc((size_t)N * sizeof(int), "comm counts");
     int *rdsp = xmalloc((size_t)N * sizeof(int), "comm displacements");
-    size_t off = 0;
-    for (int r = 0; r < N; r++) {
-        size_t c = n / (size_t)N + ((size_t)r < n % (size_t)N);
-        cnt[r] = to_int(c, "all-reduce part");
-        dsp[r] = to_int(off, "all-reduce offset");
-        off += c;
-    }
     size_t mine = (size_t)cnt[C.rank];
     for (int r = 0; r < N; r++) {
         rcnt[r] = (int)mine;

@@ -58,6 +58,15 @@ typedef enum {
     COMM_NKINDS
 } CommKind;
 
+/* The parts the averaging all-reduces cut n elements into: part r has n/N elements, one more for r < n%N, and
+ * starts after the earlier parts. Returns part r's size; *off (may be NULL) gets its first element. Shared with
+ * the device SCAPE's NCCL bf16 all-reduce (cuda/scape_updater.cuh), which must cut as the host does. */
+static inline size_t comm_part(size_t n, int world, int r, size_t *off) {
+    const size_t N = (size_t)world, q = n / N, rem = n % N, rr = (size_t)r;
+    if (off) *off = rr * q + (rr < rem ? rr : rem);
+    return q + (rr < rem);
+}
+
 /* buf (n floats) <- mean over ranks of buf, in place. The result is bit-identical on every rank (it is computed
  * as reduce-scatter + all-gather, so each element is summed once, in one place). Bytes: 2 * 4n (N-1)/N. */
 CommHandle comm_iallreduce_avg_f32(float *buf, size_t n);
