@@ -314,7 +314,9 @@ static void load_encoder_json(Tokenizer *t, const char *path, const int byte_of[
     char *text = read_file(path, &len);
     JsonIn in = {path, text, 0, len};
     /* first pass collects (id, bytes) in file order; ids must come out dense 0..V-1 */
-    size_t cap = 1 << 16, n = 0, bytes_used = 0;
+    /* every entry takes at least 5 bytes of the file ("":0,), so len / 4 + 16 entries never need to grow; sized
+     * by the file, a short rejected file costs little (the fuzzers leak what fatal() abandons, test/fuzz/README.md) */
+    size_t cap = len / 4 + 16, n = 0, bytes_used = 0;
     int32_t *ids = xmalloc(cap * sizeof(int32_t), "encoder ids");
     uint32_t *starts = xmalloc(cap * sizeof(uint32_t), "encoder offsets");
     unsigned char *bytes = xmalloc(len + 1, "encoder bytes");
