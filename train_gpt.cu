@@ -68,12 +68,8 @@ typedef struct {
     DeviceParams dp;  /* fp32 master, floatX params and gradients, host or device update (cuda/trainer.cuh) */
     Tensors p, g;
     Acts a;
-    int *d_inputs, *d_targets, *h_inputs, *h_targets; /* (N) */
-    float *h_losses;  /* (N) pinned */
+    DeviceBatch batch; /* tokens, the embedding-backward plan, losses (cuda/trainer.cuh) */
     float *h_logits;  /* (N,Vp) for Model.logits, allocated on first use */
-    EncoderPlan plan; /* host */
-    int *plan_count;  /* (Vp) scratch of the plan */
-    int *d_order, *d_seg_start, *d_seg_tok;
     Blas bl;
     Attention attn;   /* cuDNN or cuBLAS attention and what each layer keeps for backward (cuda/attention.cuh) */
     cudaStream_t s;
@@ -99,21 +95,8 @@ static float gpt2cu_forward(Model *model, const int *inputs, const int *targets,
         fatal("forward with B=%d T=%d does not fit this model (sized for B=%d T=%d, maximum sequence length %d); "
               "use a smaller batch or sequence", B, T, m->Bmax, m->Tmax, m->maxT);
     size_t N = (size_t)B * T, LN = (size_t)m->Bmax * m->Tmax;
-    for (size_t i = 0; i < N; i++) {
-        if (inputs[i] < 0 || inputs[i] >= V)
-            fatal("input token %d at position %zu is outside the vocabulary [0, %d); the data does not match the "
-                  "GPT-2 tokenizer", inputs[i], i, V);
-        if (targets && (targets[i] < 0 || targets[i] >= V))
-            fatal("target token %d at position %zu is outside the vocabulary [0, %d); the data does not match the "
-                  "GPT-2 tokenizer", targets[i], i, V);
-    }
     cudaStream_t s = m->s;
-    memcpy(m->h_inputs, inputs, N * sizeof(int));
-    cudaCheck(cudaMemcpyAsync(m->d_inputs, m->h_inputs, N * sizeof(int), cudaMemcpyHostToDevice, s));
-    if (targets) {
-        memcpy(m->h_targets, targets, N * sizeof(int));
-        cudaCheck(cudaMemcpyAsync(m->d_targets, m->h_targets, N * sizeof(int), cudaMemcpyHostToDevice, s));
-    }
+    device_batch_upload(&m->batch, inputs, targets, N, V, "GPT-2 tokenizer", s);
     m->B = B;
     m->T = T;
     m->have_targets = targets != NULL;
@@ -124,7 +107,7 @@ static float gpt2cu_forward(Model *model, const int *inputs, const int *targets,
     Acts *a = &m->a;
     Blas *bl = &m->bl;
     int n = (int)N;
-    encoder_forward(a->encoded, m->d_inputs, p->wte, p->wpe, B, T, C, s);
+    encoder_forward(a->encoded, m->batch.d_inputs, p->wte, p->wpe, B, T, C, s);
     for (int l = 0; l < L; l++) {
         floatX *ln1 = a->ln1 + l * LN * C, *qkv = a->qkv + l * LN * 3 * C, *atty = a->atty + l * LN * C;
         floatX *attproj = a->attproj + l * LN * C;
@@ -155,12 +138,8 @@ static float gpt2cu_forward(Model *model, const int *inputs, const int *targets,
         cudaCheck(cudaStreamSynchronize(s));
         return 0.0f;
     }
-    fused_classifier(a->logits, a->losses, m->d_targets, n, V, Vp, 0.0f, s);
-    cudaCheck(cudaMemcpyAsync(m->h_losses, a->losses, N * sizeof(float), cudaMemcpyDeviceToHost, s));
-    cudaCheck(cudaStreamSynchronize(s));
-    double sum = 0.0; /* in a fixed order on the host: independent of the launch configuration */
-    for (size_t i = 0; i < N; i++) sum += m->h_losses[i];
-    return (float)(sum / N);
+    fused_classifier(a->logits, a->losses, m->batch.d_targets, n, V, Vp, 0.0f, s);
+    return device_batch_mean_loss(&m->batch, a->losses, N, s); /* also the embedding-backward plan */
 }
 
 static void gpt2cu_backward(Model *model, float loss_scale, BucketReadyFn on_bucket, void *ctx) {
@@ -174,14 +153,9 @@ static void gpt2cu_backward(Model *model, float loss_scale, BucketReadyFn on_buc
     Tensors *p = &m->p, *g = &m->g;
     Acts *a = &m->a;
     Blas *bl = &m->bl;
-    /* the token grouping of the deterministic embedding backward, built while the GPU works */
-    encoder_backward_plan(&m->plan, m->h_inputs, n, Vp, m->plan_count);
-    cudaCheck(cudaMemcpyAsync(m->d_order, m->plan.order, N * sizeof(int), cudaMemcpyHostToDevice, s));
-    cudaCheck(cudaMemcpyAsync(m->d_seg_start, m->plan.seg_start, (N + 1) * sizeof(int), cudaMemcpyHostToDevice, s));
-    cudaCheck(cudaMemcpyAsync(m->d_seg_tok, m->plan.seg_tok, N * sizeof(int), cudaMemcpyHostToDevice, s));
     cudaCheck(cudaMemsetAsync(m->dp.grads, 0, P * sizeof(floatX), s));
 
-    fused_classifier(a->logits, a->losses, m->d_targets, n, V, Vp, loss_scale / (float)N, s);
+    fused_classifier(a->logits, a->losses, m->batch.d_targets, n, V, Vp, loss_scale / (float)N, s);
     matmul_backward(bl, a->dc, g->wte, NULL, a->fscratch, a->logits, a->lnf, p->wte, n, C, Vp, 0.0f, s);
     cudaCheck(cudaMemsetAsync(a->dres, 0, N * C * sizeof(floatX), s));
     layernorm_backward(a->dres, g->lnfw, g->lnfb, a->fscratch, a->dc, a->residual3 + (L - 1) * LN * C, p->lnfw,
@@ -205,7 +179,8 @@ static void gpt2cu_backward(Model *model, float loss_scale, BucketReadyFn on_buc
                            a->ln1_mean + l * LN, a->ln1_rstd + l * LN, n, C, s);
         if (m->dp.device_update) device_params_bucket_done(&m->dp, L - 1 - l, on_bucket, ctx); /* layer l final */
     }
-    encoder_backward(g->wte, g->wpe, a->dres, m->d_order, m->d_seg_start, m->d_seg_tok, m->plan.nseg, B, T, C, s);
+    const DeviceBatch *db = &m->batch; /* the plan device_batch_mean_loss built during the forward */
+    encoder_backward(g->wte, g->wpe, a->dres, db->d_order, db->d_seg_start, db->d_seg_tok, db->plan.nseg, B, T, C, s);
     if (m->dp.device_update)
         device_params_bucket_done(&m->dp, L, on_bucket, ctx); /* wte (lm_head and embedding), wpe, lnf */
     else
@@ -230,18 +205,11 @@ static void gpt2cu_free(Model *model) {
     void *dev[] = {m->a.encoded, m->a.ln1, m->a.qkv, m->a.atty, m->a.attproj,
                    m->a.residual2, m->a.ln2, m->a.fch, m->a.fch_gelu, m->a.fcproj, m->a.residual3, m->a.ln1_mean,
                    m->a.ln1_rstd, m->a.ln2_mean, m->a.ln2_rstd, m->a.lnf, m->a.lnf_mean, m->a.lnf_rstd, m->a.logits,
-                   m->a.losses, m->a.dres, m->a.dc, m->a.d4c, m->a.fscratch, m->d_inputs,
-                   m->d_targets, m->d_order, m->d_seg_start, m->d_seg_tok};
+                   m->a.losses, m->a.dres, m->a.dc, m->a.d4c, m->a.fscratch};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaCheck(cudaFree(dev[i]));
     device_params_free(&m->dp);
-    cudaCheck(cudaFreeHost(m->h_losses));
-    cudaCheck(cudaFreeHost(m->h_inputs));
-    cudaCheck(cudaFreeHost(m->h_targets));
+    device_batch_free(&m->batch);
     free(m->h_logits);
-    free(m->plan.order);
-    free(m->plan.seg_start);
-    free(m->plan.seg_tok);
-    free(m->plan_count);
     attention_free(&m->attn);
     blas_free(&m->bl);
     cudaCheck(cudaStreamDestroy(m->s));
@@ -319,18 +287,7 @@ static Model *gpt2cu_create(const char *spec, const char *init_path, uint64_t se
     a->d4c = (floatX *)dalloc(N * 4 * C * X, "gradient buffers");
     size_t fs = layernorm_backward_scratch_floats((int)N, (int)C), ms = matmul_backward_scratch_floats((int)N, 4 * (int)C);
     a->fscratch = (float *)dalloc((fs > ms ? fs : ms) * 4, "reduction scratch");
-    m->d_inputs = (int *)dalloc(N * 4, "inputs");
-    m->d_targets = (int *)dalloc(N * 4, "targets");
-    m->d_order = (int *)dalloc(N * 4, "the embedding-backward plan");
-    m->d_seg_start = (int *)dalloc((N + 1) * 4, "the embedding-backward plan");
-    m->d_seg_tok = (int *)dalloc(N * 4, "the embedding-backward plan");
-    cudaCheck(cudaMallocHost((void **)&m->h_losses, N * 4));
-    cudaCheck(cudaMallocHost((void **)&m->h_inputs, N * 4));
-    cudaCheck(cudaMallocHost((void **)&m->h_targets, N * 4));
-    m->plan.order = (int *)xmalloc(N * 4, "plan");
-    m->plan.seg_start = (int *)xmalloc((N + 1) * 4, "plan");
-    m->plan.seg_tok = (int *)xmalloc(N * 4, "plan");
-    m->plan_count = (int *)xmalloc(Vp * 4, "plan");
+    device_batch_create(&m->batch, N, (int)Vp);
     return b;
 }
 

@@ -103,12 +103,8 @@ typedef struct {
     DeviceParams dp;  /* fp32 master, floatX params and gradients, host or device update (cuda/trainer.cuh) */
     Tensors p, g;
     Acts a;
-    int *d_inputs, *d_targets, *h_inputs, *h_targets; /* (N) */
-    float *h_losses;  /* (N) pinned */
+    DeviceBatch batch; /* tokens, the embedding-backward plan, losses (cuda/trainer.cuh) */
     float *h_logits;  /* (N,Vp) for Model.logits, allocated on first use */
-    EncoderPlan plan; /* host: rows grouped by token, for the deterministic embedding backward */
-    int *plan_count;  /* (Vp) scratch of the plan */
-    int *d_order, *d_seg_start, *d_seg_tok;
     Blas bl;
     cudaStream_t s;
 } LlamaCU;
@@ -149,23 +145,8 @@ static float llamacu_forward(Model *model, const int *inputs, const int *targets
         fatal("forward with B=%d T=%d does not fit this model (sized for B=%d T=%d, maximum sequence length %d); "
               "use a smaller batch or sequence", B, T, m->Bmax, m->Tmax, m->maxT);
     size_t N = (size_t)B * T, LN = (size_t)m->Bmax * m->Tmax; /* LN: per-layer stride in rows */
-    for (size_t i = 0; i < N; i++) {
-        if (inputs[i] < 0 || inputs[i] >= V)
-            fatal("input token %d at position %zu is outside the vocabulary [0, %d); the data does not match the "
-                  "model's tokenizer", inputs[i], i, V);
-        if (targets && (targets[i] < 0 || targets[i] >= V))
-            fatal("target token %d at position %zu is outside the vocabulary [0, %d); the data does not match the "
-                  "model's tokenizer", targets[i], i, V);
-    }
     cudaStream_t s = m->s;
-    /* the pinned staging buffers may still feed a copy of the previous forward: wait for the stream first */
-    cudaCheck(cudaStreamSynchronize(s));
-    memcpy(m->h_inputs, inputs, N * sizeof(int));
-    cudaCheck(cudaMemcpyAsync(m->d_inputs, m->h_inputs, N * sizeof(int), cudaMemcpyHostToDevice, s));
-    if (targets) {
-        memcpy(m->h_targets, targets, N * sizeof(int));
-        cudaCheck(cudaMemcpyAsync(m->d_targets, m->h_targets, N * sizeof(int), cudaMemcpyHostToDevice, s));
-    }
+    device_batch_upload(&m->batch, inputs, targets, N, V, "model's tokenizer", s);
     m->B = B;
     m->T = T;
     m->have_targets = targets != NULL;
@@ -176,7 +157,7 @@ static float llamacu_forward(Model *model, const int *inputs, const int *targets
     Acts *a = &m->a;
     Blas *bl = &m->bl;
     int n = (int)N;
-    embedding_forward_kernel<<<ceil_div((long)N * C, 256), 256, 0, s>>>(a->x0, m->d_inputs, p->wte, n, C);
+    embedding_forward_kernel<<<ceil_div((long)N * C, 256), 256, 0, s>>>(a->x0, m->batch.d_inputs, p->wte, n, C);
     cudaCheckLaunch();
     for (int l = 0; l < L; l++) {
         size_t lz = (size_t)l;
@@ -220,12 +201,8 @@ static float llamacu_forward(Model *model, const int *inputs, const int *targets
         cudaCheck(cudaStreamSynchronize(s));
         return 0.0f;
     }
-    fused_classifier(a->logits, a->losses, m->d_targets, n, V, Vp, 0.0f, s);
-    cudaCheck(cudaMemcpyAsync(m->h_losses, a->losses, N * sizeof(float), cudaMemcpyDeviceToHost, s));
-    cudaCheck(cudaStreamSynchronize(s));
-    double sum = 0.0; /* in a fixed order on the host: independent of the launch configuration */
-    for (size_t i = 0; i < N; i++) sum += m->h_losses[i];
-    return (float)(sum / N);
+    fused_classifier(a->logits, a->losses, m->batch.d_targets, n, V, Vp, 0.0f, s);
+    return device_batch_mean_loss(&m->batch, a->losses, N, s); /* also the embedding-backward plan */
 }
 
 static void llamacu_backward(Model *model, float loss_scale, BucketReadyFn on_bucket, void *ctx) {
@@ -240,16 +217,10 @@ static void llamacu_backward(Model *model, float loss_scale, BucketReadyFn on_bu
     Tensors *p = &m->p, *g = &m->g;
     Acts *a = &m->a;
     Blas *bl = &m->bl;
-    /* the token grouping of the deterministic embedding backward, built while the GPU works (h_inputs holds this
-     * forward's tokens: the forward synchronised the stream before returning) */
-    encoder_backward_plan(&m->plan, m->h_inputs, n, Vp, m->plan_count);
-    cudaCheck(cudaMemcpyAsync(m->d_order, m->plan.order, N * sizeof(int), cudaMemcpyHostToDevice, s));
-    cudaCheck(cudaMemcpyAsync(m->d_seg_start, m->plan.seg_start, (N + 1) * sizeof(int), cudaMemcpyHostToDevice, s));
-    cudaCheck(cudaMemcpyAsync(m->d_seg_tok, m->plan.seg_tok, N * sizeof(int), cudaMemcpyHostToDevice, s));
     cudaCheck(cudaMemsetAsync(m->dp.grads, 0, P * sizeof(floatX), s));
 
     /* loss -> logits -> norm_f -> the last layer's output */
-    fused_classifier(a->logits, a->losses, m->d_targets, n, V, Vp, loss_scale / (float)N, s);
+    fused_classifier(a->logits, a->losses, m->batch.d_targets, n, V, Vp, loss_scale / (float)N, s);
     matmul_backward(bl, a->dc, g->lm_head, NULL, NULL, a->logits, a->hf, p->lm_head, n, C, Vp, 0.0f, s);
     cudaCheck(cudaMemsetAsync(a->dres, 0, N * C * sizeof(floatX), s));
     rmsnorm_backward(a->dres, g->norm_f, a->fscratch, a->dc, a->x3 + (size_t)(L - 1) * LN * C, p->norm_f, a->rstdf,
@@ -292,8 +263,9 @@ static void llamacu_backward(Model *model, float loss_scale, BucketReadyFn on_bu
         if (m->dp.device_update) device_params_bucket_done(&m->dp, L - 1 - l, on_bucket, ctx); /* layer l final */
     }
     /* dwte += scatter of dres: each distinct token's row summed over its rows in increasing order, no atomics */
-    dim3 grid(m->plan.nseg, ceil_div(C, 256));
-    encoder_backward_wte_kernel<<<grid, 256, 0, s>>>(g->wte, a->dres, m->d_order, m->d_seg_start, m->d_seg_tok, C);
+    const DeviceBatch *db = &m->batch; /* the plan device_batch_mean_loss built during the forward */
+    dim3 grid(db->plan.nseg, ceil_div(C, 256));
+    encoder_backward_wte_kernel<<<grid, 256, 0, s>>>(g->wte, a->dres, db->d_order, db->d_seg_start, db->d_seg_tok, C);
     cudaCheckLaunch();
     if (m->dp.device_update) /* wte, norm_f and lm_head (the last two were final since the start) */
         device_params_bucket_done(&m->dp, L, on_bucket, ctx);
@@ -320,17 +292,11 @@ static void llamacu_free(Model *model) {
     void *dev[] = {a->x0, a->h1, a->rstd1, a->q, a->k, a->v, a->att, a->atty, a->x2, a->h2,
                    a->rstd2, a->gate, a->up, a->swi, a->x3, a->hf, a->rstdf, a->logits, a->losses, a->proj, a->dres,
                    a->dc, a->dq, a->dk, a->dv, a->dgate, a->dup, a->att_scratch, a->fscratch, a->rope_cos,
-                   a->rope_sin, m->d_inputs, m->d_targets, m->d_order, m->d_seg_start, m->d_seg_tok};
+                   a->rope_sin};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaCheck(cudaFree(dev[i]));
     device_params_free(&m->dp);
-    cudaCheck(cudaFreeHost(m->h_losses));
-    cudaCheck(cudaFreeHost(m->h_inputs));
-    cudaCheck(cudaFreeHost(m->h_targets));
+    device_batch_free(&m->batch);
     free(m->h_logits);
-    free(m->plan.order);
-    free(m->plan.seg_start);
-    free(m->plan.seg_tok);
-    free(m->plan_count);
     blas_free(&m->bl);
     cudaCheck(cudaStreamDestroy(m->s));
     m->host->free(m->host);
@@ -428,18 +394,7 @@ static Model *llamacu_create(const char *spec, const char *init_path, uint64_t s
     cudaCheck(cudaMemcpy(a->rope_sin, hsin, nrope * 4, cudaMemcpyHostToDevice));
     free(hcos);
     free(hsin);
-    m->d_inputs = (int *)dalloc(N * 4, "inputs");
-    m->d_targets = (int *)dalloc(N * 4, "targets");
-    m->d_order = (int *)dalloc(N * 4, "the embedding-backward plan");
-    m->d_seg_start = (int *)dalloc((N + 1) * 4, "the embedding-backward plan");
-    m->d_seg_tok = (int *)dalloc(N * 4, "the embedding-backward plan");
-    cudaCheck(cudaMallocHost((void **)&m->h_losses, N * 4));
-    cudaCheck(cudaMallocHost((void **)&m->h_inputs, N * 4));
-    cudaCheck(cudaMallocHost((void **)&m->h_targets, N * 4));
-    m->plan.order = (int *)xmalloc(N * 4, "plan");
-    m->plan.seg_start = (int *)xmalloc((N + 1) * 4, "plan");
-    m->plan.seg_tok = (int *)xmalloc(N * 4, "plan");
-    m->plan_count = (int *)xmalloc(Vp * 4, "plan");
+    device_batch_create(&m->batch, N, (int)Vp);
     return b;
 }
 

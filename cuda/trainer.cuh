@@ -8,6 +8,8 @@
  *   device update the Updater of cuda/updater.h owns them on the GPU (device_params_create_updater): each backward
  *                 hands finished buckets over with device_params_bucket_done, nothing crosses PCIe per step, and
  *                 device_params_to_host refreshes the host copy before a model file is written.
+ * And DeviceBatch, a micro-batch's tokens on the device: upload with the vocabulary check, the token grouping of
+ * the deterministic embedding backward built on the host while the GPU runs the forward, the mean loss.
  * Shapes: P parameters (table->total), N = B*T rows, Vp padded vocabulary.
  * Not for: layers and kernels (the other headers of cuda/), the update itself (cuda/updater.cu).
  */
@@ -15,9 +17,11 @@
 #define CUDA_TRAINER_CUH
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda/common.cuh"
 #include "cuda/device_model.h"
+#include "cuda/encoder.cuh"
 #include "cuda/optimizer.cuh"
 extern "C" {
 #include "common/model.h"
@@ -175,6 +179,85 @@ static void device_params_free(DeviceParams *dp) {
     if (dp->grad32) cudaCheck(cudaFree(dp->grad32));
     if (dp->h_grads) cudaCheck(cudaFreeHost(dp->h_grads));
     param_table_bucket_slices_free(dp->table->num_buckets, dp->bucket_n, dp->bucket_slices);
+}
+
+/* ---- DeviceBatch: one micro-step's tokens ----
+ * Every forward ends with a stream synchronisation (device_batch_mean_loss, or the trainer's own when there are
+ * no targets), and every asynchronous copy from the pinned buffers below is enqueued inside the forward, so a new
+ * forward may overwrite them at once: no synchronisation at its start. */
+typedef struct {
+    size_t Nmax;                            /* rows the buffers hold (Bmax * Tmax) */
+    int Vp;
+    int *d_inputs, *d_targets;              /* (N) device */
+    int *h_inputs, *h_targets;              /* (N) pinned staging of the uploads */
+    float *h_losses;                        /* (N) pinned: the per-row losses of the last forward */
+    EncoderPlan plan;                       /* pinned (N, N+1, N): rows grouped by token, encoder.cuh */
+    int *plan_count;                        /* (Vp) host scratch of the plan */
+    int *d_order, *d_seg_start, *d_seg_tok; /* the plan on the device, read by the embedding backward */
+} DeviceBatch;
+
+static void device_batch_create(DeviceBatch *db, size_t Nmax, int Vp) {
+    memset(db, 0, sizeof *db);
+    db->Nmax = Nmax;
+    db->Vp = Vp;
+    db->d_inputs = (int *)dalloc(Nmax * 4, "inputs");
+    db->d_targets = (int *)dalloc(Nmax * 4, "targets");
+    db->d_order = (int *)dalloc(Nmax * 4, "the embedding-backward plan");
+    db->d_seg_start = (int *)dalloc((Nmax + 1) * 4, "the embedding-backward plan");
+    db->d_seg_tok = (int *)dalloc(Nmax * 4, "the embedding-backward plan");
+    cudaCheck(cudaMallocHost((void **)&db->h_inputs, Nmax * 4));
+    cudaCheck(cudaMallocHost((void **)&db->h_targets, Nmax * 4));
+    cudaCheck(cudaMallocHost((void **)&db->h_losses, Nmax * 4));
+    cudaCheck(cudaMallocHost((void **)&db->plan.order, Nmax * 4));
+    cudaCheck(cudaMallocHost((void **)&db->plan.seg_start, (Nmax + 1) * 4));
+    cudaCheck(cudaMallocHost((void **)&db->plan.seg_tok, Nmax * 4));
+    db->plan_count = (int *)xmalloc((size_t)Vp * 4, "the embedding-backward plan");
+}
+
+/* After the stream is idle. */
+static void device_batch_free(DeviceBatch *db) {
+    void *dev[] = {db->d_inputs, db->d_targets, db->d_order, db->d_seg_start, db->d_seg_tok};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaCheck(cudaFree(dev[i]));
+    void *pinned[] = {db->h_inputs, db->h_targets, db->h_losses, db->plan.order, db->plan.seg_start, db->plan.seg_tok};
+    for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) cudaCheck(cudaFreeHost(pinned[i]));
+    free(db->plan_count);
+}
+
+/* The forward's first step: every token of inputs (N) and targets (N, or NULL) checked against [0, V) (fatal()
+ * names the position and `tokenizer`, the vocabulary the data should have been made with), then both copied to
+ * d_inputs / d_targets on s. N <= Nmax. */
+static void device_batch_upload(DeviceBatch *db, const int *inputs, const int *targets, size_t N, int V,
+                                const char *tokenizer, cudaStream_t s) {
+    for (size_t i = 0; i < N; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V)
+            fatal("input token %d at position %zu is outside the vocabulary [0, %d); the data does not match the "
+                  "%s", inputs[i], i, V, tokenizer);
+        if (targets && (targets[i] < 0 || targets[i] >= V))
+            fatal("target token %d at position %zu is outside the vocabulary [0, %d); the data does not match the "
+                  "%s", targets[i], i, V, tokenizer);
+    }
+    memcpy(db->h_inputs, inputs, N * sizeof(int));
+    cudaCheck(cudaMemcpyAsync(db->d_inputs, db->h_inputs, N * sizeof(int), cudaMemcpyHostToDevice, s));
+    if (targets) {
+        memcpy(db->h_targets, targets, N * sizeof(int));
+        cudaCheck(cudaMemcpyAsync(db->d_targets, db->h_targets, N * sizeof(int), cudaMemcpyHostToDevice, s));
+    }
+}
+
+/* The end of a forward with targets, once its kernels are enqueued: the embedding-backward plan of the N uploaded
+ * inputs, built on the host while the GPU runs the forward, and its upload; then the per-row losses d_losses (N)
+ * downloaded, the stream synchronised, and their mean summed in row order on the host (independent of the launch
+ * configuration). The backward reads the plan from d_order, d_seg_start, d_seg_tok and plan.nseg. */
+static float device_batch_mean_loss(DeviceBatch *db, const float *d_losses, size_t N, cudaStream_t s) {
+    encoder_backward_plan(&db->plan, db->h_inputs, (int)N, db->Vp, db->plan_count);
+    cudaCheck(cudaMemcpyAsync(db->d_order, db->plan.order, N * sizeof(int), cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(db->d_seg_start, db->plan.seg_start, (N + 1) * sizeof(int), cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(db->d_seg_tok, db->plan.seg_tok, N * sizeof(int), cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(db->h_losses, d_losses, N * sizeof(float), cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaStreamSynchronize(s));
+    double sum = 0.0;
+    for (size_t i = 0; i < N; i++) sum += db->h_losses[i];
+    return (float)(sum / N);
 }
 
 /* Model.logits: the (N,Vp) floatX logits of the last forward as floats in *h_logits (cap_rows * Vp floats,
