@@ -91,7 +91,7 @@ CUEMU_CMDS = $(foreach p,bf16 fp32,$(CUDA_KERNEL_TESTS:%=$(CUEMU)/$(p)/test_%) \
                  "EMU_LT_NO_EPILOGUE=1 $(CUEMU)/$(p)/test_matmul" "EMU_LT_NO_EPILOGUE=2 $(CUEMU)/$(p)/test_matmul" \
                  $(CUEMU_MODEL_TESTS:%="timeout $(CUEMU_TIMEOUT) $(CUEMU)/$(p)/%") \
                  "EMU_LT_NO_EPILOGUE=1 timeout $(CUEMU_TIMEOUT) $(CUEMU)/$(p)/test_gpt2cu") \
-             "timeout 900 $(MPIRUN_TEST) -np 2 $(CUEMU)/fp32/test_scape_updater" \
+             "timeout 900 env $(MPIRUN_TEST) -np 2 $(CUEMU)/fp32/test_scape_updater" \
              "$(CUEMU)/selftest ok" $(CUEMU_SELFTEST_CASES:%="dev/cuda/emu/expect_fail.sh $(CUEMU)/selftest %")
 
 .PHONY: test-emu emu-build
