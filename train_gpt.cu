@@ -139,7 +139,8 @@ static float gpt2cu_forward(Model *model, const int *inputs, const int *targets,
         return 0.0f;
     }
     fused_classifier(a->logits, a->losses, m->batch.d_targets, n, V, Vp, 0.0f, s);
-    return device_batch_mean_loss(&m->batch, a->losses, N, s); /* also the embedding-backward plan */
+    device_batch_plan_backward(&m->batch, N, s); /* host work while the GPU runs the forward */
+    return device_batch_mean_loss(&m->batch, a->losses, N, s);
 }
 
 static void gpt2cu_backward(Model *model, float loss_scale, BucketReadyFn on_bucket, void *ctx) {
@@ -179,7 +180,7 @@ static void gpt2cu_backward(Model *model, float loss_scale, BucketReadyFn on_buc
                            a->ln1_mean + l * LN, a->ln1_rstd + l * LN, n, C, s);
         if (m->dp.device_update) device_params_bucket_done(&m->dp, L - 1 - l, on_bucket, ctx); /* layer l final */
     }
-    const DeviceBatch *db = &m->batch; /* the plan device_batch_mean_loss built during the forward */
+    const DeviceBatch *db = &m->batch; /* the plan built during the forward */
     encoder_backward(g->wte, g->wpe, a->dres, db->d_order, db->d_seg_start, db->d_seg_tok, db->plan.nseg, B, T, C, s);
     if (m->dp.device_update)
         device_params_bucket_done(&m->dp, L, on_bucket, ctx); /* wte (lm_head and embedding), wpe, lnf */

@@ -202,7 +202,8 @@ static float llamacu_forward(Model *model, const int *inputs, const int *targets
         return 0.0f;
     }
     fused_classifier(a->logits, a->losses, m->batch.d_targets, n, V, Vp, 0.0f, s);
-    return device_batch_mean_loss(&m->batch, a->losses, N, s); /* also the embedding-backward plan */
+    device_batch_plan_backward(&m->batch, N, s); /* host work while the GPU runs the forward */
+    return device_batch_mean_loss(&m->batch, a->losses, N, s);
 }
 
 static void llamacu_backward(Model *model, float loss_scale, BucketReadyFn on_bucket, void *ctx) {
@@ -263,7 +264,7 @@ static void llamacu_backward(Model *model, float loss_scale, BucketReadyFn on_bu
         if (m->dp.device_update) device_params_bucket_done(&m->dp, L - 1 - l, on_bucket, ctx); /* layer l final */
     }
     /* dwte += scatter of dres: each distinct token's row summed over its rows in increasing order, no atomics */
-    const DeviceBatch *db = &m->batch; /* the plan device_batch_mean_loss built during the forward */
+    const DeviceBatch *db = &m->batch; /* the plan built during the forward */
     dim3 grid(db->plan.nseg, ceil_div(C, 256));
     encoder_backward_wte_kernel<<<grid, 256, 0, s>>>(g->wte, a->dres, db->d_order, db->d_seg_start, db->d_seg_tok, C);
     cudaCheckLaunch();

@@ -244,15 +244,20 @@ static void device_batch_upload(DeviceBatch *db, const int *inputs, const int *t
     }
 }
 
-/* The end of a forward with targets, once its kernels are enqueued: the embedding-backward plan of the N uploaded
- * inputs, built on the host while the GPU runs the forward, and its upload; then the per-row losses d_losses (N)
- * downloaded, the stream synchronised, and their mean summed in row order on the host (independent of the launch
- * configuration). The backward reads the plan from d_order, d_seg_start, d_seg_tok and plan.nseg. */
-static float device_batch_mean_loss(DeviceBatch *db, const float *d_losses, size_t N, cudaStream_t s) {
+/* For the backward of a forward with targets, called once the forward's kernels are enqueued (so the host works
+ * while the GPU runs them) and before device_batch_mean_loss: the embedding-backward plan of the N uploaded
+ * inputs, and its upload on s. The backward reads it from d_order, d_seg_start, d_seg_tok and plan.nseg. */
+static void device_batch_plan_backward(DeviceBatch *db, size_t N, cudaStream_t s) {
     encoder_backward_plan(&db->plan, db->h_inputs, (int)N, db->Vp, db->plan_count);
     cudaCheck(cudaMemcpyAsync(db->d_order, db->plan.order, N * sizeof(int), cudaMemcpyHostToDevice, s));
     cudaCheck(cudaMemcpyAsync(db->d_seg_start, db->plan.seg_start, (N + 1) * sizeof(int), cudaMemcpyHostToDevice, s));
     cudaCheck(cudaMemcpyAsync(db->d_seg_tok, db->plan.seg_tok, N * sizeof(int), cudaMemcpyHostToDevice, s));
+}
+
+/* The end of a forward with targets: the per-row losses d_losses (N) downloaded, the stream synchronised (which
+ * also completes every copy from the pinned buffers), and their mean summed in row order on the host
+ * (independent of the launch configuration). */
+static float device_batch_mean_loss(DeviceBatch *db, const float *d_losses, size_t N, cudaStream_t s) {
     cudaCheck(cudaMemcpyAsync(db->h_losses, d_losses, N * sizeof(float), cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
     double sum = 0.0;
