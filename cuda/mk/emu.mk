@@ -76,13 +76,18 @@ $(CUEMU)/$(1)/test_llamacu_update: test/gpu/test_llamacu_update.cu $(CUEMU)/src/
 endef
 $(foreach p,bf16 fp32,$(eval $(call CUEMU_MODEL,$(p))))
 CUEMU_MODEL_TESTS := test_gpt2cu test_llamacu test_updater test_gpt2cu_update test_scape_updater test_llamacu_update
+# the tests whose code uses more than one stream run again with EMU_STREAMS=reverse (every run above is
+# EMU_STREAMS=defer, the emulator's default): between them, a missing stream wait or host synchronisation in
+# either direction gives wrong results (dev/cuda/emu/README.md)
+CUEMU_STREAM_TESTS := test_updater test_scape_updater test_gpt2cu_update test_llamacu_update
 
 # the emulator's self-test: deliberate bugs it must report (dev/cuda/emu/selftest.cu, expect_fail.sh)
 $(CUEMU)/selftest: dev/cuda/emu/selftest.cu $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/src/.stamp
 	@mkdir -p $(dir $@)
 	$(CUEMU_CXX) $(CUEMU_CXXFLAGS) -x c++ $(CUEMU)/src/dev/cuda/emu/selftest.cu -x none $(CUEMU_RT) -o $@ $(CUEMU_LIBS)
 CUEMU_SELFTEST_CASES := oob_write oob_read exited_lane_shuffle syncthreads_after_exit divergent_syncthreads \
-                        host_pointer_argument memcpy_direction lt_leading_dimension lt_alignment launch_bounds
+                        host_pointer_argument memcpy_direction lt_leading_dimension lt_alignment launch_bounds \
+                        unordered_streams_raw unordered_streams_war host_reads_before_sync
 
 CUEMU_BINS = $(foreach p,bf16 fp32,$(CUDA_KERNEL_TESTS:%=$(CUEMU)/$(p)/test_%) $(CUEMU_MODEL_TESTS:%=$(CUEMU)/$(p)/%))
 # each model test is stopped after CUEMU_TIMEOUT seconds (a hang must fail, not stall CI)
@@ -92,6 +97,8 @@ CUEMU_CMDS = $(foreach p,bf16 fp32,$(CUDA_KERNEL_TESTS:%=$(CUEMU)/$(p)/test_%) \
                  $(CUEMU_MODEL_TESTS:%="timeout $(CUEMU_TIMEOUT) $(CUEMU)/$(p)/%") \
                  "EMU_LT_NO_EPILOGUE=1 timeout $(CUEMU_TIMEOUT) $(CUEMU)/$(p)/test_gpt2cu") \
              "timeout 900 env $(MPIRUN_TEST) -np 2 $(CUEMU)/fp32/test_scape_updater" \
+             $(CUEMU_STREAM_TESTS:%="EMU_STREAMS=reverse timeout $(CUEMU_TIMEOUT) $(CUEMU)/fp32/%") \
+             "timeout 900 env EMU_STREAMS=reverse $(MPIRUN_TEST) -np 2 $(CUEMU)/fp32/test_scape_updater" \
              "$(CUEMU)/selftest ok" $(CUEMU_SELFTEST_CASES:%="dev/cuda/emu/expect_fail.sh $(CUEMU)/selftest %")
 
 .PHONY: test-emu emu-build

@@ -8,7 +8,10 @@
 #include <stdarg.h>
 #include <sys/mman.h>
 #include <chrono>
+#include <deque>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <vector>
@@ -86,7 +89,7 @@ static void (*g_tramp)(void *);
 static void *g_ctx;
 static const Cfg *g_cfg;
 static std::recursive_mutex launch_lock;
-static long long n_launches, n_blocks, n_switches;
+static long long n_launches, n_blocks, n_switches, n_enqueued;
 static cudaError_t last_error = cudaSuccess;
 
 [[noreturn]] void die(const char *fmt, ...) {
@@ -310,7 +313,7 @@ uint64_t collective(int kind, unsigned mask, uint64_t val, int arg, int width) {
     return fibers[cur].result;
 }
 
-void run(const Cfg &c, void (*tramp)(void *), void *ctx) {
+int launch_ok(const Cfg &c) {
     const dim3 &g = c.grid, &b = c.block;
     unsigned long nt = (unsigned long)b.x * b.y * b.z;
     const char *bad = nullptr;
@@ -322,8 +325,15 @@ void run(const Cfg &c, void (*tramp)(void *), void *ctx) {
         fprintf(stderr, "emu: launch of %s at %s:%d with grid (%u,%u,%u) block (%u,%u,%u) fails: %s\n", c.name, c.file,
                 c.line, g.x, g.y, g.z, b.x, b.y, b.z, bad);
         last_error = cudaErrorInvalidConfiguration;
-        return;
+        return 0;
     }
+    n_enqueued++;
+    return 1;
+}
+
+void run(const Cfg &c, void (*tramp)(void *), void *ctx) {
+    const dim3 &g = c.grid, &b = c.block;
+    unsigned long nt = (unsigned long)b.x * b.y * b.z;
     std::lock_guard<std::recursive_mutex> lock(launch_lock);
     if (cur != -1) die("kernel %s launched from inside a kernel", c.name);
     const Cfg *saved = g_cfg;
@@ -442,13 +452,37 @@ static void check_copy(const char *fn, void *d, const void *s, size_t n, cudaMem
     default: check_side(fn, "destination", d, n, -1); check_side(fn, "source", s, n, -1); break;
     }
 }
-/* ---- streams and events ---- */
+/* ---- streams and events ----
+ * A stream is a queue of work (emu::enqueue). done counts the operations that have run, enq those enqueued, so
+ * operation i (0-based, in enqueue order) has run when done > i. An event remembers its latest record: the
+ * stream and the index of the record operation. Streams are never freed (a wait captured before a
+ * cudaStreamDestroy may still name one; destroying drains it first), only marked dead. */
+struct Op {
+    unsigned long long ticket; /* global enqueue order */
+    const char *what;
+    std::function<void()> fn;
+};
 }  // namespace emu
-struct emu_stream { int flags; };
-struct emu_event { unsigned flags; int recorded; double t; };
+struct emu_stream {
+    int flags, dead;
+    std::deque<emu::Op> q;
+    unsigned long long enq, done;
+};
+struct emu_event {
+    unsigned flags;
+    int recorded; /* a record has run */
+    double t;
+    cudaStream_t s; /* the latest record's stream (NULL: never recorded, or recorded on the legacy stream) */
+    unsigned long long idx;
+};
 namespace emu {
 static std::set<const void *> streams, events;
+/* every stream ever created, in creation order; never destroyed (nor are the streams: see above), so that it
+ * outlives static destructors and the leak check at exit finds it */
+static std::vector<emu_stream *> &all_streams = *new std::vector<emu_stream *>;
 static std::mutex obj_lock;
+static std::recursive_mutex queue_lock; /* the queues and their execution */
+static unsigned long long g_ticket;
 static void check_stream(const char *fn, cudaStream_t s) {
     std::lock_guard<std::mutex> lock(obj_lock);
     if (s && !streams.count(s)) die("%s: stream %p was never created or is already destroyed", fn, (void *)s);
@@ -461,6 +495,71 @@ static emu_event *check_event(const char *fn, cudaEvent_t e) {
 static double now_ms() {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+/* EMU_STREAMS: 0 sync (run at once), 1 defer (lazy: run what a synchronisation needs, no more), 2 reverse (every
+ * synchronisation runs all queued work, latest-enqueued stream first) */
+static int stream_mode() {
+    static int m = -1;
+    if (m < 0) {
+        const char *e = getenv("EMU_STREAMS");
+        if (!e || !*e || !strcmp(e, "defer")) m = 1;
+        else if (!strcmp(e, "sync")) m = 0;
+        else if (!strcmp(e, "reverse")) m = 2;
+        else die("EMU_STREAMS=%s: expected sync, defer or reverse", e);
+    }
+    return m;
+}
+static void run_head(emu_stream *s) {
+    Op op = std::move(s->q.front());
+    s->q.pop_front();
+    op.fn();
+    s->done++;
+}
+/* runs s's operations up to and including index idx (and, through their waits, what they depend on) */
+static void run_until(emu_stream *s, unsigned long long idx) {
+    std::lock_guard<std::recursive_mutex> lock(queue_lock);
+    while (s->done <= idx && !s->q.empty()) run_head(s);
+}
+static void drain(emu_stream *s) {
+    std::lock_guard<std::recursive_mutex> lock(queue_lock);
+    while (!s->q.empty()) run_head(s);
+}
+/* runs every queued operation of the streams chosen (all, or the blocking ones; EMU_STREAMS=reverse: all): among
+ * the streams with work, the one whose next operation was enqueued last goes next (so of two unordered operations
+ * on different streams, the later one in program order runs first) */
+static void run_all(int blocking_only) {
+    std::lock_guard<std::recursive_mutex> lock(queue_lock);
+    if (stream_mode() == 2) blocking_only = 0;
+    for (;;) {
+        emu_stream *pick = nullptr;
+        for (emu_stream *s : all_streams) {
+            if (s->q.empty() || (blocking_only && (s->flags & cudaStreamNonBlocking))) continue;
+            if (!pick || s->q.front().ticket > pick->q.front().ticket) pick = s;
+        }
+        if (!pick) return;
+        run_head(pick);
+    }
+}
+/* the host waits for operation idx of s: defer runs just that (and what it waits for), reverse everything */
+static void force(emu_stream *s, unsigned long long idx) {
+    if (stream_mode() == 2) run_all(0);
+    else run_until(s, idx);
+}
+void enqueue(cudaStream_t s, const char *what, std::function<void()> fn) {
+    std::lock_guard<std::recursive_mutex> lock(queue_lock);
+    if (stream_mode() == 0) {
+        fn();
+        return;
+    }
+    if (!s) { /* the legacy stream: after all blocking streams' work, and before any later */
+        run_all(1);
+        fn();
+        return;
+    }
+    s->q.push_back(Op{g_ticket++, what, std::move(fn)});
+    s->enq++;
+}
+/* index of the operation enqueue() just put on s */
+static unsigned long long last_index(cudaStream_t s) { return s->enq - 1; }
 __attribute__((constructor)) static void emu_init() { setvbuf(stdout, nullptr, _IOLBF, 0); }
 __attribute__((destructor)) static void emu_fini() {
     if (getenv("EMU_STATS"))
@@ -471,9 +570,16 @@ __attribute__((destructor)) static void emu_fini() {
 
 using namespace emu;
 cudaError_t cudaMalloc(void **p, size_t n) { return do_alloc(p, n, 0); }
-cudaError_t cudaFree(void *p) { return do_free(p, 0, "cudaFree"); }
+/* cudaFree and cudaFreeHost synchronise the device first, as CUDA does */
+cudaError_t cudaFree(void *p) {
+    run_all(0);
+    return do_free(p, 0, "cudaFree");
+}
 cudaError_t cudaMallocHost(void **p, size_t n) { return do_alloc(p, n, 1); }
-cudaError_t cudaFreeHost(void *p) { return do_free(p, 1, "cudaFreeHost"); }
+cudaError_t cudaFreeHost(void *p) {
+    run_all(0);
+    return do_free(p, 1, "cudaFreeHost");
+}
 /* The same large device-to-host download repeated with no launch in between is a bug pattern (a macro that
  * evaluates `model->logits(model)` once per element turns one copy into millions: hours on a GPU, a hang here).
  * After EMU_MAX_REPEATED_DOWNLOADS (default 100) identical downloads of >= 64 KiB in a row, stop and say so. */
@@ -482,8 +588,8 @@ static void check_repeated_download(const void *s, size_t n, cudaMemcpyKind k) {
     static size_t last_n;
     static long long last_launch = -1, repeats;
     if (k != cudaMemcpyDeviceToHost || n < (64u << 10)) return;
-    if (s == last_src && n == last_n && n_launches == last_launch) repeats++;
-    else { last_src = s; last_n = n; last_launch = n_launches; repeats = 1; }
+    if (s == last_src && n == last_n && n_enqueued == last_launch) repeats++;
+    else { last_src = s; last_n = n; last_launch = n_enqueued; repeats = 1; }
     const char *e = getenv("EMU_MAX_REPEATED_DOWNLOADS");
     long long limit = e ? atoll(e) : 100;
     if (limit > 0 && repeats >= limit)
@@ -493,28 +599,46 @@ static void check_repeated_download(const void *s, size_t n, cudaMemcpyKind k) {
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k) {
     check_copy("cudaMemcpy", d, s, n, k);
     check_repeated_download(s, n, k);
+    if (stream_mode()) run_all(1); /* the legacy stream: after every blocking stream's work */
     if (n) emu_raw_copy(d, s, n);
     return cudaSuccess;
 }
+static int is_pinned_or_device(const void *p) { return alloc_holding(p, 0, nullptr) >= 0; }
+/* On a stream, as CUDA does: a copy from pageable host memory takes the bytes at the call (they are staged), a
+ * copy into pageable host memory returns only when it has run (so it runs the stream up to it now); pinned and
+ * device memory are read and written when the copy runs. */
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st) {
     check_stream("cudaMemcpyAsync", st);
     check_copy("cudaMemcpyAsync", d, s, n, k);
     check_repeated_download(s, n, k);
-    if (n) emu_raw_copy(d, s, n);
+    if (!n) return cudaSuccess;
+    if (!is_pinned_or_device(s)) {
+        std::shared_ptr<std::vector<char>> staged = std::make_shared<std::vector<char>>((const char *)s, (const char *)s + n);
+        enqueue(st, "cudaMemcpyAsync", [d, staged, n]() { emu_raw_copy(d, staged->data(), n); });
+    } else {
+        enqueue(st, "cudaMemcpyAsync", [d, s, n]() { emu_raw_copy(d, s, n); });
+    }
+    if (st && stream_mode() && !is_pinned_or_device(d)) force(st, last_index(st));
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void *d, int v, size_t n) {
     if (n) check_side("cudaMemset", "destination", d, n, 1);
+    if (stream_mode()) run_all(1);
     if (n) emu_raw_fill(d, v, n);
     return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st) {
     check_stream("cudaMemsetAsync", st);
-    return cudaMemset(d, v, n);
+    if (!n) return cudaSuccess;
+    check_side("cudaMemsetAsync", "destination", d, n, 1);
+    enqueue(st, "cudaMemsetAsync", [d, v, n]() { emu_raw_fill(d, v, n); });
+    return cudaSuccess;
 }
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
-    *s = new emu_stream{(int)flags};
+    *s = new emu_stream{(int)flags, 0, {}, 0, 0};
+    std::lock_guard<std::recursive_mutex> qlock(queue_lock);
+    all_streams.push_back(*s);
     std::lock_guard<std::mutex> lock(obj_lock);
     streams.insert(*s);
     return cudaSuccess;
@@ -522,20 +646,28 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     check_stream("cudaStreamDestroy", s);
     if (!s) return cudaErrorInvalidResourceHandle;
-    {
-        std::lock_guard<std::mutex> lock(obj_lock);
-        streams.erase(s);
-    }
-    delete s;
+    drain(s); /* CUDA lets queued work finish */
+    std::lock_guard<std::mutex> lock(obj_lock);
+    streams.erase(s);
+    s->dead = 1;
     return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t s) { check_stream("cudaStreamSynchronize", s); return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    check_stream("cudaStreamSynchronize", s);
+    if (!s) run_all(1);
+    else if (!s->q.empty()) force(s, s->enq - 1);
+    return cudaSuccess;
+}
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
     check_stream("cudaStreamWaitEvent", s);
     check_event("cudaStreamWaitEvent", e);
+    emu_stream *es = e->s; /* the record current now (a later record does not move this wait) */
+    unsigned long long idx = e->idx;
+    if (!es) return cudaSuccess; /* never recorded, or on the legacy stream (already run): nothing to wait for */
+    enqueue(s, "cudaStreamWaitEvent", [es, idx]() { run_until(es, idx); });
     return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() { run_all(0); return cudaSuccess; }
 cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
 cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
 cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
@@ -578,29 +710,41 @@ const char *cudaGetErrorString(cudaError_t e) {
 }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
-    *e = new emu_event{flags, 0, 0};
+    *e = new emu_event{flags, 0, 0, nullptr, 0};
     std::lock_guard<std::mutex> lock(obj_lock);
     events.insert(*e);
     return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     check_stream("cudaEventRecord", s);
-    check_event("cudaEventRecord", e)->recorded = 1;
-    e->t = now_ms();
+    check_event("cudaEventRecord", e);
+    std::lock_guard<std::recursive_mutex> lock(queue_lock);
+    enqueue(s, "cudaEventRecord", [e]() {
+        e->recorded = 1;
+        e->t = now_ms();
+    });
+    e->s = s && stream_mode() ? s : nullptr;
+    e->idx = e->s ? last_index(s) : 0;
     return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { check_event("cudaEventSynchronize", e); return cudaSuccess; }
-cudaError_t cudaEventQuery(cudaEvent_t e) { check_event("cudaEventQuery", e); return cudaSuccess; }
+static void event_wait(emu_event *e) {
+    if (e->s && e->s->done <= e->idx) force(e->s, e->idx);
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { event_wait(check_event("cudaEventSynchronize", e)); return cudaSuccess; }
+/* runs the record (a program that polls would spin forever otherwise) */
+cudaError_t cudaEventQuery(cudaEvent_t e) { event_wait(check_event("cudaEventQuery", e)); return cudaSuccess; }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
     check_event("cudaEventElapsedTime", a);
     check_event("cudaEventElapsedTime", b);
     if ((a->flags | b->flags) & cudaEventDisableTiming) return cudaErrorInvalidResourceHandle;
+    event_wait(a);
+    event_wait(b);
     if (!a->recorded || !b->recorded) return cudaErrorInvalidResourceHandle;
     *ms = (float)(b->t - a->t);
     return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-    check_event("cudaEventDestroy", e);
+    event_wait(check_event("cudaEventDestroy", e)); /* its pending record names it */
     {
         std::lock_guard<std::mutex> lock(obj_lock);
         events.erase(e);

@@ -10,7 +10,7 @@
 #include <cblas.h>
 #include <vector>
 
-struct emu_blas_handle { int math; };
+struct emu_blas_handle { int math; cudaStream_t stream; };
 struct emu_lt_handle { int dummy; };
 struct emu_lt_desc {
     int compute, scale;
@@ -100,9 +100,13 @@ const char *cublasGetStatusString(cublasStatus_t s) {
     default: return "CUBLAS_STATUS (emulated)";
     }
 }
-cublasStatus_t cublasCreate(cublasHandle_t *h) { *h = new emu_blas_handle{0}; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasCreate(cublasHandle_t *h) { *h = new emu_blas_handle{0, nullptr}; return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasDestroy(cublasHandle_t h) { delete h; return CUBLAS_STATUS_SUCCESS; }
-cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t) { return h ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED; }
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
 cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) { h->math = m; return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
     int k, const void *alpha, const void *A, cudaDataType at, int lda, long long sa, const void *B, cudaDataType bt,
@@ -124,10 +128,13 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
         check_operand(fn, "B", (const char *)B + (size_t)i * sb * es, bt, rb, cb, ldb);
         check_operand(fn, "C", (const char *)C + (size_t)i * sc * es, ct, m, n, ldc);
     }
-    float al = *(const float *)alpha, be = *(const float *)beta;
-    for (int i = 0; i < batch; i++)
-        gemm(at, tA, tB, m, n, k, al, (const char *)A + (size_t)i * sa * es, lda, (const char *)B + (size_t)i * sb * es,
-             ldb, be, (char *)C + (size_t)i * sc * es, ldc, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0);
+    float al = *(const float *)alpha, be = *(const float *)beta; /* host scalars: read at the call */
+    emu::enqueue(h->stream, fn, [=]() {
+        for (int i = 0; i < batch; i++)
+            gemm(at, tA, tB, m, n, k, al, (const char *)A + (size_t)i * sa * es, lda,
+                 (const char *)B + (size_t)i * sb * es, ldb, be, (char *)C + (size_t)i * sc * es, ldc,
+                 CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0);
+    });
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -260,7 +267,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha, const void *A,
     cublasLtMatrixLayout_t la, const void *B, cublasLtMatrixLayout_t lb, const void *beta, const void *C,
     cublasLtMatrixLayout_t lc, void *D, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t *algo, void *ws,
-    size_t ws_bytes, cudaStream_t) {
+    size_t ws_bytes, cudaStream_t stream) {
     const char *fn = "cublasLtMatmul";
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     check_problem(fn, d, la, lb, lc, ld);
@@ -285,7 +292,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     if (d->bias) check_operand(fn, "bias", d->bias, ld->type, m, 1, m);
     if (epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
         check_operand(fn, "aux", d->aux, ld->type, m, n, (long)d->aux_ld);
-    gemm(la->type, d->ta != CUBLAS_OP_N, d->tb != CUBLAS_OP_N, m, n, k, *(const float *)alpha, A, (long)la->ld, B,
-         (long)lb->ld, be, D, (long)ld->ld, epi, d->bias, d->aux, (long)d->aux_ld);
+    /* the descriptor, layouts and host scalars as they are at the call */
+    const int type = la->type, ta = d->ta != CUBLAS_OP_N, tb = d->tb != CUBLAS_OP_N;
+    const long lda = (long)la->ld, ldb = (long)lb->ld, ldd = (long)ld->ld, aux_ld = (long)d->aux_ld;
+    const float al = *(const float *)alpha;
+    const void *bias = d->bias;
+    void *aux = d->aux;
+    emu::enqueue(stream, fn, [=]() { gemm(type, ta, tb, m, n, k, al, A, lda, B, ldb, be, D, ldd, epi, bias, aux, aux_ld); });
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -14,11 +14,13 @@ case $case in
     lt_leading_dimension) want='runs past the end of its device allocation' ;;
     lt_alignment) want='declared minimum of 256 bytes' ;;
     launch_bounds) want='__launch_bounds__' ;;
+    unordered_streams_raw|unordered_streams_war|host_reads_before_sync) want='values read stale' ;;
     *) echo "error: expect_fail.sh: no expectation for case '$case'; add one"; exit 2 ;;
 esac
-arg=$case
+arg=$case streams=defer
 [ "$case" = launch_bounds ] && arg=ok   # the ok run launches beyond __launch_bounds__ and checks the error code
-out=$(ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 "$bin" "$arg" 2>&1); rc=$?
+case $case in unordered_streams_*) streams=reverse ;; esac   # only that order runs the later operation first
+out=$(EMU_STREAMS=$streams ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 "$bin" "$arg" 2>&1); rc=$?
 echo "$out" | tail -n 40 | sed 's/^/  | /'
 if [ "$case" = launch_bounds ]; then
     if [ $rc -eq 0 ] && echo "$out" | grep -q "$want"; then echo "ok emu_reports_$case"; exit 0; fi

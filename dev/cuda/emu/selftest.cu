@@ -58,6 +58,69 @@ __global__ static void block_sum_kernel(float *out, const float *in, int n) {
     }
 }
 
+__global__ static void fill_kernel(float *out, float v, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = v;
+}
+__global__ static void copy_kernel(float *out, const float *in, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = in[i];
+}
+
+/* Stream order (EMU_STREAMS=defer): two streams that share a buffer, ordered by an event when `ordered`, else
+ * not: a producer and a consumer (read after write, "raw"), or a reader and a later writer (write after read,
+ * "war"); then a device-to-host copy into pinned memory read by the host after a stream synchronisation when
+ * `ordered`, else before. Returns the number of values that are not what the program order says. */
+static int stream_order_case(const char *which, int ordered) {
+    const int n = 64;
+    float *d, *e, *pinned, got[64];
+    cudaStream_t a, b;
+    cudaEvent_t ev;
+    cudaCheck(cudaMalloc(&d, n * 4));
+    cudaCheck(cudaMalloc(&e, n * 4));
+    cudaCheck(cudaMallocHost(&pinned, n * 4));
+    cudaCheck(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    cudaCheck(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    cudaCheck(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    float want = 0.0f;
+    if (!strcmp(which, "raw")) {
+        fill_kernel<<<1, n, 0, a>>>(d, 1.0f, n);
+        cudaCheck(cudaEventRecord(ev, a));
+        if (ordered) cudaCheck(cudaStreamWaitEvent(b, ev, 0));
+        copy_kernel<<<1, n, 0, b>>>(e, d, n);
+        want = 1.0f;
+    } else if (!strcmp(which, "war")) {
+        fill_kernel<<<1, n>>>(d, 1.0f, n); /* the legacy stream: before all that follows */
+        copy_kernel<<<1, n, 0, a>>>(e, d, n);
+        cudaCheck(cudaEventRecord(ev, a));
+        if (ordered) cudaCheck(cudaStreamWaitEvent(b, ev, 0));
+        fill_kernel<<<1, n, 0, b>>>(d, 2.0f, n);
+        want = 1.0f;
+    } else { /* "host": the host reads pinned memory a copy on stream a writes */
+        fill_kernel<<<1, n, 0, a>>>(e, 3.0f, n);
+        cudaCheck(cudaMemcpyAsync(pinned, e, n * 4, cudaMemcpyDeviceToHost, a));
+        if (ordered) cudaCheck(cudaStreamSynchronize(a));
+        memcpy(got, pinned, sizeof got);
+        want = 3.0f;
+    }
+    cudaCheckLaunch();
+    if (strcmp(which, "host")) {
+        cudaCheck(cudaStreamSynchronize(a));
+        cudaCheck(cudaStreamSynchronize(b));
+        cudaCheck(cudaMemcpy(got, e, sizeof got, cudaMemcpyDeviceToHost));
+    }
+    int bad = 0;
+    for (int i = 0; i < n; i++) bad += got[i] != want;
+    if (bad) printf("  stream order %s: %d of %d values read stale (element 0 is %g, the program order says %g)\n", which, bad, n, got[0], want);
+    cudaCheck(cudaEventDestroy(ev));
+    cudaCheck(cudaStreamDestroy(a));
+    cudaCheck(cudaStreamDestroy(b));
+    cudaCheck(cudaFreeHost(pinned));
+    cudaCheck(cudaFree(d));
+    cudaCheck(cudaFree(e));
+    return bad;
+}
+
 static int ok_case(void) {
     const int n = 1000, rows = 3;
     float *h = host_random((size_t)n * rows, 1.0f);
@@ -84,12 +147,21 @@ static int ok_case(void) {
     cudaCheck(cudaFree(d_in));
     cudaCheck(cudaFree(d_out));
     free(h);
+    const char *orders[] = {"raw", "war", "host"};
+    for (int i = 0; i < 3; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "emu_stream_order_%s_with_sync_is_kept", orders[i]);
+        check_true(name, stream_order_case(orders[i], 1) == 0, "work ordered by events and synchronisation must see the program order");
+    }
     return dev_failures ? 1 : 0;
 }
 
 int main(int argc, char **argv) {
     const char *c = argc > 1 ? argv[1] : "";
     if (!strcmp(c, "ok")) return ok_case();
+    if (!strcmp(c, "unordered_streams_raw")) return stream_order_case("raw", 0) ? 1 : 0;
+    if (!strcmp(c, "unordered_streams_war")) return stream_order_case("war", 0) ? 1 : 0;
+    if (!strcmp(c, "host_reads_before_sync")) return stream_order_case("host", 0) ? 1 : 0;
     float *d, *e;
     cudaCheck(cudaMalloc(&d, 256 * 4));
     cudaCheck(cudaMalloc(&e, 256 * 4));

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmath>
+#include <functional>
 #include <type_traits>
 
 #define CUDA_EMU 1
@@ -139,8 +140,23 @@ struct Cfg {
     const char *name, *file;
     int line;
     dim3 grid, block;
+    cudaStream_t stream;
 };
 void run(const Cfg &c, void (*tramp)(void *), void *ctx);
+/* the launch configuration check (grid, block, __launch_bounds__): 0 with cudaGetLastError's error set */
+int launch_ok(const Cfg &c);
+/* Work for stream s (NULL: the legacy default stream), described by `what`. EMU_STREAMS says when it runs:
+ *   defer (the default): only when a synchronisation needs it (the host synchronising s or an event recorded
+ *     after it, a wait on such an event by work that runs, a copy into pageable memory on s), or at a
+ *     device-wide point (a synchronous copy or memset, cudaFree, cudaDeviceSynchronize), where the streams run
+ *     latest-enqueued first. A host read of pinned memory before its copy was synchronised, or a consumer
+ *     that runs before a producer it does not wait for, then sees stale data (0 or NaN) and the test fails.
+ *   reverse: every synchronisation runs all queued work, latest-enqueued stream first, so of two operations on
+ *     different streams not ordered by an event, the later in program order runs first: a missing
+ *     cudaStreamWaitEvent between a writer and a reader (either order) gives wrong results.
+ *   sync: at once, in program order (what a GPU running one stream at a time would do).
+ * The legacy stream drains every blocking stream, then runs at once. */
+void enqueue(cudaStream_t s, const char *what, std::function<void()> fn);
 /* kernel argument check: a pointer argument must be NULL or inside a cudaMalloc / cudaMallocHost allocation */
 void check_arg(const Cfg &c, int index, const void *p);
 template <typename T> static inline void check_args(const Cfg &c, int i, const T &) {}
@@ -151,8 +167,11 @@ template <typename... P> struct Launcher {
     void operator()(P... args) const {
         int i = 0;
         (check_args(c, i++, args), ...);
-        auto call = [&]() { fn(args...); };
-        run(c, [](void *p) { (*(decltype(call) *)p)(); }, &call);
+        if (!launch_ok(c)) return;
+        enqueue(c.stream, c.name, [c = c, fn = fn, args...]() {
+            auto call = [&]() { fn(args...); };
+            run(c, [](void *p) { (*(decltype(call) *)p)(); }, &call);
+        });
     }
 };
 /* a kernel template launched without template arguments: they are deduced from the call's arguments */
@@ -162,8 +181,11 @@ template <typename F> struct DeducingLauncher {
     template <typename... A> void operator()(A... args) const {
         int i = 0;
         (check_args(c, i++, args), ...);
-        auto call = [&]() { f(args...); };
-        run(c, [](void *p) { (*(decltype(call) *)p)(); }, &call);
+        if (!launch_ok(c)) return;
+        enqueue(c.stream, c.name, [c = c, f = f, args...]() {
+            auto call = [&]() { f(args...); };
+            run(c, [](void *p) { (*(decltype(call) *)p)(); }, &call);
+        });
     }
 };
 struct LaunchSite {
@@ -174,8 +196,7 @@ struct LaunchSite {
 static inline LaunchSite launch(int sync, long bound, const char *name, const char *file, int line, dim3 g, dim3 b,
                                 size_t shmem = 0, cudaStream_t s = 0) {
     (void)shmem;
-    (void)s;
-    return LaunchSite{Cfg{sync, bound, name, file, line, g, b}};
+    return LaunchSite{Cfg{sync, bound, name, file, line, g, b, s}};
 }
 }  // namespace emu
 
@@ -227,7 +248,7 @@ template <typename T> static inline T atomicCAS(T *p, T cmp, T v) { T o = *p; if
 static inline void __threadfence() {}
 static inline void __threadfence_block() {}
 
-/* ---- runtime (emu.cpp): synchronous; every call completes before it returns, streams and events included ---- */
+/* ---- runtime (emu.cpp): streams and events as emu::enqueue says; synchronous calls complete before they return ---- */
 cudaError_t cudaMalloc(void **p, size_t n);
 template <typename T> static inline cudaError_t cudaMalloc(T **p, size_t n) { return cudaMalloc((void **)p, n); }
 cudaError_t cudaFree(void *p);
