@@ -489,8 +489,11 @@ static void sd_bucket_ready(void *ctx, int bucket) {
     scape_dev_c_and_queue(u, bucket);
 }
 
+/* dist.c's end_step: dm.grads zeroed, then dm.grads_free for the model's next writes (cuda/device_model.h); the
+ * buckets unqueued */
 static void scape_dev_end_step(ScapeDev *u) {
     cudaCheck(cudaMemsetAsync(u->dm.grads, 0, u->P * sizeof(float), u->dm.stream));
+    cudaCheck(cudaEventRecord(u->dm.grads_free, u->dm.stream));
     for (int b = 0; b < u->nb; b++) {
         u->bstate[b] = 0;
         u->bh[b] = 0;

@@ -614,6 +614,7 @@ static double time_update(const UpdaterConfig *cfg, int reps, double *mem_mib) {
     *mem_mib = ((double)free0 - (double)free1 - model) / 1048576.0;
     double ms = 0;
     for (int t = 1; t <= reps + 2; t++) {
+        cudaCheck(cudaStreamWaitEvent(x.dm.stream, x.dm.grads_free, 0)); /* the last step's zeroing (device_model.h) */
         fill_grads_kernel<<<ceil_div((long)P, 256), 256, 0, x.dm.stream>>>(x.dm.grads, (long)P, (uint32_t)t);
         cudaCheck(cudaGetLastError());
         cudaCheck(cudaStreamSynchronize(x.dm.stream));
