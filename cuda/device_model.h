@@ -6,8 +6,8 @@
  * "sum over micro-steps of loss_scale-weighted gradients"); on the last micro-step it calls the update's
  * bucket_ready(b) right after enqueueing, on `stream`, the last write to bucket b's slices of `grads`. The
  * update's step() leaves new `master` and `params` ordered on `stream`, and zeroes `grads` on whichever stream
- * it likes; it records `grads_free` on that stream right after, so `grads` is zero and writable again when
- * `grads_free` completes.
+ * it likes (device SCAPE: its communication stream, once its top-k of the next mask has read c there); it records
+ * `grads_free` on that stream right after, so `grads` is zero and writable again when `grads_free` completes.
  * The model makes `stream` wait for `grads_free` (cudaStreamWaitEvent) before its first write into `grads` in a
  * step. The model creates and destroys the event; until the update first records it the wait is a no-op.
  * Not for: kernels (cuda/optimizer.cuh) or the update itself (cuda/updater.cu).
