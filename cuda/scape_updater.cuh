@@ -22,10 +22,25 @@
  *                          (download on the communication stream, scape/comm.h's job), or nothing with one rank
  *   step():                (step 1 without a mask: c for all buckets, M_1 = all ones or the owners' top-k gathered
  *                          at once); wait for the payloads; sum g_hat^2 on M_t; the non-finite check of c (any
- *                          rank, one control all-reduce as dist.c); skip, or clip factor; the owners' top-k of |c|
- *                          for M_{t+1} into their segments and its all-gather (NCCL broadcasts on the communication
- *                          stream, or MPI from pinned memory), collected at step t+1's first bucket; the masked
- *                          AdamS update with r = c off the mask and 0 on it; zeroed gradients.
+ *                          rank, one control all-reduce as dist.c); skip, or clip factor; the masked AdamS update
+ *                          with r = c off the mask and 0 on it (compute stream); then on the communication stream,
+ *                          overlapping the update and the next forward, the owners' top-k of |c| for M_{t+1} into
+ *                          their segments and its all-gather (NCCL broadcasts there, or MPI from pinned memory),
+ *                          collected at step t+1's first bucket, and the gradients zeroed once the top-k and the
+ *                          update have read c, with dm.grads_free after it (cuda/device_model.h).
+ * Streams: the compute stream (dm.stream) runs c and its compaction, the norm, the update and the masks' assembly;
+ * the communication stream (cs, with one rank too) the payload collectives, the owners' top-k (u->topk is used
+ * there only; the step-1 bootstrap's too, the compute stream then waits for it), the mask all-gather and the
+ * zeroing of dm.grads; the copy stream (cps) the residual offload (below). The cross-stream orders of a step:
+ *   ev_ready[b]    compute, after bucket b's c and payload -> cs, before its collective (world > 1)
+ *   ev_comm        cs, after the last payload collective (NCCL) -> compute, before the norm
+ *   ev_c           compute, once c is final (after the step's synchronisation; step 1: after all of c) -> cs,
+ *                  before the owners' top-k
+ *   ev_gather      cs, after the top-k and the broadcasts (NCCL) or the segment's download (MPI) -> compute,
+ *                  before scape_dev_collect_next's OR of the segments into d_next
+ *   ev_used        compute, after the update (the step's last read of dm.grads) -> cs, before zeroing dm.grads
+ *   dm.grads_free  cs, after zeroing dm.grads -> the model's compute stream, before its next write into dm.grads
+ * Step t+1's payload collectives queue on cs behind step t's top-k and zeroing (they need M_{t+1} anyway).
  * Masks on the device are uint32 words (cuda/scape.cuh); owner segments live word-aligned in d_seg (rank r at
  * seg_woff[r] words), so each owner's top-k writes whole words of its own, and an OR kernel moves each segment to
  * its (unaligned) bit offset own.lo[r] of the mask. On the host the segments are dist.c's byte layout (seg_off),
@@ -47,8 +62,6 @@
  * of scape.cuh) and the per-slice popcounts and energies on the device (scape_mask_stats); the host only divides.
  * Jaccards equal dist.c's exactly; energies to the rounding of double sums added in another order. Nothing is
  * allocated or run while they are off.
- * Not here (see the report in issue 9): the top-k on a side stream (it runs on the compute stream; its all-gather
- * overlaps).
  */
 
 /* dst bits [dst_off, dst_off + n) |= src bits [0, n) (src: word-aligned packed mask, element e = bit e & 31 of
@@ -146,15 +159,18 @@ typedef struct {
     int kb_predicted;      /* h_kb of this step came from cur_dens, not from the device */
     double *d_part;        /* (npart) norm partials */
     ScapeCtl *d_ctl, *h_ctl; /* device / pinned */
-    ScapeTopkWork topk;
+    ScapeTopkWork topk;    /* the owners' top-k, used on cs only */
     int *bstate;           /* per bucket: 0 nothing, 1 c computed (step 1), 2 queued */
     CommHandle *bh;        /* MPI: per bucket, its payload all-reduce */
     CommHandle next_h;     /* MPI: the mask all-gather */
     int next_pending;      /* a mask all-gather was started and not yet collected */
     int step_begun, have_cur, have_next, swapped, last_t;
     size_t last_k;
-    cudaStream_t cs;
-    cudaEvent_t *ev_ready, ev_comm, ev_mask, ev_gather;
+    cudaStream_t cs;       /* communication stream: payload collectives, the owners' top-k, the gradients' zeroing */
+    cudaEvent_t *ev_ready, ev_comm;
+    cudaEvent_t ev_c;      /* compute stream, once c in dm.grads is final: cs waits for it before the owners' top-k */
+    cudaEvent_t ev_gather; /* cs, after the owners' top-k (and NCCL's broadcasts): d_seg holds M_{t+1}'s segments */
+    cudaEvent_t ev_used;   /* compute stream, after the step's last read of dm.grads: cs waits before zeroing it */
 #ifdef ENABLE_NCCL
     ncclComm_t nc;
 #endif
@@ -174,7 +190,8 @@ typedef struct {
     float *d_st_g;             /* (P) copy of this rank's g_i, made per bucket before c replaces it */
     uint32_t *d_st_gcur, *d_st_gprev; /* raw-gradient masks G_t, G_{t-1} */
     ScapeMaskStatsSums *d_st_part, *d_st_sums, *h_st; /* tile scratch; (2 n) per-slice sums, M then G; pinned */
-    ScapeTopkWork st_topk;     /* sized for the largest sparse slice (the owners' topk covers owned ones only) */
+    ScapeTopkWork st_topk;     /* sized for the largest sparse slice (the owners' topk covers owned ones only);
+                                * G_t's top-k runs on the compute stream, so it has its own (topk is cs's) */
     cudaEvent_t ev_st;         /* after the sums' download */
 } ScapeDev;
 
@@ -231,14 +248,17 @@ static void scape_swap_masks(ScapeDev *u) {
     u->next_dens = td;
 }
 
-/* dist.c's scape_collect_next: wait for the all-gather of the mask made last step, assemble d_next */
+/* dist.c's scape_collect_next: wait for the all-gather of the mask made last step, assemble d_next on the compute
+ * stream, which waits for ev_gather first (the owners' top-k and NCCL's broadcasts on cs; host-staged, the host
+ * synchronised cs after the top-k already, and the other ranks' segments come from the host here). Every
+ * scape_dev_make_mask is followed by one call of this, so a caller that then synchronises the compute stream
+ * (save, load, the sync check, free) finds d_seg, d_next and d_cur complete and u->topk idle. */
 static void scape_dev_collect_next(ScapeDev *u) {
     if (!u->next_pending) return;
     u->next_pending = 0;
     cudaStream_t s = u->dm.stream;
-    if (u->world > 1 && u->nccl) {
-        cudaCheck(cudaStreamWaitEvent(s, u->ev_gather, 0));
-    } else if (u->world > 1) {
+    cudaCheck(cudaStreamWaitEvent(s, u->ev_gather, 0));
+    if (u->world > 1 && !u->nccl) {
         comm_wait(u->next_h);
         u->next_h = 0;
         for (int r = 0; r < u->world; r++)
@@ -253,49 +273,49 @@ static void scape_dev_collect_next(ScapeDev *u) {
     u->have_next = 1;
 }
 
-/* dist.c's scape_make_mask: top-k of |c| (c in dm.grads) over this rank's owned slices at density dens into its
- * segment, then the all-gather of all segments (collected by scape_dev_collect_next) */
+/* dist.c's scape_make_mask on the communication stream, which first waits for ev_c (the caller records it on the
+ * compute stream once c is final in dm.grads; the compute stream may run on meanwhile, it only reads c): top-k
+ * of |c| over this rank's owned slices at density dens into its segment, then the all-gather of all segments
+ * (NCCL broadcasts on cs, or the own segment downloaded on cs for the host's), then ev_gather on cs; collected by
+ * scape_dev_collect_next. */
 static void scape_dev_make_mask(ScapeDev *u, double dens) {
-    cudaStream_t s = u->dm.stream;
+    cudaStream_t cs = u->cs;
     const size_t base = u->own.lo[u->rank], n_mine = u->own.hi[u->rank] - base;
     uint32_t *mine = u->d_seg + u->seg_woff[u->rank];
     u->next_dens = dens;
+    cudaCheck(cudaStreamWaitEvent(cs, u->ev_c, 0));
     if (n_mine)
-        cudaCheck(cudaMemsetAsync(mine, 0, scape_mask_words((long long)n_mine) * sizeof(uint32_t), s));
+        cudaCheck(cudaMemsetAsync(mine, 0, scape_mask_words((long long)n_mine) * sizeof(uint32_t), cs));
     for (int i = u->own.first[u->rank]; i < u->own.first[u->rank + 1]; i++) {
         const ParamSlice *sl = &u->tab->slices[i];
-        if (!scape_slice_sparse(u, sl)) scape_mask_set_range(mine, (long long)(sl->offset - base), (long long)sl->numel, s);
+        if (!scape_slice_sparse(u, sl)) scape_mask_set_range(mine, (long long)(sl->offset - base), (long long)sl->numel, cs);
         else
             scape_topk_mask_gpu(mine, (long long)(sl->offset - base), u->dm.grads + sl->offset, (long long)sl->numel,
-                                (long long)scape_k(dens, sl->numel), &u->topk, s);
+                                (long long)scape_k(dens, sl->numel), &u->topk, cs);
     }
     u->next_pending = 1;
     if (u->world == 1) {
         comm_stats_add(COMM_ALLGATHER, u->seg_total, 0.0); /* dist.c's one-rank all-gather: a call, no bytes */
-        return;
-    }
-    cudaCheck(cudaEventRecord(u->ev_mask, s));
-    cudaCheck(cudaStreamWaitEvent(u->cs, u->ev_mask, 0));
-    if (u->nccl) {
+    } else if (u->nccl) {
 #ifdef ENABLE_NCCL
         ncclCheck(ncclGroupStart());
         for (int r = 0; r < u->world; r++) {
             size_t nw = (size_t)scape_mask_words((long long)(u->own.hi[r] - u->own.lo[r]));
             if (nw)
                 ncclCheck(ncclBroadcast(u->d_seg + u->seg_woff[r], u->d_seg + u->seg_woff[r], nw * sizeof(uint32_t),
-                                        ncclUint8, r, u->nc, u->cs));
+                                        ncclUint8, r, u->nc, cs));
         }
         ncclCheck(ncclGroupEnd());
-        cudaCheck(cudaEventRecord(u->ev_gather, u->cs));
         comm_stats_add(COMM_ALLGATHER, u->seg_total, 0.0);
 #endif
-        return;
+    } else {
+        if (u->seg_bytes[u->rank])
+            cudaCheck(cudaMemcpyAsync(u->h_seg + u->seg_off[u->rank], mine, u->seg_bytes[u->rank],
+                                      cudaMemcpyDeviceToHost, cs));
+        cudaCheck(cudaStreamSynchronize(cs)); /* the job reads h_seg as soon as it is queued */
+        u->next_h = comm_iallgatherv(u->h_seg, u->seg_bytes, 1);
     }
-    if (u->seg_bytes[u->rank])
-        cudaCheck(cudaMemcpyAsync(u->h_seg + u->seg_off[u->rank], mine, u->seg_bytes[u->rank], cudaMemcpyDeviceToHost,
-                                  u->cs));
-    cudaCheck(cudaStreamSynchronize(u->cs)); /* the job reads h_seg as soon as it is queued */
-    u->next_h = comm_iallgatherv(u->h_seg, u->seg_bytes, 1);
+    cudaCheck(cudaEventRecord(u->ev_gather, cs));
 }
 
 /* elements of bucket b (the most payload values it can have) */
@@ -469,6 +489,9 @@ static void scape_dev_begin(ScapeDev *u) {
     u->step_begun = 1;
     u->swapped = 0;
     u->st_step = u->st_on;
+    /* the last step zeroed dm.grads on cs: the model's writes waited for that (cuda/device_model.h), and so does
+     * this step's own use of dm.grads on the compute stream, whatever the model wrote */
+    cudaCheck(cudaStreamWaitEvent(u->dm.stream, u->dm.grads_free, 0));
     cudaCheck(cudaMemsetAsync(u->d_ctl, 0, sizeof(ScapeCtl), u->dm.stream)); /* the step's non-finite flag */
     scape_dev_collect_next(u);
     if (u->have_next) {
@@ -489,8 +512,14 @@ static void sd_bucket_ready(void *ctx, int bucket) {
     scape_dev_c_and_queue(u, bucket);
 }
 
+/* dist.c's end_step: dm.grads zeroed on the communication stream, after the compute stream's reads of this step
+ * (ev_used: the update's c, the statistics) and after whatever cs has queued (the owners' top-k reads c there),
+ * then dm.grads_free recorded on cs for the model's next writes (cuda/device_model.h); the buckets unqueued. */
 static void scape_dev_end_step(ScapeDev *u) {
-    cudaCheck(cudaMemsetAsync(u->dm.grads, 0, u->P * sizeof(float), u->dm.stream));
+    cudaCheck(cudaEventRecord(u->ev_used, u->dm.stream));
+    cudaCheck(cudaStreamWaitEvent(u->cs, u->ev_used, 0));
+    cudaCheck(cudaMemsetAsync(u->dm.grads, 0, u->P * sizeof(float), u->cs));
+    cudaCheck(cudaEventRecord(u->dm.grads_free, u->cs));
     for (int b = 0; b < u->nb; b++) {
         u->bstate[b] = 0;
         u->bh[b] = 0;
@@ -537,7 +566,7 @@ static void sd_mask_stats_enable(Updater *base, int on) {
     u->st_gprev_t = -1;
 }
 
-/* dist.c's scape_stats at step t on the device, enqueued after the skip decision and before the next mask: G_t =
+/* dist.c's scape_stats at step t on the device, enqueued after the skip decision and before the update: G_t =
  * top-k_s of |g_i| (the density in force at t) per sparse slice from d_st_g, then per slice the popcounts and
  * energies of (M_t, M_{t-1}, c_i) and (G_t, G_{t-1}, g_i) (c_i is still in dm.grads; M_{t-1} is d_next after
  * this step's swap, have_mprev) and their download; sd_mask_stats waits for it. G_t becomes G_{t-1}. */
@@ -641,8 +670,9 @@ static int sd_step(Updater *base, int t, float lr, float *grad_norm) {
             scape_mask_set_range(u->d_cur, 0, (long long)u->P, s);
             u->cur_dens = 1.0;
         } else {
+            cudaCheck(cudaEventRecord(u->ev_c, s));
             scape_dev_make_mask(u, d1);
-            scape_dev_collect_next(u);
+            scape_dev_collect_next(u); /* the compute stream waits for the top-k: M_1 is needed now */
             scape_swap_masks(u);
             u->have_next = 0;
         }
@@ -716,14 +746,16 @@ static int sd_step(Updater *base, int t, float lr, float *grad_norm) {
     int clipped = dc->clip > 0 && norm > dc->clip;
     if (clipped) sc = dc->clip / (norm + 1e-6f);
 
+    cudaCheck(cudaEventRecord(u->ev_c, s)); /* c is final (the compute stream only reads it from here) */
     if (u->st_step) scape_dev_stats(u, t, u->swapped && !bootstrapped);
-    /* next mask from |c| (c still in dm.grads), gathered while the update and the next forward/backward run */
-    scape_dev_make_mask(u, scape_density(dc->density, dc->density_start, dc->density_warmup, t + 1));
 
     /* error feedback, then AdamS on M_t and decay only elsewhere (SCAPE.md section 3 items 3-7) */
     ScapeUpdateArgs a = scape_update_args(t, lr, b1, u->opt.beta2, u->opt.eps, u->opt.weight_decay, clipped, sc,
                                           u->cfg.seed);
     for (int b = 0; b < u->nb; b++) scape_dev_update(u, b, &a);
+    /* next mask from |c| (c stays in dm.grads until end_step zeroes it after the top-k) on the communication
+     * stream, after ev_c: it overlaps the update, and its all-gather the next forward/backward */
+    scape_dev_make_mask(u, scape_density(dc->density, dc->density_start, dc->density_warmup, t + 1));
     u->last_k = K;
     scape_dev_end_step(u);
     u->last_t = t;
@@ -886,8 +918,9 @@ static void sd_free(Updater *base) {
         scape_plan_free(&u->plan[b]);
     }
     cudaCheck(cudaEventDestroy(u->ev_comm));
-    cudaCheck(cudaEventDestroy(u->ev_mask));
+    cudaCheck(cudaEventDestroy(u->ev_c));
     cudaCheck(cudaEventDestroy(u->ev_gather));
+    cudaCheck(cudaEventDestroy(u->ev_used));
     cudaCheck(cudaStreamDestroy(u->cs));
     scape_topk_work_free(&u->topk);
     cudaCheck(cudaFree(u->d_m));
@@ -1033,8 +1066,9 @@ static Updater *scape_updater_create(const DeviceModel *dm, const UpdaterConfig 
     cudaCheck(cudaStreamCreateWithFlags(&u->cs, cudaStreamNonBlocking));
     for (int b = 0; b < u->nb; b++) cudaCheck(cudaEventCreateWithFlags(&u->ev_ready[b], cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&u->ev_comm, cudaEventDisableTiming));
-    cudaCheck(cudaEventCreateWithFlags(&u->ev_mask, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&u->ev_c, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&u->ev_gather, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&u->ev_used, cudaEventDisableTiming));
 
 #ifdef ENABLE_NCCL
     if (u->nccl) {

@@ -62,6 +62,7 @@ typedef struct {
     floatX *params;          /* (P) the copy the forward reads; == (floatX *)master in fp32 builds */
     floatX *grads;           /* (P) this micro-step's gradients; the backward zeroes it first */
     float *grad32;           /* (P) fp32 accumulator over micro-steps of the device update, else NULL */
+    cudaEvent_t grads_free;  /* with grad32: the update records it once grad32 is zeroed (cuda/device_model.h) */
     floatX *h_grads;         /* (P) pinned staging of the host update's download; NULL once the device update runs */
     int device_update;       /* 1 once an Updater owns the parameters on the GPU */
     int *bucket_n;           /* (num_buckets) slices per bucket */
@@ -113,8 +114,11 @@ static void device_params_upload(DeviceParams *dp) {
 /* Device update: bucket b's gradients of this micro-step are final on the stream (their last write is enqueued);
  * add them into grad32 (the sum the host path forms on the CPU: acc + (float)g, one rounding) and, on the last
  * micro-step (on_bucket non-NULL), hand the bucket to the update, which orders its collective after the
- * accumulation by an event on the stream (cuda/device_model.h's protocol). */
+ * accumulation by an event on the stream (cuda/device_model.h's protocol). The accumulation first waits for
+ * grads_free: the last step's update may still be zeroing grad32 on a stream of its own (once that has run, the
+ * wait costs nothing, so it is simply repeated for every bucket). */
 static void device_params_bucket_done(DeviceParams *dp, int b, BucketReadyFn on_bucket, void *ctx) {
+    cudaCheck(cudaStreamWaitEvent(dp->s, dp->grads_free, 0));
     for (int k = 0; k < dp->bucket_n[b]; k++) {
         const ParamSlice *sl = &dp->table->slices[dp->bucket_slices[b][k]];
         grad_accumulate(dp->grad32 + sl->offset, dp->grads + sl->offset, (long)sl->numel, dp->s);
@@ -155,9 +159,11 @@ static Updater *device_params_create_updater(DeviceParams *dp, const UpdaterConf
     size_t P = dp->table->total;
     dp->grad32 = (float *)dalloc(P * sizeof(float), "the fp32 gradients");
     cudaCheck(cudaMemset(dp->grad32, 0, P * sizeof(float)));
-    DeviceModel dm = {dp->table, dp->master, dp->params, dp->grad32, dp->host_params, dp->s};
+    cudaCheck(cudaEventCreateWithFlags(&dp->grads_free, cudaEventDisableTiming));
+    DeviceModel dm = {dp->table, dp->master, dp->params, dp->grad32, dp->host_params, dp->s, dp->grads_free};
     Updater *u = device_updater_create(&dm, cfg);
     if (!u) {
+        cudaCheck(cudaEventDestroy(dp->grads_free));
         cudaCheck(cudaFree(dp->grad32));
         dp->grad32 = NULL;
         return NULL;
@@ -176,7 +182,10 @@ static void device_params_free(DeviceParams *dp) {
     cudaCheck(cudaFree(dp->params));
 #endif
     cudaCheck(cudaFree(dp->grads));
-    if (dp->grad32) cudaCheck(cudaFree(dp->grad32));
+    if (dp->grad32) {
+        cudaCheck(cudaEventDestroy(dp->grads_free));
+        cudaCheck(cudaFree(dp->grad32));
+    }
     if (dp->h_grads) cudaCheck(cudaFreeHost(dp->h_grads));
     param_table_bucket_slices_free(dp->table->num_buckets, dp->bucket_n, dp->bucket_slices);
 }

@@ -14,7 +14,8 @@
  * update, and the compute stream waits on ev_gather before it rebuilds the floatX copy of the other ranks' slices.
  * MPI (host-staged): bucket_ready downloads the bucket's slices into pinned memory on the communication stream,
  * waits for that, and queues scape/comm.h's averaging all-reduce (or reduce-scatter) on the communication thread;
- * step() waits for the jobs and uploads the results. One rank: no collective at all.
+ * step() waits for the jobs and uploads the results. One rank: no collective at all. step() ends by zeroing the
+ * gradients on the compute stream and recording dm.grads_free after it (cuda/device_model.h's protocol).
  * Gradients travel in fp32, as on the host path, so comm_bytes_* in log.jsonl mean the same on both.
  *
  * The floatX copy is always SR(master, sr_seed(seed, last_t, tensor)): written by the update kernels, rebuilt
@@ -175,9 +176,12 @@ static void finish_buckets(DevUpdater *u) {
     }
 }
 
-/* zeroed gradients for the next step, buckets unqueued (dist.c's end_step) */
+/* zeroed gradients for the next step, then dm.grads_free (on the compute stream, as the zeroing: the model's
+ * wait on it is a no-op here, but the protocol of cuda/device_model.h is the same for every update); buckets
+ * unqueued (dist.c's end_step) */
 static void end_step(DevUpdater *u) {
     cudaCheck(cudaMemsetAsync(u->dm.grads, 0, u->P * sizeof(float), u->dm.stream));
+    cudaCheck(cudaEventRecord(u->dm.grads_free, u->dm.stream));
     for (int b = 0; b < u->nb; b++) {
         u->bstate[b] = 0;
         u->bh[b] = 0;

@@ -600,8 +600,9 @@ __global__ static void fill_grads_kernel(float *g, long n, uint32_t t) {
 }
 
 /* ms per step (steps 3..reps+2: after the bootstrap) of the update described by cfg, the gradient handed over
- * bucket by bucket; *mem_mib: about the device memory the update holds (cudaMemGetInfo before / after dev_init,
- * less the model's buffers) */
+ * bucket by bucket, until the gradients are zeroed again (dm.grads_free: SCAPE's top-k and zeroing run on its
+ * communication stream, after the compute stream's update); *mem_mib: about the device memory the update holds
+ * (cudaMemGetInfo before / after dev_init, less the model's buffers) */
 static double time_update(const UpdaterConfig *cfg, int reps, double *mem_mib) {
     float *init = (float *)xcalloc(P, sizeof(float), "params");
     size_t free0 = 0, free1 = 0, total = 0;
@@ -614,6 +615,7 @@ static double time_update(const UpdaterConfig *cfg, int reps, double *mem_mib) {
     *mem_mib = ((double)free0 - (double)free1 - model) / 1048576.0;
     double ms = 0;
     for (int t = 1; t <= reps + 2; t++) {
+        cudaCheck(cudaStreamWaitEvent(x.dm.stream, x.dm.grads_free, 0)); /* the last step's zeroing (device_model.h) */
         fill_grads_kernel<<<ceil_div((long)P, 256), 256, 0, x.dm.stream>>>(x.dm.grads, (long)P, (uint32_t)t);
         cudaCheck(cudaGetLastError());
         cudaCheck(cudaStreamSynchronize(x.dm.stream));
@@ -622,6 +624,7 @@ static double time_update(const UpdaterConfig *cfg, int reps, double *mem_mib) {
         float n;
         x.u->step(x.u, t, 1e-4f, &n);
         cudaCheck(cudaStreamSynchronize(x.dm.stream));
+        cudaCheck(cudaEventSynchronize(x.dm.grads_free));
         if (t > 2) ms += 1e3 * (now_seconds() - t0);
     }
     dev_free(&x);

@@ -323,6 +323,7 @@ static void time_gpt2_124m(void) {
         if (t > 1) ms_step += 1e3 * (t1 - t0);
     }
     /* the norm pass alone, on the (zeroed) gradients */
+    cudaCheck(cudaStreamWaitEvent(x.dm.stream, x.dm.grads_free, 0)); /* zeroed (cuda/device_model.h) */
     double *part;
     cudaCheck(cudaMalloc(&part, (size_t)sumsq_chunks((long)P) * sizeof(double)));
     for (int r = 0; r <= reps; r++) {

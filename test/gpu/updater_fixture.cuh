@@ -92,6 +92,7 @@ static void dev_init(Dev *x, const float *init, const UpdaterConfig *cfg) {
     cudaCheck(cudaMalloc(&x->dm.params, P * sizeof(floatX)));
 #endif
     cudaCheck(cudaStreamCreate(&x->dm.stream));
+    cudaCheck(cudaEventCreateWithFlags(&x->dm.grads_free, cudaEventDisableTiming));
     x->dm.table = &tab;
     x->dm.host_params = x->h_params;
     x->u = device_updater_create(&x->dm, cfg);
@@ -105,13 +106,16 @@ static void dev_free(Dev *x) {
 #ifndef ENABLE_FP32
     cudaCheck(cudaFree(x->dm.params));
 #endif
+    cudaCheck(cudaEventDestroy(x->dm.grads_free));
     cudaCheck(cudaStreamDestroy(x->dm.stream));
     free(x->h_params);
 }
 
-/* The model's protocol for one step: micro-step 1 whole, micro-step 2 bucket by bucket with bucket_ready. */
+/* The model's protocol for one step: wait for the last step's zeroed gradients (grads_free), micro-step 1 whole,
+ * micro-step 2 bucket by bucket with bucket_ready. */
 static int dev_step(Dev *x, const float *g1, const float *g2, int t, float lr, float *norm) {
     floatX *d1 = upload_floatx(g1), *d2 = upload_floatx(g2);
+    cudaCheck(cudaStreamWaitEvent(x->dm.stream, x->dm.grads_free, 0));
     grad_accumulate(x->dm.grads, d1, (long)P, x->dm.stream);
     for (int b = 0; b < tab.num_buckets; b++) {
         for (int k = 0; k < tab.n; k++)
