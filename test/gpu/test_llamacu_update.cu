@@ -3,7 +3,7 @@
  * (Model.create_updater -> cuda/updater.h) against the same model trained through the loop's host update
  * (scape/dist.h on the host buffers, what train_llamacu does for scape/topk-ef and with --update host): same spec,
  * seed and tokens, 4 steps of 2 micro-steps each with clipping at 1.0 (clipping is active: the printed norms exceed
- * it), as common/train.c drives them, once with AdamW and once with AdamS.
+ * it), as common/train.c drives them, with AdamW, with AdamS and with SCAPE at density 0.05.
  *   fp32 build: every micro-step's loss, every gradient norm and the final master weights bitwise equal (the
  *     forward reads the same fp32 weights, gradients are summed alike, the update is bit-identical), and so are the
  *     logits of a forward without targets afterwards (what the sampler reads);
@@ -64,13 +64,15 @@ static float *download_master(Model *model) {
     return h;
 }
 
-static void device_update_matches_host_update(const char *test_name_, OptimizerKind kind, const char *what) {
+static void device_update_matches_host_update(const char *test_name_, OptimizerKind kind, double density,
+                                              const char *what) {
     Model *a = llamacu_create(spec, NULL, 1337, B, T), *h = llamacu_create(spec, NULL, 1337, B, T);
     size_t P = a->table.total;
     int L = a->num_layers, V = a->vocab_size, Vp = a->padded_vocab_size;
     float *init = (float *)xmalloc(P * sizeof(float), "init");
     memcpy(init, h->params, P * sizeof(float));
     UpdaterConfig c = config(kind);
+    c.dist.density = c.dist.density_start = (float)density;
     Updater *ua = llamacu_create_updater(a, &c);
     CHECK(ua != NULL, "%s: llamacu_create_updater returned NULL", what);
     if (!ua) { a->free(a); h->free(h); free(init); return; }
@@ -208,8 +210,11 @@ static void device_update_matches_host_update(const char *test_name_, OptimizerK
     h->free(h);
 }
 
-TEST(adamw_device_update_matches_host_update) { device_update_matches_host_update(test_name_, OPT_ADAMW, "adamw"); }
-TEST(adams_device_update_matches_host_update) { device_update_matches_host_update(test_name_, OPT_ADAMS, "adams"); }
+TEST(adamw_device_update_matches_host_update) { device_update_matches_host_update(test_name_, OPT_ADAMW, 1.0, "adamw"); }
+TEST(adams_device_update_matches_host_update) { device_update_matches_host_update(test_name_, OPT_ADAMS, 1.0, "adams"); }
+/* SCAPE at density 0.05 from step 1: its top-k and the zeroing of the gradients run on the update's communication
+ * stream, so the trainer's first gradient write of each step must wait for DeviceModel.grads_free */
+TEST(scape_device_update_matches_host_update) { device_update_matches_host_update(test_name_, OPT_SCAPE, 0.05, "scape"); }
 
 /* topk-ef (no device implementation; SCAPE has one) keeps the host path: create_updater declines, allocates nothing,
  * and the model keeps uploading the host weights each forward */
@@ -234,6 +239,7 @@ int main(int argc, char **argv) {
     printf("  spec %s, B=%d T=%d, %d micro-steps x %d steps, " PRECISION_NAME "\n", spec, B, T, ACCUM, STEPS);
     RUN_TEST(adamw_device_update_matches_host_update);
     RUN_TEST(adams_device_update_matches_host_update);
+    RUN_TEST(scape_device_update_matches_host_update);
     RUN_TEST(topk_ef_keeps_the_host_update);
     comm_finalize();
     TEST_EXIT();

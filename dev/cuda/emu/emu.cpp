@@ -523,12 +523,11 @@ static void drain(emu_stream *s) {
     std::lock_guard<std::recursive_mutex> lock(queue_lock);
     while (!s->q.empty()) run_head(s);
 }
-/* runs every queued operation of the streams chosen (all, or the blocking ones; EMU_STREAMS=reverse: all): among
+/* runs every queued operation of the streams chosen (all, or the blocking ones: the legacy stream's view): among
  * the streams with work, the one whose next operation was enqueued last goes next (so of two unordered operations
  * on different streams, the later one in program order runs first) */
 static void run_all(int blocking_only) {
     std::lock_guard<std::recursive_mutex> lock(queue_lock);
-    if (stream_mode() == 2) blocking_only = 0;
     for (;;) {
         emu_stream *pick = nullptr;
         for (emu_stream *s : all_streams) {
