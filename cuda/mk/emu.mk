@@ -4,7 +4,8 @@
 #   2. every kernel test in CUDA_KERNEL_TESTS (dev/cuda/<name>.cu) and the whole-model tests are compiled by g++
 #      with AddressSanitizer against the emulator's headers, bf16 (build/emu/bf16/) and fp32 (build/emu/fp32/);
 #   3. test/run.sh runs them (the matmul and GPT-2 tests also with every cuBLASLt epilogue refused, so the
-#      fallbacks run; the fp32 device SCAPE test also on 2 ranks, host-staged MPI, as two ranks sharing a GPU)
+#      fallbacks run; the fp32 device update and SCAPE tests also on 2 ranks, host-staged MPI, as two ranks sharing
+#      a GPU; the tests whose code uses several streams also with EMU_STREAMS=reverse)
 #      plus the emulator's self-test (deliberate bugs it must report), one process at a time,
 #      one OpenMP/OpenBLAS thread each.
 # Tests shrink their large timed cases under CUDA_EMU (defined by the emulator's header).
@@ -99,6 +100,8 @@ CUEMU_CMDS = $(foreach p,bf16 fp32,$(CUDA_KERNEL_TESTS:%=$(CUEMU)/$(p)/test_%) \
              "timeout 900 env $(MPIRUN_TEST) -np 2 $(CUEMU)/fp32/test_scape_updater" \
              $(CUEMU_STREAM_TESTS:%="EMU_STREAMS=reverse timeout $(CUEMU_TIMEOUT) $(CUEMU)/fp32/%") \
              "timeout 900 env EMU_STREAMS=reverse $(MPIRUN_TEST) -np 2 $(CUEMU)/fp32/test_scape_updater" \
+             "timeout 900 env $(MPIRUN_TEST) -np 2 $(CUEMU)/fp32/test_updater" \
+             "timeout 900 env EMU_STREAMS=reverse $(MPIRUN_TEST) -np 2 $(CUEMU)/fp32/test_updater" \
              "$(CUEMU)/selftest ok" $(CUEMU_SELFTEST_CASES:%="dev/cuda/emu/expect_fail.sh $(CUEMU)/selftest %")
 
 .PHONY: test-emu emu-build
