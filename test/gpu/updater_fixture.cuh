@@ -64,7 +64,8 @@ typedef struct {
     Updater *u;
 } Dev;
 
-static floatX *upload_floatx(const float *h) {
+/* h (P floats) rounded to floatX into device d, on stream s (the pageable source is staged at the call) */
+static void upload_floatx(floatX *d, const float *h, cudaStream_t s) {
     floatX *tmp = (floatX *)xmalloc(P * sizeof(floatX), "staging");
     for (size_t i = 0; i < P; i++) {
 #ifdef ENABLE_FP32
@@ -73,11 +74,8 @@ static floatX *upload_floatx(const float *h) {
         tmp[i] = __float2bfloat16_rn(h[i]);
 #endif
     }
-    floatX *d;
-    cudaCheck(cudaMalloc(&d, P * sizeof(floatX)));
-    cudaCheck(cudaMemcpy(d, tmp, P * sizeof(floatX), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpyAsync(d, tmp, P * sizeof(floatX), cudaMemcpyHostToDevice, s));
     free(tmp);
-    return d;
 }
 
 static void dev_init(Dev *x, const float *init, const UpdaterConfig *cfg) {
@@ -91,6 +89,8 @@ static void dev_init(Dev *x, const float *init, const UpdaterConfig *cfg) {
 #else
     cudaCheck(cudaMalloc(&x->dm.params, P * sizeof(floatX)));
 #endif
+    cudaCheck(cudaMalloc(&x->g1, P * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&x->g2, P * sizeof(floatX)));
     cudaCheck(cudaStreamCreate(&x->dm.stream));
     cudaCheck(cudaEventCreateWithFlags(&x->dm.grads_free, cudaEventDisableTiming));
     x->dm.table = &tab;
@@ -103,6 +103,8 @@ static void dev_free(Dev *x) {
     x->u->free(x->u);
     cudaCheck(cudaFree(x->dm.master));
     cudaCheck(cudaFree(x->dm.grads));
+    cudaCheck(cudaFree(x->g1));
+    cudaCheck(cudaFree(x->g2));
 #ifndef ENABLE_FP32
     cudaCheck(cudaFree(x->dm.params));
 #endif
@@ -112,9 +114,13 @@ static void dev_free(Dev *x) {
 }
 
 /* The model's protocol for one step: wait for the last step's zeroed gradients (grads_free), micro-step 1 whole,
- * micro-step 2 bucket by bucket with bucket_ready. */
+ * micro-step 2 bucket by bucket with bucket_ready; then the compute stream synchronised (as a trainer's loss
+ * read-back does) and nothing device-wide (no cudaFree), so the update's other streams run on unsynchronised and
+ * a missing wait shows in the emulator. */
 static int dev_step(Dev *x, const float *g1, const float *g2, int t, float lr, float *norm) {
-    floatX *d1 = upload_floatx(g1), *d2 = upload_floatx(g2);
+    floatX *d1 = x->g1, *d2 = x->g2;
+    upload_floatx(d1, g1, x->dm.stream);
+    upload_floatx(d2, g2, x->dm.stream);
     cudaCheck(cudaStreamWaitEvent(x->dm.stream, x->dm.grads_free, 0));
     grad_accumulate(x->dm.grads, d1, (long)P, x->dm.stream);
     for (int b = 0; b < tab.num_buckets; b++) {
@@ -126,8 +132,6 @@ static int dev_step(Dev *x, const float *g1, const float *g2, int t, float lr, f
     }
     int skipped = x->u->step(x->u, t, lr, norm);
     cudaCheck(cudaStreamSynchronize(x->dm.stream));
-    cudaCheck(cudaFree(d1));
-    cudaCheck(cudaFree(d2));
     return skipped;
 }
 static int host_step(DistOptim *d, float *hgrads, const float *g1, const float *g2, int t, float lr, float *norm) {

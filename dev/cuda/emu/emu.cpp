@@ -1,8 +1,9 @@
 /*
  * dev/cuda/emu/emu.cpp - the CPU emulator's runtime (see include/emu.h): the block scheduler (fibers meeting at
  * barriers and warp collectives), device memory (registered host allocations), streams, events and errors.
- * Everything is synchronous: a call has finished when it returns. Launches from several host threads are
- * serialised by one lock (the kernels' __shared__ variables are per process).
+ * Work on a stream is queued and runs when a synchronisation needs it (emu::enqueue in include/emu.h says the
+ * orders); synchronous calls have finished when they return. Launches from several host threads are serialised
+ * by one lock (the kernels' __shared__ variables are per process).
  */
 #include "emu.h"
 #include <stdarg.h>
@@ -455,8 +456,9 @@ static void check_copy(const char *fn, void *d, const void *s, size_t n, cudaMem
 /* ---- streams and events ----
  * A stream is a queue of work (emu::enqueue). done counts the operations that have run, enq those enqueued, so
  * operation i (0-based, in enqueue order) has run when done > i. An event remembers its latest record: the
- * stream and the index of the record operation. Streams are never freed (a wait captured before a
- * cudaStreamDestroy may still name one; destroying drains it first), only marked dead. */
+ * stream and the index of the record operation. Streams and events are never freed, only marked destroyed: a
+ * wait captured before a cudaStreamDestroy may still name the stream, whose queued work still runs when needed,
+ * and a record queued before a cudaEventDestroy still runs (it changes nothing once a later record was made). */
 struct Op {
     unsigned long long ticket; /* global enqueue order */
     const char *what;
@@ -470,16 +472,18 @@ struct emu_stream {
 };
 struct emu_event {
     unsigned flags;
-    int recorded; /* a record has run */
+    int recorded; /* the latest record has run */
     double t;
     cudaStream_t s; /* the latest record's stream (NULL: never recorded, or recorded on the legacy stream) */
     unsigned long long idx;
+    unsigned long long nrec; /* records made; a queued record that is no longer the latest changes nothing */
 };
 namespace emu {
 static std::set<const void *> streams, events;
 /* every stream ever created, in creation order; never destroyed (nor are the streams: see above), so that it
  * outlives static destructors and the leak check at exit finds it */
 static std::vector<emu_stream *> &all_streams = *new std::vector<emu_stream *>;
+static std::vector<emu_event *> &all_events = *new std::vector<emu_event *>; /* likewise */
 static std::mutex obj_lock;
 static std::recursive_mutex queue_lock; /* the queues and their execution */
 static unsigned long long g_ticket;
@@ -519,10 +523,6 @@ static void run_until(emu_stream *s, unsigned long long idx) {
     std::lock_guard<std::recursive_mutex> lock(queue_lock);
     while (s->done <= idx && !s->q.empty()) run_head(s);
 }
-static void drain(emu_stream *s) {
-    std::lock_guard<std::recursive_mutex> lock(queue_lock);
-    while (!s->q.empty()) run_head(s);
-}
 /* runs every queued operation of the streams chosen (all, or the blocking ones: the legacy stream's view): among
  * the streams with work, the one whose next operation was enqueued last goes next (so of two unordered operations
  * on different streams, the later one in program order runs first) */
@@ -543,8 +543,20 @@ static void force(emu_stream *s, unsigned long long idx) {
     if (stream_mode() == 2) run_all(0);
     else run_until(s, idx);
 }
+static void report_unsynchronised() {
+    unsigned long long n = 0;
+    for (emu_stream *s : all_streams) n += s->q.size();
+    if (n)
+        fprintf(stderr, "emu: %llu operations were still queued at exit (never synchronised, so never run or checked)\n", n);
+}
 void enqueue(cudaStream_t s, const char *what, std::function<void()> fn) {
     std::lock_guard<std::recursive_mutex> lock(queue_lock);
+    if (s && s->dead) die("%s on stream %p after cudaStreamDestroy", what, (void *)s);
+    static int registered;
+    if (!registered) {
+        registered = 1;
+        atexit(report_unsynchronised);
+    }
     if (stream_mode() == 0) {
         fn();
         return;
@@ -617,7 +629,10 @@ cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, 
     } else {
         enqueue(st, "cudaMemcpyAsync", [d, s, n]() { emu_raw_copy(d, s, n); });
     }
-    if (st && stream_mode() && !is_pinned_or_device(d)) force(st, last_index(st));
+    int pinned_d = 0, pinned_s = 0;
+    const int dev_d = alloc_holding(d, 0, &pinned_d) >= 0 && !pinned_d, dev_s = alloc_holding(s, 0, &pinned_s) >= 0 && !pinned_s;
+    /* into pageable memory, or host to host (CUDA: synchronous with respect to the host) */
+    if (st && stream_mode() && (!is_pinned_or_device(d) || (!dev_d && !dev_s))) force(st, last_index(st));
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void *d, int v, size_t n) {
@@ -645,7 +660,8 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     check_stream("cudaStreamDestroy", s);
     if (!s) return cudaErrorInvalidResourceHandle;
-    drain(s); /* CUDA lets queued work finish */
+    /* CUDA lets queued work finish on its own: it stays queued here (and runs when something needs it); the
+     * stream can take no more */
     std::lock_guard<std::mutex> lock(obj_lock);
     streams.erase(s);
     s->dead = 1;
@@ -709,7 +725,9 @@ const char *cudaGetErrorString(cudaError_t e) {
 }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
-    *e = new emu_event{flags, 0, 0, nullptr, 0};
+    *e = new emu_event{flags, 0, 0, nullptr, 0, 0};
+    std::lock_guard<std::recursive_mutex> qlock(queue_lock);
+    all_events.push_back(*e);
     std::lock_guard<std::mutex> lock(obj_lock);
     events.insert(*e);
     return cudaSuccess;
@@ -718,7 +736,10 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     check_stream("cudaEventRecord", s);
     check_event("cudaEventRecord", e);
     std::lock_guard<std::recursive_mutex> lock(queue_lock);
-    enqueue(s, "cudaEventRecord", [e]() {
+    const unsigned long long my = ++e->nrec;
+    e->recorded = 0;
+    enqueue(s, "cudaEventRecord", [e, my]() {
+        if (my != e->nrec) return; /* superseded by a later record */
         e->recorded = 1;
         e->t = now_ms();
     });
@@ -743,11 +764,10 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
     return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-    event_wait(check_event("cudaEventDestroy", e)); /* its pending record names it */
+    check_event("cudaEventDestroy", e); /* its queued records may still run: the event is marked, not freed */
     {
         std::lock_guard<std::mutex> lock(obj_lock);
         events.erase(e);
     }
-    delete e;
-    return cudaSuccess;
+    return cudaSuccess; /* not freed: records queued before may still run (all_events keeps it) */
 }

@@ -147,6 +147,32 @@ static int ok_case(void) {
     cudaCheck(cudaFree(d_in));
     cudaCheck(cudaFree(d_out));
     free(h);
+    { /* CUDA semantics the queues must keep: a host-to-host copy on a stream is synchronous; an event recorded on
+       * two streams and destroyed while both records are queued (the older record must not touch it) */
+        float *p1, *p2, *dd;
+        cudaStream_t a, b;
+        cudaCheck(cudaMalloc(&dd, 4));
+        cudaEvent_t ev;
+        cudaCheck(cudaMallocHost(&p1, 4));
+        cudaCheck(cudaMallocHost(&p2, 4));
+        cudaCheck(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+        cudaCheck(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+        p1[0] = 5.0f;
+        cudaCheck(cudaMemcpyAsync(p2, p1, 4, cudaMemcpyHostToHost, a));
+        check_true("emu_host_to_host_copy_is_synchronous", p2[0] == 5.0f, "pinned-to-pinned cudaMemcpyAsync must have copied when it returns");
+        cudaCheck(cudaEventCreate(&ev));
+        fill_kernel<<<1, 1, 0, a>>>(dd, 1.0f, 1);
+        cudaCheck(cudaEventRecord(ev, a));
+        cudaCheck(cudaEventRecord(ev, b));
+        cudaCheck(cudaEventDestroy(ev));
+        cudaCheck(cudaStreamSynchronize(a));
+        cudaCheck(cudaStreamSynchronize(b));
+        cudaCheck(cudaStreamDestroy(a));
+        cudaCheck(cudaStreamDestroy(b));
+        cudaCheck(cudaFreeHost(p1));
+        cudaCheck(cudaFreeHost(p2));
+        cudaCheck(cudaFree(dd));
+    }
     const char *orders[] = {"raw", "war", "host"};
     for (int i = 0; i < 3; i++) {
         char name[64];

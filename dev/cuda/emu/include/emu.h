@@ -147,9 +147,9 @@ void run(const Cfg &c, void (*tramp)(void *), void *ctx);
 int launch_ok(const Cfg &c);
 /* Work for stream s (NULL: the legacy default stream), described by `what`. EMU_STREAMS says when it runs:
  *   defer (the default): only when a synchronisation needs it (the host synchronising s or an event recorded
- *     after it, a wait on such an event by work that runs, a copy into pageable memory on s), or at a
- *     device-wide point (a synchronous copy or memset, cudaFree, cudaDeviceSynchronize), where the streams run
- *     latest-enqueued first. A host read of pinned memory before its copy was synchronised, or a consumer
+ *     after it, a wait on such an event by work that runs, a copy into pageable memory or host to host on s),
+ *     or at a device-wide point (cudaFree, cudaDeviceSynchronize: every stream; a synchronous copy or memset,
+ *     legacy-stream work: the blocking ones), where the stream whose next operation is the latest goes first. A host read of pinned memory before its copy was synchronised, or a consumer
  *     that runs before a producer it does not wait for, then sees stale data (0 or NaN) and the test fails.
  *   reverse: every synchronisation runs all queued work, latest-enqueued stream first, so of two operations on
  *     different streams not ordered by an event, the later in program order runs first: a missing
