@@ -6,8 +6,9 @@
  *
  * The architecture is train_llama.c's, layer for layer: untied token embedding and lm_head, pre-norm RMSNorm
  * blocks (cuda/rmsnorm.cuh, fused with the residual add before it), rotary position embeddings in the
- * rotate-half layout with the CPU's own angle table (cuda/rope.cuh), grouped-query attention (cuda/gqa.cuh, on
- * attention.cuh's batched GEMMs and softmax), SwiGLU MLP with separate gate (w1) and up (w3) projections
+ * rotate-half layout with the CPU's own angle table (cuda/rope.cuh), grouped-query attention (cuda/gqa.cuh: the
+ * key/value heads expanded into cuda/attention.cuh's Attention, cuDNN's fused flash attention in builds with it
+ * (train_llamacu_cudnn, USE_CUDNN=1), else batched GEMMs and softmax), SwiGLU MLP with separate gate (w1) and up (w3) projections
  * (cuda/swiglu.cuh), no biases; linear layers through cuBLASLt (cuda/matmul.cuh), softmax + cross-entropy fused
  * with its gradient (cuda/classifier.cuh).
  *
@@ -24,8 +25,8 @@
  *     this micro-step's gradients into a zeroed floatX buffer, adds them into the host gradients and then reports
  *     every bucket final; the loop's DistOptim (SCAPE, MPI on host buffers, so several ranks can share one GPU)
  *     does the rest.
- * Either way checkpoints and logs are the CPU trainer's. Not yet here: flash attention (the (B,NH,T,T)
- * probabilities are stored per layer), activation recomputation.
+ * Either way checkpoints and logs are the CPU trainer's. Not yet here: activation recomputation (and, without
+ * cuDNN, flash attention: the cuBLAS path stores the (B,NH,T,T) probabilities per layer).
  *
  * Shapes: B batch, T sequence, C channels, NH query heads, NKV key/value heads, hd = C/NH, KVC = NKV*hd, F SwiGLU
  * hidden size, L layers, V vocabulary, Vp padded vocabulary, N = B*T rows.
@@ -71,7 +72,6 @@ typedef struct {
     float *rstd1;              /* (L,N) */
     floatX *q;                 /* (L,N,C) queries after RoPE */
     floatX *k, *v;             /* (L,N,KVC) keys after RoPE, values */
-    floatX *att;               /* (L,B,NH,T,T) softmax probabilities */
     floatX *atty;              /* (L,N,C) attention output, heads concatenated */
     floatX *x2;                /* (L,N,C) residual after attention */
     floatX *h2;                /* (L,N,C) ffn_norm output */
@@ -89,7 +89,8 @@ typedef struct {
     floatX *dq;                /* (N,C) */
     floatX *dk, *dv;           /* (N,KVC) */
     floatX *dgate, *dup;       /* (N,F) d(swi) then d(gate); d(up) */
-    floatX *att_scratch;       /* gqa_backward_scratch_elems (forward uses a prefix) */
+    floatX *qkv;               /* (N,3C) one layer's q, k, v packed for the attention (gqa_expand_qkv) */
+    floatX *dqkv;              /* (N,3C) its gradient, folded back into dq, dk, dv (gqa_reduce_dqkv) */
     float *fscratch;           /* (rmsnorm_backward_scratch_floats) the gains' partial sums */
     float *rope_cos, *rope_sin; /* (maxT, hd/2) train_llama.c's RoPE table, constant */
 } Acts;
@@ -99,7 +100,7 @@ typedef struct {
     Model *host;      /* cuda/llama_host.c model: owns table, host params/grads, writes model files */
     int L, C, NH, NKV, hd, KVC, F, V, Vp, maxT, Bmax, Tmax, B, T, have_targets;
     float eps;        /* RMSNorm epsilon */
-    size_t att_max;   /* Bmax*NH*Tmax*Tmax */
+    Attention attn;   /* cuDNN or cuBLAS attention and what each layer keeps for backward (cuda/attention.cuh) */
     DeviceParams dp;  /* fp32 master, floatX params and gradients, host or device update (cuda/trainer.cuh) */
     Tensors p, g;
     Acts a;
@@ -140,8 +141,7 @@ static float llamacu_forward(Model *model, const int *inputs, const int *targets
     LlamaCU *m = (LlamaCU *)model;
     int L = m->L, C = m->C, NH = m->NH, NKV = m->NKV, hd = m->hd, KVC = m->KVC, F = m->F, V = m->V, Vp = m->Vp;
     float eps = m->eps;
-    if (B < 1 || T < 1 || T > m->maxT || (size_t)B * T > (size_t)m->Bmax * m->Tmax ||
-        (size_t)B * NH * T * T > m->att_max)
+    if (B < 1 || T < 1 || T > m->maxT || (size_t)B * T > (size_t)m->Bmax * m->Tmax || !attention_fits(&m->attn, B, T))
         fatal("forward with B=%d T=%d does not fit this model (sized for B=%d T=%d, maximum sequence length %d); "
               "use a smaller batch or sequence", B, T, m->Bmax, m->Tmax, m->maxT);
     size_t N = (size_t)B * T, LN = (size_t)m->Bmax * m->Tmax; /* LN: per-layer stride in rows */
@@ -168,7 +168,7 @@ static float llamacu_forward(Model *model, const int *inputs, const int *targets
         const floatX *w2 = p->w2 + lz * C * F;
         /* this layer's activations */
         floatX *h1 = a->h1 + lz * LN * C, *q = a->q + lz * LN * C, *k = a->k + lz * LN * KVC;
-        floatX *v = a->v + lz * LN * KVC, *att = a->att + lz * m->att_max, *atty = a->atty + lz * LN * C;
+        floatX *v = a->v + lz * LN * KVC, *atty = a->atty + lz * LN * C;
         floatX *x2 = a->x2 + lz * LN * C, *h2 = a->h2 + lz * LN * C, *gate = a->gate + lz * LN * F;
         floatX *up = a->up + lz * LN * F, *swi = a->swi + lz * LN * F;
         float *rstd1 = a->rstd1 + lz * LN, *rstd2 = a->rstd2 + lz * LN;
@@ -184,7 +184,8 @@ static float llamacu_forward(Model *model, const int *inputs, const int *targets
         matmul_forward(bl, v, NULL, h1, wv, NULL, n, C, KVC, s);
         rope_forward(q, a->rope_cos, a->rope_sin, B, T, NH, hd, s);
         rope_forward(k, a->rope_cos, a->rope_sin, B, T, NKV, hd, s);
-        gqa_forward(bl, atty, att, a->att_scratch, q, k, v, B, T, NH, NKV, hd, s);
+        gqa_expand_qkv(a->qkv, q, k, v, B, T, NH, NKV, hd, s);
+        attention_layer_forward(&m->attn, l, atty, a->qkv, B, T, targets != NULL, s);
         matmul_forward(bl, a->proj, NULL, atty, wo, NULL, n, C, C, s);
         /* MLP block: x3 = x2 + w2(silu(w1 h2) * w3 h2), h2 = rmsnorm(x2); x2 = x + proj fused with the norm */
         fused_residual_rmsnorm_forward(x2, h2, rstd2, x, a->proj, ffn_norm, n, C, eps, s);
@@ -239,7 +240,7 @@ static void llamacu_backward(Model *model, float loss_scale, BucketReadyFn on_bu
         floatX *dw2 = g->w2 + lz * C * F;
         const floatX *x = l == 0 ? a->x0 : a->x3 + (lz - 1) * LN * C;
         const floatX *h1 = a->h1 + lz * LN * C, *q = a->q + lz * LN * C, *k = a->k + lz * LN * KVC;
-        const floatX *v = a->v + lz * LN * KVC, *att = a->att + lz * m->att_max, *atty = a->atty + lz * LN * C;
+        const floatX *v = a->v + lz * LN * KVC, *atty = a->atty + lz * LN * C;
         const floatX *x2 = a->x2 + lz * LN * C, *h2 = a->h2 + lz * LN * C, *gate = a->gate + lz * LN * F;
         const floatX *up = a->up + lz * LN * F, *swi = a->swi + lz * LN * F;
         const float *rstd1 = a->rstd1 + lz * LN, *rstd2 = a->rstd2 + lz * LN;
@@ -252,7 +253,9 @@ static void llamacu_backward(Model *model, float loss_scale, BucketReadyFn on_bu
         rmsnorm_backward(a->dres, dffn_norm, a->fscratch, a->dc, x2, ffn_norm, rstd2, n, C, s);
         /* dres is now d(x2); x2 = x + wo(atty) */
         matmul_backward(bl, a->dc, dwo, NULL, NULL, a->dres, atty, wo, n, C, C, 0.0f, s); /* dc = d(atty) */
-        gqa_backward(bl, a->dq, a->dk, a->dv, a->att_scratch, a->dc, att, q, k, v, B, T, NH, NKV, hd, s);
+        gqa_expand_qkv(a->qkv, q, k, v, B, T, NH, NKV, hd, s); /* the forward's packing, redone */
+        attention_layer_backward(&m->attn, l, a->dqkv, a->dc, atty, a->qkv, B, T, s);
+        gqa_reduce_dqkv(a->dq, a->dk, a->dv, a->dqkv, B, T, NH, NKV, hd, s);
         /* the gradients w.r.t. the rotated q, k rotate back to the gradients w.r.t. wq h1, wk h1 */
         rope_backward(a->dq, a->rope_cos, a->rope_sin, B, T, NH, hd, s);
         rope_backward(a->dk, a->rope_cos, a->rope_sin, B, T, NKV, hd, s);
@@ -290,13 +293,14 @@ static void llamacu_free(Model *model) {
     if (!m) return;
     cudaCheck(cudaStreamSynchronize(m->s));
     Acts *a = &m->a;
-    void *dev[] = {a->x0, a->h1, a->rstd1, a->q, a->k, a->v, a->att, a->atty, a->x2, a->h2,
+    void *dev[] = {a->x0, a->h1, a->rstd1, a->q, a->k, a->v, a->qkv, a->dqkv, a->atty, a->x2, a->h2,
                    a->rstd2, a->gate, a->up, a->swi, a->x3, a->hf, a->rstdf, a->logits, a->losses, a->proj, a->dres,
-                   a->dc, a->dq, a->dk, a->dv, a->dgate, a->dup, a->att_scratch, a->fscratch, a->rope_cos,
+                   a->dc, a->dq, a->dk, a->dv, a->dgate, a->dup, a->fscratch, a->rope_cos,
                    a->rope_sin};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaCheck(cudaFree(dev[i]));
     device_params_free(&m->dp);
     device_batch_free(&m->batch);
+    attention_free(&m->attn);
     free(m->h_logits);
     blas_free(&m->bl);
     cudaCheck(cudaStreamDestroy(m->s));
@@ -324,7 +328,6 @@ static Model *llamacu_create(const char *spec, const char *init_path, uint64_t s
     m->host = host;
     Model *b = &m->base;
     b->family = host->family;
-    snprintf(b->desc, sizeof b->desc, "%.40s, CUDA " PRECISION_NAME, host->desc);
     b->table = host->table; /* shared; the host model frees it */
     b->params = host->params;
     b->grads = host->grads;
@@ -343,7 +346,6 @@ static Model *llamacu_create(const char *spec, const char *init_path, uint64_t s
     b->free = llamacu_free;
     m->L = c.L; m->C = c.C; m->NH = c.NH; m->NKV = c.NKV; m->hd = hd; m->KVC = KVC; m->F = c.F; m->V = c.V;
     m->Vp = c.Vp; m->maxT = c.maxT; m->eps = c.norm_eps; m->Bmax = B; m->Tmax = T;
-    m->att_max = (size_t)B * m->NH * T * T;
 
     cudaCheck(cudaStreamCreate(&m->s));
     blas_init(&m->bl);
@@ -361,7 +363,6 @@ static Model *llamacu_create(const char *spec, const char *init_path, uint64_t s
     a->q = (floatX *)dalloc(L * N * C * X, "activations");
     a->k = (floatX *)dalloc(L * N * kvc * X, "activations");
     a->v = (floatX *)dalloc(L * N * kvc * X, "activations");
-    a->att = (floatX *)dalloc(L * m->att_max * X, "attention matrices");
     a->atty = (floatX *)dalloc(L * N * C * X, "activations");
     a->x2 = (floatX *)dalloc(L * N * C * X, "activations");
     a->h2 = (floatX *)dalloc(L * N * C * X, "activations");
@@ -382,8 +383,10 @@ static Model *llamacu_create(const char *spec, const char *init_path, uint64_t s
     a->dv = (floatX *)dalloc(N * kvc * X, "gradient buffers");
     a->dgate = (floatX *)dalloc(N * F * X, "gradient buffers");
     a->dup = (floatX *)dalloc(N * F * X, "gradient buffers");
-    size_t fs = gqa_forward_scratch_elems(B, T, (int)C), bs = gqa_backward_scratch_elems(B, T, (int)C, m->NH);
-    a->att_scratch = (floatX *)dalloc((fs > bs ? fs : bs) * X, "attention scratch");
+    a->qkv = (floatX *)dalloc(N * 3 * C * X, "attention buffers");
+    a->dqkv = (floatX *)dalloc(N * 3 * C * X, "attention buffers");
+    attention_init(&m->attn, &m->bl, m->L, B, T, m->C, m->NH); /* cuDNN or cuBLAS; prints "attention: ..." */
+    snprintf(b->desc, sizeof b->desc, "%.36s, CUDA " PRECISION_NAME ", %s attn", host->desc, attention_path(&m->attn));
     a->fscratch = (float *)dalloc(rmsnorm_backward_scratch_floats((int)N, (int)C) * 4, "reduction scratch");
     /* train_llama.c's own angle table for every position the model allows */
     size_t nrope = (size_t)c.maxT * (hd / 2);

@@ -22,10 +22,10 @@
 # GPT-2 124M (d12) at T=1024 with the largest batch that fits: tokens/s, MFU and peak GPU memory; device SCAPE
 # (with its residual offloaded too) against the host SCAPE update, and its mask statistics against the host's.
 # cuDNN attention (cuda/attention_cudnn.cuh): its kernel tests (build/cuda/test_attention_cudnn*, with the model
-# tests: against the float64 reference and the cuBLAS path); train_gptcu_cudnn against train_gptcu over 10 steps
-# (bf16 both, relative tolerance 1e-2 per step's loss); two identical cuDNN runs bitwise equal (when cuDNN took
-# the deterministic backward graph; NOT RUN otherwise); d12 throughput and peak memory with cuDNN against
-# without, at the same batch. A cuDNN run that fell back to cuBLAS is a FAIL; a cuDNN trainer that did not build
+# tests: against the float64 reference and the cuBLAS path); train_gptcu_cudnn against train_gptcu and
+# train_llamacu_cudnn against train_llamacu over 10 steps (bf16 both, relative tolerance 1e-2 per step's loss);
+# two identical cuDNN runs bitwise equal (when cuDNN took the deterministic backward graph; NOT RUN otherwise);
+# d12 and Llama-500M throughput and peak memory with cuDNN against without, at the same batch. A cuDNN run that fell back to cuBLAS is a FAIL; a cuDNN trainer that did not build
 # makes both NOT RUN. SCAPE benchmarks (one rank): Llama-500M T=2048 step time with SCAPE d=0.01 (fp32 and bf16
 # payload) against dense AdamS at the same batch, and Llama-1.8B's peak GPU memory with the residual resident and
 # offloaded. Top-k GB/s against the memory bandwidth: the kernel test dev/cuda/scape.cu's "time topk" lines.
@@ -157,7 +157,7 @@ TRAIN_OK=1
 reason=""
 GT=./train_gptcu; GT32=./train_gptcu_fp32; LT=./train_llamacu; LT32=./train_llamacu_fp32; DRY=""
 TRAIN_TARGETS=(train_gpt train_gptcu train_gptcu_fp32 train_llama train_llamacu train_llamacu_fp32)
-GTC=./train_gptcu_cudnn; CUDNN_REASON=""
+GTC=./train_gptcu_cudnn; LTC=./train_llamacu_cudnn; CUDNN_REASON=""
 if [ "${CPU_DRY:-0}" = 1 ]; then GT=./train_gpt; GT32=./train_gpt; LT=./train_llama; LT32=./train_llama
     TRAIN_TARGETS=(train_gpt train_llama); DRY="DRY(train_gpt) "; CUDNN_REASON="CPU_DRY=1"
     log "CPU_DRY=1: the training checks below run train_gpt in place of the CUDA trainers"
@@ -167,10 +167,10 @@ elif [ -n "${NO_GPU:-}" ]; then TRAIN_OK=0; reason="no usable GPU"; fi
 if [ $TRAIN_OK = 1 ]; then
     build trainers "${TRAIN_TARGETS[@]}" || { TRAIN_OK=0; reason="build failed: $(grep -m3 error "$WORK/build_trainers.log" | tr '\n' ' ')"; fail build_trainers "$reason"; }
     # the cuDNN trainer on its own: a machine without cuDNN must not cost the other training checks
-    if [ -z "$CUDNN_REASON" ] && ! build trainer_cudnn train_gptcu_cudnn; then
-        CUDNN_REASON="train_gptcu_cudnn did not build (cuDNN 9 headers or libcudnn.so.9 missing?): $(grep -m2 -E 'error|cannot find' "$WORK/build_trainer_cudnn.log" | tr '\n' ' ')"
+    if [ -z "$CUDNN_REASON" ] && ! build trainer_cudnn train_gptcu_cudnn train_llamacu_cudnn; then
+        CUDNN_REASON="train_gptcu_cudnn / train_llamacu_cudnn did not build (cuDNN 9 headers or libcudnn.so.9 missing?): $(grep -m2 -E 'error|cannot find' "$WORK/build_trainer_cudnn.log" | tr '\n' ' ')"
     fi
-    [ -z "$CUDNN_REASON" ] && [ ! -x "$GTC" ] && CUDNN_REASON="$GTC was not built"
+    [ -z "$CUDNN_REASON" ] && { [ ! -x "$GTC" ] || [ ! -x "$LTC" ]; } && CUDNN_REASON="$GTC or $LTC was not built"
 fi
 # cuDNN attention really ran in a trainer's output (the start-up line, and no fallback warning)?
 cudnn_ran() { grep -q '^attention: cuDNN' "$1" && ! grep -q 'cuDNN attention is off' "$1"; }
@@ -388,10 +388,19 @@ if [ $TRAIN_OK = 1 ]; then
             compare_losses llama_train_bf16_vs_cpu_10_steps "$WORK/llama_bf16/log.jsonl" "$WORK/llama_cpu/log.jsonl" 2e-2
         trun llama_fp32_host_update $LT32 "${LCOMMON[@]}" --update host &&
             compare_losses llama_device_vs_host_update_fp32 "$WORK/llama_fp32/log.jsonl" "$WORK/llama_fp32_host_update/log.jsonl" 0
+        # grouped-query attention on cuDNN (key/value heads expanded, cuda/gqa.cuh) against cuBLAS, bf16 both
+        if [ -n "$CUDNN_REASON" ]; then notrun llama_cudnn_vs_cublas_bf16_10_steps "$CUDNN_REASON"
+        elif [ ! -f "$WORK/llama_bf16/log.jsonl" ]; then notrun llama_cudnn_vs_cublas_bf16_10_steps "the train_llamacu run it compares with failed"
+        elif trun llama_bf16_cudnn $LTC "${LCOMMON[@]}"; then
+            if cudnn_ran "$WORK/llama_bf16_cudnn.out"; then
+                compare_losses llama_cudnn_vs_cublas_bf16_10_steps "$WORK/llama_bf16_cudnn/log.jsonl" "$WORK/llama_bf16/log.jsonl" 1e-2
+            else fail llama_cudnn_vs_cublas_bf16_10_steps "train_llamacu_cudnn did not run on cuDNN attention: $(cudnn_why_not "$WORK/llama_bf16_cudnn.out")"; fi
+        fi
     else
         notrun llama_train_fp32_vs_cpu_10_steps "no Llama shards and no python3 to write synthetic ones"
         notrun llama_train_bf16_vs_cpu_10_steps "no Llama shards and no python3 to write synthetic ones"
         notrun llama_device_vs_host_update_fp32 "no Llama shards and no python3 to write synthetic ones"
+        notrun llama_cudnn_vs_cublas_bf16_10_steps "no Llama shards and no python3 to write synthetic ones"
     fi
     # cuDNN attention: train_gptcu_cudnn against train_gptcu (cuBLAS attention) over the same 10 steps, bf16 both
     if [ -n "$CUDNN_REASON" ]; then notrun cudnn_vs_cublas_bf16_10_steps "$CUDNN_REASON"; notrun cudnn_identical_runs_bitwise "$CUDNN_REASON"
@@ -445,13 +454,22 @@ if [ $TRAIN_OK = 1 ]; then
     else notrun memory_llama_1.8B_scape_offload "the resident run it compares with did not pass"; fi
     throughput throughput_gpt2_350M_d24 ./train_gptcu d24
     TR=$LTR VA=$LVA throughput throughput_llama_500M $LT 500m
+    # Llama-500M with cuDNN attention at the batch the cuBLAS run used (issue 9's tokens/s and MFU, faster path)
+    if [ -n "$CUDNN_REASON" ]; then notrun throughput_llama_500M_cudnn "$CUDNN_REASON"
+    elif [ -z "$THR_B" ]; then notrun throughput_llama_500M_cudnn "the cuBLAS Llama-500M throughput run it compares with did not pass"
+    else
+        b0=$THR_B; t0=$THR_TOKS; m0=$THR_MEM
+        REQUIRE_CUDNN=1 TR=$LTR VA=$LVA throughput throughput_llama_500M_cudnn $LTC 500m "$b0"
+        [ -n "$THR_B" ] && log "        | Llama-500M B=$b0 T=1024, cuDNN vs cuBLAS attention: $THR_TOKS vs $t0 tok/s ($(ratio "$THR_TOKS" "$t0")), peak GPU memory $THR_MEM vs $m0 MiB"
+    fi
 else
     for c in train_fp32_vs_cpu_10_steps train_bf16_vs_cpu_10_steps identical_runs_bitwise save_resume_bitwise \
              two_ranks_one_gpu_vs_accumulation device_vs_host_update_fp32 device_vs_host_update_bf16 \
              two_ranks_zero1_vs_no_zero scape_device_fp32_vs_cpu scape_device_vs_host_update_fp32 \
              scape_mask_stats_device_vs_host_fp32 \
              scape_offload_vs_resident_fp32 nan_step_skipped cpu_checkpoint_resumed_on_gpu llama_train_fp32_vs_cpu_10_steps \
-             llama_train_bf16_vs_cpu_10_steps llama_device_vs_host_update_fp32 throughput_llama_500M throughput_gpt2_124M_d12 throughput_gpt2_350M_d24 \
+             llama_train_bf16_vs_cpu_10_steps llama_device_vs_host_update_fp32 llama_cudnn_vs_cublas_bf16_10_steps \
+             throughput_llama_500M throughput_llama_500M_cudnn throughput_gpt2_124M_d12 throughput_gpt2_350M_d24 \
              cudnn_vs_cublas_bf16_10_steps cudnn_identical_runs_bitwise throughput_gpt2_124M_d12_cudnn \
              throughput_llama_500M_adams throughput_llama_500M_scape throughput_llama_500M_scape_bf16 \
              memory_llama_1.8B_scape memory_llama_1.8B_scape_offload; do notrun $c "$reason"; done

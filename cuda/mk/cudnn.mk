@@ -2,6 +2,7 @@
 # Attention), included by cuda/module.mk before its aggregate targets. The cuDNN path is compiled by every
 # `make cuda`, whatever USE_CUDNN says, so CI (nvcc, no GPU, warnings as errors) keeps it building:
 #   train_gptcu_cudnn                    train_gpt.cu with -DENABLE_CUDNN (bf16), linked with cuDNN 9
+#   train_llamacu_cudnn                  train_llama.cu likewise
 #   $(BUILD)/cuda/test_attention_cudnn   dev/cuda/attention_cudnn.cu: cuDNN attention against the float64 CPU
 #                                        reference and the cuBLAS path; bf16 only (cuDNN's flash engines take no
 #                                        fp32), so it is listed with the model tests, not CUDA_KERNEL_TESTS (whose
@@ -27,6 +28,13 @@ $(BUILD)/cuda-cudnn/train_gpt.o: train_gpt.cu
 train_gptcu_cudnn: $(BUILD)/cuda-cudnn/train_gpt.o $(BUILD)/cuda/gpt2_host.o $(BUILD)/cuda/updater.o $$(TRAIN_LINK_OBJ)
 	$(MPICC) $(CFLAGS) $^ -o $@ $(TRAIN_LIBS) $(CUDA_TRAIN_LIBS) $(NCCL_LIBS) $(CUDNN_LINK)
 CUDA_TRAINERS += train_gptcu_cudnn
+# train_llama.cu likewise (its grouped-query attention runs on the same Attention, key/value heads expanded)
+$(BUILD)/cuda-cudnn/train_llama.o: train_llama.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(filter-out -DENABLE_CUDNN,$(NVCC_TRAIN_FLAGS)) $(CUDNN_NVCC_FLAGS) -MMD -MP -c $< -o $@
+train_llamacu_cudnn: $(BUILD)/cuda-cudnn/train_llama.o $(BUILD)/cuda/llama_host.o $(BUILD)/cuda/updater.o $$(TRAIN_LINK_OBJ)
+	$(MPICC) $(CFLAGS) $^ -o $@ $(TRAIN_LIBS) $(CUDA_TRAIN_LIBS) $(NCCL_LIBS) $(CUDNN_LINK)
+CUDA_TRAINERS += train_llamacu_cudnn
 
 # the kernel test (cuDNN vs reference vs cuBLAS); run by make test-gpu and scripts/gpu_check.sh
 $(BUILD)/cuda/test_attention_cudnn: dev/cuda/attention_cudnn.cu
