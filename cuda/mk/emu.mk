@@ -32,6 +32,11 @@ $(CUEMU)/src/.stamp: $$(CUEMU_SRC) dev/cuda/emu/rewrite.py
 $(CUEMU)/obj/emu_raw.o: dev/cuda/emu/emu_raw.c
 	@mkdir -p $(dir $@)
 	$(CC) -O3 -fno-tree-loop-distribute-patterns -c $< -o $@
+# NCCL as MPI (emu_nccl.cpp): compiled against mpi.h, linked only into the programs that link the device update
+MPICXX ?= mpicxx
+$(CUEMU)/obj/emu_nccl.o: dev/cuda/emu/emu_nccl.cpp $(CUEMU_HDRS)
+	@mkdir -p $(dir $@)
+	$(MPICXX) $(filter-out -include dev/cuda/emu/include/emu.h,$(CUEMU_CXXFLAGS)) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX -O2 -c $< -o $@
 $(CUEMU)/obj/%.o: dev/cuda/emu/%.cpp $(CUEMU_HDRS)
 	@mkdir -p $(dir $@)
 	$(CUEMU_CXX) $(filter-out -include dev/cuda/emu/include/emu.h,$(CUEMU_CXXFLAGS)) -O2 -c $< -o $@
@@ -44,8 +49,9 @@ $(CUEMU)/fp32/test_%: $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $$(CUEMU_HOS
 	@mkdir -p $(dir $@)
 	$(CUEMU_CXX) $(CUEMU_CXXFLAGS) -DENABLE_FP32 -x c++ $(CUEMU)/src/dev/cuda/$*.cu -x none $(CUEMU_RT) $(CUEMU_HOST_OBJ) -o $@ $(CUEMU_LIBS)
 
-# whole-model tests, built as cuda/module.mk, cuda/mk/llama.mk and cuda/mk/updater.mk build them for the GPU
-# (single rank, no NCCL: ENABLE_NCCL is not defined, as with USE_NCCL=0)
+# whole-model tests, built as cuda/module.mk, cuda/mk/llama.mk and cuda/mk/updater.mk build them for the GPU; the
+# device update with ENABLE_NCCL against the emulator's NCCL (MPI underneath; EMU_DEVICES=2 gives each of two
+# ranks its own emulated GPU, so the --comm nccl paths run)
 CUEMU_PREC_bf16 :=
 CUEMU_PREC_fp32 := -DENABLE_FP32
 define CUEMU_MODEL
@@ -57,23 +63,23 @@ $(CUEMU)/$(1)/test_llamacu: test/gpu/test_llamacu.cu $(CUEMU)/src/.stamp $(CUEMU
 	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ $(CUEMU)/src/test/gpu/test_llamacu.cu -x none $(CUEMU_RT) $(BUILD)/cuda/llama_host.o $(BUILD)/scape/optim.o $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
 $(CUEMU)/$(1)/updater.o: cuda/updater.cu $(CUEMU)/src/.stamp $(CUEMU_HDRS)
 	@mkdir -p $$(dir $$@)
-	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ -c $(CUEMU)/src/cuda/updater.cu -o $$@
-$(CUEMU)/$(1)/test_updater: test/gpu/test_updater.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/updater.o $$$$(DIST_OBJ) $(COMMON_OBJ)
+	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -DENABLE_NCCL -x c++ -c $(CUEMU)/src/cuda/updater.cu -o $$@
+$(CUEMU)/$(1)/test_updater: test/gpu/test_updater.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/updater.o $(CUEMU)/obj/emu_nccl.o $$$$(DIST_OBJ) $(COMMON_OBJ)
 	@mkdir -p $$(dir $$@)
 	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ -c $(CUEMU)/src/test/gpu/test_updater.cu -o $$@.o
-	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/updater.o $(CUEMU_RT) $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
-$(CUEMU)/$(1)/test_gpt2cu_update: test/gpu/test_gpt2cu_update.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/updater.o $(BUILD)/cuda/gpt2_host.o $$$$(DIST_OBJ) $(COMMON_OBJ)
+	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/updater.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
+$(CUEMU)/$(1)/test_gpt2cu_update: test/gpu/test_gpt2cu_update.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/updater.o $(CUEMU)/obj/emu_nccl.o $(BUILD)/cuda/gpt2_host.o $$$$(DIST_OBJ) $(COMMON_OBJ)
 	@mkdir -p $$(dir $$@)
 	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ -c $(CUEMU)/src/test/gpu/test_gpt2cu_update.cu -o $$@.o
-	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/updater.o $(CUEMU_RT) $(BUILD)/cuda/gpt2_host.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
-$(CUEMU)/$(1)/test_scape_updater: test/gpu/test_scape_updater.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/updater.o $$$$(DIST_OBJ) $(COMMON_OBJ)
+	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/updater.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $(BUILD)/cuda/gpt2_host.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
+$(CUEMU)/$(1)/test_scape_updater: test/gpu/test_scape_updater.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/updater.o $(CUEMU)/obj/emu_nccl.o $$$$(DIST_OBJ) $(COMMON_OBJ)
 	@mkdir -p $$(dir $$@)
 	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ -c $(CUEMU)/src/test/gpu/test_scape_updater.cu -o $$@.o
-	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/updater.o $(CUEMU_RT) $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
-$(CUEMU)/$(1)/test_llamacu_update: test/gpu/test_llamacu_update.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/updater.o $(BUILD)/cuda/llama_host.o $$$$(DIST_OBJ) $(COMMON_OBJ)
+	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/updater.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
+$(CUEMU)/$(1)/test_llamacu_update: test/gpu/test_llamacu_update.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/updater.o $(CUEMU)/obj/emu_nccl.o $(BUILD)/cuda/llama_host.o $$$$(DIST_OBJ) $(COMMON_OBJ)
 	@mkdir -p $$(dir $$@)
 	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ -c $(CUEMU)/src/test/gpu/test_llamacu_update.cu -o $$@.o
-	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/updater.o $(CUEMU_RT) $(BUILD)/cuda/llama_host.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
+	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/updater.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $(BUILD)/cuda/llama_host.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
 endef
 $(foreach p,bf16 fp32,$(eval $(call CUEMU_MODEL,$(p))))
 CUEMU_MODEL_TESTS := test_gpt2cu test_llamacu test_updater test_gpt2cu_update test_scape_updater test_llamacu_update
@@ -100,8 +106,10 @@ CUEMU_CMDS = $(foreach p,bf16 fp32,$(CUDA_KERNEL_TESTS:%=$(CUEMU)/$(p)/test_%) \
              "timeout 900 env $(MPIRUN_TEST) -np 2 $(CUEMU)/fp32/test_scape_updater" \
              $(CUEMU_STREAM_TESTS:%="EMU_STREAMS=reverse timeout $(CUEMU_TIMEOUT) $(CUEMU)/fp32/%") \
              "timeout 900 env EMU_STREAMS=reverse $(MPIRUN_TEST) -np 2 $(CUEMU)/fp32/test_scape_updater" \
-             "timeout 900 env $(MPIRUN_TEST) -np 2 $(CUEMU)/fp32/test_updater" \
-             "timeout 900 env EMU_STREAMS=reverse $(MPIRUN_TEST) -np 2 $(CUEMU)/fp32/test_updater" \
+             "timeout 900 env EMU_DEVICES=2 $(MPIRUN_TEST) -np 2 $(CUEMU)/fp32/test_updater" \
+             "timeout 900 env EMU_DEVICES=2 EMU_STREAMS=reverse $(MPIRUN_TEST) -np 2 $(CUEMU)/fp32/test_updater" \
+             "timeout 900 env EMU_DEVICES=2 $(MPIRUN_TEST) -np 2 $(CUEMU)/fp32/test_scape_updater nccl" \
+             "timeout 900 env EMU_DEVICES=2 EMU_STREAMS=reverse $(MPIRUN_TEST) -np 2 $(CUEMU)/fp32/test_scape_updater nccl" \
              "$(CUEMU)/selftest ok" $(CUEMU_SELFTEST_CASES:%="dev/cuda/emu/expect_fail.sh $(CUEMU)/selftest %")
 
 .PHONY: test-emu emu-build

@@ -28,10 +28,12 @@
  *     with the resumed run offloading its residual (offload on == off); and the host's blob of step 5 loaded by
  *     the device continues bitwise like the host (checkpoints interchange).
  * Runs as 1 rank, or under mpirun -np 2 (two ranks sharing one GPU: --comm mpi, host-staged), where both the
- * host and the device update average the ranks' different gradients.
+ * host and the device update average the ranks' different gradients; with the argument `nccl`, 2 ranks with a GPU
+ * each (or the emulator's EMU_DEVICES=2) run every case through the NCCL collectives (a FAIL, not a skip, where
+ * that is not possible).
  * Timings (1 rank, GPU only, "time" lines): one step of device AdamS, device SCAPE at d = 0.01 and with the
  * residual offloaded on GPT-2 124M's table, and the device memory each update holds.
- * Usage: build/cuda/test_scape_updater   (or mpirun -np 2 build/cuda/test_scape_updater)
+ * Usage: build/cuda/test_scape_updater   (or mpirun -np 2 build/cuda/test_scape_updater [nccl])
  */
 #include <float.h>
 #include <math.h>
@@ -47,6 +49,7 @@
 
 static int offload_ = 0; /* UpdaterConfig.scape_offload_residual of the following cases */
 static int bf16_payload_ = 0; /* DistConfig.payload_bf16 (--scape-payload bf16) of the following cases */
+static CommBackend comm_ = COMM_BACKEND_MPI; /* COMM_BACKEND_NCCL with the argument `nccl` */
 
 static UpdaterConfig config(float density, int warmup, float clip) {
     UpdaterConfig c;
@@ -61,7 +64,7 @@ static UpdaterConfig config(float density, int warmup, float clip) {
     c.dist.density_start = 1.0f;
     c.dist.density_warmup = warmup;
     c.dist.exclude_norms = 1;
-    c.comm = COMM_BACKEND_MPI; /* several ranks may share one GPU in this test */
+    c.comm = comm_; /* MPI: several ranks may share one GPU in this test; NCCL with the argument `nccl` */
     c.seed = SEED;
     c.scape_offload_residual = offload_;
     c.dist.payload_bf16 = bf16_payload_;
@@ -677,10 +680,23 @@ int main(int argc, char **argv) {
     cudaCheck(cudaGetDeviceCount(&ndev));
     const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     cudaCheck(cudaSetDevice(lr ? atoi(lr) % ndev : 0));
+    if (argc > 1 && !strcmp(argv[1], "nccl")) {
+        const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        const int local = ls ? atoi(ls) : world_;
+        if (world_ != 2 || local > ndev || !device_updater_has_nccl()) {
+            if (rank_ == 0)
+                printf("FAIL scape_nccl_cases: asked for NCCL, which needs 2 ranks with a GPU each and NCCL in the "
+                       "build; here %d rank%s, %d on this node, %d GPU%s, NCCL %s\n", world_, world_ == 1 ? "" : "s",
+                       local, ndev, ndev == 1 ? "" : "s", device_updater_has_nccl() ? "built in" : "not built in");
+            comm_finalize();
+            return 1;
+        }
+        comm_ = COMM_BACKEND_NCCL;
+    }
     build_table();
     if (rank_ == 0)
-        printf("  %d slices, %d buckets, P=%zu, %d rank%s, " PRECISION_NAME "\n", tab.n, tab.num_buckets, P, world_,
-               world_ == 1 ? "" : "s");
+        printf("  %d slices, %d buckets, P=%zu, %d rank%s, " PRECISION_NAME "%s\n", tab.n, tab.num_buckets, P, world_,
+               world_ == 1 ? "" : "s", comm_ == COMM_BACKEND_NCCL ? ", NCCL" : "");
     RUN_TEST(scape_d01_warmup_matches_host_bitwise);
     RUN_TEST(scape_d1_matches_host_bitwise);
     RUN_TEST(scape_d01_no_warmup_bootstrap_matches_host_bitwise);

@@ -683,9 +683,21 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
     return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize() { run_all(0); return cudaSuccess; }
-cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
-cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
-cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+/* EMU_DEVICES (default 1): how many GPUs the process sees; all are the same host memory, so two ranks under
+ * mpirun with EMU_DEVICES=2 each "own" one and take the one-GPU-per-rank paths (NCCL: include/nccl.h) */
+static int emu_devices() {
+    const char *e = getenv("EMU_DEVICES");
+    int n = e ? atoi(e) : 1;
+    return n >= 1 ? n : 1;
+}
+static int current_device;
+cudaError_t cudaGetDeviceCount(int *n) { *n = emu_devices(); return cudaSuccess; }
+cudaError_t cudaGetDevice(int *d) { *d = current_device; return cudaSuccess; }
+cudaError_t cudaSetDevice(int d) {
+    if (d < 0 || d >= emu_devices()) return cudaErrorInvalidValue;
+    current_device = d;
+    return cudaSuccess;
+}
 static int emu_sms() {
     const char *e = getenv("EMU_SMS");
     return e ? atoi(e) : 4; /* few SMs: grids sized by the SM count stay small */
