@@ -614,25 +614,28 @@ cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k) {
     if (n) emu_raw_copy(d, s, n);
     return cudaSuccess;
 }
-static int is_pinned_or_device(const void *p) { return alloc_holding(p, 0, nullptr) >= 0; }
-/* On a stream, as CUDA does: a copy from pageable host memory takes the bytes at the call (they are staged), a
- * copy into pageable host memory returns only when it has run (so it runs the stream up to it now); pinned and
- * device memory are read and written when the copy runs. */
+enum { PAGEABLE, PINNED, DEVICE };
+static int memory_kind(const void *p) {
+    int pinned = 0;
+    if (alloc_holding(p, 0, &pinned) < 0) return PAGEABLE;
+    return pinned ? PINNED : DEVICE;
+}
+/* On a stream, as CUDA does: a copy from pageable host memory takes the bytes at the call (they are staged); one
+ * into pageable memory, or host to host, is synchronous with respect to the host (so it runs the stream up to it
+ * now); otherwise pinned and device memory are read and written when the copy runs. */
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st) {
     check_stream("cudaMemcpyAsync", st);
     check_copy("cudaMemcpyAsync", d, s, n, k);
     check_repeated_download(s, n, k);
     if (!n) return cudaSuccess;
-    if (!is_pinned_or_device(s)) {
+    const int kd = memory_kind(d), ks = memory_kind(s);
+    if (ks == PAGEABLE) {
         std::shared_ptr<std::vector<char>> staged = std::make_shared<std::vector<char>>((const char *)s, (const char *)s + n);
         enqueue(st, "cudaMemcpyAsync", [d, staged, n]() { emu_raw_copy(d, staged->data(), n); });
     } else {
         enqueue(st, "cudaMemcpyAsync", [d, s, n]() { emu_raw_copy(d, s, n); });
     }
-    int pinned_d = 0, pinned_s = 0;
-    const int dev_d = alloc_holding(d, 0, &pinned_d) >= 0 && !pinned_d, dev_s = alloc_holding(s, 0, &pinned_s) >= 0 && !pinned_s;
-    /* into pageable memory, or host to host (CUDA: synchronous with respect to the host) */
-    if (st && stream_mode() && (!is_pinned_or_device(d) || (!dev_d && !dev_s))) force(st, last_index(st));
+    if (st && stream_mode() && (kd == PAGEABLE || (kd != DEVICE && ks != DEVICE))) force(st, last_index(st));
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void *d, int v, size_t n) {

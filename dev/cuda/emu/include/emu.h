@@ -161,32 +161,26 @@ void enqueue(cudaStream_t s, const char *what, std::function<void()> fn);
 void check_arg(const Cfg &c, int index, const void *p);
 template <typename T> static inline void check_args(const Cfg &c, int i, const T &) {}
 template <typename T> static inline void check_args(const Cfg &c, int i, T *const &p) { check_arg(c, i, (const void *)p); }
+/* a launch of kernel f with args: checked now (pointer arguments, configuration), queued on c.stream to run */
+template <typename F, typename... A> static inline void enqueue_launch(const Cfg &c, F f, A... args) {
+    int i = 0;
+    (check_args(c, i++, args), ...);
+    if (!launch_ok(c)) return;
+    enqueue(c.stream, c.name, [c, f, args...]() {
+        auto call = [&]() { f(args...); };
+        run(c, [](void *p) { (*(decltype(call) *)p)(); }, &call);
+    });
+}
 template <typename... P> struct Launcher {
     Cfg c;
     void (*fn)(P...);
-    void operator()(P... args) const {
-        int i = 0;
-        (check_args(c, i++, args), ...);
-        if (!launch_ok(c)) return;
-        enqueue(c.stream, c.name, [c = c, fn = fn, args...]() {
-            auto call = [&]() { fn(args...); };
-            run(c, [](void *p) { (*(decltype(call) *)p)(); }, &call);
-        });
-    }
+    void operator()(P... args) const { enqueue_launch(c, fn, args...); }
 };
 /* a kernel template launched without template arguments: they are deduced from the call's arguments */
 template <typename F> struct DeducingLauncher {
     Cfg c;
     F f;
-    template <typename... A> void operator()(A... args) const {
-        int i = 0;
-        (check_args(c, i++, args), ...);
-        if (!launch_ok(c)) return;
-        enqueue(c.stream, c.name, [c = c, f = f, args...]() {
-            auto call = [&]() { f(args...); };
-            run(c, [](void *p) { (*(decltype(call) *)p)(); }, &call);
-        });
-    }
+    template <typename... A> void operator()(A... args) const { enqueue_launch(c, f, args...); }
 };
 struct LaunchSite {
     Cfg c;
