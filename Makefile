@@ -29,6 +29,8 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# rules may name objects of modules read later (e.g. $$(TRAIN_LINK_OBJ) of trainer/module.mk)
+.SECONDEXPANSION:
 include $(wildcard */module.mk)
 
 programs: $(PROGRAMS)
@@ -138,9 +140,9 @@ FUZZ_ENV_llama_model := ASAN_OPTIONS=max_allocation_size_mb=1024
 $(BUILD)/fuzz/lf/test/fuzz/fuzz_llama_model.o $(BUILD)/fuzz/san/test/fuzz/fuzz_llama_model.o: train_llama.c
 endif
 # checkpoints: manifest and per-rank training-state files
-ifneq ($(wildcard common/ckpt.c),)
+ifneq ($(wildcard trainer/ckpt.c),)
 FUZZ_HARNESSES += ckpt
-FUZZ_SRC_ckpt := test/fuzz/fuzz_ckpt.c common/ckpt.c common/log.c $(COMMON_SRC)
+FUZZ_SRC_ckpt := test/fuzz/fuzz_ckpt.c trainer/ckpt.c common/log.c $(COMMON_SRC)
 endif
 
 $(BUILD)/fuzz/lf/%.o: %.c
@@ -163,8 +165,8 @@ $(foreach h,$(FUZZ_HARNESSES),$(eval $(call FUZZ_HARNESS,$(h))))
 # Failure drills: full disk (RLIMIT_FSIZE) and SIGKILL against the writers of checkpoints, shards and models
 # (test/test_drills.c), SIGKILL against the trainer itself (test/test_drills_kill.sh), and non-finite steps
 # (test/test_drills_nan.sh).
-ifneq ($(and $(wildcard common/ckpt.c),$(wildcard train_gpt.c)),)
-$(BUILD)/test_drills: test/test_drills.c train_gpt.c $(BUILD)/common/ckpt.o $(BUILD)/common/log.o \
+ifneq ($(and $(wildcard trainer/ckpt.c),$(wildcard train_gpt.c)),)
+$(BUILD)/test_drills: test/test_drills.c train_gpt.c $(BUILD)/trainer/ckpt.o $(BUILD)/common/log.o \
 		$(BUILD)/dataloader/shard.o $(COMMON_OBJ)
 	$(CC) $(CFLAGS) test/test_drills.c $(filter %.o,$^) -o $@ $(LDLIBS) $(BLAS_LIBS)
 HARDENING_TEST_BINS += $(BUILD)/test_drills

@@ -4,8 +4,8 @@
  * activations, parameters and gradients with fp32 accumulation; PRECISION=FP32 builds an all-fp32 version for
  * tight comparison with the CPU trainer).
  *
- * How it fits the shared loop (common/train.c, common/model.h), two ways:
- *   device update (adamw, adams, scape; Model.create_updater -> cuda/updater.h): the GPU holds the fp32 master
+ * How it fits the shared loop (trainer/train.c, trainer/model.h), two ways:
+ *   device update (adamw, adams, scape; Model.create_updater -> cuda/dist.h): the GPU holds the fp32 master
  *     weights, the optimizer state and the floatX copy the forward reads. Each backward adds its floatX
  *     gradients, bucket by bucket (one layer at a time), into an fp32 accumulator on the device and, on the last
  *     micro-step, hands each finished bucket to the update, whose all-reduce (NCCL, or host-staged MPI) overlaps
@@ -35,9 +35,9 @@
 #include "cuda/classifier.cuh"
 #include "cuda/trainer.cuh"
 #include "cuda/gpt2_host.h"
-#include "cuda/updater.h"
+#include "cuda/dist.h"
 extern "C" {
-#include "common/train.h"
+#include "trainer/train.h"
 #include "common/util.h"
 }
 
@@ -295,7 +295,7 @@ static Model *gpt2cu_create(const char *spec, const char *init_path, uint64_t se
 #if !defined(TESTING) || defined(TESTING_DEVICE_UPDATE)
 /* Model.create_updater: the device-resident update for adamw, adams and scape, NULL (the loop's host update) for
  * topk-ef: cuda/trainer.cuh's device_params_create_updater. (Compiled into the trainer and into
- * test/gpu/test_gpt2cu_update.cu, which link cuda/updater.o.) */
+ * test/gpu/test_gpt2cu_update.cu, which link cuda/dist.o.) */
 static Updater *gpt2cu_create_updater(Model *model, const UpdaterConfig *cfg) {
     return device_params_create_updater(&((GPT2CU *)model)->dp, cfg);
 }

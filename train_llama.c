@@ -1,6 +1,6 @@
 /*
  * train_llama.c - Llama on the CPU in fp32: the parameter table, forward and backward pass of every layer, model
- * files, and the ModelFamily the shared training loop (common/train.c) drives.
+ * files, and the ModelFamily the shared training loop (trainer/train.c) drives.
  *
  * The architecture is Llama 2 / Llama 3's (Touvron et al., arXiv 2302.13971 and 2307.09288): untied token
  * embedding and lm_head, pre-norm RMSNorm blocks, rotary position embeddings in the rotate-half layout of the
@@ -26,7 +26,7 @@
 #include <omp.h>
 #endif
 
-#include "common/model.h"
+#include "trainer/model.h"
 #include "common/params.h"
 #include "common/rng.h"
 #include "common/util.h"
@@ -493,7 +493,7 @@ static void llama_alloc_acts(Llama *m, int Bmax, int Tmax) {
     m->targets = xmalloc(N * sizeof(int), "Llama targets");
 }
 
-/* Forward pass (see Model.forward in common/model.h). inputs, targets (B,T) token ids in [0,V); targets may be
+/* Forward pass (see Model.forward in trainer/model.h). inputs, targets (B,T) token ids in [0,V); targets may be
  * NULL. Returns the mean cross-entropy, or 0 without targets. Positions are 0..T-1 in every row. fatal() if
  * B x T does not fit the activations or a token id is out of range. */
 static float llama_forward(Model *model, const int *inputs, const int *targets, int B, int T) {
@@ -565,7 +565,7 @@ static float llama_forward(Model *model, const int *inputs, const int *targets, 
     return crossentropy_forward(a->lse, a->logits, targets, (int)N, V, Vp);
 }
 
-/* Backward pass (see Model.backward in common/model.h): ADDS d(loss_scale * loss)/d(params) into grads and
+/* Backward pass (see Model.backward in trainer/model.h): ADDS d(loss_scale * loss)/d(params) into grads and
  * calls on_bucket(ctx, b) as bucket b becomes final: layer L-1 (bucket 0) first, ..., layer 0 (bucket L-1), then
  * wte, norm_f and lm_head (bucket L). Consumes the logits (they become their gradient). fatal() if the last
  * forward had no targets. */
@@ -845,7 +845,7 @@ static LlamaConfig llama_parse_spec(const char *spec) {
     return c;
 }
 
-/* ModelFamily.create for Llama (see common/model.h). With init_path the file's hyper-parameters are used and
+/* ModelFamily.create for Llama (see trainer/model.h). With init_path the file's hyper-parameters are used and
  * spec is ignored. fatal() if T exceeds the model's maximum sequence length, with the fix. */
 static Model *llama_create(const char *spec, const char *init_path, uint64_t seed, int B, int T) {
     if (B < 1 || T < 1) fatal("--batch %d / --seq %d must both be at least 1", B, T);
@@ -868,6 +868,6 @@ const ModelFamily llama_family = {
 };
 
 #ifndef TESTING
-#include "common/train.h"
+#include "trainer/train.h"
 int main(int argc, char **argv) { return train_main(argc, argv, &llama_family); }
 #endif

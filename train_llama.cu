@@ -12,8 +12,8 @@
  * (cuda/swiglu.cuh), no biases; linear layers through cuBLASLt (cuda/matmul.cuh), softmax + cross-entropy fused
  * with its gradient (cuda/classifier.cuh).
  *
- * How it fits the shared loop (common/train.c, common/model.h), two ways, exactly as train_gpt.cu:
- *   device update (adamw, adams, scape; Model.create_updater -> cuda/updater.h): the GPU holds the fp32 master
+ * How it fits the shared loop (trainer/train.c, trainer/model.h), two ways, exactly as train_gpt.cu:
+ *   device update (adamw, adams, scape; Model.create_updater -> cuda/dist.h): the GPU holds the fp32 master
  *     weights, the optimizer state and the floatX copy the forward reads. Each backward adds its floatX
  *     gradients, bucket by bucket (layer L-1 first, ..., layer 0, then wte + norm_f + lm_head), into an fp32
  *     accumulator on the device and, on the last micro-step, hands each finished bucket to the update, whose
@@ -44,9 +44,9 @@
 #include "cuda/classifier.cuh"
 #include "cuda/trainer.cuh"
 #include "cuda/llama_host.h"
-#include "cuda/updater.h"
+#include "cuda/dist.h"
 extern "C" {
-#include "common/train.h"
+#include "trainer/train.h"
 #include "common/util.h"
 }
 
@@ -405,7 +405,7 @@ static Model *llamacu_create(const char *spec, const char *init_path, uint64_t s
 #if !defined(TESTING) || defined(TESTING_DEVICE_UPDATE)
 /* Model.create_updater: the device-resident update for adamw, adams and scape, NULL (the loop's host update) for
  * topk-ef: cuda/trainer.cuh's device_params_create_updater. (Compiled into the trainer and into
- * test/gpu/test_llamacu_update.cu, which link cuda/updater.o.) */
+ * test/gpu/test_llamacu_update.cu, which link cuda/dist.o.) */
 static Updater *llamacu_create_updater(Model *model, const UpdaterConfig *cfg) {
     return device_params_create_updater(&((LlamaCU *)model)->dp, cfg);
 }

@@ -4,7 +4,7 @@
  * Every option is a long option taking a value ("--lr 3e-4" or "--lr=3e-4"), except flags ("--zero").
  * Errors (unknown option, missing value, malformed number, out of range, not one of the choices) print one line
  * "error: --lr: 5 is out of range [0, 1]" on stderr and exit with status 2.
- * Not for: what the options mean (common/train.c owns the training table).
+ * Not for: what the options mean (trainer/train.c owns the training table).
  */
 #ifndef COMMON_ARGS_H
 #define COMMON_ARGS_H

@@ -3,7 +3,7 @@
  * "resume"), always with an "event" key, flushed after each line so a crash loses at most the current event.
  * Numbers are written with 9 significant digits (float32 values round-trip exactly); non-finite values as null.
  * A NULL Log* makes every call a no-op, so ranks other than 0 can call the same code.
- * Not for: the human-readable per-step stdout line (common/train.c).
+ * Not for: the human-readable per-step stdout line (trainer/train.c).
  */
 #ifndef COMMON_LOG_H
 #define COMMON_LOG_H

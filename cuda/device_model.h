@@ -1,6 +1,6 @@
 /*
  * cuda/device_model.h - what a CUDA model (train_gpt.cu; train_llama.cu later) hands the device-resident update
- * (cuda/updater.h): its device buffers laid out by its ParamTable, and its compute stream. The model owns every
+ * (cuda/dist.h): its device buffers laid out by its ParamTable, and its compute stream. The model owns every
  * buffer here; the update reads and writes them in place.
  * Protocol per optimizer step: each micro-step's backward ADDS its gradients into `grads` (fp32, the loop's
  * "sum over micro-steps of loss_scale-weighted gradients"); on the last micro-step it calls the update's
@@ -10,7 +10,7 @@
  * `grads_free` on that stream right after, so `grads` is zero and writable again when `grads_free` completes.
  * The model makes `stream` wait for `grads_free` (cudaStreamWaitEvent) before its first write into `grads` in a
  * step. The model creates and destroys the event; until the update first records it the wait is a no-op.
- * Not for: kernels (cuda/optimizer.cuh) or the update itself (cuda/updater.cu).
+ * Not for: kernels (cuda/optimizer.cuh) or the update itself (cuda/dist.cu).
  */
 #ifndef CUDA_DEVICE_MODEL_H
 #define CUDA_DEVICE_MODEL_H

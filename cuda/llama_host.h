@@ -12,7 +12,7 @@
 extern "C" {
 #endif
 
-#include "common/model.h"
+#include "trainer/model.h"
 
 /* The hyper-parameters of a Llama model (train_llama.c's LlamaConfig, field for field). hd = C/NH, KVC = NKV*hd. */
 typedef struct {

@@ -51,7 +51,7 @@ __global__ static void adams_kernel(float *master, floatX *copy, const TG *grad,
 
 /* One AdamW step on one tensor of n elements (t >= 1 the step; wd 0 for gains and biases). Bias corrections
  * are computed in double and cast, like scape/optim.c. copy may be NULL (no floatX copy wanted). The gradient
- * is floatX (the kernel tests) or float (the device update's averaged fp32 gradient, cuda/updater.cu). Element
+ * is floatX (the kernel tests) or float (the device update's averaged fp32 gradient, cuda/dist.cu). Element
  * i of the copy is rounded with hash_u32(i, seed): i counts from the pointer passed, so pass whole tensors. */
 template <typename TG>
 static void adamw_update_tensor(float *master, floatX *copy, const TG *grad, float *m, float *v, long n, int t,
@@ -101,7 +101,7 @@ static void global_norm(float *out, float *scratch, const floatX *x, long n, cud
     cudaCheckLaunch();
 }
 
-/* ---- the device update's gradient side (cuda/updater.cu, train_gpt.cu) ---- */
+/* ---- the device update's gradient side (cuda/dist.cu, train_gpt.cu) ---- */
 
 /* acc[i] += (float)g[i] over n elements: one micro-step's floatX gradients into the fp32 accumulator, the sum the
  * host path computes on the CPU (train_gpt.cu), so both give the same bits. */
@@ -126,7 +126,7 @@ static void div_f32(float *x, long n, float N, cudaStream_t s) {
     cudaCheckLaunch();
 }
 
-/* x[i] *= sc in fp32 (gradient clipping of the averaged gradient, as scape/dist.c's dense_step) */
+/* x[i] *= sc in fp32 (gradient clipping of the averaged gradient, as scape/dist_dense.c's dense_step) */
 __global__ static void scale_f32_kernel(float *x, long n, float sc) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = __fmul_rn(x[i], sc);
@@ -150,7 +150,7 @@ static void sr_copy(floatX *copy, const float *master, long n, uint32_t seed, cu
     cudaCheckLaunch();
 }
 
-/* Sum of squares in float64 exactly as scape/dist.c's sumsq: chunk c covers [c*SUMSQ_CHUNK, ...) of x (n
+/* Sum of squares in float64 exactly as scape/dist.c's dist_sumsq: chunk c covers [c*SUMSQ_CHUNK, ...) of x (n
  * floats), summed sequentially, (double)x * (double)x then add, each rounded (no FMA); part[c] gets it. The host
  * adds the nch partials in order, so the norm has the CPU update's bits and every rank clips and skips alike.
  * One thread per chunk: sequential by design (the order is the contract), about P/65536 threads. */

@@ -5,13 +5,13 @@
  * either of its two modes:
  *   host update   the loop's DistOptim owns the master weights in host memory: device_params_upload before each
  *                 forward, device_params_add_to_host after each backward (the whole gradient crosses PCIe);
- *   device update the Updater of cuda/updater.h owns them on the GPU (device_params_create_updater): each backward
+ *   device update the Updater of cuda/dist.h owns them on the GPU (device_params_create_updater): each backward
  *                 hands finished buckets over with device_params_bucket_done, nothing crosses PCIe per step, and
  *                 device_params_to_host refreshes the host copy before a model file is written.
  * And DeviceBatch, a micro-batch's tokens on the device: upload with the vocabulary check, the token grouping of
  * the deterministic embedding backward built on the host while the GPU runs the forward, the mean loss.
  * Shapes: P parameters (table->total), N = B*T rows, Vp padded vocabulary.
- * Not for: layers and kernels (the other headers of cuda/), the update itself (cuda/updater.cu).
+ * Not for: layers and kernels (the other headers of cuda/), the update itself (cuda/dist.cu).
  */
 #ifndef CUDA_TRAINER_CUH
 #define CUDA_TRAINER_CUH
@@ -24,11 +24,11 @@
 #include "cuda/encoder.cuh"
 #include "cuda/optimizer.cuh"
 extern "C" {
-#include "common/model.h"
+#include "trainer/model.h"
 #include "common/util.h"
 }
 #if !defined(TESTING) || defined(TESTING_DEVICE_UPDATE)
-#include "cuda/updater.h"
+#include "cuda/dist.h"
 #endif
 
 /* cudaMalloc of `bytes`, or fatal() naming `what`, the size in GiB and the fix. */
@@ -148,10 +148,10 @@ static void device_params_to_host(DeviceParams *dp) {
 }
 
 #if !defined(TESTING) || defined(TESTING_DEVICE_UPDATE)
-/* Model.create_updater's body: the device-resident update (cuda/updater.h) for adamw, adams and scape, NULL (the
+/* Model.create_updater's body: the device-resident update (cuda/dist.h) for adamw, adams and scape, NULL (the
  * loop's host update, as before) for topk-ef. Allocates grad32, lets the update broadcast rank 0's host_params
  * into master and params, and frees the host path's pinned staging (2P bytes). From here on the GPU holds the
- * master weights. fatal() when GPU memory runs out. (Compiled where cuda/updater.o is linked: the trainers and
+ * master weights. fatal() when GPU memory runs out. (Compiled where cuda/dist.o is linked: the trainers and
  * the tests that define TESTING_DEVICE_UPDATE.) */
 static Updater *device_params_create_updater(DeviceParams *dp, const UpdaterConfig *cfg) {
     OptimizerKind k = cfg->dist.opt.kind;

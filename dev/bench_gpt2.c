@@ -52,7 +52,7 @@ static double sgemm_peak(void) {
 }
 
 int main(int argc, char **argv) {
-    fp_flush_denormals(); /* as the trainer does (common/train.c) */
+    fp_flush_denormals(); /* as the trainer does (trainer/train.c) */
     if (argc < 4) fatal("usage: %s SPEC B T [STEPS] [--no-breakdown], e.g. %s d12 4 256 5", argv[0], argv[0]);
     const char *spec = argv[1];
     int B = atoi(argv[2]), T = atoi(argv[3]), steps = argc > 4 ? atoi(argv[4]) : 5;

@@ -60,7 +60,7 @@ typedef enum {
 
 /* The parts the averaging all-reduces cut n elements into: part r has n/N elements, one more for r < n%N, and
  * starts after the earlier parts. Returns part r's size; *off (may be NULL) gets its first element. Shared with
- * the device SCAPE's NCCL bf16 all-reduce (cuda/scape_updater.cuh), which must cut as the host does. */
+ * the device SCAPE's NCCL bf16 all-reduce (cuda/dist_scape.cuh), which must cut as the host does. */
 static inline size_t comm_part(size_t n, int world, int r, size_t *off) {
     const size_t N = (size_t)world, q = n / N, rem = n % N, rr = (size_t)r;
     if (off) *off = rr * q + (rr < rem ? rr : rem);
@@ -92,7 +92,7 @@ CommHandle comm_ibcast(void *buf, size_t bytes, int root);
 void comm_wait(CommHandle h);
 /* Per-kind counters since the last call of this function (independent of comm_stats_take); resets them. */
 void comm_stats_take_kind(CommStats out[COMM_NKINDS]);
-/* Counts one collective that ran outside this module (NCCL on the device, cuda/updater.cu) in the same per-step
+/* Counts one collective that ran outside this module (NCCL on the device, cuda/dist.cu) in the same per-step
  * and per-kind statistics, so log.jsonl's comm_bytes_* mean the same on every backend. n_bytes is the payload
  * as the functions above define it (all-reduce: the buffer; reduce-scatter: the whole input; all-gather: the
  * whole output; broadcast: the buffer); the ring formulas of section 6 turn it into bytes sent and received

@@ -58,7 +58,7 @@ typedef struct DistOptim DistOptim;
 DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, const DistConfig *cfg);
 void distopt_free(DistOptim *d);
 
-/* BucketReadyFn (common/model.h) for the last micro-step's backward: ctx is the DistOptim. Queues the bucket's
+/* BucketReadyFn (trainer/model.h) for the last micro-step's backward: ctx is the DistOptim. Queues the bucket's
  * communication on the communication thread so it overlaps the rest of backward. */
 void distopt_bucket_ready(void *ctx, int bucket);
 
@@ -79,7 +79,7 @@ void distopt_save(const DistOptim *d, void *blob);
 void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, int n_blobs);
 
 /* The dense (adamw/adams) state blob from explicit views, the exact layout distopt_save writes for that optimizer,
- * world, rank and ZeRO setting: so the CUDA trainers' device update (cuda/updater.cu) writes checkpoints the CPU
+ * world, rank and ZeRO setting: so the CUDA trainers' device update (cuda/dist.cu) writes checkpoints the CPU
  * trainer resumes from, and the other way round. m and v (v only for adamw, else ignored) hold the elements
  * [lo, hi) of the flat buffer of P (the ZeRO-1 shard, or everything). last_t: the last completed step.
  * distopt_dense_blob_load checks every blob (fatal() on a mismatch, as distopt_load), assembles [lo, hi) of m
@@ -93,7 +93,7 @@ int distopt_dense_blob_load(OptimizerKind kind, size_t P, int world, size_t lo, 
 
 /* The SCAPE state blob from explicit views, the exact layout distopt_save writes for --optimizer scape (header,
  * r (P), mask_cur (P bits, padded to 8 bytes) if any, mask_next likewise if any, m on mask_cur compacted (K
- * values)): so the CUDA trainers' device SCAPE (cuda/scape_updater.cuh) and the host DistOptim write and read
+ * values)): so the CUDA trainers' device SCAPE (cuda/dist_scape.cuh) and the host DistOptim write and read
  * each other's checkpoints. Masks: scape.h's packed bytes (mask_bytes(P)); NULL = none. m: (P) dense, zero off
  * mask_cur. K = mask_count(mask_cur) (0 without a mask). last_t: the last completed step.
  * distopt_scape_blob_load checks every blob (fatal() on a mismatch, as distopt_load), fills r (this rank's own, or
@@ -150,7 +150,7 @@ void distopt_mask_stats_enable(DistOptim *d, int on);
 const DistMaskStats *distopt_mask_stats(const DistOptim *d);
 /* Fills st's four means from its per-slice arrays: sum_k numel_k * x_k / sum_k numel_k over the st->n reported
  * slices of tab (st->slice), added in that order; NAN for an absent (NULL) array or when no slice is reported
- * (a NAN value makes its mean NAN). Used by distopt_mask_stats and the device SCAPE update (cuda/scape_updater.cuh),
+ * (a NAN value makes its mean NAN). Used by distopt_mask_stats and the device SCAPE update (cuda/dist_scape.cuh),
  * so both report the same means from the same values. */
 void distopt_mask_stats_means(DistMaskStats *st, const ParamTable *tab);
 

@@ -34,11 +34,12 @@ TEST_CMDS += "PYTHON_REF=$(PYTHON_REF) $(BUILD)/test_gpt2 $(DATA)"
 
 # --- communication, data-parallel update and SCAPE (distributed engineer)
 # Programs that use DIST_OBJ link with $(MPICC) (Open MPI) and -lpthread.
-DIST_OBJ := $(BUILD)/scape/comm.o $(BUILD)/scape/dist.o $(BUILD)/scape/scape.o $(OPTIM_OBJ)
+DIST_RULES := dist dist_dense dist_scape dist_topk_ef dist_mask_stats dist_state
+DIST_OBJ := $(BUILD)/scape/comm.o $(DIST_RULES:%=$(BUILD)/scape/%.o) $(BUILD)/scape/scape.o $(OPTIM_OBJ)
 MPI_CFLAGS := $(shell $(MPICC) --showme:compile 2>/dev/null)
 $(BUILD)/scape/comm.o: CFLAGS += $(MPI_CFLAGS)
 # no fused multiply-adds: SCAPE's conservation test recomputes c bit for bit, and ranks must round alike
-$(BUILD)/scape/dist.o $(BUILD)/scape/scape.o: CFLAGS += -ffp-contract=off
+$(DIST_RULES:%=$(BUILD)/scape/%.o) $(BUILD)/scape/scape.o: CFLAGS += -ffp-contract=off
 MPIRUN_TEST := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe --bind-to none
 
 .PHONY: scape

@@ -1,9 +1,9 @@
 /*
  * scape/scape.h - the pieces of SCAPE (SCAPE.md) that need no communication: the owner table (which rank makes
  * the mask of which slices; also the ZeRO-1 shard layout), the density schedule, packed 1-bit masks, the
- * per-slice top-k selection, and the per-bucket payload and masked AdamS update. scape/dist.c strings them
+ * per-slice top-k selection, and the per-bucket payload and masked AdamS update. scape/dist_scape.c strings them
  * together with the collectives. Masks are packed LSB first: element j is bit (j & 7) of byte j >> 3.
- * Not for: communication or state ownership (scape/dist.c), dense optimizers (scape/optim.c).
+ * Not for: communication or state ownership (scape/dist_scape.c), dense optimizers (scape/optim.c).
  */
 #ifndef SCAPE_SCAPE_H
 #define SCAPE_SCAPE_H
@@ -79,7 +79,7 @@ size_t scape_gather_masked(const float *c, const uint8_t *mask, size_t lo, size_
  * bc1 = 1 - b1^t, sqrt_bc2 = sqrt(1 - b2^t) (computed in double, cast); wd = 0 for undecayed slices.
  *   g_hat = (mt - b1 m) / (1 - b1);  if clipped: g_hat *= sc, mt = b1 m + (1 - b1) g_hat
  *   nu = b2 m^2 + (1 - b2) g_hat^2;  m = mt;  p -= lr ((mt / bc1) / (sqrt(nu) / sqrt_bc2 + eps) + wd p)
- * The one CPU formula: scape/dist.c's update pass and the GPU test (dev/cuda/scape.cu) both call it, and
+ * The one CPU formula: scape/dist_scape.c's update pass and the GPU test (dev/cuda/scape.cu) both call it, and
  * cuda/scape.cuh's scape_update_on_dev repeats it operation for operation. Compile with -ffp-contract=off. */
 static inline void scape_update_on(float *p, float *m, float mt, float sc, int clipped, float b1, float omb1, float b2,
                                    float eps, float bc1, float sqrt_bc2, float lr, float wd) {

@@ -2,7 +2,7 @@
  * test/test_drills.c - failure drills for the writers of files the runtime must be able to trust afterwards:
  * a full disk (RLIMIT_FSIZE, so writes fail with EFBIG exactly as on a full file system, without a tmpfs) and
  * SIGKILL in the middle of checkpointing. DESIGN.md: "Errors: one line that says what is wrong ..., exit code
- * non-zero, nothing half-written left behind"; common/ckpt.h: a checkpoint counts only once its manifest lists
+ * non-zero, nothing half-written left behind"; trainer/ckpt.h: a checkpoint counts only once its manifest lists
  * every file with its size.
  * Each writer runs in a forked child; the parent checks the exit status, the error line, the directory
  * (no temp files left), and that what was there before is intact.
@@ -19,7 +19,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "common/ckpt.h"
+#include "trainer/ckpt.h"
 #include "dataloader/dataloader.h"
 #include "test/test.h"
 

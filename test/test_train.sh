@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/test_train.sh TOY - end-to-end tests of the shared training loop (common/train.c) driving the toy bigram
+# test/test_train.sh TOY - end-to-end tests of the shared training loop (trainer/train.c) driving the toy bigram
 # model (test/test_train_toy.c): learning, log.jsonl keys, bit-identical resume, checkpoint selection and
 # pruning, and the one-line errors for bad input. Each case prints "ok <name>" or "FAIL <name>: ...".
 # Everything lives in a temp dir under build/ that is removed on exit. Runs in a few seconds on one core.

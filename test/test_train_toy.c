@@ -1,5 +1,5 @@
 /*
- * test/test_train_toy.c - a toy ModelFamily so the shared training loop (common/train.c) is tested on its own,
+ * test/test_train_toy.c - a toy ModelFamily so the shared training loop (trainer/train.c) is tested on its own,
  * independently of GPT-2: a bigram model with L stacked tables,
  *     logits[b,t,:] = bias + sum_l W_l[inputs[b,t], :]         W_l (V,V), bias (V)
  * with a hand-written backward. Each W_l is its own gradient bucket (finished last layer first) and the bias is
@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/model.h"
+#include "trainer/model.h"
 #include "common/rng.h"
-#include "common/train.h"
+#include "trainer/train.h"
 #include "common/util.h"
 #include "dataloader/dataloader.h"
 

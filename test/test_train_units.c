@@ -13,11 +13,11 @@
 #include <unistd.h>
 
 #include "common/args.h"
-#include "common/ckpt.h"
+#include "trainer/ckpt.h"
 #include "common/log.h"
-#include "common/sampler.h"
+#include "trainer/sampler.h"
 #include "common/schedule.h"
-#include "common/train.h"
+#include "trainer/train.h"
 #include "common/util.h"
 #include "test/test.h"
 

@@ -21,18 +21,18 @@ ifeq ($(USE_CUDNN),1) # module.mk has added -DENABLE_CUDNN and -lcudnn
 NVCC_FLAGS += $(if $(CUDNN_INC_DIR),-I$(CUDNN_INC_DIR))
 endif
 
-# the trainer: bf16 only; links the bf16 device update (cuda/mk/updater.mk) and NCCL like train_gptcu
+# the trainer: bf16 only; links the bf16 device update (cuda/mk/dist.mk) and NCCL like train_gptcu
 $(BUILD)/cuda-cudnn/train_gpt.o: train_gpt.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(filter-out -DENABLE_CUDNN,$(NVCC_TRAIN_FLAGS)) $(CUDNN_NVCC_FLAGS) -MMD -MP -c $< -o $@
-train_gptcu_cudnn: $(BUILD)/cuda-cudnn/train_gpt.o $(BUILD)/cuda/gpt2_host.o $(BUILD)/cuda/updater.o $$(TRAIN_LINK_OBJ)
+train_gptcu_cudnn: $(BUILD)/cuda-cudnn/train_gpt.o $(BUILD)/cuda/gpt2_host.o $(BUILD)/cuda/dist.o $$(TRAIN_LINK_OBJ)
 	$(MPICC) $(CFLAGS) $^ -o $@ $(TRAIN_LIBS) $(CUDA_TRAIN_LIBS) $(NCCL_LIBS) $(CUDNN_LINK)
 CUDA_TRAINERS += train_gptcu_cudnn
 # train_llama.cu likewise (its grouped-query attention runs on the same Attention, key/value heads expanded)
 $(BUILD)/cuda-cudnn/train_llama.o: train_llama.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(filter-out -DENABLE_CUDNN,$(NVCC_TRAIN_FLAGS)) $(CUDNN_NVCC_FLAGS) -MMD -MP -c $< -o $@
-train_llamacu_cudnn: $(BUILD)/cuda-cudnn/train_llama.o $(BUILD)/cuda/llama_host.o $(BUILD)/cuda/updater.o $$(TRAIN_LINK_OBJ)
+train_llamacu_cudnn: $(BUILD)/cuda-cudnn/train_llama.o $(BUILD)/cuda/llama_host.o $(BUILD)/cuda/dist.o $$(TRAIN_LINK_OBJ)
 	$(MPICC) $(CFLAGS) $^ -o $@ $(TRAIN_LIBS) $(CUDA_TRAIN_LIBS) $(NCCL_LIBS) $(CUDNN_LINK)
 CUDA_TRAINERS += train_llamacu_cudnn
 

@@ -49,7 +49,7 @@ $(CUEMU)/fp32/test_%: $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $$(CUEMU_HOS
 	@mkdir -p $(dir $@)
 	$(CUEMU_CXX) $(CUEMU_CXXFLAGS) -DENABLE_FP32 -x c++ $(CUEMU)/src/dev/cuda/$*.cu -x none $(CUEMU_RT) $(CUEMU_HOST_OBJ) -o $@ $(CUEMU_LIBS)
 
-# whole-model tests, built as cuda/module.mk, cuda/mk/llama.mk and cuda/mk/updater.mk build them for the GPU; the
+# whole-model tests, built as cuda/module.mk, cuda/mk/llama.mk and cuda/mk/dist.mk build them for the GPU; the
 # device update with ENABLE_NCCL against the emulator's NCCL (MPI underneath; EMU_DEVICES=2 gives each of two
 # ranks its own emulated GPU, so the --comm nccl paths run)
 CUEMU_PREC_bf16 :=
@@ -61,25 +61,25 @@ $(CUEMU)/$(1)/test_gpt2cu: test/gpu/test_gpt2cu.cu $(CUEMU)/src/.stamp $(CUEMU_R
 $(CUEMU)/$(1)/test_llamacu: test/gpu/test_llamacu.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(BUILD)/cuda/llama_host.o $(BUILD)/scape/optim.o $(COMMON_OBJ)
 	@mkdir -p $$(dir $$@)
 	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ $(CUEMU)/src/test/gpu/test_llamacu.cu -x none $(CUEMU_RT) $(BUILD)/cuda/llama_host.o $(BUILD)/scape/optim.o $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
-$(CUEMU)/$(1)/updater.o: cuda/updater.cu $(CUEMU)/src/.stamp $(CUEMU_HDRS)
+$(CUEMU)/$(1)/dist.o: cuda/dist.cu $(CUEMU)/src/.stamp $(CUEMU_HDRS)
 	@mkdir -p $$(dir $$@)
-	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -DENABLE_NCCL -x c++ -c $(CUEMU)/src/cuda/updater.cu -o $$@
-$(CUEMU)/$(1)/test_updater: test/gpu/test_updater.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/updater.o $(CUEMU)/obj/emu_nccl.o $$$$(DIST_OBJ) $(COMMON_OBJ)
+	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -DENABLE_NCCL -x c++ -c $(CUEMU)/src/cuda/dist.cu -o $$@
+$(CUEMU)/$(1)/test_updater: test/gpu/test_updater.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/dist.o $(CUEMU)/obj/emu_nccl.o $$$$(DIST_OBJ) $(COMMON_OBJ)
 	@mkdir -p $$(dir $$@)
 	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ -c $(CUEMU)/src/test/gpu/test_updater.cu -o $$@.o
-	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/updater.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
-$(CUEMU)/$(1)/test_gpt2cu_update: test/gpu/test_gpt2cu_update.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/updater.o $(CUEMU)/obj/emu_nccl.o $(BUILD)/cuda/gpt2_host.o $$$$(DIST_OBJ) $(COMMON_OBJ)
+	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/dist.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
+$(CUEMU)/$(1)/test_gpt2cu_update: test/gpu/test_gpt2cu_update.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/dist.o $(CUEMU)/obj/emu_nccl.o $(BUILD)/cuda/gpt2_host.o $(BUILD)/trainer/updater_host.o $$$$(DIST_OBJ) $(COMMON_OBJ)
 	@mkdir -p $$(dir $$@)
 	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ -c $(CUEMU)/src/test/gpu/test_gpt2cu_update.cu -o $$@.o
-	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/updater.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $(BUILD)/cuda/gpt2_host.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
-$(CUEMU)/$(1)/test_scape_updater: test/gpu/test_scape_updater.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/updater.o $(CUEMU)/obj/emu_nccl.o $$$$(DIST_OBJ) $(COMMON_OBJ)
+	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/dist.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $(BUILD)/cuda/gpt2_host.o $(BUILD)/trainer/updater_host.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
+$(CUEMU)/$(1)/test_scape_updater: test/gpu/test_scape_updater.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/dist.o $(CUEMU)/obj/emu_nccl.o $$$$(DIST_OBJ) $(COMMON_OBJ)
 	@mkdir -p $$(dir $$@)
 	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ -c $(CUEMU)/src/test/gpu/test_scape_updater.cu -o $$@.o
-	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/updater.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
-$(CUEMU)/$(1)/test_llamacu_update: test/gpu/test_llamacu_update.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/updater.o $(CUEMU)/obj/emu_nccl.o $(BUILD)/cuda/llama_host.o $$$$(DIST_OBJ) $(COMMON_OBJ)
+	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/dist.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
+$(CUEMU)/$(1)/test_llamacu_update: test/gpu/test_llamacu_update.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/dist.o $(CUEMU)/obj/emu_nccl.o $(BUILD)/cuda/llama_host.o $(BUILD)/trainer/updater_host.o $$$$(DIST_OBJ) $(COMMON_OBJ)
 	@mkdir -p $$(dir $$@)
 	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ -c $(CUEMU)/src/test/gpu/test_llamacu_update.cu -o $$@.o
-	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/updater.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $(BUILD)/cuda/llama_host.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
+	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/dist.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $(BUILD)/cuda/llama_host.o $(BUILD)/trainer/updater_host.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
 endef
 $(foreach p,bf16 fp32,$(eval $(call CUEMU_MODEL,$(p))))
 CUEMU_MODEL_TESTS := test_gpt2cu test_llamacu test_updater test_gpt2cu_update test_scape_updater test_llamacu_update

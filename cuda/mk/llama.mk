@@ -5,7 +5,7 @@
 #   model tests          test/gpu/test_llamacu.cu: the whole model against train_llama.c, bf16 and fp32 builds;
 #                        test/gpu/test_llamacu_update.cu: the device update against the host update
 # Rules follow module.mk's GPT-2 ones (NVCC_TRAIN_FLAGS, CUDA_TRAIN_LIBS, BLAS_FALLBACK), and for the device update
-# cuda/mk/updater.mk's (updater.o per precision, NCCL_LIBS, UPDATER_NVCC_FLAGS, DIST_OBJ). That file is read after
+# cuda/mk/dist.mk's (dist.o per precision, NCCL_LIBS, UPDATER_NVCC_FLAGS, DIST_OBJ). That file is read before
 # this one: its variables appear here only in recipes, target-specific values and $$-expanded prerequisites, all
 # expanded after every makefile is read.
 
@@ -24,9 +24,9 @@ train_llamacu: $(BUILD)/cuda/train_llama.o $(BUILD)/cuda/llama_host.o $$(TRAIN_L
 train_llamacu_fp32: $(BUILD)/cuda-fp32/train_llama.o $(BUILD)/cuda/llama_host.o $$(TRAIN_LINK_OBJ)
 	$(MPICC) $(CFLAGS) $^ -o $@ $(TRAIN_LIBS) $(CUDA_TRAIN_LIBS)
 CUDA_TRAINERS += train_llamacu train_llamacu_fp32
-# the trainers link the device update of their precision (cuda/mk/updater.mk builds it) and NCCL
-train_llamacu: $(BUILD)/cuda/updater.o
-train_llamacu_fp32: $(BUILD)/cuda-fp32/updater.o
+# the trainers link the device update of their precision (cuda/mk/dist.mk builds it) and NCCL
+train_llamacu: $(BUILD)/cuda/dist.o
+train_llamacu_fp32: $(BUILD)/cuda-fp32/dist.o
 train_llamacu train_llamacu_fp32: CUDA_TRAIN_LIBS += $(NCCL_LIBS)
 
 # whole-model test: train_llama.cu (TESTING) against train_llama.c in one process, bf16 and fp32 builds
@@ -59,7 +59,7 @@ $(BUILD)/cuda/test_llamacu_update.o: test/gpu/test_llamacu_update.cu train_llama
 $(BUILD)/cuda-fp32/test_llamacu_update.o: test/gpu/test_llamacu_update.cu train_llama.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) $(UPDATER_NVCC_FLAGS) -DENABLE_FP32 -MMD -MP -c $< -o $@
-$(BUILD)/cuda/test_llamacu_update $(BUILD)/cuda-fp32/test_llamacu_update: %/test_llamacu_update: %/test_llamacu_update.o %/updater.o $(LLAMA_HOST_TEST_OBJ) $$(DIST_OBJ) $(COMMON_OBJ)
+$(BUILD)/cuda/test_llamacu_update $(BUILD)/cuda-fp32/test_llamacu_update: %/test_llamacu_update: %/test_llamacu_update.o %/dist.o $(LLAMA_HOST_TEST_OBJ) $(BUILD)/trainer/updater_host.o $$(DIST_OBJ) $(COMMON_OBJ)
 	$(MPICC) $(CFLAGS) $^ -o $@ $(LLAMA_HOST_TEST_LIBS) $(LDLIBS) -lpthread $(CUDA_TRAIN_LIBS) $(NCCL_LIBS)
 CUDA_MODEL_TESTS += $(BUILD)/cuda/test_llamacu_update $(BUILD)/cuda-fp32/test_llamacu_update
 

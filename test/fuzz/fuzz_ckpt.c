@@ -1,5 +1,5 @@
 /*
- * test/fuzz/fuzz_ckpt.c - the checkpoint readers (common/ckpt.c): the manifest check (ckpt_is_complete) and the
+ * test/fuzz/fuzz_ckpt.c - the checkpoint readers (trainer/ckpt.c): the manifest check (ckpt_is_complete) and the
  * per-rank training-state file (ckpt_read_state). Input: manifest.json text, "\n%%\n", the state_rank0.bin
  * bytes; both are written into one directory, which is then checked as a checkpoint directory.
  * Oracles: a complete checkpoint has world >= 1 and step >= 0; an accepted state file has exactly header +
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ckpt.h"
+#include "trainer/ckpt.h"
 #include "test/fuzz/fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,9 +1,9 @@
 /*
  * test/gpu/test_llamacu_update.cu - the CUDA Llama (train_llama.cu) trained through its device-resident update
- * (Model.create_updater -> cuda/updater.h) against the same model trained through the loop's host update
+ * (Model.create_updater -> cuda/dist.h) against the same model trained through the loop's host update
  * (scape/dist.h on the host buffers, what train_llamacu does for scape/topk-ef and with --update host): same spec,
  * seed and tokens, 4 steps of 2 micro-steps each with clipping at 1.0 (clipping is active: the printed norms exceed
- * it), as common/train.c drives them, with AdamW, with AdamS and with SCAPE at density 0.05.
+ * it), as trainer/train.c drives them, with AdamW, with AdamS and with SCAPE at density 0.05.
  *   fp32 build: every micro-step's loss, every gradient norm and the final master weights bitwise equal (the
  *     forward reads the same fp32 weights, gradients are summed alike, the update is bit-identical), and so are the
  *     logits of a forward without targets afterwards (what the sampler reads);

@@ -1,5 +1,5 @@
 /*
- * test/gpu/test_scape_updater.cu - SCAPE on the device (cuda/scape_updater.cuh, behind device_updater_create) against
+ * test/gpu/test_scape_updater.cu - SCAPE on the device (cuda/dist_scape.cuh, behind device_updater_create) against
  * the host DistOptim's SCAPE (scape/dist.c, what the CPU trainers run) on test_updater.cu's synthetic ParamTable
  * (an embedding of 77357 elements, 3 layers of (w, b, g) in llm.c's tensor-major order so a bucket's slices are not
  * contiguous, a gain in the last bucket; b, g and gain are dense-only). Each step's gradient arrives as the model
@@ -41,7 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/updater.h"
+#include "cuda/dist.h"
 #include "cuda/optimizer.cuh"
 #include "test/test.h"
 #include "test/gpu/updater_fixture.cuh"
@@ -279,7 +279,7 @@ static double rel_double(double a, double b) {
 
 /* Device SCAPE with statistics vs the host DistOptim with statistics vs device SCAPE without them, STEPS steps,
  * statistics enabled on the steps stats_on(t) says (the enable called before the step's gradients, as
- * common/train.c does). Per step, both or neither report (rank 0 only; NULL when off or skipped); then:
+ * trainer/train.c does). Per step, both or neither report (rank 0 only; NULL when off or skipped); then:
  *   slices, step: equal; jaccard_m, jaccard_g and their means: bitwise (integer popcounts divided alike; NaN where
  *   the previous step's mask is missing); energy_m, energy_g: relative difference <= 2 * numel * DBL_EPSILON, the
  *   a priori bound for two sums of numel positive doubles (kept / all) added in different orders (the terms

@@ -1,5 +1,5 @@
 /*
- * test/gpu/test_updater.cu - the device-resident update (cuda/updater.h) against the host DistOptim
+ * test/gpu/test_updater.cu - the device-resident update (cuda/dist.h) against the host DistOptim
  * (scape/dist.h, what the CPU trainers run) on a synthetic ParamTable: 3 layers of (w, b, g) in llm.c's
  * tensor-major order (a bucket's slices are not contiguous) plus an embedding of more than 65536 elements and a
  * gain in the last bucket. Each step's gradient arrives as the model delivers it: two floatX micro-steps added into
@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/updater.h"
+#include "cuda/dist.h"
 #include "cuda/optimizer.cuh"
 #include "test/test.h"
 #include "test/gpu/updater_fixture.cuh"

@@ -4,7 +4,7 @@
 # runs it with EMU_STREAMS=sync, defer and reverse, prints the checks passed / failed in each, and puts FILE back
 # (also when interrupted). RANKS=2 runs it under mpirun -np 2; EMU_DEVICES passes through (2 for the NCCL paths).
 # Example (the residual-offload upload's wait; defer fails 5 of test_scape_updater's 16 checks, sync none):
-#   dev/cuda/emu/drop_wait.sh cuda/scape_updater.cuh \
+#   dev/cuda/emu/drop_wait.sh cuda/dist_scape.cuh \
 #       '        cudaCheck(cudaStreamWaitEvent(s, u->ev_stage_ready[i], 0));' test_scape_updater
 set -u
 [ $# -ge 3 ] || { echo "usage: $0 FILE LINE TEST [ARGS...]" >&2; exit 2; }

@@ -1,8 +1,8 @@
 /*
  * dev/cuda/emu/include/nccl.h - NCCL for the CPU emulator (../emu_nccl.cpp): the calls the project makes, run as
  * MPI collectives on a duplicate of MPI_COMM_WORLD over the (host-resident) device buffers, queued on their
- * stream like any other work (emu::enqueue), so that the --comm nccl paths of cuda/updater.cu and
- * cuda/scape_updater.cuh run with 2 emulated GPUs (EMU_DEVICES=2) under mpirun. Calls between ncclGroupStart and
+ * stream like any other work (emu::enqueue), so that the --comm nccl paths of cuda/dist.cu and
+ * cuda/dist_scape.cuh run with 2 emulated GPUs (EMU_DEVICES=2) under mpirun. Calls between ncclGroupStart and
  * ncclGroupEnd are posted together as nonblocking MPI operations and completed together at ncclGroupEnd, in their
  * stream's order. Sums are MPI's (for two ranks: the same as NCCL's, one addition).
  */

@@ -1,14 +1,14 @@
 /*
- * common/ckpt.h - training checkpoints (DESIGN.md "Files"): <out>/ckpt_<step>/ holds
+ * trainer/ckpt.h - training checkpoints (DESIGN.md "Files"): <out>/ckpt_<step>/ holds
  *   model.bin            the model file (Model.save), written by rank 0
  *   state_rank<r>.bin    one per rank: CkptState header, then this rank's optimizer blob (distopt_save)
  *   manifest.json        written last by rank 0: {"world", "step", "files": [{"name", "bytes"}]}
  * Every file is written atomically (temp file, fsync, rename). A checkpoint counts only if its manifest exists and
  * every listed file has exactly the listed size; anything else is skipped by "latest" and refused by name.
- * Not for: deciding when to checkpoint or restoring model/optimizer/loader (common/train.c).
+ * Not for: deciding when to checkpoint or restoring model/optimizer/loader (trainer/train.c).
  */
-#ifndef COMMON_CKPT_H
-#define COMMON_CKPT_H
+#ifndef TRAINER_CKPT_H
+#define TRAINER_CKPT_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,20 +1,20 @@
 /*
- * cuda/updater.h - the device-resident parameter update of the CUDA trainers (common/updater.h's Updater) for
- * adamw, adams and SCAPE (cuda/scape_updater.cuh): fp32 master weights, first (and second) moments on the GPU; gradient
+ * cuda/dist.h - the device-resident parameter update of the CUDA trainers (trainer/updater.h's Updater) for
+ * adamw, adams and SCAPE (cuda/dist_scape.cuh): fp32 master weights, first (and second) moments on the GPU; gradient
  * all-reduce per bucket while backward runs (NCCL on a communication stream ordered by events, or host-staged
  * MPI through scape/comm.h so several ranks can share a GPU); with ZeRO-1 a reduce-scatter into the owner
  * shards, the sharded update, then a parameter all-gather. Norm, clipping, skip-on-non-finite, moments and the
- * checkpoint blob are bit-identical to scape/dist.c's dense path (the CPU trainers' update). SCAPE has its own
- * device update (cuda/scape_updater.cuh, compiled into cuda/updater.cu), bit-identical to dist.c's SCAPE path in
+ * checkpoint blob are bit-identical to scape/dist_dense.c (the CPU trainers' update). SCAPE has its own
+ * device update (cuda/dist_scape.cuh, compiled into cuda/dist.cu), bit-identical to scape/dist_scape.c's in
  * fp32, optionally with the residual in pinned host memory (UpdaterConfig.scape_offload_residual); topk-ef stays on
  * the host path (create returns NULL for it).
- * Build: cuda/updater.cu once per precision (floatX); -DENABLE_NCCL with NCCL (cuda/mk/updater.mk).
+ * Build: cuda/dist.cu once per precision (floatX); -DENABLE_NCCL with NCCL (cuda/mk/dist.mk).
  */
-#ifndef CUDA_UPDATER_H
-#define CUDA_UPDATER_H
+#ifndef CUDA_DIST_H
+#define CUDA_DIST_H
 
 #include "cuda/device_model.h"
-#include "common/updater.h"
+#include "trainer/updater.h"
 
 /* Creates the update for this rank over dm's buffers (which must outlive it), or returns NULL when cfg asks for an
  * optimizer other than adamw/adams/scape. Broadcasts rank 0's dm->host_params, uploads them into dm->master and writes

@@ -1,15 +1,15 @@
 /*
- * cuda/scape_updater.cuh - SCAPE (../shared/SCAPE.md) as a device-resident Updater (common/updater.h): scape/dist.c's
+ * cuda/dist_scape.cuh - SCAPE (../shared/SCAPE.md) as a device-resident Updater (trainer/updater.h): scape/dist_scape.c's
  * SCAPE path (scape_begin, scape_c_bucket, scape_queue_bucket, scape_make_mask, scape_collect_next,
  * scape_norm_pass, scape_update_pass, scape_step, the SCAPE checkpoint blob) with r, m, masks and payload on the
  * GPU and cuda/scape.cuh's kernels doing the arithmetic, in the same order and with the same rounding, so that in
  * fp32 the master weights, m, r, masks and checkpoint blobs equal the host DistOptim's bit for bit (given the same
  * gradients and ranks; the g_hat norm is summed in another order, so the reported norm - and the clip factor,
  * when clipping bites - agree to the last bit of a double sum rounded to float, which in practice is all bits).
- * Included by cuda/updater.cu (one translation unit: it reuses that file's helpers); device_updater_create
+ * Included by cuda/dist.cu (one translation unit: it reuses that file's helpers); device_updater_create
  * hands --optimizer scape to scape_updater_create.
  *
- * Per step t (mirroring dist.c):
+ * Per step t (mirroring scape/dist_scape.c):
  *   first bucket (begin):  wait for M_t's all-gather (made at t-1), OR the owners' segments into the next-mask
  *                          words, swap it in as M_t; per bucket the payload offsets of M_t; K_b on the host (the
  *                          collectives need the counts) from the density M_t was made with, checked against the
@@ -63,54 +63,6 @@
  * Jaccards equal dist.c's exactly; energies to the rounding of double sums added in another order. Nothing is
  * allocated or run while they are off.
  */
-
-/* dst bits [dst_off, dst_off + n) |= src bits [0, n) (src: word-aligned packed mask, element e = bit e & 31 of
- * word e >> 5). One thread per destination word; partial words at the ends use atomicOr (a neighbour's segment
- * shares them). mask_or_bits of scape/scape.h on device words. */
-__global__ static void scape_or_segment_kernel(uint32_t *dst, long long dst_off, const uint32_t *src, long long n) {
-    long long w = (dst_off >> 5) + (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (w > (dst_off + n - 1) >> 5) return;
-    const uint32_t range = scape_range_bits(w, dst_off, dst_off + n);
-    const long long e0 = (w << 5) - dst_off; /* source element at bit 0 of word w (negative in a first partial word) */
-    uint32_t v = 0;
-    for (int i = 0; i < 32; i++) {
-        if (!((range >> i) & 1u)) continue;
-        const long long e = e0 + i; /* 0 <= e < n here */
-        v |= ((src[e >> 5] >> (e & 31)) & 1u) << i;
-    }
-    if (range == 0xFFFFFFFFu) dst[w] |= v; /* a whole word inside the range: only this thread writes it */
-    else if (v) atomicOr(&dst[w], v);
-}
-static void scape_or_segment(uint32_t *dst, long long dst_off, const uint32_t *src, long long n, cudaStream_t s) {
-    if (n <= 0) return;
-    long long nw = ((dst_off + n - 1) >> 5) - (dst_off >> 5) + 1;
-    scape_or_segment_kernel<<<ceil_div(nw, SCAPE_THREADS), SCAPE_THREADS, 0, s>>>(dst, dst_off, src, n);
-    cudaCheckLaunch();
-}
-
-/* payload[q(tile) + rank among the tile's masked elements] = c[j] for the masked j of each tile: the compaction
- * half of scape_momentum_compact, for step 1 whose mask is made after c (dist.c: scape_c_bucket for all buckets,
- * then the mask, then scape_queue_bucket). One block per tile. */
-__global__ static void scape_gather_kernel(float *payload, const ScapeTile *tiles, const long long *q, const float *c,
-                                           const uint32_t *mask) {
-    __shared__ int sh[32];
-    const ScapeTile t = tiles[blockIdx.x];
-    long long base = q[blockIdx.x];
-    for (int e0 = 0; e0 < t.len; e0 += blockDim.x) { /* uniform over the block */
-        const int e = e0 + threadIdx.x;
-        const long long j = t.start + e;
-        const int on = e < t.len ? (int)scape_mask_bit(mask, j) : 0;
-        int tot;
-        const int pos = scape_block_exclusive_count(on, &tot, sh);
-        if (on) payload[base + pos] = c[j];
-        base += tot;
-    }
-}
-static void scape_gather(float *payload, const ScapeBucketPlan *pl, const float *c, const uint32_t *mask, cudaStream_t s) {
-    if (pl->ntiles == 0) return;
-    scape_gather_kernel<<<pl->ntiles, SCAPE_THREADS, 0, s>>>(payload, pl->tiles, pl->q, c, mask);
-    cudaCheckLaunch();
-}
 
 typedef struct {
     double ss;      /* sum of g_hat^2 on M_t */
@@ -248,7 +200,7 @@ static void scape_swap_masks(ScapeDev *u) {
     u->next_dens = td;
 }
 
-/* dist.c's scape_collect_next: wait for the all-gather of the mask made last step, assemble d_next on the compute
+/* scape/dist_scape.c's scape_collect_next: wait for the all-gather of the mask made last step, assemble d_next on the compute
  * stream, which waits for ev_gather first (the owners' top-k and NCCL's broadcasts on cs; host-staged, the host
  * synchronised cs after the top-k already, and the other ranks' segments come from the host here). Every
  * scape_dev_make_mask is followed by one call of this, so a caller that then synchronises the compute stream
@@ -273,7 +225,7 @@ static void scape_dev_collect_next(ScapeDev *u) {
     u->have_next = 1;
 }
 
-/* dist.c's scape_make_mask on the communication stream, which first waits for ev_c (the caller records it on the
+/* scape/dist_scape.c's scape_make_mask on the communication stream, which first waits for ev_c (the caller records it on the
  * compute stream once c is final in dm.grads; the compute stream may run on meanwhile, it only reads c): top-k
  * of |c| over this rank's owned slices at density dens into its segment, then the all-gather of all segments
  * (NCCL broadcasts on cs, or the own segment downloaded on cs for the host's), then ev_gather on cs; collected by
@@ -323,38 +275,6 @@ static size_t scape_bucket_numel(const ScapeDev *u, int b) {
     return (b + 1 < u->nb ? u->bucket_off[b + 1] : u->P) - u->bucket_off[b];
 }
 
-#ifdef ENABLE_NCCL
-/* comm_iallreduce_avg_bf16 (scape/comm.h) over NCCL on the communication stream, with the same parts and the same
- * arithmetic: an all-to-all of the parts (grouped send/recv; this rank's own part by a device copy), the owner's
- * mean (scape_bf16_mean) into its part of p16 and of err, then every part broadcast from its owner. err (n) gets
- * 0 outside this rank's part. */
-static void scape_nccl_allreduce_bf16(ScapeDev *u, uint16_t *p16, float *err, size_t n) {
-    const int N = u->world;
-    size_t my_off, off;
-    const size_t mine = comm_part(n, N, u->rank, &my_off);
-    cudaCheck(cudaMemsetAsync(err, 0, n * sizeof(float), u->cs));
-    ncclCheck(ncclGroupStart());
-    for (int r = 0; r < N; r++) {
-        const size_t c = comm_part(n, N, r, &off);
-        if (r != u->rank) {
-            if (c) ncclCheck(ncclSend(p16 + off, c * sizeof(uint16_t), ncclUint8, r, u->nc, u->cs));
-            if (mine) ncclCheck(ncclRecv(u->d_recv16 + (size_t)r * mine, mine * sizeof(uint16_t), ncclUint8, r, u->nc, u->cs));
-        } else if (c) {
-            cudaCheck(cudaMemcpyAsync(u->d_recv16 + (size_t)r * mine, p16 + off, c * sizeof(uint16_t),
-                                      cudaMemcpyDeviceToDevice, u->cs));
-        }
-    }
-    ncclCheck(ncclGroupEnd());
-    scape_bf16_mean(p16 + my_off, err + my_off, u->d_recv16, (long long)mine, N, u->cs);
-    ncclCheck(ncclGroupStart());
-    for (int r = 0; r < N; r++) {
-        const size_t c = comm_part(n, N, r, &off);
-        if (c) ncclCheck(ncclBroadcast(p16 + off, p16 + off, c * sizeof(uint16_t), ncclUint8, r, u->nc, u->cs));
-    }
-    ncclCheck(ncclGroupEnd());
-}
-#endif
-
 /* the bf16 payload of bucket b (scape_dev_comm_bucket with --scape-payload bf16, world > 1): rounded on the
  * communication stream, then reduced by NCCL or by the host-staged comm_iallreduce_avg_bf16 */
 static void scape_dev_comm_bucket_bf16(ScapeDev *u, int b, size_t K) {
@@ -363,7 +283,7 @@ static void scape_dev_comm_bucket_bf16(ScapeDev *u, int b, size_t K) {
     scape_bf16_round(p16, pay, NULL, (long long)K, (long long)K, 0, u->cs);
     if (u->nccl) {
 #ifdef ENABLE_NCCL
-        if (K) scape_nccl_allreduce_bf16(u, p16, u->d_qerr + u->bucket_off[b], K);
+        if (K) nccl_allreduce_avg_bf16(u->nc, u->cs, u->rank, u->world, u->d_recv16, p16, u->d_qerr + u->bucket_off[b], K);
         comm_stats_add(COMM_ALLREDUCE, 2ull * K, 0.0);
 #endif
         return;
@@ -415,7 +335,7 @@ static void scape_dev_momentum(ScapeDev *u, int b, const uint32_t *mask) {
     cudaStream_t s = u->dm.stream;
     float *payload = u->d_payload + u->bucket_off[b];
     const ScapeBucketPlan *pl = &u->plan[b];
-    if (u->st_step) /* the statistics' g_i, before c overwrites it (dist.c's scape_c_bucket) */
+    if (u->st_step) /* the statistics' g_i, before c overwrites it (scape/dist_scape.c's scape_c_bucket) */
         for (int k = 0; k < u->bn[b]; k++) {
             const ParamSlice *sl = &u->tab->slices[u->bslices[b][k]];
             if (sl->numel)
@@ -484,7 +404,7 @@ static void scape_dev_c_and_queue(ScapeDev *u, int b) {
     scape_dev_comm_bucket(u, b);
 }
 
-/* dist.c's scape_begin: at the step's first bucket M_t becomes the current mask */
+/* scape/dist_scape.c's scape_begin: at the step's first bucket M_t becomes the current mask */
 static void scape_dev_begin(ScapeDev *u) {
     u->step_begun = 1;
     u->swapped = 0;
@@ -512,7 +432,7 @@ static void sd_bucket_ready(void *ctx, int bucket) {
     scape_dev_c_and_queue(u, bucket);
 }
 
-/* dist.c's end_step: dm.grads zeroed on the communication stream, after the compute stream's reads of this step
+/* scape/dist.c's dist_end_step: dm.grads zeroed on the communication stream, after the compute stream's reads of this step
  * (ev_used: the update's c, the statistics) and after whatever cs has queued (the owners' top-k reads c there),
  * then dm.grads_free recorded on cs for the model's next writes (cuda/device_model.h); the buckets unqueued. */
 static void scape_dev_end_step(ScapeDev *u) {
@@ -527,126 +447,12 @@ static void scape_dev_end_step(ScapeDev *u) {
     u->step_begun = 0;
 }
 
-/* ---- mask statistics (scape/dist.h's DistMaskStats) ---- */
-
-/* distopt_mask_stats_enable on the device: rank 0 only; the first enable allocates what the statistics need (a
- * copy of g (P floats), two masks, a top-k scratch for the largest sparse slice, the sums), nothing before. */
-static void sd_mask_stats_enable(Updater *base, int on) {
-    ScapeDev *u = sdu(base);
-    u->st_on = on && u->rank == 0;
-    if (!u->st_on || u->st_slice) return;
-    const ParamTable *tab = u->tab;
-    int n = 0;
-    long long maxn = 1;
-    u->st_slice = (int *)xmalloc((size_t)(tab->n ? tab->n : 1) * sizeof(int), "mask statistics");
-    for (int i = 0; i < tab->n; i++)
-        if (scape_slice_sparse(u, &tab->slices[i])) {
-            u->st_slice[n++] = i;
-            if ((long long)tab->slices[i].numel > maxn) maxn = (long long)tab->slices[i].numel;
-        }
-    const size_t nn = (size_t)(n ? n : 1);
-    u->st_jm = (double *)xmalloc(nn * sizeof(double), "mask statistics");
-    u->st_em = (double *)xmalloc(nn * sizeof(double), "mask statistics");
-    u->st_jg = (double *)xmalloc(nn * sizeof(double), "mask statistics");
-    u->st_eg = (double *)xmalloc(nn * sizeof(double), "mask statistics");
-    scape_plan_build(&u->st_plan, tab, u->st_slice, n);
-    u->d_st_slice_tile = (int *)dmalloc((size_t)(n + 1) * sizeof(int), "mask statistics");
-    cudaCheck(cudaMemcpy(u->d_st_slice_tile, u->st_plan.slice_tile, (size_t)(n + 1) * sizeof(int),
-                         cudaMemcpyHostToDevice));
-    const size_t wb = (size_t)scape_mask_words((long long)u->P) * sizeof(uint32_t);
-    u->d_st_g = (float *)dmalloc(u->P * sizeof(float), "the mask statistics' gradient copy");
-    u->d_st_gcur = (uint32_t *)dmalloc(wb, "a mask statistics mask");
-    u->d_st_gprev = (uint32_t *)dmalloc(wb, "a mask statistics mask");
-    u->d_st_part = (ScapeMaskStatsSums *)dmalloc((size_t)(u->st_plan.ntiles ? u->st_plan.ntiles : 1) *
-                                                 sizeof(ScapeMaskStatsSums), "mask statistics");
-    u->d_st_sums = (ScapeMaskStatsSums *)dmalloc(2 * nn * sizeof(ScapeMaskStatsSums), "mask statistics");
-    u->h_st = (ScapeMaskStatsSums *)hmalloc_pinned(2 * nn * sizeof(ScapeMaskStatsSums), "mask statistics");
-    scape_topk_work_create(&u->st_topk, maxn);
-    cudaCheck(cudaEventCreateWithFlags(&u->ev_st, cudaEventDisableTiming));
-    u->st_gprev_t = -1;
-}
-
-/* dist.c's scape_stats at step t on the device, enqueued after the skip decision and before the update: G_t =
- * top-k_s of |g_i| (the density in force at t) per sparse slice from d_st_g, then per slice the popcounts and
- * energies of (M_t, M_{t-1}, c_i) and (G_t, G_{t-1}, g_i) (c_i is still in dm.grads; M_{t-1} is d_next after
- * this step's swap, have_mprev) and their download; sd_mask_stats waits for it. G_t becomes G_{t-1}. */
-static void scape_dev_stats(ScapeDev *u, int t, int have_mprev) {
-    cudaStream_t s = u->dm.stream;
-    const DistConfig *dc = &u->cfg.dist;
-    const int n = u->st_plan.nslices;
-    const double dens = scape_density(dc->density, dc->density_start, dc->density_warmup, t);
-    cudaCheck(cudaMemsetAsync(u->d_st_gcur, 0, (size_t)scape_mask_words((long long)u->P) * sizeof(uint32_t), s));
-    for (int k = 0; k < n; k++) {
-        const ParamSlice *sl = &u->tab->slices[u->st_slice[k]];
-        scape_topk_mask_gpu(u->d_st_gcur, (long long)sl->offset, u->d_st_g + sl->offset, (long long)sl->numel,
-                            (long long)scape_k(dens, sl->numel), &u->st_topk, s);
-    }
-    u->st_have_mprev = have_mprev;
-    u->st_have_gprev = u->st_gprev_t == t - 1;
-    scape_mask_stats(u->d_st_sums, u->d_st_part, &u->st_plan, u->d_st_slice_tile, u->d_cur,
-                     have_mprev ? u->d_next : NULL, u->dm.grads, s);
-    scape_mask_stats(u->d_st_sums + n, u->d_st_part, &u->st_plan, u->d_st_slice_tile, u->d_st_gcur,
-                     u->st_have_gprev ? u->d_st_gprev : NULL, u->d_st_g, s);
-    if (n) cudaCheck(cudaMemcpyAsync(u->h_st, u->d_st_sums, 2 * (size_t)n * sizeof(ScapeMaskStatsSums),
-                                     cudaMemcpyDeviceToHost, s));
-    cudaCheck(cudaEventRecord(u->ev_st, s));
-    uint32_t *tmp = u->d_st_gprev; /* stream order: the kernels above read G_{t-1} before anything rewrites it */
-    u->d_st_gprev = u->d_st_gcur;
-    u->d_st_gcur = tmp;
-    u->st_gprev_t = t;
-    u->st.step = t;
-    u->st_pending = 1;
-}
-
-/* dist.h's |A n B| / |A u B| (1 when the union is empty) and kept / all energy (1 when x is 0 on the slice) */
-static double scape_dev_jaccard(const ScapeMaskStatsSums *x) { return x->uni ? (double)x->inter / (double)x->uni : 1.0; }
-static double scape_dev_energy(const ScapeMaskStatsSums *x) { return x->all > 0 ? x->kept / x->all : 1.0; }
-
-/* distopt_mask_stats on the device: the last completed step's statistics (waits for their download the first
- * time it is asked), or NULL (off, skipped step, ranks other than 0). Means by dist.c's distopt_mask_stats_means. */
-static const DistMaskStats *sd_mask_stats(const Updater *base) {
-    ScapeDev *u = sdu(base);
-    if (u->st_pending) {
-        cudaCheck(cudaEventSynchronize(u->ev_st));
-        const int n = u->st_plan.nslices;
-        for (int k = 0; k < n; k++) {
-            u->st_jm[k] = u->st_have_mprev ? scape_dev_jaccard(&u->h_st[k]) : NAN;
-            u->st_em[k] = scape_dev_energy(&u->h_st[k]);
-            u->st_jg[k] = u->st_have_gprev ? scape_dev_jaccard(&u->h_st[n + k]) : NAN;
-            u->st_eg[k] = scape_dev_energy(&u->h_st[n + k]);
-        }
-        u->st.n = n;
-        u->st.slice = u->st_slice;
-        u->st.jaccard_m = u->st_jm;
-        u->st.energy_m = u->st_em;
-        u->st.jaccard_g = u->st_jg;
-        u->st.energy_g = u->st_eg;
-        distopt_mask_stats_means(&u->st, u->tab);
-        u->st_pending = 0;
-        u->st_valid = 1;
-    }
-    return u->st_valid ? &u->st : NULL;
-}
-
-/* frees what sd_mask_stats_enable allocated (nothing if it never was); the compute stream must be idle */
-static void scape_dev_stats_free(ScapeDev *u) {
-    if (!u->st_slice) return;
-    cudaCheck(cudaEventDestroy(u->ev_st));
-    scape_topk_work_free(&u->st_topk);
-    scape_plan_free(&u->st_plan);
-    cudaCheck(cudaFree(u->d_st_slice_tile));
-    cudaCheck(cudaFree(u->d_st_g));
-    cudaCheck(cudaFree(u->d_st_gcur));
-    cudaCheck(cudaFree(u->d_st_gprev));
-    cudaCheck(cudaFree(u->d_st_part));
-    cudaCheck(cudaFree(u->d_st_sums));
-    cudaCheck(cudaFreeHost(u->h_st));
-    free(u->st_slice); free(u->st_jm); free(u->st_em); free(u->st_jg); free(u->st_eg);
-}
+/* cuda/dist_mask_stats.cuh, read after this file: the statistics of step t, enqueued by sd_step */
+static void scape_dev_stats(ScapeDev *u, int t, int have_mprev);
 
 /* ---- the step ---- */
 
-/* dist.c's scape_step on the device */
+/* scape/dist_scape.c's scape_step on the device */
 static int sd_step(Updater *base, int t, float lr, float *grad_norm) {
     ScapeDev *u = sdu(base);
     if (t < 1) fatal("distopt_step: step %d < 1; steps count from 1", t);
@@ -765,344 +571,4 @@ static int sd_step(Updater *base, int t, float lr, float *grad_norm) {
 static float sd_density(const Updater *base, int t) {
     const DistConfig *dc = &sdu(base)->cfg.dist;
     return (float)scape_density(dc->density, dc->density_start, dc->density_warmup, t);
-}
-/* ---- checkpoint blob: distopt_save's SCAPE layout through scape/dist.c's distopt_scape_blob_* ---- */
-
-static unsigned long long scape_dev_count_cur(ScapeDev *u) {
-    if (!u->have_cur) return 0;
-    unsigned long long *d = (unsigned long long *)dmalloc(sizeof *d, "a mask count"), h = 0;
-    scape_mask_count(d, u->d_cur, 0, (long long)u->P, u->dm.stream);
-    cudaCheck(cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, u->dm.stream));
-    cudaCheck(cudaStreamSynchronize(u->dm.stream));
-    cudaCheck(cudaFree(d));
-    return h;
-}
-
-static size_t sd_state_bytes(const Updater *base) {
-    ScapeDev *u = sdu(base); /* the pending mask all-gather must land before the state is complete */
-    scape_dev_collect_next(u);
-    return distopt_scape_blob_bytes(u->P, u->have_cur, u->have_next, (size_t)scape_dev_count_cur(u));
-}
-
-/* host copy of a device mask in scape.h's byte layout (little-endian words are its bytes), MASK_PAD slack */
-static uint8_t *scape_dev_download_mask(const ScapeDev *u, const uint32_t *d) {
-    uint8_t *h = (uint8_t *)xcalloc(mask_bytes(u->P) + MASK_PAD, 1, "mask download");
-    cudaCheck(cudaMemcpy(h, d, mask_bytes(u->P), cudaMemcpyDeviceToHost));
-    return h;
-}
-
-static void sd_save(const Updater *base, void *blob) {
-    ScapeDev *u = sdu(base);
-    scape_dev_collect_next(u);
-    cudaCheck(cudaStreamSynchronize(u->dm.stream));
-    float *r = (float *)xmalloc(u->P * sizeof(float), "residual download");
-    float *m = (float *)xmalloc(u->P * sizeof(float), "moment download");
-    if (u->offload) {
-        cudaCheck(cudaStreamSynchronize(u->cps)); /* the last update's r is back in h_r */
-        memcpy(r, u->h_r, u->P * sizeof(float));
-    } else {
-        cudaCheck(cudaMemcpy(r, u->d_r, u->P * sizeof(float), cudaMemcpyDeviceToHost));
-    }
-    cudaCheck(cudaMemcpy(m, u->d_m, u->P * sizeof(float), cudaMemcpyDeviceToHost));
-    uint8_t *mc = u->have_cur ? scape_dev_download_mask(u, u->d_cur) : NULL;
-    uint8_t *mn = u->have_next ? scape_dev_download_mask(u, u->d_next) : NULL;
-    distopt_scape_blob_save(blob, u->world, u->rank, u->last_t, u->P, r, mc, mn, m);
-    free(r); free(m); free(mc); free(mn);
-}
-
-static void sd_load(Updater *base, const void *const *blobs, const size_t *sizes, int n_blobs) {
-    ScapeDev *u = sdu(base);
-    /* a pending all-gather is finished first (every rank queued it), then forgotten */
-    scape_dev_collect_next(u);
-    float *r = (float *)xmalloc(u->P * sizeof(float), "residual upload");
-    float *m = (float *)xmalloc(u->P * sizeof(float), "moment upload");
-    uint8_t *mc = (uint8_t *)xcalloc(mask_bytes(u->P) + MASK_PAD, 1, "mask upload");
-    uint8_t *mn = (uint8_t *)xcalloc(mask_bytes(u->P) + MASK_PAD, 1, "mask upload");
-    int hc = 0, hn = 0;
-    int last_t = distopt_scape_blob_load(u->P, u->world, u->rank, r, mc, mn, &hc, &hn, m, blobs, sizes, n_blobs);
-    const size_t wb = (size_t)scape_mask_words((long long)u->P) * sizeof(uint32_t);
-    cudaCheck(cudaStreamSynchronize(u->dm.stream));
-    if (u->offload) {
-        cudaCheck(cudaStreamSynchronize(u->cps)); /* no copy in flight touches h_r */
-        memcpy(u->h_r, r, u->P * sizeof(float));
-    } else {
-        cudaCheck(cudaMemcpy(u->d_r, r, u->P * sizeof(float), cudaMemcpyHostToDevice));
-    }
-    cudaCheck(cudaMemcpy(u->d_m, m, u->P * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemset(u->d_cur, 0, wb));
-    cudaCheck(cudaMemset(u->d_next, 0, wb));
-    cudaCheck(cudaMemcpy(u->d_cur, mc, mask_bytes(u->P), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(u->d_next, mn, mask_bytes(u->P), cudaMemcpyHostToDevice));
-    free(r); free(m); free(mc); free(mn);
-    u->have_cur = hc;
-    u->have_next = hn;
-    u->cur_dens = u->next_dens = -1.0; /* made by another run, maybe with another schedule: count on the device */
-    u->last_t = last_t;
-    u->st_gprev_t = -1; /* the Jaccard of the first step after a resume has no previous mask (as distopt_load) */
-    for (int b = 0; b < u->nb; b++) {
-        u->bstate[b] = 0;
-        u->bh[b] = 0;
-    }
-    u->step_begun = 0;
-    /* the copy the uninterrupted run would hold after step last_t (the master came from the checkpoint's model) */
-    if (u->copy)
-        for (int k = 0; k < u->tab->n; k++) {
-            const ParamSlice *sl = &u->tab->slices[k];
-            sr_copy(u->copy + sl->offset, u->dm.master + sl->offset, (long)sl->numel, sr_seed(u->cfg.seed, last_t, k),
-                    u->dm.stream);
-        }
-    cudaCheck(cudaStreamSynchronize(u->dm.stream));
-}
-
-/* SCAPE_CHECK_SYNC=1: master, floatX copy, m and masks hashed on every rank and compared (dist.c's sync check). */
-static void scape_dev_sync_check(ScapeDev *u) {
-    const char *e = getenv("SCAPE_CHECK_SYNC");
-    if (!e || strcmp(e, "1") != 0) return;
-    scape_dev_collect_next(u);
-    cudaCheck(cudaStreamSynchronize(u->dm.stream));
-    float *h = (float *)xmalloc(u->P * sizeof(float), "sync check");
-    cudaCheck(cudaMemcpy(h, u->dm.master, u->P * sizeof(float), cudaMemcpyDeviceToHost));
-    uint64_t hash = fnv1a(1469598103934665603ull, h, u->P * sizeof(float));
-    cudaCheck(cudaMemcpy(h, u->d_m, u->P * sizeof(float), cudaMemcpyDeviceToHost));
-    hash = fnv1a(hash, h, u->P * sizeof(float));
-    if (u->copy) {
-        cudaCheck(cudaMemcpy(h, u->copy, u->P * sizeof(floatX), cudaMemcpyDeviceToHost));
-        hash = fnv1a(hash, h, u->P * sizeof(floatX));
-    }
-    if (u->have_cur) {
-        cudaCheck(cudaMemcpy(h, u->d_cur, mask_bytes(u->P), cudaMemcpyDeviceToHost));
-        hash = fnv1a(hash, h, mask_bytes(u->P));
-    }
-    if (u->have_next) {
-        cudaCheck(cudaMemcpy(h, u->d_next, mask_bytes(u->P), cudaMemcpyDeviceToHost));
-        hash = fnv1a(hash, h, mask_bytes(u->P));
-    }
-    free(h);
-    uint64_t *all = (uint64_t *)xmalloc((size_t)u->world * sizeof(uint64_t), "sync check");
-    comm_allgather(&hash, all, sizeof hash);
-    for (int r = 1; r < u->world; r++)
-        if (all[r] != all[0])
-            fatal("sync check: rank %d's device parameters/SCAPE state hash %016llx differs from rank 0's %016llx; "
-                  "the ranks diverged", r, (unsigned long long)all[r], (unsigned long long)all[0]);
-    if (u->rank == 0)
-        printf("sync check: device parameters and shared SCAPE state identical on %d ranks (hash %016llx)\n", u->world,
-               (unsigned long long)all[0]);
-    fflush(stdout);
-    free(all);
-}
-
-static void sd_free(Updater *base) {
-    ScapeDev *u = sdu(base);
-    if (!u) return;
-    scape_dev_sync_check(u);
-    for (int b = 0; b < u->nb; b++) comm_wait(u->bh[b]);
-    scape_dev_collect_next(u); /* finishes a pending all-gather (every rank queued it) */
-    cudaCheck(cudaStreamSynchronize(u->cs));
-    cudaCheck(cudaStreamSynchronize(u->dm.stream));
-    scape_dev_stats_free(u); /* after the stream: its g copies and statistics kernels are done */
-    if (u->offload) {
-        cudaCheck(cudaStreamSynchronize(u->cps));
-        cudaCheck(cudaStreamDestroy(u->cps));
-        for (int i = 0; i < 2; i++) {
-            cudaCheck(cudaEventDestroy(u->ev_stage_free[i]));
-            cudaCheck(cudaEventDestroy(u->ev_stage_ready[i]));
-            cudaCheck(cudaFree(u->d_stage[i]));
-        }
-        cudaCheck(cudaFreeHost(u->h_r));
-    }
-#ifdef ENABLE_NCCL
-    if (u->nccl) ncclCheck(ncclCommDestroy(u->nc));
-#endif
-    for (int b = 0; b < u->nb; b++) {
-        cudaCheck(cudaEventDestroy(u->ev_ready[b]));
-        scape_plan_free(&u->plan[b]);
-    }
-    cudaCheck(cudaEventDestroy(u->ev_comm));
-    cudaCheck(cudaEventDestroy(u->ev_c));
-    cudaCheck(cudaEventDestroy(u->ev_gather));
-    cudaCheck(cudaEventDestroy(u->ev_used));
-    cudaCheck(cudaStreamDestroy(u->cs));
-    scape_topk_work_free(&u->topk);
-    cudaCheck(cudaFree(u->d_m));
-    if (u->d_r) cudaCheck(cudaFree(u->d_r));
-    cudaCheck(cudaFree(u->d_cur));
-    cudaCheck(cudaFree(u->d_next));
-    cudaCheck(cudaFree(u->d_seg));
-    cudaCheck(cudaFree(u->d_payload));
-    cudaCheck(cudaFree(u->d_part));
-    cudaCheck(cudaFree(u->d_ctl));
-    cudaCheck(cudaFreeHost(u->h_ctl));
-    cudaCheck(cudaFreeHost(u->h_kb));
-    cudaCheck(cudaFreeHost(u->h_kb_dev));
-    if (u->h_seg) cudaCheck(cudaFreeHost(u->h_seg));
-    if (u->h_payload) cudaCheck(cudaFreeHost(u->h_payload));
-    if (u->d_payload16) cudaCheck(cudaFree(u->d_payload16));
-    if (u->d_qerr) cudaCheck(cudaFree(u->d_qerr));
-    if (u->d_recv16) cudaCheck(cudaFree(u->d_recv16));
-    if (u->h_payload16) cudaCheck(cudaFreeHost(u->h_payload16));
-    if (u->h_qerr) cudaCheck(cudaFreeHost(u->h_qerr));
-    param_table_bucket_slices_free(u->nb, u->bn, u->bslices);
-    free(u->ev_ready); free(u->bucket_off); free(u->plan); free(u->part_off);
-    free(u->seg_woff); free(u->seg_bytes); free(u->seg_off); free(u->bstate); free(u->bh);
-    owner_table_free(&u->own);
-    free(u);
-}
-
-/* The device SCAPE update over dm's buffers (see the top of this file); the collectives chosen as
- * device_updater_create does (nccl: 1 for NCCL, 0 for host-staged MPI; ignored with one rank). dist.c's checks
- * of the SCAPE settings (fatal() with the flag to fix). */
-static Updater *scape_updater_create(const DeviceModel *dm, const UpdaterConfig *cfg, int nccl) {
-    const DistConfig *dc = &cfg->dist;
-    if (!(dc->density > 0 && dc->density <= 1)) fatal("--density %g is outside (0, 1]; 0.1 means 90%% sparsity", dc->density);
-    if (!(dc->density_start > 0 && dc->density_start <= 1))
-        fatal("density start %g is outside (0, 1]; use 1 for the default warm-up from dense", dc->density_start);
-    if (dc->zero) fatal("--zero 1 applies to the dense optimizers adamw/adams; drop --zero for scape and topk-ef");
-    ScapeDev *u = (ScapeDev *)xcalloc(1, sizeof *u, "device SCAPE");
-    u->dm = *dm;
-    u->cfg = *cfg;
-    u->tab = dm->table;
-    u->opt = dc->opt;
-    u->P = dm->table->total;
-    u->copy = (void *)dm->params == (void *)dm->master ? NULL : dm->params;
-    u->rank = comm_rank();
-    u->world = comm_world();
-    u->nccl = u->world > 1 && nccl;
-    u->offload = cfg->scape_offload_residual != 0;
-    u->bf16 = dc->payload_bf16 != 0;
-    const ParamTable *tab = u->tab;
-    owner_table_build(&u->own, tab, u->world);
-
-    /* buckets in dist.c's order: slices in memory order, payload offsets = elements of the earlier buckets */
-    u->nb = tab->num_buckets;
-    param_table_bucket_slices(tab, &u->bn, &u->bslices);
-    u->bucket_off = (size_t *)xcalloc((size_t)u->nb, sizeof(size_t), "bucket offsets");
-    u->plan = (ScapeBucketPlan *)xcalloc((size_t)u->nb, sizeof(ScapeBucketPlan), "bucket plans");
-    u->part_off = (int *)xcalloc((size_t)u->nb, sizeof(int), "norm partial offsets");
-    u->bstate = (int *)xcalloc((size_t)u->nb, sizeof(int), "bucket state");
-    u->bh = (CommHandle *)xcalloc((size_t)u->nb, sizeof(CommHandle), "bucket handles");
-    u->ev_ready = (cudaEvent_t *)xcalloc((size_t)u->nb, sizeof(cudaEvent_t), "bucket events");
-    size_t off = 0;
-    for (int b = 0; b < u->nb; b++) {
-        u->bucket_off[b] = off;
-        for (int k = 0; k < u->bn[b]; k++) off += tab->slices[u->bslices[b][k]].numel;
-        scape_plan_build(&u->plan[b], tab, u->bslices[b], u->bn[b]);
-        u->part_off[b] = u->npart;
-        u->npart += scape_norm_partials(&u->plan[b]);
-    }
-
-    /* owner segments: word-aligned on the device, dist.c's bytes on the host */
-    u->seg_woff = (size_t *)xcalloc((size_t)u->world, sizeof(size_t), "mask segments");
-    u->seg_bytes = (size_t *)xcalloc((size_t)u->world, sizeof(size_t), "mask segments");
-    u->seg_off = (size_t *)xcalloc((size_t)u->world, sizeof(size_t), "mask segments");
-    size_t wo = 0, so = 0, maxn = 1;
-    for (int r = 0; r < u->world; r++) {
-        size_t n = u->own.hi[r] - u->own.lo[r];
-        u->seg_woff[r] = wo;
-        wo += (size_t)scape_mask_words((long long)n);
-        u->seg_off[r] = so;
-        u->seg_bytes[r] = mask_bytes(n);
-        so += u->seg_bytes[r];
-    }
-    u->seg_total = so;
-    for (int i = u->own.first[u->rank]; i < u->own.first[u->rank + 1]; i++)
-        if (tab->slices[i].numel > maxn) maxn = tab->slices[i].numel;
-
-    /* state and scratch */
-    const size_t wb = (size_t)scape_mask_words((long long)u->P) * sizeof(uint32_t);
-    u->d_m = (float *)dmalloc(u->P * sizeof(float), "the SCAPE first moment");
-    size_t max_slice = 1;
-    for (int i = 0; i < tab->n; i++)
-        if (tab->slices[i].numel > max_slice) max_slice = tab->slices[i].numel;
-    if (u->offload) {
-        u->h_r = (float *)hmalloc_pinned(u->P * sizeof(float), "the offloaded SCAPE residual");
-        memset(u->h_r, 0, u->P * sizeof(float));
-        for (int i = 0; i < 2; i++) {
-            u->d_stage[i] = (float *)dmalloc(max_slice * sizeof(float), "a residual staging buffer");
-            cudaCheck(cudaEventCreateWithFlags(&u->ev_stage_free[i], cudaEventDisableTiming));
-            cudaCheck(cudaEventCreateWithFlags(&u->ev_stage_ready[i], cudaEventDisableTiming));
-        }
-        cudaCheck(cudaStreamCreateWithFlags(&u->cps, cudaStreamNonBlocking));
-    } else {
-        u->d_r = (float *)dmalloc(u->P * sizeof(float), "the SCAPE residual");
-    }
-    u->d_cur = (uint32_t *)dmalloc(wb, "a SCAPE mask");
-    u->d_next = (uint32_t *)dmalloc(wb, "a SCAPE mask");
-    u->d_seg = (uint32_t *)dmalloc((wo ? wo : 1) * sizeof(uint32_t), "the mask segments");
-    u->d_payload = (float *)dmalloc(u->P * sizeof(float), "the SCAPE payload");
-    u->d_part = (double *)dmalloc((size_t)(u->npart ? u->npart : 1) * sizeof(double), "norm partials");
-    u->d_ctl = (ScapeCtl *)dmalloc(sizeof(ScapeCtl), "the step's control values");
-    cudaCheck(cudaMemset(u->d_m, 0, u->P * sizeof(float)));
-    if (u->d_r) cudaCheck(cudaMemset(u->d_r, 0, u->P * sizeof(float)));
-    cudaCheck(cudaMemset(u->d_cur, 0, wb));
-    cudaCheck(cudaMemset(u->d_next, 0, wb));
-    cudaCheck(cudaMemset(u->d_seg, 0, (wo ? wo : 1) * sizeof(uint32_t)));
-    cudaCheck(cudaMemset(u->d_ctl, 0, sizeof(ScapeCtl)));
-    u->h_ctl = (ScapeCtl *)hmalloc_pinned(sizeof(ScapeCtl), "the step's control values");
-    u->h_kb = (long long *)hmalloc_pinned((size_t)(u->nb ? u->nb : 1) * sizeof(long long), "payload counts");
-    memset(u->h_kb, 0, (size_t)(u->nb ? u->nb : 1) * sizeof(long long));
-    u->h_kb_dev = (long long *)hmalloc_pinned((size_t)(u->nb ? u->nb : 1) * sizeof(long long), "payload counts");
-    u->cur_dens = u->next_dens = -1.0;
-    if (u->world > 1 && !u->nccl) {
-        u->h_seg = (uint8_t *)hmalloc_pinned(so ? so : 1, "the mask segments");
-        memset(u->h_seg, 0, so ? so : 1);
-        u->h_payload = (float *)hmalloc_pinned(u->P * sizeof(float), "the payload staging buffer");
-    }
-    if (u->bf16 && u->world > 1) {
-        u->d_payload16 = (uint16_t *)dmalloc(u->P * sizeof(uint16_t), "the bf16 SCAPE payload");
-        u->d_qerr = (float *)dmalloc(u->P * sizeof(float), "the bf16 payload's rounding errors");
-        if (u->nccl) {
-            size_t max_part = 1;
-            for (int b = 0; b < u->nb; b++) {
-                size_t part = scape_bucket_numel(u, b) / (size_t)u->world + 1;
-                if (part > max_part) max_part = part;
-            }
-            u->d_recv16 = (uint16_t *)dmalloc((size_t)u->world * max_part * sizeof(uint16_t), "the bf16 all-to-all buffer");
-        } else {
-            u->h_payload16 = (uint16_t *)hmalloc_pinned(u->P * sizeof(uint16_t), "the bf16 payload staging buffer");
-            u->h_qerr = (float *)hmalloc_pinned(u->P * sizeof(float), "the bf16 rounding error staging buffer");
-        }
-    }
-    scape_topk_work_create(&u->topk, (long long)maxn);
-    cudaCheck(cudaStreamCreateWithFlags(&u->cs, cudaStreamNonBlocking));
-    for (int b = 0; b < u->nb; b++) cudaCheck(cudaEventCreateWithFlags(&u->ev_ready[b], cudaEventDisableTiming));
-    cudaCheck(cudaEventCreateWithFlags(&u->ev_comm, cudaEventDisableTiming));
-    cudaCheck(cudaEventCreateWithFlags(&u->ev_c, cudaEventDisableTiming));
-    cudaCheck(cudaEventCreateWithFlags(&u->ev_gather, cudaEventDisableTiming));
-    cudaCheck(cudaEventCreateWithFlags(&u->ev_used, cudaEventDisableTiming));
-
-#ifdef ENABLE_NCCL
-    if (u->nccl) {
-        ncclUniqueId id;
-        memset(&id, 0, sizeof id);
-        if (u->rank == 0) ncclCheck(ncclGetUniqueId(&id));
-        comm_bcast(&id, sizeof id, 0);
-        ncclCheck(ncclCommInitRank(&u->nc, u->world, id, u->rank));
-    }
-#endif
-
-    /* identical parameters on every rank (distopt_create broadcasts too), then master and copy on the device */
-    comm_bcast(dm->host_params, u->P * sizeof(float), 0);
-    cudaCheck(cudaStreamSynchronize(dm->stream));
-    cudaCheck(cudaMemcpy(dm->master, dm->host_params, u->P * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemsetAsync(dm->grads, 0, u->P * sizeof(float), dm->stream));
-    if (u->copy)
-        for (int k = 0; k < tab->n; k++) {
-            const ParamSlice *sl = &tab->slices[k];
-            sr_copy(u->copy + sl->offset, dm->master + sl->offset, (long)sl->numel, sr_seed(cfg->seed, 0, k), dm->stream);
-        }
-    cudaCheck(cudaStreamSynchronize(dm->stream));
-
-    Updater *b = &u->base;
-    snprintf(b->desc, sizeof b->desc, "device SCAPE (%s%s%s)", u->world == 1 ? "1 rank" : u->nccl ? "NCCL" : "MPI, host-staged",
-             u->offload ? ", residual offloaded" : "", u->bf16 ? ", bf16 payload" : "");
-    b->bucket_ready = sd_bucket_ready;
-    b->step = sd_step;
-    b->density = sd_density;
-    b->state_bytes = sd_state_bytes;
-    b->save = sd_save;
-    b->load = sd_load;
-    b->mask_stats_enable = sd_mask_stats_enable;
-    b->mask_stats = sd_mask_stats;
-    b->free = sd_free;
-    return b;
 }

@@ -1,6 +1,6 @@
-# cuda/mk/updater.mk - the device-resident update (cuda/updater.cu) and its test, included by cuda/module.mk.
-# cuda/updater.cu is compiled once per precision (it sees the trainer's floatX): build/cuda/updater.o for
-# train_gptcu, build/cuda-fp32/updater.o for train_gptcu_fp32. NCCL is optional:
+# cuda/mk/dist.mk - the device-resident update (cuda/dist.cu) and its test, included by cuda/module.mk.
+# cuda/dist.cu is compiled once per precision (it sees the trainer's floatX): build/cuda/dist.o for
+# train_gptcu, build/cuda-fp32/dist.o for train_gptcu_fp32. NCCL is optional:
 #   NCCL_HOME  where include/nccl.h and lib64 (or lib) live (default CUDA_HOME; a CUDA_LIB_DIRS entry's
 #              ../include is searched too, for a Python env's nvidia/nccl)
 #   USE_NCCL   1 / 0 (default: 1 when nccl.h is found); without it --comm nccl is refused with a message
@@ -17,16 +17,16 @@ NCCL_LIBS :=
 endif
 UPDATER_NVCC := $(filter-out -DENABLE_FP32,$(NVCC_FLAGS)) $(UPDATER_NVCC_FLAGS)
 
-$(BUILD)/cuda/updater.o: cuda/updater.cu
+$(BUILD)/cuda/dist.o: cuda/dist.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(UPDATER_NVCC) -MMD -MP -c $< -o $@
-$(BUILD)/cuda-fp32/updater.o: cuda/updater.cu
+$(BUILD)/cuda-fp32/dist.o: cuda/dist.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(UPDATER_NVCC) -DENABLE_FP32 -MMD -MP -c $< -o $@
 
 # the trainers link the update of their precision (cuda/module.mk's recipes link every prerequisite) and NCCL
-train_gptcu: $(BUILD)/cuda/updater.o
-train_gptcu_fp32: $(BUILD)/cuda-fp32/updater.o
+train_gptcu: $(BUILD)/cuda/dist.o
+train_gptcu_fp32: $(BUILD)/cuda-fp32/dist.o
 train_gptcu train_gptcu_fp32: CUDA_TRAIN_LIBS += $(NCCL_LIBS)
 
 # test/gpu/test_updater.cu: the device update against scape/dist.c's host update, bf16 and fp32 builds; linked by
@@ -38,7 +38,7 @@ $(BUILD)/cuda/test_updater.o: test/gpu/test_updater.cu
 $(BUILD)/cuda-fp32/test_updater.o: test/gpu/test_updater.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(UPDATER_NVCC) -DENABLE_FP32 -MMD -MP -c $< -o $@
-$(BUILD)/cuda/test_updater $(BUILD)/cuda-fp32/test_updater: %/test_updater: %/test_updater.o %/updater.o $$(DIST_OBJ) $(COMMON_OBJ)
+$(BUILD)/cuda/test_updater $(BUILD)/cuda-fp32/test_updater: %/test_updater: %/test_updater.o %/dist.o $$(DIST_OBJ) $(COMMON_OBJ)
 	$(MPICC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lpthread $(CUDA_TRAIN_LIBS) $(NCCL_LIBS)
 CUDA_MODEL_TESTS += $(BUILD)/cuda/test_updater $(BUILD)/cuda-fp32/test_updater
 
@@ -49,11 +49,11 @@ $(BUILD)/cuda/test_gpt2cu_update.o: test/gpu/test_gpt2cu_update.cu train_gpt.cu
 $(BUILD)/cuda-fp32/test_gpt2cu_update.o: test/gpu/test_gpt2cu_update.cu train_gpt.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) $(UPDATER_NVCC_FLAGS) -DENABLE_FP32 -MMD -MP -c $< -o $@
-$(BUILD)/cuda/test_gpt2cu_update $(BUILD)/cuda-fp32/test_gpt2cu_update: %/test_gpt2cu_update: %/test_gpt2cu_update.o %/updater.o $(GPT2_HOST_TEST_OBJ) $$(DIST_OBJ) $(COMMON_OBJ)
+$(BUILD)/cuda/test_gpt2cu_update $(BUILD)/cuda-fp32/test_gpt2cu_update: %/test_gpt2cu_update: %/test_gpt2cu_update.o %/dist.o $(GPT2_HOST_TEST_OBJ) $(BUILD)/trainer/updater_host.o $$(DIST_OBJ) $(COMMON_OBJ)
 	$(MPICC) $(CFLAGS) $^ -o $@ $(GPT2_HOST_TEST_LIBS) $(LDLIBS) -lpthread $(CUDA_TRAIN_LIBS) $(NCCL_LIBS)
 CUDA_MODEL_TESTS += $(BUILD)/cuda/test_gpt2cu_update $(BUILD)/cuda-fp32/test_gpt2cu_update
 
-# test/gpu/test_scape_updater.cu: device SCAPE (cuda/scape_updater.cuh inside cuda/updater.cu) against scape/dist.c's
+# test/gpu/test_scape_updater.cu: device SCAPE (cuda/dist_scape.cuh inside cuda/dist.cu) against scape/dist.c's
 # host SCAPE, bf16 and fp32 builds, 1 rank or under mpirun (ranks may share one GPU). Host code without FMA
 # contraction: its conservation check recomputes c on the CPU bit for bit.
 $(BUILD)/cuda/test_scape_updater.o: test/gpu/test_scape_updater.cu
@@ -62,6 +62,6 @@ $(BUILD)/cuda/test_scape_updater.o: test/gpu/test_scape_updater.cu
 $(BUILD)/cuda-fp32/test_scape_updater.o: test/gpu/test_scape_updater.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(UPDATER_NVCC) -DENABLE_FP32 -Xcompiler -ffp-contract=off -MMD -MP -c $< -o $@
-$(BUILD)/cuda/test_scape_updater $(BUILD)/cuda-fp32/test_scape_updater: %/test_scape_updater: %/test_scape_updater.o %/updater.o $$(DIST_OBJ) $(COMMON_OBJ)
+$(BUILD)/cuda/test_scape_updater $(BUILD)/cuda-fp32/test_scape_updater: %/test_scape_updater: %/test_scape_updater.o %/dist.o $$(DIST_OBJ) $(COMMON_OBJ)
 	$(MPICC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lpthread $(CUDA_TRAIN_LIBS) $(NCCL_LIBS)
 CUDA_MODEL_TESTS += $(BUILD)/cuda/test_scape_updater $(BUILD)/cuda-fp32/test_scape_updater

@@ -1,13 +1,13 @@
 /*
- * common/train.c - the shared training loop (see train.h). Reads top to bottom: options, set-up (threads, data,
+ * trainer/train.c - the shared training loop (see train.h). Reads top to bottom: options, set-up (threads, data,
  * model, optimizer, resume), then the step loop with its periodic validation, sampling and checkpoints.
  * One step t = 1..steps: `accum` micro-steps of forward/backward over this rank's B x T windows (the last
  * backward hands finished gradient buckets to the communication thread), then the update's step(t, lr_t)
- * (common/updater.h: the host DistOptim of scape/dist.h, or the model's device-resident update).
+ * (trainer/updater.h: the host DistOptim of scape/dist.h, or the model's device-resident update).
  * Not for: model maths (train_gpt.c, ...), update formulas and communication (scape/), file formats (ckpt.c).
  */
 #define _GNU_SOURCE
-#include "common/train.h"
+#include "trainer/train.h"
 
 #include <cblas.h>
 #include <glob.h>
@@ -18,17 +18,17 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/ckpt.h"
 #include "common/log.h"
 #include "common/rng.h"
-#include "common/sampler.h"
 #include "common/schedule.h"
-#include "common/updater.h"
 #include "common/util.h"
 #include "dataloader/dataloader.h"
 #include "scape/comm.h"
 #include "scape/dist.h"
 #include "tokenizer/tokenizer.h"
+#include "trainer/ckpt.h"
+#include "trainer/sampler.h"
+#include "trainer/updater.h"
 
 /* ------------------------------------------------------------------------------------------------------------ */
 /* set-up helpers */

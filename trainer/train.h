@@ -1,16 +1,16 @@
 /*
- * common/train.h - the shared CPU training loop: one call runs a whole pre-training job for any ModelFamily
+ * trainer/train.h - the shared CPU training loop: one call runs a whole pre-training job for any ModelFamily
  * (train_gpt.c, train_llama.c, the toy model of the tests). It owns the command line, data, optimizer and
  * communication (scape/dist.h), validation, sampling, checkpoints/resume and logging.
  * Not for: model maths (the model files) or the update formulas (scape/).
  */
-#ifndef COMMON_TRAIN_H
-#define COMMON_TRAIN_H
+#ifndef TRAINER_TRAIN_H
+#define TRAINER_TRAIN_H
 
 #include <stdint.h>
 
 #include "common/args.h"
-#include "common/model.h"
+#include "trainer/model.h"
 
 /* Every option of the trainer; filled by args_parse from train_options(). */
 typedef struct {

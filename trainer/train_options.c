@@ -1,10 +1,10 @@
 /*
- * common/train_options.c - the trainer's one option table (common/args.h generates the parser and --help from it).
+ * trainer/train_options.c - the trainer's one option table (common/args.h generates the parser and --help from it).
  * Kept apart from train.c so tests can check the table and its help without linking the whole runtime.
  */
 #include <string.h>
 
-#include "common/train.h"
+#include "trainer/train.h"
 #include "common/util.h"
 
 

@@ -1,8 +1,10 @@
 /*
- * cuda/updater.cu - the device-resident dense update (see cuda/updater.h): scape/dist.c's dense path (buckets,
- * averaging all-reduce or ZeRO-1 reduce-scatter, norm, clip, skip, AdamW/AdamS, all-gather, zeroed gradients)
- * with the state on the GPU, step for step in the same order and with the same rounding, so that master weights,
- * moments and checkpoint blobs equal the CPU update's bit for bit (given the same gradients and ranks).
+ * cuda/dist_dense.cuh - the device-resident dense update (AdamW / AdamS, plain or ZeRO-1): scape/dist_dense.c's
+ * path (buckets, averaging all-reduce or ZeRO-1 reduce-scatter, norm, clip, skip, AdamW/AdamS, all-gather, zeroed
+ * gradients) with the state on the GPU, step for step in the same order and with the same rounding, so that master
+ * weights, moments and checkpoint blobs equal the CPU update's bit for bit (given the same gradients and ranks).
+ * Part of cuda/dist.cu's translation unit (it uses that file's helpers: dmalloc, choose_nccl, fnv1a, ncclCheck);
+ * device_updater_create hands adamw and adams to dense_updater_create.
  *
  * Streams and events (NCCL): bucket_ready(b) records ev_ready[b] on the compute stream, right after the model
  * enqueued the bucket's last gradient write; the communication stream waits on it and runs the bucket's grouped
@@ -20,41 +22,8 @@
  *
  * The floatX copy is always SR(master, sr_seed(seed, last_t, tensor)): written by the update kernels, rebuilt
  * identically after a ZeRO-1 all-gather and after a resume (load), which is what makes resume bit-exact.
- * SCAPE: cuda/scape_updater.cuh, included below (it shares this file's helpers); device_updater_create hands
- * --optimizer scape to it. Not for: topk-ef (host path), the kernels themselves (cuda/optimizer.cuh, cuda/scape.cuh).
+ * Not for: SCAPE (cuda/dist_scape.cuh), topk-ef (host path), the kernels themselves (cuda/optimizer.cuh).
  */
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "cuda/updater.h"
-#include "cuda/optimizer.cuh"
-#include "cuda/scape.cuh"
-#ifdef ENABLE_NCCL
-#include <nccl.h>
-#endif
-extern "C" {
-#include "common/util.h"
-#include "scape/comm.h"
-#include "scape/dist.h"
-#include "scape/scape.h"
-}
-
-#ifdef ENABLE_NCCL
-static void nccl_check_(ncclResult_t r, const char *what, const char *file, int line) {
-    if (r != ncclSuccess) fatal("NCCL: %s failed at %s:%d: %s", what, file, line, ncclGetErrorString(r));
-}
-#define ncclCheck(call) nccl_check_((call), #call, __FILE__, __LINE__)
-#endif
-
-int device_updater_has_nccl(void) {
-#ifdef ENABLE_NCCL
-    return 1;
-#else
-    return 0;
-#endif
-}
 
 typedef struct {
     Updater base;
@@ -100,7 +69,7 @@ static int owned(const DevUpdater *u, int slice) { return owner_of(u, slice) == 
 
 /* ---- buckets ---- */
 
-/* Hands bucket b's gradients to the collectives (dist.c's dense_queue_bucket). */
+/* Hands bucket b's gradients to the collectives (scape/dist_dense.c's dense_queue_bucket). */
 static void queue_bucket(DevUpdater *u, int b) {
     const ParamTable *tab = u->tab;
     size_t n = u->bucket_numel[b];
@@ -154,7 +123,7 @@ static void du_bucket_ready(void *ctx, int bucket) {
 }
 
 /* After the step's collectives: the averaged gradients (this rank's owned slices with ZeRO-1) in dm.grads,
- * ordered before whatever the compute stream does next (dist.c's dense_unpack_bucket). */
+ * ordered before whatever the compute stream does next (scape/dist_dense.c's dense_unpack_bucket). */
 static void finish_buckets(DevUpdater *u) {
     if (u->world == 1) return;
     if (u->nccl) {
@@ -178,7 +147,7 @@ static void finish_buckets(DevUpdater *u) {
 
 /* zeroed gradients for the next step, then dm.grads_free (on the compute stream, as the zeroing: the model's
  * wait on it is a no-op here, but the protocol of cuda/device_model.h is the same for every update); buckets
- * unqueued (dist.c's end_step) */
+ * unqueued (scape/dist.c's dist_end_step) */
 static void end_step(DevUpdater *u) {
     cudaCheck(cudaMemsetAsync(u->dm.grads, 0, u->P * sizeof(float), u->dm.stream));
     cudaCheck(cudaEventRecord(u->dm.grads_free, u->dm.stream));
@@ -199,7 +168,7 @@ static void rebuild_copy(DevUpdater *u, int t, int all) {
     }
 }
 
-/* ZeRO-1: every rank's updated range to every rank (dist.c: comm_iallgatherv of params) */
+/* ZeRO-1: every rank's updated range to every rank (scape/dist_dense.c: comm_iallgatherv of params) */
 static void gather_params(DevUpdater *u, int t) {
     if (u->world == 1) {
         comm_stats_add(COMM_ALLGATHER, 4ull * u->P, 0.0);
@@ -234,7 +203,7 @@ static void gather_params(DevUpdater *u, int t) {
     rebuild_copy(u, t, 0);
 }
 
-/* dist.c's dense_step on the device */
+/* scape/dist_dense.c's dense_step on the device */
 static int du_step(Updater *base, int t, float lr, float *grad_norm) {
     DevUpdater *u = du(base);
     if (t < 1) fatal("device update: step %d < 1; steps count from 1", t);
@@ -291,11 +260,11 @@ static int du_step(Updater *base, int t, float lr, float *grad_norm) {
 
 static float du_density(const Updater *u, int t) { return 1.0f; }
 /* dense optimizers have no masks: no statistics, as distopt_mask_stats answers for adamw/adams (SCAPE's are in
- * cuda/scape_updater.cuh) */
+ * cuda/dist_scape.cuh) */
 static void du_mask_stats_enable(Updater *u, int on) {}
 static const DistMaskStats *du_mask_stats(const Updater *u) { return NULL; }
 
-/* ---- checkpoint blob: distopt_save's dense layout, through scape/dist.c's helpers ---- */
+/* ---- checkpoint blob: distopt_save's dense layout, through scape/dist_state.c's helpers ---- */
 
 static size_t du_state_bytes(const Updater *base) {
     const DevUpdater *u = du(base);
@@ -336,14 +305,6 @@ static void du_load(Updater *base, const void *const *blobs, const size_t *sizes
     /* the copy the uninterrupted run would hold after step last_t (the master came from the checkpoint's model) */
     rebuild_copy(u, last_t, 1);
     cudaCheck(cudaStreamSynchronize(u->dm.stream));
-}
-
-/* ---- life cycle ---- */
-
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
-    const uint8_t *b = (const uint8_t *)p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
 }
 
 /* SCAPE_CHECK_SYNC=1 (scape/dist.c's sync check): master weights and floatX copy hashed on every rank and compared;
@@ -405,62 +366,10 @@ static void du_free(Updater *base) {
     free(u);
 }
 
-/* Ranks on this node (Open MPI's variable; without it, the whole world) - for --comm auto */
-static int node_ranks(int world) {
-    const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    return v && atoi(v) > 0 ? atoi(v) : world;
-}
-
-static void *dmalloc(size_t bytes, const char *what) {
-    void *p = NULL;
-    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
-    if (e != cudaSuccess)
-        fatal("cannot allocate %.2f GiB of GPU memory for %s (%s); use a smaller model or --zero", bytes / 1073741824.0,
-              what, cudaGetErrorString(e));
-    return p;
-}
-static void *hmalloc_pinned(size_t bytes, const char *what) {
-    void *p = NULL;
-    cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 1);
-    if (e != cudaSuccess)
-        fatal("cannot allocate %.2f GiB of pinned host memory for %s (%s)", bytes / 1073741824.0, what,
-              cudaGetErrorString(e));
-    return p;
-}
-
-/* The collectives for this run (the same answer on every rank): 1 for NCCL, 0 for MPI (host-staged) or one rank.
- * fatal() on --comm nccl without NCCL in the build or with ranks sharing a GPU. */
-static int choose_nccl(const UpdaterConfig *cfg, int world) {
-    int ndev = 0, nccl = 0;
-    cudaCheck(cudaGetDeviceCount(&ndev));
-    if (cfg->comm == COMM_BACKEND_NCCL && !device_updater_has_nccl())
-        fatal("--comm nccl: this build has no NCCL (nccl.h was not found at build time); use --comm mpi, or rebuild "
-              "with NCCL installed (cuda/mk/updater.mk: NCCL_HOME)");
-    if (world > 1) {
-        if (cfg->comm == COMM_BACKEND_NCCL) nccl = 1;
-        if (cfg->comm == COMM_BACKEND_AUTO) {
-            /* the same choice on every rank (nodes may differ in GPUs): NCCL only if every rank can use it */
-            int64_t cannot = !(device_updater_has_nccl() && node_ranks(world) <= ndev);
-            comm_allreduce_max_i64(&cannot, 1);
-            nccl = !cannot;
-        }
-        if (nccl && node_ranks(world) > ndev)
-            fatal("--comm nccl: %d ranks on this node share %d GPU%s, and NCCL needs one GPU per rank; use --comm mpi "
-                  "(host-staged) or at most %d ranks per node", node_ranks(world), ndev, ndev == 1 ? "" : "s", ndev);
-    }
-    return nccl;
-}
-
-/* SCAPE on the device (scape_updater_create and its pieces) */
-#include "cuda/scape_updater.cuh"
-
-Updater *device_updater_create(const DeviceModel *dm, const UpdaterConfig *cfg) {
+/* The dense device update over dm's buffers (device_updater_create's contract, cuda/dist.h), collectives NCCL when
+ * nccl, else host-staged MPI or none (one rank). */
+static Updater *dense_updater_create(const DeviceModel *dm, const UpdaterConfig *cfg, int nccl) {
     OptimizerKind kind = cfg->dist.opt.kind;
-    if (kind != OPT_ADAMW && kind != OPT_ADAMS && kind != OPT_SCAPE) return NULL;
-    if (cfg->dist.payload_bf16 && kind != OPT_SCAPE)
-        fatal("--scape-payload bf16 applies to --optimizer scape only; drop it or use --optimizer scape");
-    if (!(cfg->dist.opt.beta1 >= 0 && cfg->dist.opt.beta1 < 1)) fatal("beta1 %g is outside [0, 1)", cfg->dist.opt.beta1);
-    if (kind == OPT_SCAPE) return scape_updater_create(dm, cfg, choose_nccl(cfg, comm_world()));
     DevUpdater *u = (DevUpdater *)xcalloc(1, sizeof *u, "device update");
     u->dm = *dm;
     u->cfg = *cfg;
@@ -472,7 +381,7 @@ Updater *device_updater_create(const DeviceModel *dm, const UpdaterConfig *cfg) 
     u->world = comm_world();
     u->zero = cfg->dist.zero;
     const ParamTable *tab = u->tab;
-    u->nccl = choose_nccl(cfg, u->world);
+    u->nccl = nccl;
 
     /* buckets (dist.c's tables) and the ZeRO-1 owner layout */
     owner_table_build(&u->own, tab, u->world);

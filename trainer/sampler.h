@@ -1,10 +1,10 @@
 /*
- * common/sampler.h - picks the next token from one row of logits: greedy, temperature, top-k.
+ * trainer/sampler.h - picks the next token from one row of logits: greedy, temperature, top-k.
  * Deterministic given the Rng state (which the checkpoint saves), so sampling does not break bit-identical
- * resume. Not for: running the model (common/train.c calls forward), tokenizing.
+ * resume. Not for: running the model (trainer/train.c calls forward), tokenizing.
  */
-#ifndef COMMON_SAMPLER_H
-#define COMMON_SAMPLER_H
+#ifndef TRAINER_SAMPLER_H
+#define TRAINER_SAMPLER_H
 
 #include "common/rng.h"
 

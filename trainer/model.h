@@ -1,12 +1,12 @@
 /*
- * common/model.h - what a model file (train_gpt.c, train_llama.c) gives the shared training loop.
+ * trainer/model.h - what a model file (train_gpt.c, train_llama.c) gives the shared training loop.
  *
  * A model owns one flat parameter buffer and one flat gradient buffer laid out by its ParamTable, plus its
- * activations. The loop (common/train.c) owns everything else: data, optimizer, SCAPE, communication,
+ * activations. The loop (trainer/train.c) owns everything else: data, optimizer, SCAPE, communication,
  * checkpoints, logging, sampling. Shapes: B batch, T sequence length, V vocabulary, Vp padded vocabulary.
  */
-#ifndef COMMON_MODEL_H
-#define COMMON_MODEL_H
+#ifndef TRAINER_MODEL_H
+#define TRAINER_MODEL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -16,7 +16,7 @@
 /* Called by backward as soon as every gradient of `bucket` is final (see params.h for bucket order). */
 typedef void (*BucketReadyFn)(void *ctx, int bucket);
 
-struct Updater;       /* common/updater.h */
+struct Updater;       /* trainer/updater.h */
 struct UpdaterConfig;
 
 typedef struct Model Model;
@@ -47,7 +47,7 @@ struct Model {
     void (*save)(const Model *m, const char *path);
     void (*free)(Model *m);
     /* Optional (NULL in the CPU models): an update that keeps the parameters where the model computes (the CUDA
-     * trainers' device-resident AdamW/AdamS, cuda/updater.h), or NULL when the model does not handle this
+     * trainers' device-resident AdamW/AdamS, cuda/dist.h), or NULL when the model does not handle this
      * configuration (then the loop uses the host update on params/grads, as for the CPU models). Called once,
      * after create and before any forward; it broadcasts rank 0's parameters as distopt_create does. Once it
      * returned an Updater, params/grads on the host are no longer the live state: the model refreshes params

@@ -1,5 +1,5 @@
-/* common/sampler.c - see sampler.h. */
-#include "sampler.h"
+/* trainer/sampler.c - see sampler.h. */
+#include "trainer/sampler.h"
 
 #include <math.h>
 #include <stdlib.h>

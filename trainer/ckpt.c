@@ -1,6 +1,6 @@
-/* common/ckpt.c - see ckpt.h. File I/O for checkpoints; knows nothing about models or optimizers. */
+/* trainer/ckpt.c - see ckpt.h. File I/O for checkpoints; knows nothing about models or optimizers. */
 #define _GNU_SOURCE
-#include "ckpt.h"
+#include "trainer/ckpt.h"
 
 #include <dirent.h>
 #include <errno.h>

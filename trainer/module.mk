@@ -1,21 +1,21 @@
-# common/module.mk - the shared training loop (train.c and its plumbing: options, log, schedule, sampler,
-# checkpoints), the `train` and `deps` targets, and the loop's tests (a toy model trains through train_main).
+# trainer/module.mk - the shared training loop (train.c and what only it uses: options, sampler, checkpoint
+# directories, the updater seam with its host implementation), the `train` and `deps` targets, and the loop's
+# tests (a toy model trains through train_main). The loop also links the ground folder's log, args and schedule.
 #
 # A trainer links $(TRAIN_LINK_OBJ) and $(TRAIN_LIBS). Because module.mk files are read in alphabetical order,
 # write it as $$(TRAIN_LINK_OBJ) in a rule's prerequisites (second expansion is on), e.g.
 #   train_gpt: $(BUILD)/train_gpt.o $$(TRAIN_LINK_OBJ)
 #   	$(MPICC) $(CFLAGS) $^ -o $@ $(TRAIN_LIBS)
-.SECONDEXPANSION:
-
-TRAIN_OBJ := $(BUILD)/common/train.o $(BUILD)/common/train_options.o $(BUILD)/common/args.o \
-             $(BUILD)/common/log.o $(BUILD)/common/schedule.o $(BUILD)/common/sampler.o $(BUILD)/common/ckpt.o
+TRAIN_OBJ := $(BUILD)/trainer/train.o $(BUILD)/trainer/train_options.o $(BUILD)/trainer/sampler.o \
+             $(BUILD)/trainer/ckpt.o $(BUILD)/trainer/updater_host.o \
+             $(BUILD)/common/args.o $(BUILD)/common/log.o $(BUILD)/common/schedule.o
 # recursive (=): the other components' variables are defined by module.mk files read after this one
 TRAIN_LINK_OBJ = $(TRAIN_OBJ) $(DIST_OBJ) $(DATALOADER_OBJ) $(TOKENIZER_OBJ) $(COMMON_OBJ)
 TRAIN_LIBS = $(BLAS_LIBS) $(PCRE2_LIBS) $(LDLIBS) -lpthread
 
 # unit tests of the plumbing: no MPI, model, data or tokenizer needed
-TRAIN_UNIT_OBJ := $(BUILD)/common/train_options.o $(BUILD)/common/args.o $(BUILD)/common/log.o \
-                  $(BUILD)/common/schedule.o $(BUILD)/common/sampler.o $(BUILD)/common/ckpt.o
+TRAIN_UNIT_OBJ := $(BUILD)/trainer/train_options.o $(BUILD)/trainer/sampler.o $(BUILD)/trainer/ckpt.o \
+                  $(BUILD)/common/args.o $(BUILD)/common/log.o $(BUILD)/common/schedule.o
 $(BUILD)/test_train_units: $(BUILD)/test/test_train_units.o $(TRAIN_UNIT_OBJ) $(COMMON_OBJ)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
@@ -29,8 +29,8 @@ train_gpt: $(BUILD)/train_gpt.o $$(TRAIN_LINK_OBJ)
 	$(MPICC) $(CFLAGS) $^ -o $@ $(TRAIN_LIBS)
 PROGRAMS += train_gpt
 
-.PHONY: train deps common
-common: $(BUILD)/test_train_units $(BUILD)/test_train_toy
+.PHONY: train deps trainer
+trainer: $(BUILD)/test_train_units $(BUILD)/test_train_toy
 
 # `make train`: prepare the default corpus, build train_gpt, train the default model into out/default, print
 # samples and plot out/default/loss.png. Settings live in scripts/train_default.sh (override via its variables).

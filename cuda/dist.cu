@@ -1,0 +1,149 @@
+/*
+ * cuda/dist.cu - the device-resident parameter update of the CUDA trainers (cuda/dist.h), its entry: the choice of
+ * collectives (NCCL, host-staged MPI, none), shared helpers, and device_updater_create's dispatch on the optimizer
+ * kind to the file of each update rule, the device counterparts of scape/'s host files:
+ *   cuda/dist_dense.cuh        dense AdamW / AdamS, plain or ZeRO-1          (scape/dist_dense.c)
+ *   cuda/dist_scape.cuh        SCAPE                                         (scape/dist_scape.c)
+ *   cuda/dist_scape_state.cuh  SCAPE's create, free, sync check, checkpoint  (scape/dist_state.c, dist.c)
+ *   cuda/dist_mask_stats.cuh   mask statistics of the device SCAPE           (scape/dist_mask_stats.c)
+ * The rule files are included below: one translation unit per precision (floatX), compiled by cuda/mk/dist.mk.
+ * topk-ef has no device update (create returns NULL: the host path runs it). Kernels: cuda/optimizer.cuh
+ * (scape/optim.c's formulas) and cuda/scape.cuh (scape/scape.c's).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/dist.h"
+#include "cuda/optimizer.cuh"
+#include "cuda/scape.cuh"
+#ifdef ENABLE_NCCL
+#include <nccl.h>
+#endif
+extern "C" {
+#include "common/util.h"
+#include "scape/comm.h"
+#include "scape/dist.h"
+#include "scape/scape.h"
+}
+
+#ifdef ENABLE_NCCL
+static void nccl_check_(ncclResult_t r, const char *what, const char *file, int line) {
+    if (r != ncclSuccess) fatal("NCCL: %s failed at %s:%d: %s", what, file, line, ncclGetErrorString(r));
+}
+#define ncclCheck(call) nccl_check_((call), #call, __FILE__, __LINE__)
+#endif
+
+int device_updater_has_nccl(void) {
+#ifdef ENABLE_NCCL
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* Ranks on this node (Open MPI's variable; without it, the whole world) - for --comm auto */
+static int node_ranks(int world) {
+    const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    return v && atoi(v) > 0 ? atoi(v) : world;
+}
+
+static void *dmalloc(size_t bytes, const char *what) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess)
+        fatal("cannot allocate %.2f GiB of GPU memory for %s (%s); use a smaller model or --zero", bytes / 1073741824.0,
+              what, cudaGetErrorString(e));
+    return p;
+}
+static void *hmalloc_pinned(size_t bytes, const char *what) {
+    void *p = NULL;
+    cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess)
+        fatal("cannot allocate %.2f GiB of pinned host memory for %s (%s)", bytes / 1073741824.0, what,
+              cudaGetErrorString(e));
+    return p;
+}
+
+/* The collectives for this run (the same answer on every rank): 1 for NCCL, 0 for MPI (host-staged) or one rank.
+ * fatal() on --comm nccl without NCCL in the build or with ranks sharing a GPU. */
+static int choose_nccl(const UpdaterConfig *cfg, int world) {
+    int ndev = 0, nccl = 0;
+    cudaCheck(cudaGetDeviceCount(&ndev));
+    if (cfg->comm == COMM_BACKEND_NCCL && !device_updater_has_nccl())
+        fatal("--comm nccl: this build has no NCCL (nccl.h was not found at build time); use --comm mpi, or rebuild "
+              "with NCCL installed (cuda/mk/dist.mk: NCCL_HOME)");
+    if (world > 1) {
+        if (cfg->comm == COMM_BACKEND_NCCL) nccl = 1;
+        if (cfg->comm == COMM_BACKEND_AUTO) {
+            /* the same choice on every rank (nodes may differ in GPUs): NCCL only if every rank can use it */
+            int64_t cannot = !(device_updater_has_nccl() && node_ranks(world) <= ndev);
+            comm_allreduce_max_i64(&cannot, 1);
+            nccl = !cannot;
+        }
+        if (nccl && node_ranks(world) > ndev)
+            fatal("--comm nccl: %d ranks on this node share %d GPU%s, and NCCL needs one GPU per rank; use --comm mpi "
+                  "(host-staged) or at most %d ranks per node", node_ranks(world), ndev, ndev == 1 ? "" : "s", ndev);
+    }
+    return nccl;
+}
+
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = (const uint8_t *)p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+
+#ifdef ENABLE_NCCL
+/* comm_iallreduce_avg_bf16 (scape/comm.h) over NCCL on the communication stream, with the same parts and the same
+ * arithmetic: an all-to-all of the parts (grouped send/recv; this rank's own part by a device copy), the owner's
+ * mean (scape_bf16_mean) into its part of p16 and of err, then every part broadcast from its owner. err (n) gets
+ * 0 outside this rank's part. recv16: scratch of world * (the largest part, comm_part) values. Used by the device SCAPE's bf16
+ * payload (cuda/dist_scape.cuh). */
+static void nccl_allreduce_avg_bf16(ncclComm_t nc, cudaStream_t cs, int rank, int world, uint16_t *recv16, uint16_t *p16,
+                                    float *err, size_t n) {
+    const int N = world;
+    size_t my_off, off;
+    const size_t mine = comm_part(n, N, rank, &my_off);
+    cudaCheck(cudaMemsetAsync(err, 0, n * sizeof(float), cs));
+    ncclCheck(ncclGroupStart());
+    for (int r = 0; r < N; r++) {
+        const size_t c = comm_part(n, N, r, &off);
+        if (r != rank) {
+            if (c) ncclCheck(ncclSend(p16 + off, c * sizeof(uint16_t), ncclUint8, r, nc, cs));
+            if (mine) ncclCheck(ncclRecv(recv16 + (size_t)r * mine, mine * sizeof(uint16_t), ncclUint8, r, nc, cs));
+        } else if (c) {
+            cudaCheck(cudaMemcpyAsync(recv16 + (size_t)r * mine, p16 + off, c * sizeof(uint16_t),
+                                      cudaMemcpyDeviceToDevice, cs));
+        }
+    }
+    ncclCheck(ncclGroupEnd());
+    scape_bf16_mean(p16 + my_off, err + my_off, recv16, (long long)mine, N, cs);
+    ncclCheck(ncclGroupStart());
+    for (int r = 0; r < N; r++) {
+        const size_t c = comm_part(n, N, r, &off);
+        if (c) ncclCheck(ncclBroadcast(p16 + off, p16 + off, c * sizeof(uint16_t), ncclUint8, r, nc, cs));
+    }
+    ncclCheck(ncclGroupEnd());
+}
+#endif
+
+/* the update rules (each includes nothing of its own: this file's includes and helpers are theirs) */
+#include "cuda/dist_dense.cuh"
+#include "cuda/dist_scape.cuh"
+#include "cuda/dist_mask_stats.cuh"
+#include "cuda/dist_scape_state.cuh"
+
+Updater *device_updater_create(const DeviceModel *dm, const UpdaterConfig *cfg) {
+    OptimizerKind kind = cfg->dist.opt.kind;
+    if (kind != OPT_ADAMW && kind != OPT_ADAMS && kind != OPT_SCAPE) return NULL;
+    if (cfg->dist.payload_bf16 && kind != OPT_SCAPE)
+        fatal("--scape-payload bf16 applies to --optimizer scape only; drop it or use --optimizer scape");
+    if (!(cfg->dist.opt.beta1 >= 0 && cfg->dist.opt.beta1 < 1)) fatal("beta1 %g is outside [0, 1)", cfg->dist.opt.beta1);
+    int nccl = choose_nccl(cfg, comm_world());
+    if (kind == OPT_SCAPE) return scape_updater_create(dm, cfg, nccl);
+    return dense_updater_create(dm, cfg, nccl);
+}

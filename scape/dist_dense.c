@@ -1,0 +1,113 @@
+/*
+ * scape/dist_dense.c - dense data-parallel AdamW / AdamS (scape/optim.h's formulas) on every coordinate:
+ *   plain:   each gradient bucket is copied into stage and averaged by one all-reduce as soon as backward has
+ *            finished it; at the step every rank holds the mean gradient g, takes its norm, clips and updates
+ *            every parameter (identical results on every rank, no parameter traffic).
+ *   ZeRO-1:  the buckets are reduce-scattered instead, each rank receiving the mean of its owned slices (the
+ *            owner table of scape/scape.h, the same one SCAPE's top-k uses); m (and v) exist for the owned shard
+ *            only; the norm takes one more all-reduce of a double; each rank updates its shard and the parameters
+ *            are all-gathered.
+ * Bytes per rank and step (comm.h's ring model): 2 * 4P (N-1)/N for either; ZeRO-1 moves them as a reduce-scatter
+ * and an all-gather of 4P (N-1)/N each.
+ * Not for: the update formulas (optim.c), the blob of this state (dist_state.c).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "scape/dist_impl.h"
+
+/* m (and v for AdamW) over [slo, shi): everything, or with ZeRO-1 this rank's shard, whose mean gradients the
+ * reduce-scatter writes into rs_out (owned_total floats). */
+void dense_init(DistOptim *d, size_t owned_total) {
+    d->slo = d->cfg.zero ? d->own.lo[d->rank] : 0;
+    d->shi = d->cfg.zero ? d->own.hi[d->rank] : d->P;
+    size_t n = d->shi - d->slo;
+    d->m = xcalloc(n ? n : 1, sizeof(float), "first moment");
+    if (d->cfg.opt.kind == OPT_ADAMW) d->v = xcalloc(n ? n : 1, sizeof(float), "second moment");
+    if (d->cfg.zero) d->rs_out = xmalloc((owned_total ? owned_total : 1) * sizeof(float), "ZeRO gradient shard");
+}
+
+/* Bucket b's gradients into stage and its collective: the averaging all-reduce, or the reduce-scatter to owners. */
+void dense_queue_bucket(DistOptim *d, int b) {
+    float *st = d->stage + d->bucket_off[b];
+    size_t o = 0;
+    for (int k = 0; k < d->bn[b]; k++) {
+        const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
+        memcpy(st + o, d->grads + s->offset, s->numel * sizeof(float));
+        o += s->numel;
+    }
+    if (!d->cfg.zero) {
+        d->bh[b] = comm_iallreduce_avg_f32(st, o);
+    } else {
+        size_t *counts = xcalloc((size_t)d->world, sizeof(size_t), "bucket counts");
+        for (int k = 0; k < d->bn[b]; k++) {
+            int i = d->bslices[b][k];
+            for (int r = 0; r < d->world; r++)
+                if (i >= d->own.first[r] && i < d->own.first[r + 1]) counts[r] += d->tab->slices[i].numel;
+        }
+        d->bh[b] = comm_ireduce_scatter_avg_f32(st, d->rs_out + d->rs_off[b], counts);
+        free(counts);
+    }
+    d->bstate[b] = 2;
+}
+
+
+/* The reduced bucket b back into grads: all of it, or with ZeRO-1 the owned slices. */
+static void dense_unpack_bucket(DistOptim *d, int b) {
+    if (!d->cfg.zero) {
+        const float *st = d->stage + d->bucket_off[b];
+        for (int k = 0; k < d->bn[b]; k++) {
+            const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
+            memcpy(d->grads + s->offset, st, s->numel * sizeof(float));
+            st += s->numel;
+        }
+    } else {
+        const float *st = d->rs_out + d->rs_off[b];
+        for (int k = 0; k < d->bn[b]; k++) {
+            int i = d->bslices[b][k];
+            if (!dist_is_owned_slice(d, i)) continue;
+            const ParamSlice *s = &d->tab->slices[i];
+            memcpy(d->grads + s->offset, st, s->numel * sizeof(float));
+            st += s->numel;
+        }
+    }
+}
+
+/* Step t: the buckets not yet sent go out, all are waited for and unpacked, then the global norm (skip when not
+ * finite), the clip, the update of [slo, shi) and with ZeRO-1 the all-gather of the parameters. */
+int dense_step(DistOptim *d, int t, float lr, float *grad_norm) {
+    for (int b = 0; b < d->nb; b++)
+        if (!d->bstate[b]) dense_queue_bucket(d, b);
+    for (int b = 0; b < d->nb; b++) {
+        comm_wait(d->bh[b]);
+        dense_unpack_bucket(d, b);
+    }
+    double ss = dist_sumsq(d->grads, d->slo, d->shi);
+    if (d->cfg.zero) comm_allreduce_sum_f64(&ss, 1);
+    float norm = (float)sqrt(ss);
+    *grad_norm = norm;
+    if (!isfinite(norm)) {
+        dist_end_step(d);
+        return 1;
+    }
+    if (d->cfg.clip > 0 && norm > d->cfg.clip) {
+        float sc = d->cfg.clip / (norm + 1e-6f);
+        for (size_t j = d->slo; j < d->shi; j++) d->grads[j] *= sc;
+    }
+    /* m, v hold [slo, shi); the update indexes them by flat element, hence the shifted base */
+    if (d->cfg.opt.kind == OPT_ADAMW)
+        adamw_update(d->tab, d->params, d->grads, d->m - d->slo, d->v - d->slo, d->slo, d->shi, t, lr, &d->cfg.opt);
+    else
+        adams_update(d->tab, d->params, d->grads, d->m - d->slo, d->slo, d->shi, t, lr, &d->cfg.opt);
+    if (d->cfg.zero) {
+        size_t *counts = xmalloc((size_t)d->world * sizeof(size_t), "shard counts");
+        for (int r = 0; r < d->world; r++) counts[r] = d->own.hi[r] - d->own.lo[r];
+        comm_wait(comm_iallgatherv(d->params, counts, sizeof(float)));
+        free(counts);
+    }
+    dist_end_step(d);
+    d->last_t = t;
+    return 0;
+}

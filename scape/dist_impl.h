@@ -1,0 +1,132 @@
+/*
+ * scape/dist_impl.h - the inside of scape/dist.h's DistOptim, shared by the files that make up the host update and
+ * by nothing else: scape/dist.c (creation, bucket hand-off, the dispatch on the optimizer kind, inspection),
+ * dist_dense.c (dense all-reduce and ZeRO-1), dist_scape.c (SCAPE), dist_topk_ef.c (top-k EF), dist_mask_stats.c
+ * (mask stability) and dist_state.c (checkpoint blobs). Each rule file gives dist.c an init (its state, called by
+ * distopt_create), a bucket hand-off (called by distopt_bucket_ready) and a step (called by distopt_step).
+ * Not for: anything outside those files; users include scape/dist.h.
+ */
+#ifndef SCAPE_DIST_IMPL_H
+#define SCAPE_DIST_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "scape/dist.h"
+#include "scape/scape.h"
+
+/* one selected coordinate of topk-ef on the wire: flat index and value, 8 bytes */
+typedef struct {
+    uint32_t idx;
+    float val;
+} TopkPair;
+_Static_assert(sizeof(TopkPair) == 8, "topk-ef pairs are 8 bytes on the wire");
+
+struct DistOptim {
+    const ParamTable *tab;
+    float *params, *grads; /* (P) the model's buffers */
+    DistConfig cfg;
+    int rank, world;
+    size_t P;
+    OwnerTable own;
+    /* buckets: slices of each bucket in memory order, packed consecutively into stage at bucket_off */
+    int nb;
+    int **bslices;
+    int *bn;
+    size_t *bucket_off, *bucket_numel;
+    float *stage;          /* (P) packed gradients / SCAPE payload, by bucket */
+    uint16_t *stage16;     /* SCAPE bf16 payload: (P) the payload as sent, then b, by bucket like stage */
+    float *qerr;           /* SCAPE bf16 payload: (P) e = fp32 mean - b on this rank's parts, 0 elsewhere */
+    float *rs_out;         /* ZeRO: the owned part of each bucket after reduce-scatter */
+    size_t *rs_off;        /* ZeRO: offset of bucket b's owned part in rs_out */
+    CommHandle *bh;        /* per bucket: its collective */
+    int *bstate;           /* per bucket: 0 nothing, 1 c computed (SCAPE), 2 queued */
+    int step_begun;
+    /* dense state over [slo, shi): the whole buffer, or the owned shard with ZeRO-1 */
+    size_t slo, shi;
+    float *m, *v;          /* m: (P) for SCAPE */
+    /* SCAPE */
+    float *r;              /* (P) residual */
+    uint8_t *mask_cur, *mask_next; /* (P bits) */
+    uint8_t *seg;          /* owners' packed segments, concatenated in rank order */
+    size_t *seg_bytes, *seg_off;
+    uint32_t *topk_tmp;
+    size_t *bucket_k;      /* K_b of the step in progress */
+    size_t last_k;
+    int have_cur, have_next;
+    CommHandle next_h;
+    int swapped;           /* mask_next became mask_cur at this step (undone if the step is skipped) */
+    int last_t;
+    float *dbg_c, *dbg_s, *dbg_ghat;
+    /* SCAPE step passes: the slices in payload order cut into chunks of at most SCAPE_CHUNK elements, processed
+     * in parallel; per-chunk partial sums are added in chunk order, so results do not depend on thread count */
+    size_t nch;
+    size_t *ch_lo, *ch_hi, *ch_q;  /* element range; first compact payload index (per step) */
+    int *ch_slice, *ch_bucket;
+    double *ch_ss;
+    int *ch_bad;
+    /* topk-ef: r is e_i, m and v AdamW's; mask_cur this rank's selection S_t, stage acc_i (P, flat) */
+    TopkPair *pairs;       /* per bucket: world consecutive parts of K_b pairs, at world * pair_off[b] */
+    size_t pairs_cap;      /* pairs allocated */
+    size_t *pair_off;      /* per bucket: sum of K_b' over earlier buckets */
+    int cur_t;             /* the step whose buckets are on the wire */
+    /* mask statistics (rank 0) */
+    int st_on;
+    int st_valid;          /* st holds the last completed step's values */
+    DistMaskStats st;
+    int *st_slice;
+    double *st_jm, *st_em, *st_jg, *st_eg;
+    float *st_g;           /* SCAPE: copy of rank 0's g_i */
+    uint8_t *st_gcur, *st_gprev; /* raw-gradient masks G_t, G_{t-1} (SCAPE); topk-ef keeps S_{t-1} in st_gprev */
+    int st_gprev_t;        /* step of st_gprev, -1 none */
+    uint32_t *st_tmp;      /* top-k scratch, max slice numel */
+};
+
+/* SCAPE's step passes cut the slices into chunks of at most this many elements (dist_scape.c) */
+#define SCAPE_CHUNK 16384
+
+/* A slice SCAPE and topk-ef sparsify: all of them, or all but the norm gains and biases (exclude_norms). */
+static inline int dist_slice_sparse(const DistOptim *d, const ParamSlice *s) {
+    return !(d->cfg.exclude_norms && s->dense_only);
+}
+/* Slice i (ParamTable index) is in this rank's part of the owner table. */
+static inline int dist_is_owned_slice(const DistOptim *d, int i) {
+    return i >= d->own.first[d->rank] && i < d->own.first[d->rank + 1];
+}
+
+/* ---- dist.c: shared by the rules ---- */
+/* Sum of squares in double over x[lo, hi) in fixed 64Ki chunks added in order: the same bits for any thread
+ * count, so every rank takes the same clip and skip decisions. */
+double dist_sumsq(const float *x, size_t lo, size_t hi);
+/* The end of every step, taken or skipped: grads zeroed, every bucket back to "nothing done". */
+void dist_end_step(DistOptim *d);
+
+/* ---- dist_dense.c: AdamW / AdamS with an averaging all-reduce, or ZeRO-1 ---- */
+/* owned_total: elements of this rank's slices (the ZeRO-1 shard). */
+void dense_init(DistOptim *d, size_t owned_total);
+void dense_queue_bucket(DistOptim *d, int b);
+int dense_step(DistOptim *d, int t, float lr, float *grad_norm);
+
+/* ---- dist_scape.c: SCAPE.md section 3 ---- */
+void scape_init(DistOptim *d);
+void scape_bucket_ready(DistOptim *d, int b);
+int scape_step(DistOptim *d, int t, float lr, float *grad_norm);
+/* Waits for the all-gather of the mask made at the last step and assembles it into mask_next (no-op if none). */
+void scape_collect_next(DistOptim *d);
+
+/* ---- dist_topk_ef.c: the top-k error-feedback baseline (formulas at distopt_create in dist.h) ---- */
+void topk_init(DistOptim *d);
+void topk_bucket_ready(DistOptim *d, int b);
+int topk_step(DistOptim *d, int t, float lr, float *grad_norm);
+
+/* ---- dist_mask_stats.c: DistMaskStats of dist.h, on rank 0 ---- */
+/* Fills d->st for step t. gmask/gvec: the raw-gradient mask of this step and the vector its energy is of (SCAPE:
+ * G_t and g_i; topk-ef: the selection and acc). mprev: M_{t-1} (SCAPE, NULL if none); c: SCAPE's c_i (M_t's
+ * energy), NULL for topk-ef. */
+void stats_compute(DistOptim *d, int t, const uint8_t *gmask, const float *gvec, const uint8_t *mprev,
+                   const float *c);
+/* SCAPE's statistics at step t, before the next mask goes out: G_t = top-k of the copy of g_i made per bucket
+ * (st_g), M_t against M_{t-1} (mask_next, when have_prev). */
+void stats_scape(DistOptim *d, int t, int have_prev);
+
+#endif

@@ -1,0 +1,390 @@
+/*
+ * scape/dist_scape.c - SCAPE's data-parallel step (SCAPE.md section 3; Zheng, Chen, Xie, Zhang, arXiv 2607.01678)
+ * on the host, in the order of that section:
+ *   start   at the step's first bucket M_t, all-gathered during this step's backward, becomes the current mask
+ *           (scape_collect_next, scape_begin; step 1 without a mask: the bootstrap of section 5 in scape_step)
+ *   item 1  c_i = beta1 m_{t-1} + (1 - beta1) g_i + r_i per bucket, written over the gradient (scape_c_bucket)
+ *   item 2  the compact payload s_i = c_i[M_t] and its one averaging all-reduce per bucket, fp32 or bf16
+ *           (scape_queue_bucket); both run as backward hands over each bucket (scape_bucket_ready)
+ *   item 5-6 g_hat = (m_t - beta1 m_{t-1}) / (1 - beta1) on M_t, its norm, the skip and clip decisions
+ *           (scape_norm_pass, in scape_step)
+ *   item 8  the owners' top-k of |c_i| for M_{t+1} and its asynchronous all-gather (scape_make_mask), started
+ *           before the update so that it overlaps it and the next forward/backward
+ *   item 3, 4, 7  error feedback r_i = c_i off M_t, m_t = b on M_t, the masked AdamS update and weight decay
+ *           alone off the mask (scape_update_pass)
+ * State (dist_impl.h): m (P, dense, zero off M_t), r (P), mask_cur = M_t, mask_next = M_{t+1} once collected, the
+ * owners' packed segments (seg), the payload in stage (by bucket, bucket_off) and with the bf16 payload stage16 and
+ * qerr. The passes run over fixed chunks of at most SCAPE_CHUNK elements in parallel, partial sums added in chunk
+ * order, so no result depends on the thread count.
+ * Not for: top-k, masks and the update formula of one coordinate (scape.c, scape.h), the collectives (comm.c),
+ * the checkpoint blob (dist_state.c), mask statistics (dist_mask_stats.c).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bf16.h"
+#include "common/util.h"
+#include "scape/dist_impl.h"
+
+/* SCAPE's state, the chunks of the step passes and the owners' mask segments (one per rank, in rank order). */
+void scape_init(DistOptim *d) {
+    const ParamTable *tab = d->tab;
+    d->slo = 0;
+    d->shi = d->P;
+    d->m = xcalloc(d->P, sizeof(float), "SCAPE first moment");
+    d->r = xcalloc(d->P, sizeof(float), "SCAPE residual");
+    d->mask_cur = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "SCAPE mask");
+    d->mask_next = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "SCAPE mask");
+    if (d->cfg.payload_bf16) {
+        d->stage16 = xmalloc(d->P * sizeof(uint16_t), "SCAPE bf16 payload");
+        d->qerr = xmalloc(d->P * sizeof(float), "SCAPE bf16 rounding errors");
+    }
+    size_t nch = 0;
+    for (int i = 0; i < tab->n; i++) nch += (tab->slices[i].numel + SCAPE_CHUNK - 1) / SCAPE_CHUNK;
+    d->nch = nch;
+    d->ch_lo = xmalloc((nch ? nch : 1) * sizeof(size_t), "SCAPE chunks");
+    d->ch_hi = xmalloc((nch ? nch : 1) * sizeof(size_t), "SCAPE chunks");
+    d->ch_q = xmalloc((nch ? nch : 1) * sizeof(size_t), "SCAPE chunks");
+    d->ch_slice = xmalloc((nch ? nch : 1) * sizeof(int), "SCAPE chunks");
+    d->ch_bucket = xmalloc((nch ? nch : 1) * sizeof(int), "SCAPE chunks");
+    d->ch_ss = xmalloc((nch ? nch : 1) * sizeof(double), "SCAPE chunks");
+    d->ch_bad = xmalloc((nch ? nch : 1) * sizeof(int), "SCAPE chunks");
+    size_t c = 0;
+    for (int b = 0; b < d->nb; b++)
+        for (int k = 0; k < d->bn[b]; k++) {
+            const ParamSlice *sl = &tab->slices[d->bslices[b][k]];
+            for (size_t a = sl->offset; a < sl->offset + sl->numel; a += SCAPE_CHUNK, c++) {
+                d->ch_lo[c] = a;
+                d->ch_hi[c] = a + SCAPE_CHUNK < sl->offset + sl->numel ? a + SCAPE_CHUNK : sl->offset + sl->numel;
+                d->ch_slice[c] = d->bslices[b][k];
+                d->ch_bucket[c] = b;
+            }
+        }
+    d->seg_bytes = xmalloc((size_t)d->world * sizeof(size_t), "mask segments");
+    d->seg_off = xmalloc((size_t)d->world * sizeof(size_t), "mask segments");
+    size_t so = 0, maxn = 1;
+    for (int r = 0; r < d->world; r++) {
+        d->seg_off[r] = so;
+        d->seg_bytes[r] = mask_bytes(d->own.hi[r] - d->own.lo[r]);
+        so += d->seg_bytes[r];
+    }
+    d->seg = xcalloc(so ? so : 1, 1, "mask segments");
+    for (int i = d->own.first[d->rank]; i < d->own.first[d->rank + 1]; i++)
+        if (tab->slices[i].numel > maxn) maxn = tab->slices[i].numel;
+    d->topk_tmp = xmalloc(maxn * sizeof(uint32_t), "top-k scratch");
+}
+
+/* ---- the step's start: M_t ---- */
+
+/* Waits for the all-gather of the mask computed last step and assembles it into mask_next. */
+void scape_collect_next(DistOptim *d) {
+    if (!d->next_h) return;
+    comm_wait(d->next_h);
+    d->next_h = 0;
+    memset(d->mask_next, 0, mask_bytes(d->P));
+    for (int r = 0; r < d->world; r++)
+        mask_or_bits(d->mask_next, d->own.lo[r], d->seg + d->seg_off[r], d->own.hi[r] - d->own.lo[r]);
+    d->have_next = 1;
+}
+
+/* Start of a SCAPE step at its first bucket: M_t becomes the current mask (SCAPE.md section 3, first line). */
+static void scape_begin(DistOptim *d) {
+    d->step_begun = 1;
+    d->swapped = 0;
+    scape_collect_next(d);
+    if (d->have_next) {
+        uint8_t *t = d->mask_cur;
+        d->mask_cur = d->mask_next;
+        d->mask_next = t;
+        d->have_next = 0;
+        d->have_cur = 1;
+        d->swapped = 1;
+    }
+}
+
+/* ---- item 1: corrected local momentum ---- */
+
+/* c_i over bucket b's slices, over the gradient (rank 0 keeps a copy of g_i first while mask statistics are on). */
+static void scape_c_bucket(DistOptim *d, int b) {
+    for (int k = 0; k < d->bn[b]; k++) {
+        const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
+        if (d->st_on) memcpy(d->st_g + s->offset, d->grads + s->offset, s->numel * sizeof(float));
+        scape_corrected_momentum(d->grads, d->m, d->r, s->offset, s->offset + s->numel, d->cfg.opt.beta1);
+    }
+    d->bstate[b] = 1;
+}
+
+/* ---- item 2: the compact payload and its all-reduce ---- */
+
+/* s_i = c_i on M_t, bucket b's slices in memory order, into stage at bucket_off[b] (and rounded to bf16 into
+ * stage16 with that payload); K_b = bucket_k[b]; then the bucket's averaging all-reduce on the communication
+ * thread. */
+static void scape_queue_bucket(DistOptim *d, int b) {
+    float *out = d->stage + d->bucket_off[b];
+    size_t K = 0;
+    for (int k = 0; k < d->bn[b]; k++) {
+        const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
+        K += scape_gather_masked(d->grads, d->mask_cur, s->offset, s->offset + s->numel, out + K);
+    }
+    d->bucket_k[b] = K;
+    uint16_t *out16 = d->stage16 ? d->stage16 + d->bucket_off[b] : NULL;
+    if (out16) {
+        /* what goes on the wire: s_i rounded to bf16 (the error goes to r in scape_update_pass) */
+        #pragma omp parallel for schedule(static) if (K > 65536)
+        for (size_t q = 0; q < K; q++) out16[q] = bf16_from_f32(out[q]);
+    }
+    if (d->dbg_s) {
+        size_t q = 0;
+        for (int k = 0; k < d->bn[b]; k++) {
+            const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
+            for (size_t j = s->offset; j < s->offset + s->numel; j++) {
+                if (!mask_get(d->mask_cur, j)) {
+                    d->dbg_s[j] = 0.0f;
+                    continue;
+                }
+                d->dbg_s[j] = out16 ? bf16_to_f32(out16[q]) : out[q];
+                q++;
+            }
+        }
+    }
+    d->bh[b] = out16 ? comm_iallreduce_avg_bf16(out16, K, d->qerr + d->bucket_off[b]) : comm_iallreduce_avg_f32(out, K);
+    d->bstate[b] = 2;
+}
+
+/* The bucket hand-off (distopt_bucket_ready): items 1 and 2 for bucket b while backward continues. */
+void scape_bucket_ready(DistOptim *d, int b) {
+    if (!d->step_begun) scape_begin(d);
+    if (!d->have_cur) return; /* step 1: the mask is made from all gradients in scape_step */
+    scape_c_bucket(d, b);
+    scape_queue_bucket(d, b);
+}
+
+/* ---- items 5-6: g_hat on M_t and its norm ---- */
+
+/* Calls fn for every masked coordinate in payload order (bucket by bucket, slices in memory order, indices
+ * ascending) with its compact index q. Written as a macro so the hot loops stay inlined. */
+#define FOR_MASKED(d, s, j, q, ...)                                                                          \
+    do {                                                                                                      \
+        size_t q = 0;                                                                                         \
+        for (int b_ = 0; b_ < (d)->nb; b_++) {                                                                \
+            q = (d)->bucket_off[b_];                                                                          \
+            for (int k_ = 0; k_ < (d)->bn[b_]; k_++) {                                                        \
+                const ParamSlice *s = &(d)->tab->slices[(d)->bslices[b_][k_]];                                \
+                for (size_t j = s->offset; j < s->offset + s->numel; j++) {                                   \
+                    __VA_ARGS__                                                                               \
+                }                                                                                             \
+            }                                                                                                 \
+        }                                                                                                     \
+    } while (0)
+
+/* ch_q: each chunk's first index into the compact payload (stage): bucket b's values start at bucket_off[b]
+ * and follow its slices in memory order, as scape_queue_bucket packed them. */
+static void scape_chunk_offsets(DistOptim *d) {
+    #pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < d->nch; c++) d->ch_q[c] = mask_count(d->mask_cur, d->ch_lo[c], d->ch_hi[c]);
+    size_t q = 0;
+    for (size_t c = 0; c < d->nch; c++) {
+        if (c == 0 || d->ch_bucket[c] != d->ch_bucket[c - 1]) q = d->bucket_off[d->ch_bucket[c]];
+        size_t n = d->ch_q[c];
+        d->ch_q[c] = q;
+        q += n;
+    }
+}
+
+/* Bits [j, j + n) of the current mask (n <= 64), and the word with all n bits set. */
+static inline uint64_t mask_word(const uint8_t *M, size_t j, size_t n, uint64_t *full) {
+    *full = n == 64 ? ~0ull : (1ull << n) - 1;
+    return mask_load64(M, j) & *full;
+}
+
+/* One pass over every coordinate, word by word over the mask: per chunk, the sum of g_hat^2 on M_t (double) and
+ * whether any c (in grads) is not finite. Returns the sum of the chunk sums in chunk order. */
+static double scape_norm_pass(DistOptim *d) {
+    const float b1 = d->cfg.opt.beta1, omb1 = 1.0f - b1;
+    const float *c = d->grads, *m = d->m, *bv = d->stage;
+    const uint8_t *M = d->mask_cur;
+    #pragma omp parallel for schedule(dynamic, 4)
+    for (size_t ch = 0; ch < d->nch; ch++) {
+        size_t q = d->ch_q[ch], hi = d->ch_hi[ch];
+        double ss = 0;
+        int bad = 0;
+        for (size_t j = d->ch_lo[ch]; j < hi; j += 64) {
+            size_t n = hi - j < 64 ? hi - j : 64;
+            uint64_t full, w = mask_word(M, j, n, &full);
+            for (size_t i = 0; i < n; i++) bad |= !isfinite(c[j + i]);
+            if (w == full) {
+                for (size_t i = 0; i < n; i++) {
+                    float gh = (bv[q + i] - b1 * m[j + i]) / omb1;
+                    ss += (double)gh * (double)gh;
+                }
+                q += n;
+            } else {
+                for (; w; w &= w - 1) {
+                    size_t i = (size_t)__builtin_ctzll(w);
+                    float gh = (bv[q++] - b1 * m[j + i]) / omb1;
+                    ss += (double)gh * (double)gh;
+                }
+            }
+        }
+        d->ch_ss[ch] = ss;
+        d->ch_bad[ch] = bad;
+    }
+    double ss = 0;
+    for (size_t ch = 0; ch < d->nch; ch++) ss += d->ch_ss[ch];
+    return ss;
+}
+
+/* ---- item 8: the next mask, partitioned by owner ---- */
+
+/* Top-k of |c| (c in grads) over this rank's owned slices with density dens, into its segment of seg, then the
+ * all-gather of all segments (asynchronous; waited for by scape_collect_next). */
+static CommHandle scape_make_mask(DistOptim *d, double dens) {
+    uint8_t *mine = d->seg + d->seg_off[d->rank];
+    size_t base = d->own.lo[d->rank];
+    memset(mine, 0, d->seg_bytes[d->rank]);
+    for (int i = d->own.first[d->rank]; i < d->own.first[d->rank + 1]; i++) {
+        const ParamSlice *s = &d->tab->slices[i];
+        if (!dist_slice_sparse(d, s)) mask_set_range(mine, s->offset - base, s->numel);
+        else scape_topk_mask(d->grads + s->offset, s->numel, scape_k(dens, s->numel), mine, s->offset - base, d->topk_tmp);
+    }
+    return comm_iallgatherv(d->seg, d->seg_bytes, 1);
+}
+
+/* ---- items 3, 4, 7: error feedback, new momentum, masked AdamS ---- */
+
+/* Error feedback r <- c (1 - M_t), then the update of every coordinate: AdamS on M_t, decoupled weight decay
+ * only (and m = 0) off it. Word by word over the mask, chunks in parallel; every coordinate's arithmetic is
+ * independent of the others, so the thread count cannot change a bit. */
+static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float sc) {
+    const float b1 = d->cfg.opt.beta1, b2 = d->cfg.opt.beta2, eps = d->cfg.opt.eps, omb1 = 1.0f - b1;
+    const float bc1 = (float)(1.0 - pow((double)b1, t));
+    const float sqrt_bc2 = (float)sqrt(1.0 - pow((double)b2, t));
+    float *p = d->params, *m = d->m, *r = d->r;
+    const float *c = d->grads, *bv = d->stage, *qe = d->qerr;
+    const float fN = (float)d->world;
+    const uint8_t *M = d->mask_cur;
+    /* the residual on M_t: 0, or with the bf16 payload what rounding lost (distopt_create's comment) */
+#define RESIDUAL_ON(j, q) (qe ? (c[j] - bf16_to_f32(bf16_from_f32(c[j]))) + fN * qe[q] : 0.0f)
+    #pragma omp parallel for schedule(dynamic, 4)
+    for (size_t ch = 0; ch < d->nch; ch++) {
+        const ParamSlice *s = &d->tab->slices[d->ch_slice[ch]];
+        const float wd = s->decay ? d->cfg.opt.weight_decay : 0.0f;
+        size_t q = d->ch_q[ch], hi = d->ch_hi[ch];
+        for (size_t j = d->ch_lo[ch]; j < hi; j += 64) {
+            size_t n = hi - j < 64 ? hi - j : 64;
+            uint64_t full, w = mask_word(M, j, n, &full);
+            if (w == full) {
+                for (size_t i = 0; i < n; i++) {
+                    r[j + i] = RESIDUAL_ON(j + i, q + i);
+                    scape_update_on(&p[j + i], &m[j + i], bv[q + i], sc, clipped, b1, omb1, b2, eps, bc1, sqrt_bc2, lr, wd);
+                }
+                q += n;
+            } else {
+                for (size_t i = 0; i < n; i++) {
+                    if ((w >> i) & 1) {
+                        r[j + i] = RESIDUAL_ON(j + i, q);
+                        scape_update_on(&p[j + i], &m[j + i], bv[q++], sc, clipped, b1, omb1, b2, eps, bc1, sqrt_bc2, lr, wd);
+                    } else {
+                        r[j + i] = c[j + i];
+                        m[j + i] = 0.0f;
+                        p[j + i] -= lr * (wd * p[j + i]);
+                    }
+                }
+            }
+        }
+    }
+#undef RESIDUAL_ON
+}
+/* ---- the step ---- */
+
+/* Step t: bootstrap the first mask if there is none, send the buckets backward did not, wait for the payloads,
+ * g_hat's norm and the skip decision (any rank's non-finite c), the clip factor, statistics, the next mask's
+ * top-k and all-gather, then the update. */
+int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
+    const float b1 = d->cfg.opt.beta1, omb1 = 1.0f - b1;
+    if (!d->step_begun) scape_begin(d);
+    int bootstrapped = 0;
+    if (!d->have_cur) {
+        /* first step: c for everything, then M_1 = all ones (d(1) = 1) or the owners' top-k, gathered now */
+        for (int b = 0; b < d->nb; b++) scape_c_bucket(d, b);
+        double d1 = scape_density(d->cfg.density, d->cfg.density_start, d->cfg.density_warmup, t);
+        if (d1 >= 1.0) {
+            mask_set_range(d->mask_cur, 0, d->P);
+        } else {
+            d->next_h = scape_make_mask(d, d1);
+            scape_collect_next(d);
+            uint8_t *tmp = d->mask_cur;
+            d->mask_cur = d->mask_next;
+            d->mask_next = tmp;
+            d->have_next = 0;
+        }
+        d->have_cur = 1;
+        bootstrapped = 1;
+    }
+    for (int b = 0; b < d->nb; b++) {
+        if (d->bstate[b] == 0) scape_c_bucket(d, b);
+        if (d->bstate[b] == 1) scape_queue_bucket(d, b);
+    }
+    size_t K = 0;
+    for (int b = 0; b < d->nb; b++) {
+        comm_wait(d->bh[b]);
+        K += d->bucket_k[b];
+        if (d->stage16) {
+            /* b in bf16 -> the fp32 payload buffer the passes below read */
+            float *bv = d->stage + d->bucket_off[b];
+            const uint16_t *b16 = d->stage16 + d->bucket_off[b];
+            size_t Kb = d->bucket_k[b];
+            #pragma omp parallel for schedule(static) if (Kb > 65536)
+            for (size_t q = 0; q < Kb; q++) bv[q] = bf16_to_f32(b16[q]);
+        }
+    }
+    if (d->dbg_c) memcpy(d->dbg_c, d->grads, d->P * sizeof(float));
+
+    /* g_hat = (m_t - beta1 m_{t-1}) / (1 - beta1) on M_t (SCAPE.md section 3 item 5); its norm for clipping */
+    scape_chunk_offsets(d);
+    double ss = scape_norm_pass(d);
+    if (d->dbg_ghat) {
+        memset(d->dbg_ghat, 0, d->P * sizeof(float));
+        FOR_MASKED(d, s, j, q, {
+            if (mask_get(d->mask_cur, j)) {
+                d->dbg_ghat[j] = (d->stage[q] - b1 * d->m[j]) / omb1;
+                q++;
+            }
+        });
+    }
+    float norm = (float)sqrt(ss);
+    /* A non-finite c off the mask would never reach g_hat but would poison r forever: skip on it too (the norm
+     * pass flagged it per chunk). Any rank may hold one, so the decision takes one tiny control all-reduce. */
+    int64_t bad = 0;
+    for (size_t c = 0; c < d->nch; c++) bad |= d->ch_bad[c];
+    comm_allreduce_max_i64(&bad, 1);
+    if (bad) norm = NAN;
+    *grad_norm = norm;
+    if (!isfinite(norm)) {
+        /* skipped: put the masks back as they were before the step, so m stays supported on mask_cur */
+        if (bootstrapped) d->have_cur = 0;
+        else if (d->swapped) {
+            uint8_t *tmp = d->mask_cur;
+            d->mask_cur = d->mask_next;
+            d->mask_next = tmp;
+            d->have_next = 1;
+        }
+        dist_end_step(d);
+        return 1;
+    }
+    float sc = 1.0f;
+    int clipped = d->cfg.clip > 0 && norm > d->cfg.clip;
+    if (clipped) sc = d->cfg.clip / (norm + 1e-6f);
+
+    if (d->st_on) stats_scape(d, t, d->swapped && !bootstrapped);
+    /* next mask from |c| (c still in grads), gathered while the update and the next forward/backward run */
+    d->next_h = scape_make_mask(d, scape_density(d->cfg.density, d->cfg.density_start, d->cfg.density_warmup, t + 1));
+
+    /* error feedback, then AdamS on M_t and decay only elsewhere (SCAPE.md section 3 items 3-7) */
+    scape_update_pass(d, t, lr, clipped, sc);
+    d->last_k = K;
+    dist_end_step(d);
+    d->last_t = t;
+    return 0;
+}

@@ -1,0 +1,148 @@
+/*
+ * scape/dist_topk_ef.c - the baseline SCAPE is compared with (--optimizer topk-ef): per-slice top-k of each rank's
+ * raw gradient plus error feedback, exchanged as (index, value) pairs on one all-gather per bucket, and their mean
+ * fed into dense AdamW. Formulas and sources at distopt_create in scape/dist.h. Unlike SCAPE's, the selections
+ * differ per rank, so the support of the mean grows with N (the "fill-in") and the indices go on the wire.
+ * State (dist_impl.h): r = e_i (P), m, v (AdamW's, P), mask_cur = this rank's selection S_t, stage = acc_i (P,
+ * flat), pairs = every rank's pairs by bucket.
+ * Not for: top-k itself (scape.c), AdamW (optim.c), the checkpoint blob (dist_state.c).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "scape/dist_impl.h"
+
+/* e, AdamW's m and v, the selection bits and the top-k scratch; the pairs buffer grows at the first step. */
+void topk_init(DistOptim *d) {
+    const ParamTable *tab = d->tab;
+    d->slo = 0;
+    d->shi = d->P;
+    d->m = xcalloc(d->P, sizeof(float), "AdamW first moment");
+    d->v = xcalloc(d->P, sizeof(float), "AdamW second moment");
+    d->r = xcalloc(d->P, sizeof(float), "topk-ef error feedback");
+    d->mask_cur = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "topk-ef selection");
+    d->pair_off = xcalloc((size_t)d->nb, sizeof(size_t), "topk-ef bucket offsets");
+    size_t maxn = 1;
+    for (int i = 0; i < tab->n; i++)
+        if (tab->slices[i].numel > maxn) maxn = tab->slices[i].numel;
+    d->topk_tmp = xmalloc(maxn * sizeof(uint32_t), "top-k scratch");
+}
+
+/* Start of step t's communication: K_b per bucket from the density at t, room for the all-gathers, S_t cleared. */
+static void topk_begin(DistOptim *d, int t) {
+    double dens = scape_density(d->cfg.density, d->cfg.density_start, d->cfg.density_warmup, t);
+    size_t K = 0;
+    for (int b = 0; b < d->nb; b++) {
+        d->pair_off[b] = K;
+        size_t kb = 0;
+        for (int k = 0; k < d->bn[b]; k++) {
+            const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
+            kb += dist_slice_sparse(d, s) ? scape_k(dens, s->numel) : s->numel;
+        }
+        d->bucket_k[b] = kb;
+        K += kb;
+    }
+    size_t need = K * (size_t)d->world;
+    if (need > d->pairs_cap) { /* nothing is in flight at a step's start, so the buffer may move */
+        free(d->pairs);
+        d->pairs = xmalloc((need ? need : 1) * sizeof(TopkPair), "topk-ef all-gather buffer");
+        d->pairs_cap = need;
+    }
+    memset(d->mask_cur, 0, mask_bytes(d->P));
+    d->cur_t = t;
+    d->step_begun = 1;
+}
+
+/* acc = e + g over bucket b into stage, S_t of its slices, this rank's pairs, and the bucket's all-gather. */
+static void topk_queue_bucket(DistOptim *d, int b) {
+    double dens = scape_density(d->cfg.density, d->cfg.density_start, d->cfg.density_warmup, d->cur_t);
+    float *acc = d->stage;
+    TopkPair *all = d->pairs + (size_t)d->world * d->pair_off[b];
+    TopkPair *out = all + (size_t)d->rank * d->bucket_k[b];
+    size_t q = 0;
+    for (int k = 0; k < d->bn[b]; k++) {
+        const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
+        size_t lo = s->offset, hi = s->offset + s->numel;
+        for (size_t j = lo; j < hi; j++) acc[j] = d->r[j] + d->grads[j];
+        if (!dist_slice_sparse(d, s)) mask_set_range(d->mask_cur, lo, s->numel);
+        else scape_topk_mask(acc + lo, s->numel, scape_k(dens, s->numel), d->mask_cur, lo, d->topk_tmp);
+        for (size_t j = lo; j < hi; j++)
+            if (mask_get(d->mask_cur, j)) out[q++] = (TopkPair){(uint32_t)j, acc[j]};
+    }
+    if (q != d->bucket_k[b]) fatal("topk-ef: bucket %d selected %zu coordinates, expected %zu", b, q, d->bucket_k[b]);
+    size_t *counts = xmalloc((size_t)d->world * sizeof(size_t), "topk-ef counts");
+    for (int r = 0; r < d->world; r++) counts[r] = d->bucket_k[b];
+    d->bh[b] = comm_iallgatherv(all, counts, sizeof(TopkPair));
+    free(counts);
+    d->bstate[b] = 2;
+}
+
+/* The bucket hand-off (distopt_bucket_ready). The step number is not passed here: it is the one after the last
+ * completed step; topk_step redoes the selection if the loop's t differs (after a skipped step). */
+void topk_bucket_ready(DistOptim *d, int b) {
+    if (!d->step_begun) topk_begin(d, d->last_t + 1);
+    topk_queue_bucket(d, b);
+}
+
+/* Step t: the buckets backward did not send, the wait, the mean of every rank's pairs in rank order, the skip
+ * decision (any rank's non-finite acc), statistics, e_i, the clip and AdamW. */
+int topk_step(DistOptim *d, int t, float lr, float *grad_norm) {
+    if (d->step_begun && d->cur_t != t) {
+        /* buckets went out for another step number (the loop retried or skipped one): redo them for t */
+        for (int b = 0; b < d->nb; b++) {
+            comm_wait(d->bh[b]);
+            d->bstate[b] = 0;
+        }
+        d->step_begun = 0;
+    }
+    if (!d->step_begun) topk_begin(d, t);
+    for (int b = 0; b < d->nb; b++)
+        if (!d->bstate[b]) topk_queue_bucket(d, b);
+    for (int b = 0; b < d->nb; b++) comm_wait(d->bh[b]);
+    const float *acc = d->stage;
+    if (d->dbg_c) memcpy(d->dbg_c, acc, d->P * sizeof(float));
+    if (d->dbg_s)
+        for (size_t j = 0; j < d->P; j++) d->dbg_s[j] = mask_get(d->mask_cur, j) ? acc[j] : 0.0f;
+    /* a non-finite acc anywhere would poison e forever even if unselected: every rank must agree to skip */
+    int64_t bad = 0;
+    for (size_t j = 0; j < d->P; j++) bad |= !isfinite(acc[j]);
+    comm_allreduce_max_i64(&bad, 1);
+    /* g = (1/N) sum_i scatter(pairs of rank i), summed in rank order; rank 0's values are assigned, so at density 1
+     * g is bit for bit what the dense all-reduce gives for N <= 2 */
+    float *g = d->grads;
+    memset(g, 0, d->P * sizeof(float));
+    const float fN = (float)d->world;
+    for (int b = 0; b < d->nb; b++) {
+        const TopkPair *all = d->pairs + (size_t)d->world * d->pair_off[b];
+        size_t kb = d->bucket_k[b];
+        for (size_t q = 0; q < kb; q++) g[all[q].idx] = all[q].val;
+        for (int r = 1; r < d->world; r++)
+            for (size_t q = 0; q < kb; q++) g[all[(size_t)r * kb + q].idx] += all[(size_t)r * kb + q].val;
+    }
+    if (d->world > 1)
+        for (size_t j = 0; j < d->P; j++) g[j] /= fN;
+    if (d->dbg_ghat) memcpy(d->dbg_ghat, g, d->P * sizeof(float));
+    double ss = dist_sumsq(g, 0, d->P);
+    float norm = bad ? NAN : (float)sqrt(ss);
+    *grad_norm = norm;
+    d->cur_t = -1;
+    if (!isfinite(norm)) {
+        dist_end_step(d);
+        return 1;
+    }
+    if (d->st_on) stats_compute(d, t, d->mask_cur, acc, NULL, NULL);
+    for (size_t j = 0; j < d->P; j++) d->r[j] = mask_get(d->mask_cur, j) ? 0.0f : acc[j];
+    if (d->cfg.clip > 0 && norm > d->cfg.clip) {
+        float sc = d->cfg.clip / (norm + 1e-6f);
+        for (size_t j = 0; j < d->P; j++) g[j] *= sc;
+    }
+    adamw_update(d->tab, d->params, g, d->m, d->v, 0, d->P, t, lr, &d->cfg.opt);
+    d->last_k = 0;
+    for (int b = 0; b < d->nb; b++) d->last_k += d->bucket_k[b];
+    d->have_cur = 1;
+    dist_end_step(d);
+    d->last_t = t;
+    return 0;
+}

@@ -1,0 +1,54 @@
+/*
+ * trainer/updater_host.c - the host update behind the loop's Updater (trainer/updater.h): scape/dist.h's DistOptim
+ * on the model's host params/grads, each table entry one call of dist.h. What the CPU trainers use, and the CUDA
+ * trainers for topk-ef or --update host.
+ * Not for: the update itself (scape/dist.c and the rule files beside it).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/util.h"
+#include "scape/comm.h"
+#include "scape/dist.h"
+#include "trainer/updater.h"
+
+typedef struct {
+    Updater base;
+    DistOptim *d;
+} HostUpdater;
+
+static DistOptim *hu(const Updater *u) { return ((const HostUpdater *)u)->d; }
+static void hu_bucket_ready(void *ctx, int bucket) { distopt_bucket_ready(hu(ctx), bucket); }
+static int hu_step(Updater *u, int t, float lr, float *grad_norm) { return distopt_step(hu(u), t, lr, grad_norm); }
+static float hu_density(const Updater *u, int t) { return distopt_density(hu(u), t); }
+static size_t hu_state_bytes(const Updater *u) { return distopt_state_bytes(hu(u)); }
+static void hu_save(const Updater *u, void *blob) { distopt_save(hu(u), blob); }
+static void hu_load(Updater *u, const void *const *blobs, const size_t *sizes, int n_blobs) {
+    distopt_load(hu(u), blobs, sizes, n_blobs);
+}
+static void hu_mask_stats_enable(Updater *u, int on) { distopt_mask_stats_enable(hu(u), on); }
+static const DistMaskStats *hu_mask_stats(const Updater *u) { return distopt_mask_stats(hu(u)); }
+static void hu_free(Updater *u) {
+    if (!u) return;
+    distopt_free(hu(u));
+    free(u);
+}
+
+Updater *updater_host_create(const ParamTable *tab, float *params, float *grads, const DistConfig *cfg) {
+    HostUpdater *h = xcalloc(1, sizeof *h, "host updater");
+    h->d = distopt_create(tab, params, grads, cfg);
+    Updater *u = &h->base;
+    snprintf(u->desc, sizeof u->desc, "host (%s%s)", comm_using_mpi() ? "MPI" : "1 rank", cfg->zero ? ", ZeRO-1" : "");
+    u->bucket_ready = hu_bucket_ready;
+    u->step = hu_step;
+    u->density = hu_density;
+    u->state_bytes = hu_state_bytes;
+    u->save = hu_save;
+    u->load = hu_load;
+    u->mask_stats_enable = hu_mask_stats_enable;
+    u->mask_stats = hu_mask_stats;
+    u->free = hu_free;
+    return u;
+}
+
+DistOptim *updater_host_distopt(Updater *u) { return u && u->step == hu_step ? hu(u) : NULL; }
