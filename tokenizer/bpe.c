@@ -679,6 +679,42 @@ void tokenizer_free(Tokenizer *t) {
 }
 
 int tokenizer_vocab_size(const Tokenizer *t) { return t->vocab_size; }
+
+/* one merge of the table, for tokenizer_merges' sort by rank */
+typedef struct {
+    uint32_t rank;
+    int32_t left, right, result;
+} MergeEntry;
+static int merge_entry_cmp(const void *a, const void *b) {
+    uint32_t ra = ((const MergeEntry *)a)->rank, rb = ((const MergeEntry *)b)->rank;
+    return ra < rb ? -1 : ra > rb;
+}
+
+size_t tokenizer_merges(const Tokenizer *t, int32_t **merges) {
+    size_t n = 0;
+    for (size_t i = 0; i <= t->merge_mask; i++) n += t->merge_key[i] != UINT64_MAX;
+    MergeEntry *e = xmalloc((n ? n : 1) * sizeof *e, "merge list");
+    size_t k = 0;
+    for (size_t i = 0; i <= t->merge_mask; i++) {
+        if (t->merge_key[i] == UINT64_MAX) continue;
+        e[k].rank = t->merge_rank[i];
+        e[k].left = (int32_t)(t->merge_key[i] >> 32);
+        e[k].right = (int32_t)(t->merge_key[i] & 0xFFFFFFFFu);
+        e[k].result = (int32_t)t->merge_id[i];
+        k++;
+    }
+    qsort(e, n, sizeof *e, merge_entry_cmp);
+    int32_t *out = xmalloc((n ? n : 1) * 3 * sizeof(int32_t), "merge list");
+    for (size_t i = 0; i < n; i++) {
+        out[3 * i] = e[i].left;
+        out[3 * i + 1] = e[i].right;
+        out[3 * i + 2] = e[i].result;
+    }
+    free(e);
+    *merges = out;
+    return n;
+}
+
 int tokenizer_eot(const Tokenizer *t) { return t->eot; }
 int tokenizer_bos(const Tokenizer *t) { return t->bos; }
 const char *tokenizer_kind(const Tokenizer *t) {

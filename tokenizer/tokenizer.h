@@ -37,6 +37,11 @@ int tokenizer_eot(const Tokenizer *tok);        /* end of text: 50256 GPT-2, 2 L
 int tokenizer_bos(const Tokenizer *tok);
 const char *tokenizer_kind(const Tokenizer *tok); /* "gpt2", "llama2" or "llama3" */
 
+/* The merge table in rank order (the order the merges apply): *merges gets a new malloc'd (n, 3) array of
+ * (left id, right id, result id) rows; returns n (a pair listed twice in the vocabulary files counts once, at its
+ * first rank). For exporters that write the vocabulary in another format (export/export_gguf.c). */
+size_t tokenizer_merges(const Tokenizer *tok, int32_t **merges);
+
 /* Encodes len bytes (need not be valid UTF-8); adds no BOS/EOS. allow_special != 0: a special token's literal
  * text ("<|endoftext|>"; Llama 3's 256 "<|...|>") becomes its id; otherwise it is ordinary text. Llama 2 has
  * no special text (as in SentencePiece and llama-tokenizer-js): allow_special is ignored. Stores the ids in (*ids)[0..n) (growing *cap with realloc; *ids may start NULL)
