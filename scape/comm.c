@@ -28,10 +28,13 @@
 #include "common/bf16.h"
 #include "common/util.h"
 
+_Static_assert(COMM_NKINDS == sizeof(((CommStats *)0)->bytes_sent_kind) / sizeof(uint64_t),
+               "CommStats.bytes_sent_kind has one entry per CommKind");
+
 #define QCAP 4096 /* jobs in flight; enough for every bucket of a step plus the mask all-gather */
 
-typedef enum { JOB_ALLREDUCE_AVG, JOB_ALLREDUCE_AVG_BF16, JOB_REDUCE_SCATTER_AVG, JOB_ALLGATHERV, JOB_BCAST, JOB_SUM_F64, JOB_MAX_I64,
-               JOB_BARRIER, JOB_STOP } JobOp;
+typedef enum { JOB_ALLREDUCE_AVG, JOB_ALLREDUCE_AVG_BF16, JOB_REDUCE_SCATTER_AVG, JOB_ALLGATHERV, JOB_ALLGATHER_BYTES, JOB_BCAST,
+               JOB_SUM_F64, JOB_MAX_I64, JOB_BARRIER, JOB_STOP } JobOp;
 
 typedef struct {
     JobOp op;
@@ -41,6 +44,7 @@ typedef struct {
     size_t n;           /* elements (allreduce, bcast bytes, control) */
     size_t elem_bytes;  /* allgatherv */
     size_t *counts;     /* world entries (reduce-scatter, allgatherv), owned by the job */
+    size_t *sizes;      /* all-gather of bytes: the caller's (world) array the job fills with every rank's length */
     int root;
 } Job;
 
@@ -226,6 +230,39 @@ static void run_job(Job *j) {
         free(dsp);
         break;
     }
+    case JOB_ALLGATHER_BYTES: {
+        /* the lengths first (8 bytes a rank), then each rank's bytes into its slot of `elem_bytes` (the cap) */
+        uint64_t mine = j->n, *len = xmalloc((size_t)N * sizeof(uint64_t), "comm lengths");
+        if (C.use_mpi && N > 1) {
+            MPI_Request rq;
+            MPI_Iallgather(&mine, 1, MPI_UINT64_T, len, 1, MPI_UINT64_T, MPI_COMM_WORLD, &rq);
+            wait_req(&rq);
+        } else {
+            len[0] = mine;
+        }
+        int *cnt = xmalloc((size_t)N * sizeof(int), "comm counts");
+        int *dsp = xmalloc((size_t)N * sizeof(int), "comm displacements");
+        for (int r = 0; r < N; r++) {
+            if (len[r] > j->elem_bytes)
+                fatal("all-gather of coded masks: rank %d sends %llu bytes, more than the %zu it may; the ranks run "
+                      "different builds or settings", r, (unsigned long long)len[r], j->elem_bytes);
+            j->sizes[r] = (size_t)len[r];
+            cnt[r] = to_int(len[r], "all-gather part");
+            dsp[r] = to_int((size_t)r * j->elem_bytes, "all-gather offset");
+        }
+        char *out = j->out;
+        if (C.use_mpi && N > 1) {
+            MPI_Request rq;
+            MPI_Iallgatherv(j->buf, cnt[C.rank], MPI_BYTE, out, cnt, dsp, MPI_BYTE, MPI_COMM_WORLD, &rq);
+            wait_req(&rq);
+        } else {
+            memcpy(out, j->buf, (size_t)mine);
+        }
+        free(len);
+        free(cnt);
+        free(dsp);
+        break;
+    }
     case JOB_BCAST: {
         if (!C.use_mpi || N == 1) break;
         /* chunked so byte counts beyond INT_MAX work */
@@ -377,6 +414,13 @@ CommHandle comm_iallgatherv(void *buf, const size_t *counts, size_t elem_bytes) 
     return enqueue(&j);
 }
 
+CommHandle comm_iallgather_bytes(const void *mine, size_t n, void *out, size_t cap, size_t *sizes) {
+    if (n > cap) fatal("comm_iallgather_bytes: %zu bytes exceed the slot of %zu", n, cap);
+    Job j = {.op = JOB_ALLGATHER_BYTES, .kind = COMM_ALLGATHER, .buf = (void *)mine, .out = out, .n = n,
+             .elem_bytes = cap, .sizes = sizes};
+    return enqueue(&j);
+}
+
 CommHandle comm_ibcast(void *buf, size_t bytes, int root) {
     if (root < 0 || root >= comm_world()) fatal("comm_bcast: root %d outside the world of %d ranks", root, comm_world());
     /* counted as scatter + all-gather (the large-message broadcast): n (N-1)/N each way */
@@ -446,8 +490,10 @@ void comm_stats_take(CommStats *out) {
     /* totals: sum the per-kind numerators first so the division by N is applied once */
     uint64_t N = (uint64_t)comm_world(), calls = 0, sn = 0, rn = 0;
     double w = 0;
+    uint64_t kind_sent[COMM_NKINDS];
     for (int k = 0; k < COMM_NKINDS; k++) {
         calls += C.calls[0][k];
+        kind_sent[k] = C.sent_num[0][k] / N;
         sn += C.sent_num[0][k];
         rn += C.recv_num[0][k];
         w += C.wait_s[0][k];
@@ -455,6 +501,7 @@ void comm_stats_take(CommStats *out) {
         C.wait_s[0][k] = 0;
     }
     out->calls = calls;
+    for (int k = 0; k < COMM_NKINDS; k++) out->bytes_sent_kind[k] = kind_sent[k];
     out->bytes_sent = sn / N;
     out->bytes_recv = rn / N;
     out->wait_ms = 1e3 * w;

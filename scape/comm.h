@@ -22,6 +22,9 @@ typedef struct {
      * of communication hidden behind compute is about 1 - wait_ms / busy_ms. */
     double busy_ms;
     double cpu_ms;
+    /* comm_stats_take only: bytes_sent by kind of collective (CommKind below), e.g. SCAPE's payload all-reduce
+     * and mask all-gather; they add up to bytes_sent up to the rounding of each division by N */
+    uint64_t bytes_sent_kind[5];
 } CommStats;
 
 /* Initialises MPI (MPI_Init_thread) if launched under mpirun, else a 1-rank world; starts the communication
@@ -87,6 +90,13 @@ CommHandle comm_ireduce_scatter_avg_f32(const float *in, float *out, const size_
 /* In place all-gather: buf holds world consecutive parts, part r = counts[r] elements of elem_bytes bytes;
  * this rank's part is already in place, the others are filled in. Bytes: total (N-1)/N. */
 CommHandle comm_iallgatherv(void *buf, const size_t *counts, size_t elem_bytes);
+/* All-gather of byte strings of different lengths (SCAPE's coded mask segments): this rank sends mine[0..n)
+ * (n <= cap); afterwards out + r * cap holds rank r's sizes[r] bytes, for every rank r (out: world * cap bytes,
+ * sizes: world entries, both written by the job and valid once it is waited for). The lengths travel first
+ * (8 bytes a rank), then the bytes. fatal() if a rank's length exceeds cap. NOT counted in the statistics, since
+ * the other ranks' lengths are not known when it is queued: once waited for, the caller counts it with
+ * comm_stats_add(COMM_ALLGATHER, sum of sizes + 8 * world, 0). */
+CommHandle comm_iallgather_bytes(const void *mine, size_t n, void *out, size_t cap, size_t *sizes);
 CommHandle comm_ibcast(void *buf, size_t bytes, int root);
 /* Blocks until job h (and all before it) finished; the time blocked is added to wait_ms of h's kind. */
 void comm_wait(CommHandle h);

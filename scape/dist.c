@@ -128,6 +128,7 @@ void distopt_free(DistOptim *d) {
     free(d->bucket_k); free(d->bh); free(d->bstate); free(d->stage); free(d->stage16); free(d->qerr); free(d->rs_out);
     free(d->m); free(d->v); free(d->r); free(d->mask_cur); free(d->mask_next); free(d->seg);
     free(d->seg_bytes); free(d->seg_off); free(d->topk_tmp);
+    free(d->code_mine); free(d->code_all); free(d->code_sizes);
     free(d->ch_lo); free(d->ch_hi); free(d->ch_q); free(d->ch_slice); free(d->ch_bucket); free(d->ch_ss); free(d->ch_bad);
     free(d->pairs); free(d->pair_off);
     free(d->st_slice); free(d->st_jm); free(d->st_em); free(d->st_jg); free(d->st_eg); free(d->st_g);

@@ -28,6 +28,8 @@ typedef struct {
     int density_warmup;    /* W steps of geometric warm-up, 0 = none */
     int exclude_norms;     /* 1 (default): norm gains and biases always dense */
     int payload_bf16;      /* SCAPE only: 1 sends the payload in bf16 (SCAPE.md section 7), see distopt_create */
+    int mask_coding;       /* SCAPE only: 1 codes each owner's mask segment for the all-gather (scape/mask_code.h);
+                            * the masks, and so every result, are the same as with 0 */
 } DistConfig;
 
 typedef struct DistOptim DistOptim;

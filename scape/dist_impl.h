@@ -50,6 +50,11 @@ struct DistOptim {
     uint8_t *mask_cur, *mask_next; /* (P bits) */
     uint8_t *seg;          /* owners' packed segments, concatenated in rank order */
     size_t *seg_bytes, *seg_off;
+    /* coded masks (cfg.mask_coding): this rank's code, every rank's code in slots of code_cap bytes, their lengths,
+     * and whether the codes were made against a previous mask (mask_cur) */
+    uint8_t *code_mine, *code_all;
+    size_t code_cap, *code_sizes;
+    int code_prev;
     uint32_t *topk_tmp;
     size_t *bucket_k;      /* K_b of the step in progress */
     size_t last_k;

@@ -26,6 +26,7 @@
 #include "common/bf16.h"
 #include "common/util.h"
 #include "scape/dist_impl.h"
+#include "scape/mask_code.h"
 
 /* SCAPE's state, the chunks of the step passes and the owners' mask segments (one per rank, in rank order). */
 void scape_init(DistOptim *d) {
@@ -69,19 +70,42 @@ void scape_init(DistOptim *d) {
         d->seg_bytes[r] = mask_bytes(d->own.hi[r] - d->own.lo[r]);
         so += d->seg_bytes[r];
     }
-    d->seg = xcalloc(so ? so : 1, 1, "mask segments");
+    d->seg = xcalloc(so + MASK_PAD, 1, "mask segments"); /* the coder reads words: MASK_PAD of slack */
     for (int i = d->own.first[d->rank]; i < d->own.first[d->rank + 1]; i++)
         if (tab->slices[i].numel > maxn) maxn = tab->slices[i].numel;
     d->topk_tmp = xmalloc(maxn * sizeof(uint32_t), "top-k scratch");
+    if (d->cfg.mask_coding) {
+        size_t most = 0;
+        for (int r = 0; r < d->world; r++)
+            if (d->own.hi[r] - d->own.lo[r] > most) most = d->own.hi[r] - d->own.lo[r];
+        d->code_cap = mask_code_bound(most);
+        d->code_mine = xmalloc(d->code_cap, "coded mask");
+        d->code_all = xmalloc((size_t)d->world * d->code_cap, "coded masks");
+        d->code_sizes = xcalloc((size_t)d->world, sizeof(size_t), "coded mask sizes");
+    }
 }
 
 /* ---- the step's start: M_t ---- */
 
-/* Waits for the all-gather of the mask computed last step and assembles it into mask_next. */
+/* Waits for the all-gather of the mask computed last step and assembles it into mask_next (coded masks: decoded
+ * into the segments first, against the mask_cur they were coded against, and counted; a segment that does not
+ * decode stops the run naming its rank). */
 void scape_collect_next(DistOptim *d) {
     if (!d->next_h) return;
     comm_wait(d->next_h);
     d->next_h = 0;
+    if (d->cfg.mask_coding) {
+        uint64_t total = 8ull * (uint64_t)d->world;
+        for (int r = 0; r < d->world; r++) {
+            size_t n = d->own.hi[r] - d->own.lo[r];
+            if (mask_decode(d->code_all + (size_t)r * d->code_cap, d->code_sizes[r], n, d->code_prev ? d->mask_cur : NULL,
+                            d->own.lo[r], d->seg + d->seg_off[r]) != 0)
+                fatal("mask all-gather: rank %d's coded mask segment (%zu bytes for %zu parameters) does not decode; "
+                      "the ranks run different builds, or the message was damaged in transit", r, d->code_sizes[r], n);
+            total += d->code_sizes[r];
+        }
+        comm_stats_add(COMM_ALLGATHER, total, 0.0);
+    }
     memset(d->mask_next, 0, mask_bytes(d->P));
     for (int r = 0; r < d->world; r++)
         mask_or_bits(d->mask_next, d->own.lo[r], d->seg + d->seg_off[r], d->own.hi[r] - d->own.lo[r]);
@@ -247,6 +271,18 @@ static CommHandle scape_make_mask(DistOptim *d, double dens) {
         const ParamSlice *s = &d->tab->slices[i];
         if (!dist_slice_sparse(d, s)) mask_set_range(mine, s->offset - base, s->numel);
         else scape_topk_mask(d->grads + s->offset, s->numel, scape_k(dens, s->numel), mine, s->offset - base, d->topk_tmp);
+    }
+    if (d->cfg.mask_coding) { /* coded against M_t where there is one (every rank holds it) */
+        d->code_prev = d->have_cur;
+        size_t len = mask_encode(mine, d->own.hi[d->rank] - base, d->have_cur ? d->mask_cur : NULL, base, d->code_mine, NULL);
+        /* test hook (test/test_scape_gpt2.sh): SCAPE_TEST_CORRUPT_MASK=R makes rank R send its code with one byte too
+         * many (one too few when it fills its slot) once it has a current mask; every rank must refuse it naming R */
+        const char *bad = getenv("SCAPE_TEST_CORRUPT_MASK");
+        if (bad && atoi(bad) == d->rank && d->have_cur) {
+            if (len < d->code_cap) d->code_mine[len++] = 0;
+            else len--;
+        }
+        return comm_iallgather_bytes(d->code_mine, len, d->code_all, d->code_cap, d->code_sizes);
     }
     return comm_iallgatherv(d->seg, d->seg_bytes, 1);
 }

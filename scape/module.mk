@@ -35,7 +35,7 @@ TEST_CMDS += "PYTHON_REF=$(PYTHON_REF) $(BUILD)/test_gpt2 $(DATA)"
 # --- communication, data-parallel update and SCAPE (distributed engineer)
 # Programs that use DIST_OBJ link with $(MPICC) (Open MPI) and -lpthread.
 DIST_RULES := dist dist_dense dist_scape dist_topk_ef dist_mask_stats dist_state
-DIST_OBJ := $(BUILD)/scape/comm.o $(DIST_RULES:%=$(BUILD)/scape/%.o) $(BUILD)/scape/scape.o $(OPTIM_OBJ)
+DIST_OBJ := $(BUILD)/scape/comm.o $(DIST_RULES:%=$(BUILD)/scape/%.o) $(BUILD)/scape/scape.o $(BUILD)/scape/mask_code.o $(OPTIM_OBJ)
 MPI_CFLAGS := $(shell $(MPICC) --showme:compile 2>/dev/null)
 $(BUILD)/scape/comm.o: CFLAGS += $(MPI_CFLAGS)
 # no fused multiply-adds: SCAPE's conservation test recomputes c bit for bit, and ranks must round alike
@@ -62,6 +62,13 @@ $(BUILD)/bench_step: scape/bench_step.c $(DIST_OBJ) $(COMMON_OBJ)
 $(BUILD)/bench_comm: scape/bench_comm.c $(BUILD)/scape/comm.o $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS) $(BLAS_LIBS) -lpthread
+
+# coded masks (scape/mask_code.c): round trips, sizes against the entropy floor, bad input
+$(BUILD)/test_mask_code: test/test_mask_code.c $(BUILD)/scape/mask_code.o $(BUILD)/scape/scape.o $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
+TEST_BINS += $(BUILD)/test_mask_code
+TEST_CMDS += $(BUILD)/test_mask_code
 
 TEST_BINS += $(BUILD)/test_comm $(BUILD)/test_dist $(BUILD)/bench_step $(BUILD)/bench_comm
 TEST_CMDS += $(BUILD)/test_comm

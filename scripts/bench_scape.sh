@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # scripts/bench_scape.sh [--model S] [--np N] [--steps N] [--batch B] [--seq T] [--data DIR] [--out DIR]
 # SCAPE's communication benchmark (SCAPE.md section 6): trains the same model for the same steps on N ranks
-# (default 4) with dense AdamS, SCAPE d=0.1 and SCAPE d=0.01 (no density warm-up), then prints per config the
-# bytes each rank sends per step and the ratio to dense (targets: >= 6x fewer at 0.1, >= 35x at 0.01), the step
+# (default 4) with dense AdamS, SCAPE d=0.1 and SCAPE d=0.01 (no density warm-up), each SCAPE density with coded
+# masks (--scape-mask-coding auto, the default) and with the 1-bit bitmask ("_1bit"), then prints per config the
+# bytes each rank sends per step and the ratio to dense (targets: >= 6x fewer at 0.1, >= 80x at 0.01 coded), the step
 # time, and the share of communication hidden behind compute: 1 - W / B over the run's gradient/payload
 # all-reduces and mask (or ZeRO) all-gathers, W the time the compute thread waited for them and B the time the
 # communication thread spent in them (SCAPE_COMM_REPORT=1, scape/comm.c; includes step 1). Then what
@@ -27,7 +28,9 @@ COMMON=(./train_gpt --model "$MODEL" --data "$DATA" --batch "$B" --seq "$T" --st
 mkdir -p "$OUT"
 if [ -z "${SKIP_TRAIN:-}" ]; then
 for cfg in "adams:--optimizer adams" "scape_0.1:--optimizer scape --density 0.1 --density-warmup 0" \
-           "scape_0.01:--optimizer scape --density 0.01 --density-warmup 0"; do
+           "scape_0.01:--optimizer scape --density 0.01 --density-warmup 0" \
+           "scape_0.1_1bit:--optimizer scape --density 0.1 --density-warmup 0 --scape-mask-coding none" \
+           "scape_0.01_1bit:--optimizer scape --density 0.01 --density-warmup 0 --scape-mask-coding none"; do
     name=${cfg%%:*}
     rm -rf "${OUT:?}/$name"
     echo "== $name: ${cfg#*:} ($NP ranks, $STEPS steps)" >&2
@@ -43,10 +46,11 @@ out, model, N = sys.argv[1], sys.argv[2], int(sys.argv[3])
 def rows(name):
     return [e for e in map(json.loads, open(os.path.join(out, name, "log.jsonl"))) if e["event"] == "train" and e["step"] >= 2]
 res = {}
-for name in ["adams", "scape_0.1", "scape_0.01"]:
+for name in ["adams", "scape_0.1", "scape_0.1_1bit", "scape_0.01", "scape_0.01_1bit"]:
     r = rows(name)
     res[name] = dict(bytes=statistics.median(e["comm_bytes_sent"] for e in r), ms=statistics.median(e["ms"] for e in r),
-                     loss=r[-1]["train_loss"])
+                     loss=r[-1]["train_loss"], mask=statistics.median(e["comm_allgather_bytes"] for e in r),
+                     payload=statistics.median(e["comm_allreduce_bytes"] for e in r))
     W = B = 0.0
     for line in open(os.path.join(out, name + ".out")):
         m = re.match(r"comm report: (allreduce|reduce_scatter|allgather) .* wait_ms ([\d.]+) busy_ms ([\d.]+)", line)
@@ -55,11 +59,14 @@ for name in ["adams", "scape_0.1", "scape_0.01"]:
     res[name]["wait"], res[name]["busy"] = W, B
 dense = res["adams"]["bytes"]
 print("model %s, %d ranks; per rank per step (median of steps 2..):" % (model, N))
-print("%-11s %14s %9s %10s %12s %12s %12s %10s" % ("config", "bytes sent", "vs dense", "step ms", "comm busy ms", "wait ms", "comm hidden", "last loss"))
+print("%-15s %12s %12s %10s %9s %9s %12s %9s %11s %10s" % ("config", "bytes sent", "all-reduce", "all-gather", "vs dense", "step ms", "comm busy ms", "wait ms", "comm hidden", "last loss"))
 for name, v in res.items():
-    print("%-11s %14.0f %8.1fx %10.1f %12.1f %12.1f %11.1f%% %10.4f" % (name, v["bytes"], dense / v["bytes"], v["ms"], v["busy"], v["wait"], 100 * v["hidden"], v["loss"]))
+    print("%-15s %12.0f %12.0f %10.0f %8.1fx %9.1f %12.1f %9.1f %10.1f%% %10.4f" % (name, v["bytes"], v["payload"], v["mask"], dense / v["bytes"], v["ms"], v["busy"], v["wait"], 100 * v["hidden"], v["loss"]))
+for a, b in [("scape_0.1", "scape_0.1_1bit"), ("scape_0.01", "scape_0.01_1bit")]:
+    same = res[a]["loss"] == res[b]["loss"]
+    print("%s: coded mask all-gather %.0f B vs 1-bit %.0f B per step (%.1fx fewer); last loss %s" % (a, res[a]["mask"], res[b]["mask"], res[b]["mask"] / max(1, res[a]["mask"]), "identical" if same else "DIFFERS"))
 print("(comm busy / wait ms: whole run, gradient/payload all-reduces and mask all-gathers)")
-for name, target in [("scape_0.1", 6), ("scape_0.01", 35)]:
+for name, target in [("scape_0.1", 6), ("scape_0.01", 80), ("scape_0.1_1bit", 6), ("scape_0.01_1bit", 35)]:
     got = dense / res[name]["bytes"]
     print("%s: %.1fx fewer bytes than dense, target >= %dx: %s" % (name, got, target, "met" if got >= target else "NOT met"))
 

@@ -5,7 +5,8 @@
 # only interface (MTU 1500), shapes it with tc's token-bucket filter (tbf) at each --rates value, and runs N ranks
 # (default 4) of ./train_gpt inside it with Open MPI over TCP only (--mca btl tcp,self: no shared memory, so every
 # byte between ranks crosses the shaped loopback) for dense AdamS, SCAPE d=0.1 and SCAPE d=0.01 (no density
-# warm-up). Prints per rate the median step time (steps 2..; step 1 bootstraps), the speedups over dense and the
+# warm-up; coded masks, the default) and SCAPE d=0.01 with the 1-bit mask all-gather (--scape-mask-coding none).
+# Prints per rate the median step time (steps 2..; step 1 bootstraps), the speedups over dense and the
 # crossover rate where SCAPE starts to win, and checks that the traffic really crossed the shaped link: the qdisc's
 # byte counter against the trainers' own comm_bytes_sent (x ranks).
 # What it emulates, honestly:
@@ -105,7 +106,8 @@ for rate in $RATES; do
         nsx tc qdisc add dev lo root tbf rate "$rate" burst "$burst" latency 500ms
     fi
     for cfg in "adams:--optimizer adams" "scape_0.1:--optimizer scape --density 0.1 --density-warmup 0" \
-               "scape_0.01:--optimizer scape --density 0.01 --density-warmup 0"; do
+               "scape_0.01:--optimizer scape --density 0.01 --density-warmup 0" \
+               "scape_0.01_1bit:--optimizer scape --density 0.01 --density-warmup 0 --scape-mask-coding none"; do
         name=${cfg%%:*}; dir=$OUT/${rate}_$name
         rm -rf "$dir"
         echo "== $rate $name ($(date -u +%H:%M:%S))" >&2
@@ -138,23 +140,24 @@ for line in open(tsv):
                            sent=sum(e["comm_bytes_sent"] for e in tr), q=int(qbytes))
     if rate not in order: order.append(rate)
 print("model %s, %d ranks over TCP on one tbf-shaped loopback (rate = total over all ranks); median ms of steps 2..:" % (model, N))
-print("%-10s %10s %10s %10s %12s %12s %24s" % ("rate", "adams ms", "s0.1 ms", "s0.01 ms", "speedup 0.1", "speedup 0.01", "link bytes / counted"))
+print("%-10s %10s %10s %10s %12s %12s %12s %15s %30s" % ("rate", "adams ms", "s0.1 ms", "s0.01 ms", "s0.01 1bit ms",
+      "speedup 0.1", "speedup 0.01", "sp. 0.01 1bit", "link bytes / counted"))
 ok = True
 for rate in order:
-    a, s1, s2 = (res[rate, n] for n in ("adams", "scape_0.1", "scape_0.01"))
+    a, s1, s2, s3 = (res[rate, n] for n in ("adams", "scape_0.1", "scape_0.01", "scape_0.01_1bit"))
     chk = []
     if rate != "unlimited":
-        for v in (a, s1, s2):
+        for v in (a, s1, s2, s3):
             ratio = v["q"] / (N * v["sent"]) if v["sent"] else float("nan")
             chk.append("%.2f" % ratio)
             if not ratio >= 0.9: ok = False
-    print("%-10s %10.1f %10.1f %10.1f %11.2fx %11.2fx %24s" % (rate, a["ms"], s1["ms"], s2["ms"], a["ms"] / s1["ms"],
-                                                            a["ms"] / s2["ms"], "/".join(chk) or "(not shaped)"))
+    print("%-10s %10.1f %10.1f %10.1f %12.1f %11.2fx %11.2fx %14.2fx %30s" % (rate, a["ms"], s1["ms"], s2["ms"], s3["ms"],
+          a["ms"] / s1["ms"], a["ms"] / s2["ms"], a["ms"] / s3["ms"], "/".join(chk) or "(not shaped)"))
 print("(link bytes / counted: bytes the qdisc sent during the run over N x the trainer's comm_bytes_sent summed over"
       " steps; >= 1 means every counted byte crossed the shaped link, the excess is TCP/IP headers, validation and start-up)")
 if not ok:
     print("WARNING: some runs moved fewer bytes over the shaped link than the trainers counted: traffic bypassed it")
-for name in ("scape_0.1", "scape_0.01"):
+for name in ("scape_0.1", "scape_0.01", "scape_0.01_1bit"):
     pts = sorted(((bits_per_s(r), res[r, "adams"]["ms"] / res[r, name]["ms"]) for r in order), key=lambda p: -p[0])
     wins = [bps for bps, s in pts if s > 1]
     if len(wins) == len(pts):

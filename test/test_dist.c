@@ -586,6 +586,55 @@ TEST(topk_ef_conservation_average_fill_in_identical_state_and_formula_bytes) {
     toy_free(&m);
 }
 
+/* --scape-mask-coding auto: the coded mask all-gather changes no bit of the training (params, m, r and both masks
+ * after every step equal those of the 1-bit all-gather, on any number of ranks), and its bytes are counted once,
+ * when the next step collects the mask: the coded segments' lengths plus 8 bytes a rank, never more than the
+ * bitmask plus those headers. Density 0.01 with a warm-up, so raw, Rice and XOR segments all occur. */
+TEST(coded_masks_change_no_bit_and_count_their_bytes) {
+    Toy a, b;
+    toy_build(&a);
+    toy_build(&b);
+    size_t P = a.tab.total;
+    DistConfig plain = sparse_config(), coded = sparse_config();
+    plain.density = coded.density = 0.01f;
+    coded.mask_coding = 1;
+    DistOptim *da = distopt_create(&a.tab, a.p, a.g, &plain), *db = distopt_create(&b.tab, b.p, b.g, &coded);
+    CommStats k[COMM_NKINDS];
+    comm_stats_take_kind(k);
+    for (int t = 1; t <= 9; t++) {
+        /* each step's next mask is collected right away (distopt_mask(., 1)), so its bytes fall in the same step */
+        train_step(da, &a, t);
+        const uint8_t *na = distopt_mask(da, 1);
+        comm_stats_take_kind(k);
+        uint64_t plain_gather = k[COMM_ALLGATHER].bytes_sent;
+        train_step(db, &b, t);
+        const uint8_t *nb = distopt_mask(db, 1);
+        comm_stats_take_kind(k);
+        uint64_t coded_gather = k[COMM_ALLGATHER].bytes_sent;
+        CHECK(memcmp(a.p, b.p, P * 4) == 0, "step %d: params differ (max rel %g)", t, max_rel_diff(a.p, b.p, P));
+        CHECK(memcmp(distopt_moment(da), distopt_moment(db), P * 4) == 0, "step %d: m differs", t);
+        CHECK(memcmp(distopt_residual(da), distopt_residual(db), P * 4) == 0, "step %d: r differs", t);
+        CHECK(memcmp(distopt_mask(da, 0), distopt_mask(db, 0), mask_bytes(P)) == 0, "step %d: current mask differs", t);
+        CHECK(na && nb && memcmp(na, nb, mask_bytes(P)) == 0, "step %d: next mask differs", t);
+        uint64_t bound = (mask_bytes(P) + (uint64_t)N * 9) * (uint64_t)(N - 1) / (uint64_t)N;
+        /* step 1 makes M_1 and M_2 (both collected within it): allow twice */
+        CHECK(coded_gather <= (t == 1 ? 2 : 1) * bound, "step %d: coded mask all-gather %llu bytes, bound %llu (1-bit: %llu)", t,
+              (unsigned long long)coded_gather, (unsigned long long)bound, (unsigned long long)plain_gather);
+        CHECK(N == 1 || coded_gather > 0, "step %d: the coded all-gather was not counted", t);
+    }
+    distopt_free(da);
+    distopt_free(db);
+    toy_free(&a);
+    toy_free(&b);
+}
+
+static DistConfig coded_config(void) {
+    DistConfig c = sparse_config();
+    c.density = 0.01f;
+    c.mask_coding = 1;
+    return c;
+}
+
 /* SCAPE.md 9.8 at the dist level: save after step 3, resume into a fresh optimizer, continue == uninterrupted */
 static void save_resume_case(const char *test_name_, DistConfig cfg) {
     Toy a, b;
@@ -620,6 +669,7 @@ static void save_resume_case(const char *test_name_, DistConfig cfg) {
 
 TEST(inv8_scape_save_resume_continues_bit_identically) { save_resume_case(test_name_, sparse_config()); }
 TEST(scape_bf16_payload_save_resume_continues_bit_identically) { save_resume_case(test_name_, bf16_config()); }
+TEST(scape_coded_masks_save_resume_continues_bit_identically) { save_resume_case(test_name_, coded_config()); }
 TEST(topk_ef_save_resume_continues_bit_identically) { save_resume_case(test_name_, topk_config()); }
 TEST(dense_adamw_zero1_save_resume_continues_bit_identically) {
     DistConfig c = config(OPT_ADAMW);
@@ -966,6 +1016,8 @@ int main(int argc, char **argv) {
     MPI_RUN_TEST(scape_bf16_payload_loses_nothing_into_the_residual_and_halves_the_bytes);
     MPI_RUN_TEST(scape_bf16_payload_at_density_one_tracks_dense_adams);
     MPI_RUN_TEST(scape_bf16_payload_save_resume_continues_bit_identically);
+    MPI_RUN_TEST(coded_masks_change_no_bit_and_count_their_bytes);
+    MPI_RUN_TEST(scape_coded_masks_save_resume_continues_bit_identically);
     MPI_RUN_TEST(nonfinite_gradient_skips_scape_bf16_step_unchanged);
     MPI_RUN_TEST(dense_adamw_zero1_save_resume_continues_bit_identically);
     MPI_RUN_TEST(inv9_dense_adamw_n_ranks_equals_one_rank_full_batch);

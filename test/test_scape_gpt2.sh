@@ -98,7 +98,7 @@ else fail zero1_equals_no_zero_3_ranks "$(tail -2 "$TMP/nozero3.out" "$TMP/zero3
 #    all-gather of the owners' byte-padded segments S(N-1)/N, plus the trainer's control traffic: one max-i64
 #    all-reduce (non-finite flag, 2*8(N-1)/N) and the f64 mean-loss sum (an all-gather, 8(N-1)). Counters sum the
 #    numerators and divide by N once.
-if run bytes4 4 --batch 2 --optimizer scape --density 0.1; then
+if run bytes4 4 --batch 2 --optimizer scape --density 0.1 --scape-mask-coding none; then
     if msg=$($PY - "$TMP/bytes4/log.jsonl" $MODEL 4 0.1 <<'PYEOF' 2>&1
 import json, sys, math, re
 log, model, N, d = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
@@ -138,6 +138,32 @@ print("K=%d P=%d bytes=%d" % (K, P, want))
 PYEOF
     ); then ok scape_comm_bytes_sent_match_section_6_formula_4_ranks; else fail scape_comm_bytes_sent_match_section_6_formula_4_ranks "$msg"; fi
 else fail scape_comm_bytes_sent_match_section_6_formula_4_ranks "$(tail -2 "$TMP/bytes4.out")"; fi
+
+# 6b. coded masks (--scape-mask-coding auto, the default) against the 1-bit all-gather, 4 ranks, d = 0.01 after a
+#     2-step warm-up: identical losses and model file; the same payload bytes; the mask all-gather at least 4x
+#     smaller from step 4 on (d 0.01: H(d) = 0.08 bits per parameter, less once consecutive masks overlap); and a
+#     damaged coded segment (test hook: rank 2, which owns no parameters of this model, sends an empty segment
+#     with a byte too many) ends the job with one line naming rank 2.
+if run code_none 4 --batch 2 --optimizer scape --density 0.01 --density-warmup 2 --scape-mask-coding none \
+   && run code_auto 4 --batch 2 --optimizer scape --density 0.01 --density-warmup 2; then
+    if msg=$(compare code_none code_auto 0 0 0 2>&1) && cmp -s "$(ls -d "$TMP"/code_none/ckpt_* | tail -1)/model.bin" \
+        "$(ls -d "$TMP"/code_auto/ckpt_* | tail -1)/model.bin" && msg2=$($PY - "$TMP/code_none/log.jsonl" "$TMP/code_auto/log.jsonl" <<'PYEOF' 2>&1
+import json, sys
+a, b = ([e for e in map(json.loads, open(f)) if e["event"] == "train"] for f in sys.argv[1:3])
+if [e["comm_allreduce_bytes"] for e in a] != [e["comm_allreduce_bytes"] for e in b]: sys.exit("payload bytes differ")
+ratios = [x["comm_allgather_bytes"] / max(1, y["comm_allgather_bytes"]) for x, y in zip(a, b) if x["step"] >= 4]
+if not ratios or min(ratios) < 4: sys.exit("mask all-gather bytes 1-bit / coded per step %s (want >= 4)" % [round(r, 1) for r in ratios])
+print("mask bytes %d -> %d per step (%.1fx)" % (a[-1]["comm_allgather_bytes"], b[-1]["comm_allgather_bytes"], min(ratios)))
+PYEOF
+    ); then ok "scape_coded_masks_identical_training_fewer_bytes_4_ranks ($msg2)"
+    else fail scape_coded_masks_identical_training_fewer_bytes_4_ranks "$msg $msg2"; fi
+else fail scape_coded_masks_identical_training_fewer_bytes_4_ranks "$(tail -2 "$TMP/code_none.out" "$TMP/code_auto.out")"; fi
+if SCAPE_TEST_CORRUPT_MASK=2 "${MPI[@]}" -x SCAPE_TEST_CORRUPT_MASK -np 4 "${RUN[@]}" --out "$TMP/corrupt" --batch 2 \
+        --optimizer scape --density 0.01 > "$TMP/corrupt.out" 2>&1; then
+    fail scape_damaged_coded_mask_stops_naming_the_rank "the run succeeded"
+elif [ "$(grep -c '^error: mask all-gather: rank 2' "$TMP/corrupt.out")" -ge 1 ] && ! grep -q 'rank [013].s coded' "$TMP/corrupt.out"; then
+    ok scape_damaged_coded_mask_stops_naming_the_rank
+else fail scape_damaged_coded_mask_stops_naming_the_rank "$(grep -m2 error "$TMP/corrupt.out")"; fi
 
 # 7. a rank killed mid-training (SIGKILL) ends the job non-zero within the timeout
 "${MPI[@]}" -np 2 "${RUN[@]}" --out "$TMP/kill" --batch 2 --optimizer scape --density 0.1 --steps 100000 > "$TMP/kill.out" 2>&1 &

@@ -604,6 +604,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     dc.density_warmup = c->density_warmup;
     dc.exclude_norms = c->scape_exclude_norms;
     dc.payload_bf16 = strcmp(c->scape_payload, "bf16") == 0;
+    dc.mask_coding = strcmp(c->scape_mask_coding, "auto") == 0;
     UpdaterConfig uc;
     memset(&uc, 0, sizeof uc);
     uc.dist = dc;
@@ -715,6 +716,10 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
             jlog_num(r->log, "mfu", r->m->flops_per_token * tok_s / ((double)c->peak_flops * r->world));
         jlog_int(r->log, "comm_bytes_sent", (int64_t)cs.bytes_sent);
         jlog_int(r->log, "comm_bytes_recv", (int64_t)cs.bytes_recv);
+        /* by collective: all-reduces (gradients, SCAPE's payload) and all-gathers (SCAPE's masks, ZeRO-1's
+         * parameters, topk-ef's pairs); a coded SCAPE mask is counted when the next step collects it */
+        jlog_int(r->log, "comm_allreduce_bytes", (int64_t)cs.bytes_sent_kind[COMM_ALLREDUCE]);
+        jlog_int(r->log, "comm_allgather_bytes", (int64_t)cs.bytes_sent_kind[COMM_ALLGATHER]);
         jlog_num(r->log, "comm_wait_ms", cs.wait_ms);
         jlog_num(r->log, "comm_busy_ms", cs.busy_ms); /* comm thread time in collectives (scape/comm.h) */
         jlog_num(r->log, "density", density);

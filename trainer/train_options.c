@@ -74,6 +74,10 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
         {"scape-payload", ARG_STRING, &c->scape_payload, "fp32", 0, 0, "fp32|bf16",
          "SCAPE payload precision on the wire: bf16 halves the all-reduce bytes, its rounding error is kept in the "
          "residual (SCAPE.md section 7)", 0},
+        {"scape-mask-coding", ARG_STRING, &c->scape_mask_coding, "auto", 0, 0, "none|auto",
+         "SCAPE mask all-gather: auto codes each owner's mask segment (gaps, Golomb-Rice; or the change from the "
+         "last mask; or raw bits, whichever is smallest: scape/mask_code.h), none sends 1 bit per parameter; "
+         "results identical (the host update; the device update sends 1 bit)", 0},
         {"scape-exclude-norms", ARG_INT, &c->scape_exclude_norms, "1", 0, 1, NULL,
          "1: norm gains and biases stay dense under SCAPE / topk-ef", 0},
         {"mask-stats-every", ARG_INT, &c->mask_stats_every, "0", 0, IMAX, NULL,
