@@ -59,13 +59,15 @@ static void set_value(ArgSpec *s, const char *text) {
         }
         break;
     }
-    case ARG_FLOAT: {
+    case ARG_FLOAT:
+    case ARG_DOUBLE: {
         errno = 0;
         double x = strtod(text, &end);
         if (end == text || *end != '\0' || errno == ERANGE || !isfinite(x))
             args_error("--%s: '%s' is not a number", s->name, text);
         check_range(s, x, text);
-        *(float *)s->field = (float)x;
+        if (s->type == ARG_FLOAT) *(float *)s->field = (float)x;
+        else *(double *)s->field = x;
         break;
     }
     case ARG_STRING:
@@ -129,7 +131,7 @@ void args_print_help(FILE *out, const ArgSpec *specs, int n, const char *usage, 
     for (int i = 0; i < n; i++) {
         const ArgSpec *s = &specs[i];
         const char *meta = s->type == ARG_INT || s->type == ARG_U64 ? " N"
-                           : s->type == ARG_FLOAT                   ? " X"
+                           : s->type == ARG_FLOAT || s->type == ARG_DOUBLE ? " X"
                            : s->type == ARG_STRING                  ? " S"
                                                                     : "";
         char left[64];
@@ -137,7 +139,7 @@ void args_print_help(FILE *out, const ArgSpec *specs, int n, const char *usage, 
         fprintf(out, "  %-24s %s", left, s->help);
         if (s->type == ARG_STRING && s->choices) fprintf(out, " (%s)", s->choices);
         if (s->type != ARG_FLAG) fprintf(out, " [default %s]", s->def && s->def[0] ? s->def : "none");
-        if (s->type == ARG_INT || s->type == ARG_U64 || s->type == ARG_FLOAT)
+        if (s->type == ARG_INT || s->type == ARG_U64 || s->type == ARG_FLOAT || s->type == ARG_DOUBLE)
             fprintf(out, " [range %.15g..%.15g]", s->min, s->max);
         fputc('\n', out);
     }

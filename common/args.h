@@ -16,6 +16,7 @@ typedef enum {
     ARG_INT,    /* int field; min/max apply */
     ARG_U64,    /* uint64_t field (seeds); min/max apply */
     ARG_FLOAT,  /* float field; min/max apply */
+    ARG_DOUBLE, /* double field; min/max apply (values whose decimal spelling matters, e.g. densities) */
     ARG_STRING, /* const char * field; `choices` ("adamw|adams|scape") restricts it when non-NULL */
     ARG_FLAG    /* int field set to 1 when present; takes no value; default 0 */
 } ArgType;

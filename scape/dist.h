@@ -23,8 +23,8 @@ typedef struct {
     OptimConfig opt;       /* kind (adamw, adams, scape, topk-ef), beta1, beta2, eps, weight_decay */
     float clip;            /* global-norm clip threshold, 0 = off */
     int zero;              /* 1: ZeRO-1 sharding (dense optimizers) */
-    float density;         /* SCAPE / topk-ef target density d in (0, 1] */
-    float density_start;   /* d_start, default 1 */
+    double density;        /* SCAPE / topk-ef target density d in (0, 1] (double: k = floor(d n) in double) */
+    double density_start;  /* d_start, default 1 */
     int density_warmup;    /* W steps of geometric warm-up, 0 = none */
     int exclude_norms;     /* 1 (default): norm gains and biases always dense */
     int payload_bf16;      /* SCAPE only: 1 sends the payload in bf16 (SCAPE.md section 7), see distopt_create */

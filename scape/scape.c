@@ -46,14 +46,14 @@ void owner_table_free(OwnerTable *o) {
     memset(o, 0, sizeof *o);
 }
 
-double scape_density(float d, float d_start, int W, int t) {
-    if (W <= 0 || t >= W) return (double)d;
-    double f = (double)t / (double)W;
-    return (double)d_start * pow((double)d / (double)d_start, f);
+double scape_density(double d, double d_start, int W, int t) {
+    if (W <= 0 || t - 1 >= W) return d;
+    double f = (double)(t - 1) / (double)W;
+    return d_start * pow(d / d_start, f);
 }
 
 size_t scape_k(double d, size_t n) {
-    double k = floor(d * (double)n + 1e-6);
+    double k = floor(d * (double)n);
     if (k < 1) k = 1;
     if (k > (double)n) k = (double)n;
     return (size_t)k;

@@ -31,11 +31,11 @@ typedef struct {
 void owner_table_build(OwnerTable *o, const ParamTable *tab, int world);
 void owner_table_free(OwnerTable *o);
 
-/* Density at step t >= 1 (SCAPE.md section 5): d_start * (d / d_start)^min(1, t / W), in double; W <= 0 or
- * t >= W gives exactly d. */
-double scape_density(float d, float d_start, int W, int t);
-/* k_s = max(1, floor(d * n)) clamped to n (SCAPE.md section 3 item 8). A 1e-6 slack absorbs the float
- * rounding of d itself, so d = 0.7f on 10 elements gives 7. */
+/* Density at step t >= 1 (SCAPE.md section 5 as the authors' reducer runs it): d_start * (d / d_start)^min(1,
+ * (t - 1) / W), in double, so step 1 runs at d_start and steps t > W at exactly d; W <= 0 gives d throughout. */
+double scape_density(double d, double d_start, int W, int t);
+/* k_s = max(1, floor(d * n)) clamped to n (SCAPE.md section 3 item 8), the product in double as the authors'
+ * Python computes int(d * numel): scape_k(0.01, 32000 * 1536) = 491520. */
 size_t scape_k(double d, size_t n);
 
 /* Bytes of slack every mask buffer read with mask_load64 carries after its mask_bytes(P). */

@@ -48,9 +48,8 @@ def rel(a, ref):
     return float(np.max(np.abs(a - ref) / (np.abs(ref) + 1e-3 * max(1.0, float(np.max(np.abs(ref)))))))
 
 
-def density(d, d0, W, t):  # SCAPE.md section 5
-    d = float(np.float32(d)); d0 = float(np.float32(d0))
-    return d if W <= 0 or t >= W else d0 * (d / d0) ** (t / W)
+def density(d, d0, W, t):  # SCAPE.md section 5 as the authors' reducer: (t - 1) / W, step 1 at d0
+    return d if W <= 0 or t - 1 >= W else d0 * (d / d0) ** ((t - 1) / W)
 
 
 def topk_mask(x, k):
@@ -68,7 +67,7 @@ def make_mask(c_by_rank, slices, owners, dens):
             M[off:off + n] = True
             continue
         owner = [i for i, (lo, hi) in enumerate(owners) if lo <= off < hi][0]
-        k = max(1, int(math.floor(dens * n + 1e-6)))  # floor(d |s|), robust to d n landing just below an integer
+        k = max(1, int(math.floor(dens * n)))  # floor(d |s|) in double, as the authors' int(d * numel)
         M[off:off + n] = topk_mask(c_by_rank[owner][off:off + n], min(k, n))
     return M
 

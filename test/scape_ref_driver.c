@@ -25,7 +25,7 @@ int main(int argc, char **argv) {
     comm_init(&argc, &argv);
     if (argc != 6) fatal("usage: %s OUT_PREFIX STEPS DENSITY WARMUP CLIP", argv[0]);
     int steps = atoi(argv[2]);
-    float dens = (float)atof(argv[3]);
+    double dens = atof(argv[3]);
     int warm = atoi(argv[4]);
     float clip = (float)atof(argv[5]);
     int rank = comm_rank(), world = comm_world();

@@ -189,12 +189,21 @@ TEST(owner_table_is_contiguous_balanced_and_complete) {
     toy_free(&m);
 }
 
+/* SCAPE.md section 5 as the authors' reducer runs it: (t - 1) / W, so step 1 runs at d_start and step W + 1 is the
+ * first at d; k in double as their int(d * numel). */
 TEST(density_schedule_is_geometric_warmup) {
-    CHECK(scape_density(0.01f, 1.0f, 100, 0) == 1.0, "d(0) expected 1, got %g", scape_density(0.01f, 1.0f, 100, 0));
-    double mid = scape_density(0.01f, 1.0f, 100, 50);
-    CHECK(fabs(mid - sqrt((double)0.01f)) < 1e-12, "d(W/2) expected sqrt(d) %g, got %g", sqrt((double)0.01f), mid);
-    CHECK(scape_density(0.01f, 1.0f, 100, 100) == (double)0.01f && scape_density(0.01f, 1.0f, 100, 5000) == (double)0.01f, "d(t >= W) is not d");
-    CHECK(scape_k(0.7f, 10) == 7 && scape_k(0.01, 50) == 1 && scape_k(1.0, 9) == 9, "k: expected 7 1 9, got %zu %zu %zu", scape_k(0.7f, 10), scape_k(0.01, 50), scape_k(1.0, 9));
+    CHECK(scape_density(0.01, 1.0, 100, 1) == 1.0, "d(1) expected d_start 1, got %g", scape_density(0.01, 1.0, 100, 1));
+    CHECK(scape_density(0.01, 0.5, 100, 1) == 0.5, "d(1) expected d_start 0.5, got %g", scape_density(0.01, 0.5, 100, 1));
+    double mid = scape_density(0.01, 1.0, 100, 51);
+    CHECK(fabs(mid - 0.1) < 1e-12, "d(W/2 + 1) expected sqrt(d) 0.1, got %.17g", mid);
+    CHECK(scape_density(0.01, 1.0, 100, 100) > 0.01, "d(W) is already d: the schedule runs one step ahead");
+    CHECK(scape_density(0.01, 1.0, 100, 101) == 0.01 && scape_density(0.01, 1.0, 100, 5000) == 0.01, "d(t > W) is not d");
+    CHECK(scape_density(0.01, 1.0, 0, 1) == 0.01, "no warm-up: d(1) expected d");
+    CHECK(scape_k(0.7, 10) == 7 && scape_k(0.01, 50) == 1 && scape_k(1.0, 9) == 9, "k: expected 7 1 9, got %zu %zu %zu",
+          scape_k(0.7, 10), scape_k(0.01, 50), scape_k(1.0, 9));
+    CHECK(scape_k(0.01, 32000u * 1536u) == 491520, "k(0.01, 32000 x 1536) expected 491520, got %zu (a float density "
+          "gives 491519)", scape_k(0.01, 32000u * 1536u));
+    CHECK(scape_k(0.29, 100) == 28, "k(0.29, 100) expected 28 as Python's int(0.29 * 100), got %zu", scape_k(0.29, 100));
 }
 
 /* ---- invariants ---- */
@@ -358,7 +367,8 @@ TEST(inv6_one_payload_allreduce_and_one_mask_allgather_per_step_with_formula_byt
         comm_stats_take_kind(k);
         uint64_t K = mask_count(distopt_mask(d, 0), 0, P);
         CHECK(distopt_payload_count(d) == K, "step %d: payload count %zu, mask has %llu", t, distopt_payload_count(d), (unsigned long long)K);
-        uint64_t ngather = t == 1 ? 2 : 1;
+        /* step 1 gathers its own mask first when it starts below density 1 (here d(1) = d_start = 1: it does not) */
+        uint64_t ngather = t == 1 && scape_density(cfg.density, cfg.density_start, cfg.density_warmup, 1) < 1.0 ? 2 : 1;
         uint64_t ar = 2ull * 4 * K * (uint64_t)(N - 1) / (uint64_t)N, ag = ngather * seg * (uint64_t)(N - 1) / (uint64_t)N;
         CHECK(k[COMM_ALLREDUCE].calls == (uint64_t)m.tab.num_buckets, "step %d: %llu payload all-reduces, expected one per bucket (%d)", t,
               (unsigned long long)k[COMM_ALLREDUCE].calls, m.tab.num_buckets);

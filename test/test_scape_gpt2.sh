@@ -114,10 +114,8 @@ for n, k, dec in per:
 tab += [("lnfw", C, 0), ("lnfb", C, 0)]
 P = sum(t[1] for t in tab)
 offs = [sum(t[1] for t in tab[:i]) for i in range(len(tab))]
-# K: per slice max(1, floor(d n + 1e-6)) (scape_k), dense (all) for norm gains and biases
-import struct
-d32 = struct.unpack("f", struct.pack("f", d))[0]   # --density is a float
-K = sum(n if not dec else min(n, max(1, math.floor(d32 * n + 1e-6))) for _, n, dec in tab)
+# K: per slice max(1, floor(d n)) in double (scape_k), dense (all) for norm gains and biases
+K = sum(n if not dec else min(n, max(1, math.floor(d * n))) for _, n, dec in tab)
 # owners: boundary r = the slice start nearest r P / N (ties to the earlier), scape.c owner_table_build
 first = [0]; s = 0
 for r in range(1, N):

@@ -22,7 +22,7 @@ typedef struct {
     int ckpt_every, keep_ckpts;
     uint64_t seed;
     int threads, shuffle, zero;
-    float density, density_start;
+    double density, density_start; /* double: k = floor(d n) must see the density as typed (0.01, not 0.01f) */
     int density_warmup, scape_exclude_norms, scape_offload_residual;
     int mask_stats_every; /* log a "mask" event every N steps (scape/dist.h DistMaskStats), 0 = off */
     float peak_flops;

@@ -63,9 +63,9 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
          "(scape/dist.h on host buffers; the only one of the CPU trainers, and of topk-ef), auto (device where "
          "the trainer has one for the optimizer)", 0},
         {"zero", ARG_FLAG, &c->zero, NULL, 0, 1, NULL, "ZeRO-1: shard the dense optimizer state over ranks", 0},
-        {"density", ARG_FLOAT, &c->density, "1.0", 1e-6, 1, NULL, "SCAPE / topk-ef target density d (0.01 = 99% sparse)", 0},
-        {"density-start", ARG_FLOAT, &c->density_start, "1.0", 1e-6, 1, NULL,
-         "SCAPE / topk-ef density at step 1 of the warm-up", 0},
+        {"density", ARG_DOUBLE, &c->density, "1.0", 1e-6, 1, NULL, "SCAPE / topk-ef target density d (0.01 = 99% sparse)", 0},
+        {"density-start", ARG_DOUBLE, &c->density_start, "1.0", 1e-6, 1, NULL,
+         "SCAPE / topk-ef density d_start at step 1 of the warm-up", 0},
         {"density-warmup", ARG_INT, &c->density_warmup, "0", 0, IMAX, NULL,
          "SCAPE / topk-ef geometric density warm-up steps", 0},
         {"scape-offload-residual", ARG_FLAG, &c->scape_offload_residual, NULL, 0, 1, NULL,
