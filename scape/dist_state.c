@@ -144,7 +144,7 @@ int distopt_dense_blob_load(OptimizerKind kind, size_t P, int world, size_t lo, 
     if (n_blobs < 1) fatal("distopt_load: no optimizer state given");
     BlobHeader h0 = check_blob_kind(kind, P, blobs[0], sizes[0], 0);
     for (int i = 1; i < n_blobs; i++) check_blob_kind(kind, P, blobs[i], sizes[i], i);
-    if (n_blobs == 1 && h0.world != world && (h0.lo > lo || h0.hi < hi))
+    if (n_blobs < h0.world && h0.world != world && (h0.lo > lo || h0.hi < hi))
         fatal("optimizer state was saved by %d ranks, this run has %d; pass the state of all %d saved ranks", h0.world, world, h0.world);
     dense_assemble(kind, lo, hi, m, v, blobs, n_blobs);
     return h0.last_t;
@@ -207,7 +207,7 @@ int distopt_scape_blob_load(size_t P, int world, int rank, float *r, uint8_t *ma
     if (n_blobs < 1) fatal("distopt_load: no optimizer state given");
     BlobHeader h0 = check_blob_kind(OPT_SCAPE, P, blobs[0], sizes[0], 0);
     for (int i = 1; i < n_blobs; i++) check_blob_kind(OPT_SCAPE, P, blobs[i], sizes[i], i);
-    if (n_blobs == 1 && h0.world != world)
+    if (n_blobs < h0.world && h0.world != world) /* a 1-rank checkpoint's one blob is all of them */
         fatal("optimizer state was saved by %d ranks, this run has %d; pass the state of all %d saved ranks", h0.world, world, h0.world);
     const size_t PB = mask_bytes(P);
     load_residual_into(r, P, world, rank, blobs, n_blobs, h0.world);
@@ -239,7 +239,7 @@ void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, i
     if (n_blobs < 1) fatal("distopt_load: no optimizer state given");
     BlobHeader h0 = check_blob(d, blobs[0], sizes[0], 0);
     for (int i = 1; i < n_blobs; i++) check_blob(d, blobs[i], sizes[i], i);
-    if (n_blobs == 1 && h0.world != d->world && (h0.kind == OPT_SCAPE || h0.kind == OPT_TOPK_EF || h0.lo > d->slo || h0.hi < d->shi))
+    if (n_blobs < h0.world && h0.world != d->world && (h0.kind == OPT_SCAPE || h0.kind == OPT_TOPK_EF || h0.lo > d->slo || h0.hi < d->shi))
         fatal("optimizer state was saved by %d ranks, this run has %d; pass the state of all %d saved ranks", h0.world, d->world, h0.world);
     comm_wait(d->next_h);
     d->next_h = 0;

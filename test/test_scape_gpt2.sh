@@ -183,6 +183,12 @@ if run w42 2 --batch 2 --optimizer scape --density 0.1 --density-start 1 --densi
    && [ "$(grep -c "note: resuming a 4-rank checkpoint on 2 ranks" "$TMP/w42.out")" = 1 ] && [ -s "$TMP/w42/ckpt_6/model.bin" ]; then
     ok scape_resume_4_rank_checkpoint_on_2_ranks
 else fail scape_resume_4_rank_checkpoint_on_2_ranks "$(grep -E 'note|error' "$TMP/w42.out" | head -2)"; fi
+# 8b. a 1-rank SCAPE checkpoint continues on 2 ranks (its one state file is every saved rank's: each new rank starts
+#     from its residual, the mean over the one saved rank)
+if run w12 2 --batch 2 --optimizer scape --density 0.1 --density-start 1 --density-warmup 3 --resume "$TMP/res1.a/ckpt_3" \
+   && [ "$(grep -c "note: resuming a 1-rank checkpoint on 2 ranks" "$TMP/w12.out")" = 1 ] && [ -s "$TMP/w12/ckpt_6/model.bin" ]; then
+    ok scape_resume_1_rank_checkpoint_on_2_ranks
+else fail scape_resume_1_rank_checkpoint_on_2_ranks "$(grep -E 'note|error' "$TMP/w12.out" | head -2)"; fi
 
 # 9. topk-ef (top-k of raw gradients with error feedback into AdamW) at density 1 == dense AdamW, 2 ranks, bit for
 #    bit (the sum of two ranks' values cannot depend on order), and every rank ends identical under sparse topk-ef
@@ -207,6 +213,11 @@ for np in 1 2; do
         else ok $name; fi
     else fail $name "$(tail -2 "$TMP/tres$np.a.out" "$TMP/tres$np.b.out")"; fi
 done
+# 10b. a 1-rank topk-ef checkpoint continues on 2 ranks (error feedback: the mean over the one saved rank)
+if run tw12 2 --batch 2 --optimizer topk-ef --density 0.1 --density-start 1 --density-warmup 3 --resume "$TMP/tres1.a/ckpt_3" \
+   && [ "$(grep -c "note: resuming a 1-rank checkpoint on 2 ranks" "$TMP/tw12.out")" = 1 ] && [ -s "$TMP/tw12/ckpt_6/model.bin" ]; then
+    ok topk_ef_resume_1_rank_checkpoint_on_2_ranks
+else fail topk_ef_resume_1_rank_checkpoint_on_2_ranks "$(grep -E 'note|error' "$TMP/tw12.out" | head -2)"; fi
 
 # 11. --mask-stats-every 2: one "mask" event per logged step (2, 4, 6) with per-tensor arrays of equal length and
 #     values in [0, 1]; SCAPE logs first-moment (_m) and raw-gradient (_g) masks, topk-ef only _g; off by default
