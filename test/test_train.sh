@@ -166,4 +166,12 @@ if "$TOY" --help > "$TMP/h.out" 2>&1 && grep -q -- '--resume S' "$TMP/h.out" && 
     ok help_exits_zero
 else fail help_exits_zero "$(head -3 "$TMP/h.out")"; fi
 
+# --- a density warm-up longer than the run says so in one line (it would never reach --density); a shorter one does not
+if "${RUN[@]}" --out "$TMP/dw" --optimizer scape --density 0.1 --density-warmup 50 > "$TMP/dw.out" 2>&1 \
+   && [ "$(grep -c '^note: --density-warmup 50 >= --steps 12, so the density never reaches --density 0.1' "$TMP/dw.out")" = 1 ] \
+   && "${RUN[@]}" --out "$TMP/dw2" --optimizer scape --density 0.1 --density-warmup 5 > "$TMP/dw2.out" 2>&1 \
+   && ! grep -q 'density-warmup' "$TMP/dw2.out"; then
+    ok density_warmup_longer_than_run_is_noted
+else fail density_warmup_longer_than_run_is_noted "$(grep -E 'note|error' "$TMP/dw.out" "$TMP/dw2.out" | head -3)"; fi
+
 [ "$failures" -eq 0 ]

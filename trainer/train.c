@@ -239,7 +239,8 @@ static double validate(Run *r, int step) {
  * forward runs on (1, len) so short contexts cost little. A sample starts as a training document does
  * (`tok shards` puts tokenizer_bos() before each one): with that token alone when there is no prompt; before
  * the prompt too when the tokenizer has a BOS of its own (Llama: <s>, <|begin_of_text|>, as Meta's and Hugging
- * Face's encoders add it). GPT-2 has none (its "bos" is its end-of-text), so its prompt stands alone, as in llm.c. */
+ * Face's encoders add it), unless the prompt spells it itself (--prompt '<|begin_of_text|>...'): one BOS either
+ * way. GPT-2 has none (its "bos" is its end-of-text), so its prompt stands alone, as in llm.c. */
 static void sample(Run *r, int step) {
     if (r->rank != 0) return;
     const TrainConfig *c = &r->c;
@@ -252,7 +253,7 @@ static void sample(Run *r, int step) {
     if (r->tok && c->prompt[0])
         n_prompt_text = tokenizer_encode(r->tok, c->prompt, strlen(c->prompt), 1, &prompt, &cap);
     /* the whole sequence: [bos] prompt, then the sampled tokens */
-    int lead = n_prompt_text == 0 || own_bos;
+    int lead = n_prompt_text == 0 || (own_bos && prompt[0] != bos);
     ids = xmalloc(((size_t)lead + n_prompt_text + (size_t)c->sample_tokens) * sizeof(int32_t), "sample tokens");
     if (lead) ids[n++] = bos;
     if (n_prompt_text) memcpy(ids + n, prompt, n_prompt_text * sizeof(int32_t));
@@ -477,6 +478,12 @@ static void log_start(Run *r, int start_step) {
         if (c->warmup >= c->steps)
             printf("note: --warmup %d >= --steps %d, so the learning rate never reaches --lr %g\n", c->warmup,
                    c->steps, c->lr);
+        /* the density reaches --density at step W + 1 (scape/scape.h scape_density) */
+        int sparse = !strcmp(c->optimizer, "scape") || !strcmp(c->optimizer, "topk-ef");
+        if (sparse && c->density < c->density_start && c->density_warmup >= c->steps)
+            printf("note: --density-warmup %d >= --steps %d, so the density never reaches --density %g (it ends at "
+                   "%.4g); shorten the warm-up or train longer\n", c->density_warmup, c->steps, c->density,
+                   r->u->density(r->u, c->steps));
         if (strncmp(r->u->desc, "host", 4) != 0) printf("update: %s\n", r->u->desc);
         if (r->ckpt_path[0]) printf("resuming from %s at step %d\n", r->ckpt_path, start_step);
         fflush(stdout);
