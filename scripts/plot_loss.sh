@@ -20,11 +20,12 @@ for log in "$@"; do
     [ -s "$log" ] || { echo "error: $log is missing or empty; pass the log.jsonl of a training run" >&2; exit 1; }
     name=$(basename "$(dirname "$log")")
     # last value per step wins (a resumed run may repeat steps after its checkpoint)
-    grep '"event": "train"' "$log" | sed -nE 's/.*"step": ([0-9]+), "train_loss": ([^,}]+).*/\1 \2/p' \
+    { grep '"event": "train"' "$log" || true; } | sed -nE 's/.*"step": ([0-9]+), "train_loss": ([^,}]+).*/\1 \2/p' \
         | awk '$2 != "null" { v[$1] = $2 } END { for (s in v) print s, v[s] }' | sort -n > "$tmp/train$i.dat"
-    grep '"event": "val"' "$log" | sed -nE 's/.*"step": ([0-9]+), "val_loss": ([^,}]+).*/\1 \2/p' \
+    { grep '"event": "val"' "$log" || true; } | sed -nE 's/.*"step": ([0-9]+), "val_loss": ([^,}]+).*/\1 \2/p' \
         | awk '$2 != "null" { v[$1] = $2 } END { for (s in v) print s, v[s] }' | sort -n > "$tmp/val$i.dat"
-    [ -s "$tmp/train$i.dat" ] || { echo "error: $log has no train events" >&2; exit 1; }
+    [ -s "$tmp/train$i.dat" ] || { echo "error: $log has no train events (the run stopped before its first step); nothing to plot" >&2; exit 1; }
+    [ -s "$tmp/val$i.dat" ] || echo "note: $log has no val events (a run with --eval-every 0, or one stopped before its first evaluation); plotting its train loss only" >&2
     plots+=("'$tmp/train$i.dat' using 1:2 with lines lw 1.5 lc $((i + 1)) title '$name train'")
     [ -s "$tmp/val$i.dat" ] && plots+=("'$tmp/val$i.dat' using 1:2 with linespoints pt 7 ps 0.8 dt 2 lc $((i + 1)) title '$name val'")
     i=$((i + 1))

@@ -20,15 +20,18 @@ for log in "$@"; do
     [ -s "$log" ] || { echo "error: $log is missing or empty; pass the log.jsonl of a training run" >&2; exit 1; }
     name=$(basename "$(dirname "$log")")
     for k in m g; do
-        grep '"event": "mask"' "$log" | sed -nE "s/.*\"step\": ([0-9]+),.*\"mean_jaccard_$k\": ([^,}]+).*/\1 \2/p" \
+        { grep '"event": "mask"' "$log" || true; } | sed -nE "s/.*\"step\": ([0-9]+),.*\"mean_jaccard_$k\": ([^,}]+).*/\1 \2/p" \
             | awk '$2 != "null" { v[$1] = $2 } END { for (s in v) print s, v[s] }' | sort -n > "$tmp/$k$i.dat"
     done
-    [ -s "$tmp/m$i.dat" ] || [ -s "$tmp/g$i.dat" ] || {
-        echo "error: $log has no mask events with a Jaccard; train with --mask-stats-every N (N >= 1)" >&2; exit 1; }
+    if ! [ -s "$tmp/m$i.dat" ] && ! [ -s "$tmp/g$i.dat" ]; then
+        [ $# -gt 1 ] && echo "note: $log has no mask events with a Jaccard (train with --mask-stats-every N, N >= 1; a SCAPE or topk-ef run); left out" >&2
+        continue
+    fi
     [ -s "$tmp/m$i.dat" ] && plots+=("'$tmp/m$i.dat' using 1:2 with linespoints pt 7 ps 0.6 lw 1.5 lc $((i + 1)) title '$name first-moment mask'")
     [ -s "$tmp/g$i.dat" ] && plots+=("'$tmp/g$i.dat' using 1:2 with linespoints pt 6 ps 0.6 lw 1.5 dt 2 lc $((i + 1)) title '$name raw-gradient mask'")
     i=$((i + 1))
 done
+[ ${#plots[@]} -gt 0 ] || { echo "error: none of the logs has mask events with a Jaccard; train with --mask-stats-every N (N >= 1)" >&2; exit 1; }
 plot_cmd=$(IFS=,; echo "${plots[*]}")
 gnuplot <<GP
 set terminal pngcairo size 1000,600 font ",11"

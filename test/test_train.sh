@@ -174,4 +174,14 @@ if "${RUN[@]}" --out "$TMP/dw" --optimizer scape --density 0.1 --density-warmup 
     ok density_warmup_longer_than_run_is_noted
 else fail density_warmup_longer_than_run_is_noted "$(grep -E 'note|error' "$TMP/dw.out" "$TMP/dw2.out" | head -3)"; fi
 
+# --- a log without validation events yet (a run still before its first evaluation: the plain run's log with its val
+#     events taken out) still plots its train loss, with one note saying what it lacks
+mkdir -p "$TMP/ne"
+if grep -v '"event": "val"' "$TMP/a/log.jsonl" > "$TMP/ne/log.jsonl" \
+   && scripts/plot_loss.sh "$TMP/ne.png" "$TMP/ne/log.jsonl" > "$TMP/ne.plot" 2>&1 \
+   && [ "$(head -c 8 "$TMP/ne.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] \
+   && [ "$(grep -c '^note: .* has no val events' "$TMP/ne.plot")" = 1 ]; then
+    ok plot_loss_plots_a_log_without_val_events
+else fail plot_loss_plots_a_log_without_val_events "$(cat "$TMP/ne.plot" 2>/dev/null | head -3)"; fi
+
 [ "$failures" -eq 0 ]
