@@ -35,7 +35,11 @@ fi
 mkdir -p "$OUT"
 
 launch=()
-if [ "$RANKS" -gt 1 ]; then launch=(mpirun --oversubscribe --bind-to none -np "$RANKS"); fi
+if [ "$RANKS" -gt 1 ]; then
+    # Open MPI refuses root without --allow-run-as-root, and more ranks than cores without --oversubscribe
+    launch=(mpirun --oversubscribe --bind-to none -np "$RANKS")
+    [ "$(id -u)" = 0 ] && launch+=(--allow-run-as-root)
+fi
 # shellcheck disable=SC2086
 "${launch[@]}" ./train_gpt --model "$MODEL" --batch "$BATCH" --seq "$SEQ" --steps "$STEPS" --lr "$LR" \
     --lr-floor "$LR_FLOOR" --warmup "$WARMUP" --optimizer "$OPTIMIZER" --eval-every "$EVAL_EVERY" \
