@@ -4,6 +4,9 @@
  * Shard format (llm.c's, so its prepared data sets load unchanged): a header of 256 little-endian int32,
  *   header[0] = magic, header[1] = version, header[2] = number of tokens n,
  *   magic 20240520 version 1: n uint16 tokens (GPT-2),  magic 20240801 version 7: n uint32 tokens (Llama 2/3);
+ *   header[3] = SHARD_TOKENIZER_MARK and header[4] = the tokenizer (1 gpt2, 2 llama2, 3 llama3) in shards this
+ *   runtime writes (`tok shards`), so a trainer can refuse data made for another vocabulary; llm.c's shards have
+ *   zeros there and load as before (no tokenizer known);
  * then exactly n tokens (file length = 1024 + n * token size, checked).
  *
  * A training window is B*T+1 consecutive tokens of one shard: inputs are the first B*T, targets the last B*T.
@@ -25,9 +28,16 @@
 #define SHARD_MAGIC_U32 20240801
 #define SHARD_VERSION_U32 7
 
+#define SHARD_TOKENIZER_MARK 20261202
+
 /* Writes a shard atomically (temp file in the same directory, fsync, rename): version 1 (uint16) if token_bytes
  * is 2, version 7 (uint32) if 4. tokens holds n ints; fatal() if an id does not fit the token size. */
 void shard_write(const char *path, const int32_t *tokens, size_t n, int token_bytes);
+/* The same, recording in the header which tokenizer ("gpt2", "llama2", "llama3"; NULL: none) made the tokens. */
+void shard_write_tokenizer(const char *path, const int32_t *tokens, size_t n, int token_bytes, const char *tokenizer);
+/* The tokenizer a shard records ("gpt2", "llama2", "llama3"), or NULL when it records none (llm.c's shards, or
+ * shards written before the field existed). fatal() naming the file on an unreadable header or an unknown code. */
+const char *shard_tokenizer(const char *path);
 
 /* Reads and validates a shard header; returns the token count and sets *token_bytes (2 or 4).
  * fatal() with the path and a fix for: missing file, bad magic, unknown version, length not matching n. */

@@ -68,7 +68,35 @@ static void write_failed(int fd, const char *tmp, const char *path, const char *
           strerror(err));
 }
 
+static const char *const TOKENIZER_CODES[] = {NULL, "gpt2", "llama2", "llama3"};
+
+const char *shard_tokenizer(const char *path) {
+    shard_check_header(path, NULL);
+    unsigned char header[20];
+    int fd = open(path, O_RDONLY);
+    if (fd < 0 || pread(fd, header, sizeof header, 0) != (ssize_t)sizeof header) {
+        int err = errno;
+        if (fd >= 0) close(fd);
+        fatal("cannot read the header of token shard %s: %s", path, strerror(err));
+    }
+    close(fd);
+    if (le32_get(header + 12) != SHARD_TOKENIZER_MARK) return NULL;
+    uint32_t code = le32_get(header + 16);
+    if (code == 0 || code >= sizeof TOKENIZER_CODES / sizeof TOKENIZER_CODES[0])
+        fatal("%s: unknown tokenizer code %u in the header; re-create the shard with this runtime's `tok shards`", path,
+              code);
+    return TOKENIZER_CODES[code];
+}
+
 void shard_write(const char *path, const int32_t *tokens, size_t n, int token_bytes) {
+    shard_write_tokenizer(path, tokens, n, token_bytes, NULL);
+}
+
+void shard_write_tokenizer(const char *path, const int32_t *tokens, size_t n, int token_bytes, const char *tokenizer) {
+    uint32_t code = 0;
+    for (uint32_t c = 1; tokenizer && c < sizeof TOKENIZER_CODES / sizeof TOKENIZER_CODES[0]; c++)
+        if (!strcmp(tokenizer, TOKENIZER_CODES[c])) code = c;
+    if (tokenizer && !code) fatal("%s: unknown tokenizer '%s' for the shard header; use gpt2, llama2 or llama3", path, tokenizer);
     if (token_bytes != 2 && token_bytes != 4)
         fatal("%s: token size %d bytes is not supported; use 2 (uint16, GPT-2) or 4 (uint32, Llama)", path,
               token_bytes);
@@ -98,6 +126,10 @@ void shard_write(const char *path, const int32_t *tokens, size_t n, int token_by
     le32_put(header + 0, token_bytes == 2 ? SHARD_MAGIC_U16 : SHARD_MAGIC_U32);
     le32_put(header + 4, token_bytes == 2 ? SHARD_VERSION_U16 : SHARD_VERSION_U32);
     le32_put(header + 8, (uint32_t)n);
+    if (code) {
+        le32_put(header + 12, SHARD_TOKENIZER_MARK);
+        le32_put(header + 16, code);
+    }
     if (write_all(fd, header, sizeof header) != 0) write_failed(fd, tmp, path, "writing the header");
 
     /* Encode in chunks so memory stays small for large shards. */

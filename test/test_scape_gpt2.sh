@@ -252,4 +252,22 @@ if out=$(scripts/plot_mask_stability.sh "$TMP/mask.png" "$TMP/ms_scape/log.jsonl
     ok plot_mask_stability_writes_png_and_refuses_logs_without_mask_events
 else fail plot_mask_stability_writes_png_and_refuses_logs_without_mask_events "$out"; fi
 
+# 12. shards tokenized for another vocabulary are refused before the first step, on 1 and 2 ranks (Llama 2's ids all
+#     lie below GPT-2's V, so the vocabulary check alone would let them train); shards of the model's own tokenizer
+#     train. `tok shards` records the tokenizer in the header; llm.c's shards record none and load as before.
+mkdir -p "$TMP/l2txt"
+for f in $(ls "$DATA"/sotu/txt/*.txt | sort | head -4); do cp "$f" "$TMP/l2txt/"; done
+if ./tok shards --data "$DATA" --model llama2 --out "$TMP/l2sh" --name x --val-percent 25 "$TMP/l2txt" > /dev/null 2>&1 \
+   && ./tok shards --data "$DATA" --model gpt2 --out "$TMP/g2sh" --name x --val-percent 25 "$TMP/l2txt" > /dev/null 2>&1; then
+    wrong=(--train "$TMP/l2sh/x_train_*.bin" --val "$TMP/l2sh/x_val_*.bin" --batch 2 --steps 2)
+    right=(--train "$TMP/g2sh/x_train_*.bin" --val "$TMP/g2sh/x_val_*.bin" --batch 2 --steps 2)
+    if ! "${RUN[@]}" --out "$TMP/wt1" "${wrong[@]}" > "$TMP/wt1.out" 2>&1 \
+       && [ "$(grep -c '^error: .*x_train_000000.bin was tokenized for llama2, but this gpt2 model' "$TMP/wt1.out")" = 1 ] \
+       && ! grep -q '^step ' "$TMP/wt1.out" && ! run wt2 2 "${wrong[@]}" \
+       && grep -q '^error: .* was tokenized for llama2' "$TMP/wt2.out" && ! grep -q '^step ' "$TMP/wt2.out" \
+       && "${RUN[@]}" --out "$TMP/rt1" "${right[@]}" > "$TMP/rt1.out" 2>&1; then
+        ok data_of_another_tokenizer_is_refused_before_the_first_step
+    else fail data_of_another_tokenizer_is_refused_before_the_first_step "$(grep -h error "$TMP/wt1.out" "$TMP/wt2.out" "$TMP/rt1.out" | head -3)"; fi
+else fail data_of_another_tokenizer_is_refused_before_the_first_step "tok shards failed"; fi
+
 [ "$failures" -eq 0 ]

@@ -520,12 +520,13 @@ typedef struct {
     size_t n, shard_tokens, total;
     int files;
     int token_bytes; /* 2 (GPT-2) or 4 (Llama) */
+    const char *tokenizer; /* recorded in every shard's header (dataloader.h) */
 } Writer;
 
 static void writer_flush(Writer *w) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s_%s_%06d.bin", w->out, w->prefix, w->split, w->files++);
-    shard_write(path, w->buf, w->n, w->token_bytes);
+    shard_write_tokenizer(path, w->buf, w->n, w->token_bytes, w->tokenizer);
     w->n = 0;
 }
 
@@ -603,8 +604,8 @@ static int cmd_shards(int argc, char **argv) {
         if (pthread_create(&tids[i], NULL, worker, &pool) != 0) fatal("tok shards: cannot start thread %d", i);
 
     Writer wt = {out, name, "train", xmalloc(per_shard * sizeof(int32_t), "shard buffer"), 0, per_shard, 0, 0,
-                 token_bytes};
-    Writer wv = {out, name, "val", NULL, 0, per_shard, 0, 0, token_bytes};
+                 token_bytes, model};
+    Writer wv = {out, name, "val", NULL, 0, per_shard, 0, 0, token_bytes, model};
     if (n_val) wv.buf = xmalloc(per_shard * sizeof(int32_t), "shard buffer");
     double last = t0;
     for (size_t i = 0; i < docs.n; i++) {

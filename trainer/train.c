@@ -235,6 +235,22 @@ static double validate(Run *r, int step) {
     return loss;
 }
 
+/* Every shard of spec that records its tokenizer (dataloader.h; `tok shards` writes it) must record the model's:
+ * ids of another vocabulary may all lie below V (Llama 2's 32000 < GPT-2's 50257) and would train silently.
+ * fatal() naming the shard, both tokenizers and the fix, before the first step, on every rank. */
+static void check_data_tokenizer(const char *spec, const char *tok_kind, const Model *m) {
+    if (!tok_kind) return; /* a model without a tokenizer of its own (the tests' toy) */
+    int n;
+    char **paths = shard_list(spec, &n);
+    for (int i = 0; i < n; i++) {
+        const char *t = shard_tokenizer(paths[i]);
+        if (t && strcmp(t, tok_kind) != 0)
+            fatal("%s was tokenized for %s, but this %s model (V %d) uses %s; pass shards made with `tok shards "
+                  "--model %s` (make data, make data-llama)", paths[i], t, m->family, m->vocab_size, tok_kind, tok_kind);
+    }
+    shard_list_free(paths, n);
+}
+
 /* Rank 0 continues the prompt by sample_tokens tokens, feeding at most T tokens of context (a sliding window);
  * forward runs on (1, len) so short contexts cost little. A sample starts as a training document does
  * (`tok shards` puts tokenizer_bos() before each one): with that token alone when there is no prompt; before
@@ -592,6 +608,8 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
                   tok_kind, tokenizer_vocab_size(r->tok), r->m->vocab_size);
     }
 
+    check_data_tokenizer(train_spec, tok_kind, r->m);
+    check_data_tokenizer(val_spec, tok_kind, r->m);
     r->dl = dataloader_open(train_spec, c->B, c->T, r->rank, r->world, rng_mix(c->seed, 0x64617461ull), c->shuffle,
                             r->m->vocab_size);
     r->vl = valloader_open(val_spec, c->B, c->T, r->rank, r->world, r->m->vocab_size);
