@@ -9,7 +9,8 @@
  *   item 5-6 g_hat = (m_t - beta1 m_{t-1}) / (1 - beta1) on M_t, its norm, the skip and clip decisions
  *           (scape_norm_pass, in scape_step)
  *   item 8  the owners' top-k of |c_i| for M_{t+1} and its asynchronous all-gather (scape_make_mask), started
- *           before the update so that it overlaps it and the next forward/backward
+ *           before the update so that it overlaps it and the next forward/backward; with cfg.mask_coding each
+ *           owner's segment travels coded (scape/mask_code.h) against M_t and is decoded on collection
  *   item 3, 4, 7  error feedback r_i = c_i off M_t, m_t = b on M_t, the masked AdamS update and weight decay
  *           alone off the mask (scape_update_pass)
  * State (dist_impl.h): m (P, dense, zero off M_t), r (P), mask_cur = M_t, mask_next = M_{t+1} once collected, the
