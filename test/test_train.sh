@@ -184,4 +184,18 @@ if grep -v '"event": "val"' "$TMP/a/log.jsonl" > "$TMP/ne/log.jsonl" \
     ok plot_loss_plots_a_log_without_val_events
 else fail plot_loss_plots_a_log_without_val_events "$(cat "$TMP/ne.plot" 2>/dev/null | head -3)"; fi
 
+# --- one run per --out: while a run holds the directory, a second one stops at once with one line naming the
+#     holder and writes nothing there; once the holder is killed (SIGKILL: the kernel drops its lock), a run starts
+"${RUN[@]}" --out "$TMP/lk" --steps 1000000 --eval-every 0 --sample-every 0 > "$TMP/lk1.out" 2>&1 &
+holder=$!
+for _ in $(seq 1 100); do grep -q '"event": "train"' "$TMP/lk/log.jsonl" 2>/dev/null && break; sleep 0.1; done
+"${RUN[@]}" --out "$TMP/lk" --steps 3 > "$TMP/lk2.out" 2>&1
+st=$?
+second_lines=$(grep -c . "$TMP/lk2.out")
+kill -9 "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
+if [ "$st" = 1 ] && [ "$second_lines" = 1 ] && grep -q "^error: --out $TMP/lk is in use by another run (pid $holder " "$TMP/lk2.out" \
+   && "${RUN[@]}" --out "$TMP/lk" --steps 3 --eval-every 0 --sample-every 0 > "$TMP/lk3.out" 2>&1; then
+    ok one_run_per_out_directory
+else fail one_run_per_out_directory "second run: status $st, $second_lines lines: $(head -2 "$TMP/lk2.out"); third: $(tail -1 "$TMP/lk3.out" 2>/dev/null)"; fi
+
 [ "$failures" -eq 0 ]

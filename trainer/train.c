@@ -10,12 +10,15 @@
 #include "trainer/train.h"
 
 #include <cblas.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -175,6 +178,31 @@ typedef struct {
     int64_t tokens_per_step;
     char ckpt_path[4096]; /* checkpoint being resumed, "" for a fresh run */
 } Run;
+
+/* One run per --out: rank 0 holds an exclusive flock on <out>/.lock for the run's lifetime (the descriptor is never
+ * closed; the kernel drops the lock when the process ends, however it ends, so a killed run never blocks the next).
+ * A second run on the same directory stops here, before it reads or writes anything there, naming the holder's pid
+ * (which the holder wrote into the file). fatal() also when the directory cannot be made or the file opened. */
+static void lock_out_dir(const Run *r, const char *out) {
+    if (r->rank != 0) return;
+    make_dirs(out);
+    char path[4400];
+    snprintf(path, sizeof path, "%s/.lock", out);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) fatal("cannot open %s: %s; check that --out %s is writable", path, strerror(errno), out);
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        char pid[32] = "";
+        ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+        pid[n > 0 ? n : 0] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        fatal("--out %s is in use by another run (pid %s holds %s); wait for it to finish or stop it, or pass "
+              "another --out", out, pid[0] ? pid : "unknown", path);
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
+        fatal("cannot write %s: %s; check free space and permissions", path, strerror(errno));
+}
 
 /* One "mask" event (scape/dist.h DistMaskStats) of step t, rank 0 only: per sparse tensor the Jaccard of
  * consecutive masks and the kept energy, first-moment (_m, SCAPE) and raw-gradient (_g), and their means. */
@@ -573,6 +601,8 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
               "multiple such as %lld", (long long)r->tokens_per_step, c->B, c->T, r->world, r->world == 1 ? "" : "s",
               (long long)micro, (long long)(r->tokens_per_step / micro + 1) * micro);
     r->accum = (int)(r->tokens_per_step / micro);
+
+    lock_out_dir(r, c->out);
 
     /* model: from the checkpoint's model.bin when resuming, else --init or --model */
     choose_checkpoint(r);
