@@ -183,6 +183,7 @@ typedef struct {
  * closed; the kernel drops the lock when the process ends, however it ends, so a killed run never blocks the next).
  * A second run on the same directory stops here, before it reads or writes anything there, naming the holder's pid
  * (which the holder wrote into the file). fatal() also when the directory cannot be made or the file opened. */
+static int out_lock_fd = -1;
 static void lock_out_dir(const Run *r, const char *out) {
     if (r->rank != 0) return;
     make_dirs(out);
@@ -202,6 +203,7 @@ static void lock_out_dir(const Run *r, const char *out) {
     int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
     if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
         fatal("cannot write %s: %s; check free space and permissions", path, strerror(errno));
+    out_lock_fd = fd; /* kept open for the run's lifetime: closing it would release the lock */
 }
 
 /* One "mask" event (scape/dist.h DistMaskStats) of step t, rank 0 only: per sparse tensor the Jaccard of
