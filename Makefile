@@ -180,6 +180,8 @@ ifneq ($(filter train_gpt,$(PROGRAMS)),)
 TEST_CMDS += "test/test_drills_kill.sh ./train_gpt $(DATA)"
 # NaN/Inf loss or gradient norm (test-only SCAPE_TEST_INJECT_NAN): skipped steps, --max-bad-steps stop, resume
 TEST_CMDS += "test/test_drills_nan.sh ./train_gpt $(DATA)"
+# SIGTERM mid-run: the step finishes, a checkpoint is written, exit 143; --resume latest continues bit-identically
+TEST_CMDS += "test/test_preempt.sh ./train_gpt $(DATA)"
 endif
 # `test:` above expanded TEST_BINS before this section was read, so the binaries are added to it here
 TEST_BINS += $(HARDENING_TEST_BINS)

@@ -96,7 +96,8 @@ else fail zero1_equals_no_zero_3_ranks "$(tail -2 "$TMP/nozero3.out" "$TMP/zero3
 # 6. logged comm_bytes_sent == SCAPE.md section 6 for this model's slice table (sync4: N = 4, d = 0.1; steps >= 2,
 #    since step 1 makes its first mask synchronously). Per rank and step: payload all-reduce 2*4*K(N-1)/N, mask
 #    all-gather of the owners' byte-padded segments S(N-1)/N, plus the trainer's control traffic: one max-i64
-#    all-reduce (non-finite flag, 2*8(N-1)/N) and the f64 mean-loss sum (an all-gather, 8(N-1)). Counters sum the
+#    all-reduce (non-finite flag, 2*8(N-1)/N) and the f64 sum of the mean loss and the stop flag (an all-gather of
+#    2 doubles, 16(N-1)). Counters sum the
 #    numerators and divide by N once.
 if run bytes4 4 --batch 2 --optimizer scape --density 0.1 --scape-mask-coding none; then
     if msg=$($PY - "$TMP/bytes4/log.jsonl" $MODEL 4 0.1 <<'PYEOF' 2>&1
@@ -128,7 +129,7 @@ for r in range(1, N):
 first.append(len(tab))
 bounds = [offs[f] if f < len(tab) else P for f in first]
 S = sum((bounds[r + 1] - bounds[r] + 7) // 8 for r in range(N))
-want = (8 * K * (N - 1) + S * (N - 1) + 16 * (N - 1) + 8 * (N - 1) * N) // N
+want = (8 * K * (N - 1) + S * (N - 1) + 16 * (N - 1) + 16 * (N - 1) * N) // N
 rows = [e for e in map(json.loads, open(log)) if e["event"] == "train" and e["step"] >= 2]
 bad = [(e["step"], e["comm_bytes_sent"]) for e in rows if e["comm_bytes_sent"] != want]
 if not rows or bad: sys.exit("expected %d bytes/step (K=%d of P=%d, mask segments %d B), got %s" % (want, K, P, S, bad[:3]))
@@ -141,7 +142,7 @@ else fail scape_comm_bytes_sent_match_section_6_formula_4_ranks "$(tail -2 "$TMP
 #     2-step warm-up: identical losses and model file; the same payload bytes; the mask all-gather at least 4x
 #     smaller from step 4 on (d 0.01: H(d) = 0.08 bits per parameter, less once consecutive masks overlap); and a
 #     damaged coded segment (test hook: rank 2, which owns no parameters of this model, sends an empty segment
-#     with a byte too many) ends the job with one line naming rank 2.
+#     with a byte too many) ends the job naming rank 2 (each rank prints the line; their output may interleave).
 if run code_none 4 --batch 2 --optimizer scape --density 0.01 --density-warmup 2 --scape-mask-coding none \
    && run code_auto 4 --batch 2 --optimizer scape --density 0.01 --density-warmup 2; then
     if msg=$(compare code_none code_auto 0 0 0 2>&1) && cmp -s "$(ls -d "$TMP"/code_none/ckpt_* | tail -1)/model.bin" \
@@ -159,7 +160,7 @@ else fail scape_coded_masks_identical_training_fewer_bytes_4_ranks "$(tail -2 "$
 if SCAPE_TEST_CORRUPT_MASK=2 "${MPI[@]}" -x SCAPE_TEST_CORRUPT_MASK -np 4 "${RUN[@]}" --out "$TMP/corrupt" --batch 2 \
         --optimizer scape --density 0.01 > "$TMP/corrupt.out" 2>&1; then
     fail scape_damaged_coded_mask_stops_naming_the_rank "the run succeeded"
-elif [ "$(grep -c '^error: mask all-gather: rank 2' "$TMP/corrupt.out")" -ge 1 ] && ! grep -q 'rank [013].s coded' "$TMP/corrupt.out"; then
+elif [ "$(grep -c 'mask all-gather: rank 2' "$TMP/corrupt.out")" -ge 1 ] && ! grep -q 'rank [013].s coded' "$TMP/corrupt.out"; then
     ok scape_damaged_coded_mask_stops_naming_the_rank
 else fail scape_damaged_coded_mask_stops_naming_the_rank "$(grep -m2 error "$TMP/corrupt.out")"; fi
 
@@ -264,7 +265,7 @@ if ./tok shards --data "$DATA" --model llama2 --out "$TMP/l2sh" --name x --val-p
     if ! "${RUN[@]}" --out "$TMP/wt1" "${wrong[@]}" > "$TMP/wt1.out" 2>&1 \
        && [ "$(grep -c '^error: .*x_train_000000.bin was tokenized for llama2, but this gpt2 model' "$TMP/wt1.out")" = 1 ] \
        && ! grep -q '^step ' "$TMP/wt1.out" && ! run wt2 2 "${wrong[@]}" \
-       && grep -q '^error: .* was tokenized for llama2' "$TMP/wt2.out" && ! grep -q '^step ' "$TMP/wt2.out" \
+       && grep -q 'was tokenized for llama2' "$TMP/wt2.out" && ! grep -q '^step ' "$TMP/wt2.out" \
        && "${RUN[@]}" --out "$TMP/rt1" "${right[@]}" > "$TMP/rt1.out" 2>&1; then
         ok data_of_another_tokenizer_is_refused_before_the_first_step
     else fail data_of_another_tokenizer_is_refused_before_the_first_step "$(grep -h error "$TMP/wt1.out" "$TMP/wt2.out" "$TMP/rt1.out" | head -3)"; fi

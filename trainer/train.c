@@ -15,6 +15,7 @@
 #include <glob.h>
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,6 +184,24 @@ typedef struct {
  * closed; the kernel drops the lock when the process ends, however it ends, so a killed run never blocks the next).
  * A second run on the same directory stops here, before it reads or writes anything there, naming the holder's pid
  * (which the holder wrote into the file). fatal() also when the directory cannot be made or the file opened. */
+/* Preemption: SIGTERM (a cluster's notice before it kills a job) or SIGINT (Ctrl-C) asks the run to stop after
+ * the step in progress; a second signal ends the process at once. The flag is agreed on by all ranks through the
+ * step's mean-loss all-reduce, so every rank stops after the same step and writes its part of one checkpoint. */
+static volatile sig_atomic_t stop_signal = 0;
+static void on_stop_signal(int sig) {
+    if (stop_signal) _exit(128 + sig);
+    stop_signal = sig;
+}
+static void install_stop_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+}
+
 static int out_lock_fd = -1;
 static void lock_out_dir(const Run *r, const char *out) {
     if (r->rank != 0) return;
@@ -591,6 +610,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     nan_injection_parse(&inj);
 
     comm_init(&argc, &argv);
+    install_stop_handlers();
     r->rank = comm_rank();
     r->world = comm_world();
     r->threads = set_threads(c->threads);
@@ -706,6 +726,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     CommStats cs;
     comm_stats_take(&cs); /* set-up traffic (parameter broadcast) is not a step's */
     int bad_run = 0, status = 0; /* consecutive skipped steps so far; exit status */
+    int stop_at = 0;             /* the signal that asks this run to stop after the current step (any rank's) */
 
     for (int t = start + 1; t <= c->steps; t++) {
         double t0 = now_seconds();
@@ -726,9 +747,12 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
                  * distopt_step skips the step the only way that leaves its state (moments, residuals, masks)
                  * untouched; buckets must still go on the wire, the other ranks wait for them */
                 if (r->rank == 0 && nan_injection_at(inj.loss_steps, inj.n_loss, t)) loss = NAN;
-                mean_loss = loss / r->accum;
-                comm_allreduce_sum_f64(&mean_loss, 1);
-                mean_loss /= r->world;
+                /* with the loss, whether any rank was asked to stop (a signal): all stop after this step */
+                double sums[2] = {loss / r->accum, stop_signal ? (double)stop_signal : 0.0};
+                comm_allreduce_sum_f64(sums, 2);
+                mean_loss = sums[0] / r->world;
+                int s = (int)sums[1]; /* another rank's signal, when only one rank got one */
+                if (s > 0 && !stop_at) stop_at = stop_signal ? stop_signal : s == SIGINT || s == SIGTERM ? s : SIGTERM;
                 if (!isfinite(mean_loss)) scale = NAN;
                 if (r->rank == 0 && nan_injection_at(inj.grad_steps, inj.n_grad, t)) scale = NAN;
             }
@@ -816,8 +840,31 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         if (last || (c->eval_every > 0 && t % c->eval_every == 0)) validate(r, t);
         if (c->sample_every > 0 && (last || t % c->sample_every == 0)) sample(r, t);
         /* after sampling, so the saved sampler RNG is the one the next step would use */
-        if (last || (c->ckpt_every > 0 && t % c->ckpt_every == 0)) save_checkpoint(r, t);
+        int saved = last || (c->ckpt_every > 0 && t % c->ckpt_every == 0);
+        if (saved) save_checkpoint(r, t);
         comm_stats_take(&cs); /* validation/checkpoint traffic is not the next step's */
+        if (stop_at && !last) {
+            /* preempted: a checkpoint of this step (never of a state reached through skipped steps), then out */
+            int ckpt = !bad_run;
+            if (ckpt && !saved) save_checkpoint(r, t);
+            if (r->rank == 0) {
+                if (ckpt)
+                    fprintf(stderr, "stopped by %s after step %d of %d: checkpoint %s/ckpt_%d written; continue with "
+                            "--resume latest --out %s\n", stop_at == SIGINT ? "SIGINT" : "SIGTERM", t, c->steps, c->out,
+                            t, c->out);
+                else
+                    fprintf(stderr, "stopped by %s after step %d of %d, a skipped step: no checkpoint of it; the newest "
+                            "complete one under %s is intact, continue with --resume latest\n",
+                            stop_at == SIGINT ? "SIGINT" : "SIGTERM", t, c->steps, c->out);
+                fflush(stderr);
+            }
+            jlog_begin(r->log, "stop");
+            jlog_int(r->log, "step", t);
+            jlog_str(r->log, "reason", stop_at == SIGINT ? "SIGINT" : "SIGTERM");
+            jlog_end(r->log);
+            status = 128 + stop_at;
+            break;
+        }
     }
 
     jlog_close(r->log);

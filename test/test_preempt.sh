@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# test/test_preempt.sh [TRAIN_GPT] [DATA] - preemption: SIGTERM mid-run makes the trainer finish the step in progress,
+# write a checkpoint of it and exit 143 with one line saying so; `--resume latest` then continues to the same final
+# model file and the same losses as a run never interrupted. On 1 rank (the signal to the trainer) and on 2 ranks
+# (the signal to rank 1 alone, as a cluster may notify one node: both ranks stop after the same step). Two signals
+# in a row end the process at once. Prints "ok NAME" / "FAIL NAME: ..."; exits non-zero on any failure.
+set -u
+TRAIN=${1:-./train_gpt}
+DATA=${2:-data}
+TMP=$(mktemp -d build/test_preempt.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+failures=0
+ok() { echo "ok $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+ARGS=(--model d2c32h2t32 --data "$DATA" --batch 2 --seq 16 --steps 40 --warmup 2 --lr 3e-3 --eval-every 0
+      --sample-every 0 --threads 1 --shuffle 0 --ckpt-every 0 --optimizer scape --density 0.1 --density-warmup 5)
+MPI=(env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe --bind-to none)
+
+# wait_step LOG N: until LOG has a train event of step >= N (at most 30 s)
+wait_step() {
+    for _ in $(seq 1 300); do
+        [ -f "$1" ] && grep -qE "\"event\": \"train\", \"step\": ([0-9]{3,}|[$2-9][0-9]*)[,}]" "$1" && return 0
+        sleep 0.1
+    done
+    return 1
+}
+losses_after() { # LOG K: "step loss" of train events after step K, the last one logged per step
+    /usr/bin/python3 -c '
+import json, sys
+v = {}
+for l in open(sys.argv[1]):
+    e = json.loads(l)
+    if e["event"] == "train" and e["step"] > int(sys.argv[2]): v[e["step"]] = e["train_loss"]
+print(" ".join("%d:%r" % kv for kv in sorted(v.items())))' "$1" "$2"
+}
+
+# case NAME NP: uninterrupted run, interrupted run (SIGTERM to the last rank's process), resume, compare
+preempt_case() {
+    local name=$1 np=$2 launch=()
+    [ "$np" -gt 1 ] && launch=("${MPI[@]}" -np "$np")
+    "${launch[@]}" "$TRAIN" "${ARGS[@]}" --out "$TMP/$name.full" > "$TMP/$name.full.out" 2>&1 \
+        || { fail "$name" "the uninterrupted run failed: $(tail -1 "$TMP/$name.full.out")"; return; }
+    "${launch[@]}" "$TRAIN" "${ARGS[@]}" --out "$TMP/$name.cut" > "$TMP/$name.cut.out" 2>&1 &
+    local job=$!
+    if ! wait_step "$TMP/$name.cut/log.jsonl" 5; then kill -9 $job; fail "$name" "the run never reached step 5"; return; fi
+    local victim=""
+    for p in $(pgrep -f -- "--out $TMP/$name.cut"); do
+        [ "$(cat /proc/$p/comm 2>/dev/null)" = "$(basename "$TRAIN")" ] && victim=$p # the last rank's process
+    done
+    kill -TERM "$victim"
+    wait $job
+    local st=$? k
+    k=$(grep -oE '^stopped by SIGTERM after step [0-9]+' "$TMP/$name.cut.out" | grep -oE '[0-9]+$')
+    if [ -z "$k" ] || [ "$(grep -c '^stopped by SIGTERM' "$TMP/$name.cut.out")" != 1 ] || [ ! -s "$TMP/$name.cut/ckpt_$k/manifest.json" ] \
+       || { [ "$np" = 1 ] && [ "$st" != 143 ]; } || [ "$st" = 0 ]; then
+        fail "$name" "status $st, stop line '$(grep -m1 -E 'stopped|error' "$TMP/$name.cut.out")', checkpoint ckpt_${k:-?}"
+        return
+    fi
+    "${launch[@]}" "$TRAIN" "${ARGS[@]}" --out "$TMP/$name.cut" --resume latest > "$TMP/$name.res.out" 2>&1 \
+        || { fail "$name" "resume failed: $(tail -1 "$TMP/$name.res.out")"; return; }
+    if cmp -s "$TMP/$name.full/ckpt_40/model.bin" "$TMP/$name.cut/ckpt_40/model.bin" \
+       && [ "$(losses_after "$TMP/$name.full/log.jsonl" "$k")" = "$(losses_after "$TMP/$name.cut/log.jsonl" "$k")" ]; then
+        ok "$name (stopped after step $k, status $st, resumed to the same model and losses)"
+    else fail "$name" "after resuming from step $k the final model or the losses differ from the uninterrupted run"; fi
+}
+preempt_case sigterm_checkpoints_and_resume_bit_identically_1_rank 1
+preempt_case sigterm_to_one_rank_stops_all_ranks_2_ranks 2
+
+# two signals: the second ends the process at once, whatever the step is doing
+"$TRAIN" "${ARGS[@]}" --steps 100000 --out "$TMP/twice" > "$TMP/twice.out" 2>&1 &
+job=$!
+if wait_step "$TMP/twice/log.jsonl" 2; then
+    kill -TERM $job; kill -TERM $job
+    t0=$(date +%s); wait $job; st=$?; secs=$(( $(date +%s) - t0 ))
+    if [ "$st" = 143 ] && [ "$secs" -lt 10 ]; then ok "second_signal_exits_at_once (status $st, ${secs}s)"
+    else fail second_signal_exits_at_once "status $st after ${secs}s"; fi
+else kill -9 $job; fail second_signal_exits_at_once "the run never reached step 2"; fi
+
+[ "$failures" -eq 0 ]
