@@ -61,8 +61,11 @@ def shard_tokens(out, prefix, split):
         if t is None:
             problems.append(f"{p}: {size} bytes, expected 1024 + 2 * {header[2]}")
             continue
-        if any(header[3:]):
-            problems.append(f"{p}: header ints 3..255 should be 0")
+        # header[3..4]: the tokenizer record of dataloader/dataloader.h (mark 20261202, 1 = gpt2); the rest zero
+        if header[3] != 20261202 or header[4] != 1:
+            problems.append(f"{p}: header ints 3, 4 are {header[3]}, {header[4]}, expected 20261202, 1 (gpt2)")
+        if any(header[5:]):
+            problems.append(f"{p}: header ints 5..255 should be 0")
         toks += t
     return paths, toks, problems
 
