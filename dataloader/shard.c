@@ -70,24 +70,6 @@ static void write_failed(int fd, const char *tmp, const char *path, const char *
 
 static const char *const TOKENIZER_CODES[] = {NULL, "gpt2", "llama2", "llama3"};
 
-const char *shard_tokenizer(const char *path) {
-    shard_check_header(path, NULL);
-    unsigned char header[20];
-    int fd = open(path, O_RDONLY);
-    if (fd < 0 || pread(fd, header, sizeof header, 0) != (ssize_t)sizeof header) {
-        int err = errno;
-        if (fd >= 0) close(fd);
-        fatal("cannot read the header of token shard %s: %s", path, strerror(err));
-    }
-    close(fd);
-    if (le32_get(header + 12) != SHARD_TOKENIZER_MARK) return NULL;
-    uint32_t code = le32_get(header + 16);
-    if (code == 0 || code >= sizeof TOKENIZER_CODES / sizeof TOKENIZER_CODES[0])
-        fatal("%s: unknown tokenizer code %u in the header; re-create the shard with this runtime's `tok shards`", path,
-              code);
-    return TOKENIZER_CODES[code];
-}
-
 void shard_write(const char *path, const int32_t *tokens, size_t n, int token_bytes) {
     shard_write_tokenizer(path, tokens, n, token_bytes, NULL);
 }
@@ -173,7 +155,26 @@ void shard_write_tokenizer(const char *path, const int32_t *tokens, size_t n, in
 /* ---------------------------------------------------------------------------------------------------------- */
 /* readers */
 
+/* Reads and validates path's header into header[] (HEADER_BYTES); returns the token count, *token_bytes the size. */
+static int64_t read_checked_header(const char *path, unsigned char *header, int *token_bytes);
+
 int64_t shard_check_header(const char *path, int *token_bytes) {
+    unsigned char header[HEADER_BYTES];
+    return read_checked_header(path, header, token_bytes);
+}
+
+const char *shard_tokenizer(const char *path) {
+    unsigned char header[HEADER_BYTES];
+    read_checked_header(path, header, NULL);
+    if (le32_get(header + 12) != SHARD_TOKENIZER_MARK) return NULL;
+    uint32_t code = le32_get(header + 16);
+    if (code == 0 || code >= sizeof TOKENIZER_CODES / sizeof TOKENIZER_CODES[0])
+        fatal("%s: unknown tokenizer code %u in the header; re-create the shard with this runtime's `tok shards`", path,
+              code);
+    return TOKENIZER_CODES[code];
+}
+
+static int64_t read_checked_header(const char *path, unsigned char *header, int *token_bytes) {
     int fd = open(path, O_RDONLY);
     if (fd < 0) {
         int err = errno;
@@ -185,10 +186,9 @@ int64_t shard_check_header(const char *path, int *token_bytes) {
         int err = errno;
         fatal("cannot stat token shard %s: %s", path, strerror(err));
     }
-    unsigned char header[HEADER_BYTES];
-    ssize_t got = pread(fd, header, sizeof header, 0);
+    ssize_t got = pread(fd, header, HEADER_BYTES, 0);
     close(fd);
-    if (got != (ssize_t)sizeof header)
+    if (got != (ssize_t)HEADER_BYTES)
         fatal("%s: file has %lld bytes, shorter than the %d-byte shard header; is this a token shard?", path,
               (long long)st.st_size, HEADER_BYTES);
 

@@ -42,31 +42,6 @@
 
 /* ---- tokenizer metadata ---- */
 
-/* GPT-2's printable alphabet for bytes (its encoder.json spelling; Radford et al.'s bytes_to_unicode): bytes
- * '!'..'~', 0xA1..0xAC and 0xAE..0xFF stand for themselves, the other 68 bytes for U+0100.. in byte order. Appends
- * the UTF-8 spelling of n bytes to out (room for 2 n bytes) and returns its length. */
-static size_t bytes_to_alphabet(const unsigned char *p, size_t n, char *out) {
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned b = p[i], cp;
-        if ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE)) {
-            cp = b;
-        } else {
-            unsigned k = 0; /* rank of b among the bytes that are not their own spelling */
-            for (unsigned c = 0; c < b; c++)
-                if (!((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE))) k++;
-            cp = 256 + k;
-        }
-        if (cp < 0x80) {
-            out[o++] = (char)cp;
-        } else {
-            out[o++] = (char)(0xC0 | (cp >> 6));
-            out[o++] = (char)(0x80 | (cp & 0x3F));
-        }
-    }
-    return o;
-}
-
 typedef struct {
     int n;
     char **s;      /* (n) token strings as the GGUF spells them */
@@ -75,46 +50,22 @@ typedef struct {
     float *score;  /* (n) Llama 2 only */
 } Vocab;
 
-/* Spells every token of tok for the GGUF: byte-level tokenizers in GPT-2's alphabet (special tokens as their
- * text), Llama 2 as SentencePiece pieces (U+2581 for a space, <0xNN> byte tokens). */
+/* Every token of tok as the GGUF spells it (as its vocabulary files do: tokenizer_token_spelling) with its type:
+ * Llama 2's <unk> unknown, <s> </s> control, <0xNN> byte; the other tokenizers' special tokens control. */
 static Vocab vocab_build(const Tokenizer *tok) {
     Vocab v = {0};
-    const char *kind = tokenizer_kind(tok);
-    int l2 = !strcmp(kind, "llama2"), l3 = !strcmp(kind, "llama3");
+    int l2 = !strcmp(tokenizer_kind(tok), "llama2"), l3 = !strcmp(tokenizer_kind(tok), "llama3");
     v.n = tokenizer_vocab_size(tok);
     v.s = xcalloc((size_t)v.n, sizeof(char *), "vocabulary");
     v.len = xcalloc((size_t)v.n, sizeof(size_t), "vocabulary");
     v.type = xcalloc((size_t)v.n, sizeof(int32_t), "vocabulary");
     for (int id = 0; id < v.n; id++) {
         size_t n;
-        const unsigned char *b = (const unsigned char *)tokenizer_token_bytes(tok, id, &n);
-        char *s = xmalloc(3 * n + 8, "token");
-        size_t len = 0;
-        int32_t type = 1;
-        if (l2) {
-            if (id == 0 || id == 1 || id == 2) {
-                memcpy(s, b, n);
-                len = n;
-                type = id == 0 ? 2 : 3;
-            } else if (id < 3 + 256) {
-                len = (size_t)snprintf(s, 8, "<0x%02X>", id - 3);
-                type = 6;
-            } else {
-                for (size_t i = 0; i < n; i++) {
-                    if (b[i] == ' ') { memcpy(s + len, "\xE2\x96\x81", 3); len += 3; }
-                    else s[len++] = (char)b[i];
-                }
-            }
-        } else if ((l3 && id >= 128000) || (!l3 && id == tokenizer_eot(tok))) {
-            memcpy(s, b, n); /* special tokens: their text */
-            len = n;
-            type = 3;
-        } else {
-            len = bytes_to_alphabet(b, n, s);
-        }
-        v.s[id] = s;
-        v.len[id] = len;
-        v.type[id] = type;
+        tokenizer_token_bytes(tok, id, &n);
+        v.s[id] = xmalloc(3 * n + 8, "token");
+        v.len[id] = tokenizer_token_spelling(tok, id, v.s[id]);
+        if (l2) v.type[id] = id == 0 ? 2 : id < 3 ? 3 : id < 3 + 256 ? 6 : 1;
+        else v.type[id] = (l3 && id >= 128000) || (!l3 && id == tokenizer_eot(tok)) ? 3 : 1;
     }
     return v;
 }

@@ -28,9 +28,6 @@
 #include "common/bf16.h"
 #include "common/util.h"
 
-_Static_assert(COMM_NKINDS == sizeof(((CommStats *)0)->bytes_sent_kind) / sizeof(uint64_t),
-               "CommStats.bytes_sent_kind has one entry per CommKind");
-
 #define QCAP 4096 /* jobs in flight; enough for every bucket of a step plus the mask all-gather */
 
 typedef enum { JOB_ALLREDUCE_AVG, JOB_ALLREDUCE_AVG_BF16, JOB_REDUCE_SCATTER_AVG, JOB_ALLGATHERV, JOB_ALLGATHER_BYTES, JOB_BCAST,

@@ -10,6 +10,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The kinds of collective, each counted on its own. */
+typedef enum {
+    COMM_ALLREDUCE = 0,   /* averaging all-reduces of fp32 buffers (gradients, SCAPE payload) */
+    COMM_REDUCE_SCATTER,  /* ZeRO-1 gradient reduce-scatter */
+    COMM_ALLGATHER,       /* ZeRO-1 parameter all-gather, SCAPE mask all-gather */
+    COMM_BCAST,           /* broadcasts (initial parameters) */
+    COMM_CONTROL,         /* small blocking helpers: barrier, f64 sums, i64 max, comm_allgather */
+    COMM_NKINDS
+} CommKind;
+
 /* Per-step totals of all collectives of this rank. bytes_* follow SCAPE.md section 6's ring model
  * (all-reduce of n bytes: 2 n (N-1)/N sent and received; all-gather / reduce-scatter: n (N-1)/N). */
 typedef struct {
@@ -22,9 +32,9 @@ typedef struct {
      * of communication hidden behind compute is about 1 - wait_ms / busy_ms. */
     double busy_ms;
     double cpu_ms;
-    /* comm_stats_take only: bytes_sent by kind of collective (CommKind below), e.g. SCAPE's payload all-reduce
+    /* comm_stats_take only: bytes_sent by kind of collective (CommKind above), e.g. SCAPE's payload all-reduce
      * and mask all-gather; they add up to bytes_sent up to the rounding of each division by N */
-    uint64_t bytes_sent_kind[5];
+    uint64_t bytes_sent_kind[COMM_NKINDS];
 } CommStats;
 
 /* Initialises MPI (MPI_Init_thread) if launched under mpirun, else a 1-rank world; starts the communication
@@ -52,14 +62,6 @@ void comm_stats_take(CommStats *out);
  * The blocking helpers above go through the same queue, so they are ordered with the queued jobs. */
 typedef uint64_t CommHandle;
 
-typedef enum {
-    COMM_ALLREDUCE = 0,   /* averaging all-reduces of fp32 buffers (gradients, SCAPE payload) */
-    COMM_REDUCE_SCATTER,  /* ZeRO-1 gradient reduce-scatter */
-    COMM_ALLGATHER,       /* ZeRO-1 parameter all-gather, SCAPE mask all-gather */
-    COMM_BCAST,           /* broadcasts (initial parameters) */
-    COMM_CONTROL,         /* small blocking helpers: barrier, f64 sums, i64 max, comm_allgather */
-    COMM_NKINDS
-} CommKind;
 
 /* The parts the averaging all-reduces cut n elements into: part r has n/N elements, one more for r < n%N, and
  * starts after the earlier parts. Returns part r's size; *off (may be NULL) gets its first element. Shared with

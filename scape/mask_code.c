@@ -1,8 +1,8 @@
 /*
  * scape/mask_code.c - see mask_code.h. The encoder walks the segment's set bits word by word (and those of its XOR
  * with the previous mask): to count them, to size the Rice codes for six parameters b, and to write the smallest
- * of the three codes. The decoder checks every field before it uses it. Neither allocates. Measured on this
- * machine (10.75M elements, one core): encode 8 ms and decode 1 ms at d = 0.1; 3 ms and 1 ms at d = 0.01.
+ * of the three codes. The decoder checks every field before it uses it. Neither allocates. Their cost inside a
+ * step is what `build/bench_step` measures (scape+code against scape; docs/reproduction.md section 8).
  */
 #include "scape/mask_code.h"
 

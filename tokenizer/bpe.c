@@ -986,6 +986,38 @@ const char *tokenizer_token_bytes(const Tokenizer *t, int id, size_t *len) {
     return t->bytes + t->off[id];
 }
 
+size_t tokenizer_token_spelling(const Tokenizer *t, int id, char *out) {
+    size_t n;
+    const unsigned char *b = (const unsigned char *)tokenizer_token_bytes(t, id, &n);
+    if (!b) return 0;
+    size_t o = 0;
+    if (t->kind == KIND_LLAMA2) {
+        if (id >= 3 && id < 3 + 256) return (size_t)snprintf(out, 8, "<0x%02X>", id - 3); /* byte fallback */
+        for (size_t i = 0; i < n; i++) {
+            if (id >= 3 && b[i] == ' ') { memcpy(out + o, "\xE2\x96\x81", 3); o += 3; } /* U+2581 */
+            else out[o++] = (char)b[i];
+        }
+        return o;
+    }
+    if (id >= t->special_first && id <= t->special_last) { /* special tokens: their text */
+        memcpy(out, b, n);
+        return n;
+    }
+    int byte_of[324], cp_of[256] = {0}; /* every byte is filled below: the table is a bijection */
+    unicode_to_byte_table(byte_of);
+    for (int cp = 0; cp < 324; cp++)
+        if (byte_of[cp] >= 0) cp_of[byte_of[cp]] = cp;
+    for (size_t i = 0; i < n; i++) { /* code points < 324 take 1 or 2 UTF-8 bytes */
+        int cp = cp_of[b[i]];
+        if (cp < 0x80) out[o++] = (char)cp;
+        else {
+            out[o++] = (char)(0xC0 | (cp >> 6));
+            out[o++] = (char)(0x80 | (cp & 0x3F));
+        }
+    }
+    return o;
+}
+
 char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, size_t *len) {
     /* Llama 2, as llama-tokenizer-js decodes: a leading BOS is dropped, and so is the first byte if it is the
      * space the encoder prefixed */

@@ -37,6 +37,12 @@ int tokenizer_eot(const Tokenizer *tok);        /* end of text: 50256 GPT-2, 2 L
 int tokenizer_bos(const Tokenizer *tok);
 const char *tokenizer_kind(const Tokenizer *tok); /* "gpt2", "llama2" or "llama3" */
 
+/* Token id spelled as the vocabulary files spell it (the inverse of loading them), into out (room for 3 x its byte
+ * length + 8): GPT-2 and Llama 3 in GPT-2's printable byte alphabet (encoder.json's bytes_to_unicode), their
+ * special tokens as their text; Llama 2 as SentencePiece pieces (U+2581 for a space, <0xNN> byte tokens, <unk> <s>
+ * </s>). Returns the length (not NUL-terminated); 0 for an id out of range. For exporters (export/export_gguf.c). */
+size_t tokenizer_token_spelling(const Tokenizer *tok, int id, char *out);
+
 /* The merge table in rank order (the order the merges apply): *merges gets a new malloc'd (n, 3) array of
  * (left id, right id, result id) rows; returns n (a pair listed twice in the vocabulary files counts once, at its
  * first rank). For exporters that write the vocabulary in another format (export/export_gguf.c). */

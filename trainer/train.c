@@ -846,21 +846,20 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         if (stop_at && !last) {
             /* preempted: a checkpoint of this step (never of a state reached through skipped steps), then out */
             int ckpt = !bad_run;
+            const char *sig = stop_at == SIGINT ? "SIGINT" : "SIGTERM";
             if (ckpt && !saved) save_checkpoint(r, t);
             if (r->rank == 0) {
                 if (ckpt)
                     fprintf(stderr, "stopped by %s after step %d of %d: checkpoint %s/ckpt_%d written; continue with "
-                            "--resume latest --out %s\n", stop_at == SIGINT ? "SIGINT" : "SIGTERM", t, c->steps, c->out,
-                            t, c->out);
+                            "--resume latest --out %s\n", sig, t, c->steps, c->out, t, c->out);
                 else
                     fprintf(stderr, "stopped by %s after step %d of %d, a skipped step: no checkpoint of it; the newest "
-                            "complete one under %s is intact, continue with --resume latest\n",
-                            stop_at == SIGINT ? "SIGINT" : "SIGTERM", t, c->steps, c->out);
+                            "complete one under %s is intact, continue with --resume latest\n", sig, t, c->steps, c->out);
                 fflush(stderr);
             }
             jlog_begin(r->log, "stop");
             jlog_int(r->log, "step", t);
-            jlog_str(r->log, "reason", stop_at == SIGINT ? "SIGINT" : "SIGTERM");
+            jlog_str(r->log, "reason", sig);
             jlog_end(r->log);
             status = 128 + stop_at;
             break;
