@@ -5,7 +5,7 @@
 CC      ?= gcc
 OPT     ?= -O3 -march=native
 CFLAGS  += $(OPT) -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -MMD -MP
-LDLIBS  += -lm
+LDLIBS  += -lm -lxxhash
 BLAS_LIBS  = -lopenblas
 PCRE2_LIBS = -lpcre2-8
 MPICC   ?= mpicc
@@ -146,6 +146,7 @@ endif
 ifneq ($(wildcard trainer/ckpt.c),)
 FUZZ_HARNESSES += ckpt
 FUZZ_SRC_ckpt := test/fuzz/fuzz_ckpt.c trainer/ckpt.c common/log.c $(COMMON_SRC)
+FUZZ_LIBS_ckpt := -lxxhash
 endif
 
 $(BUILD)/fuzz/lf/%.o: %.c

@@ -76,8 +76,22 @@ static void set_value(ArgSpec *s, const char *text) {
         *(const char **)s->field = text;
         break;
     case ARG_FLAG:
-        *(int *)s->field = 1;
+        if (strcmp(text, "0") != 0 && strcmp(text, "1") != 0) args_error("--%s: '%s' is not 0 or 1", s->name, text);
+        *(int *)s->field = text[0] == '1';
         break;
+    }
+}
+
+void args_set(ArgSpec *s, const char *text) { set_value(s, text); }
+
+void args_format(const ArgSpec *s, char *buf, size_t cap) {
+    switch (s->type) {
+    case ARG_INT: snprintf(buf, cap, "%d", *(const int *)s->field); break;
+    case ARG_U64: snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)s->field); break;
+    case ARG_FLOAT: snprintf(buf, cap, "%.9g", (double)*(const float *)s->field); break;
+    case ARG_DOUBLE: snprintf(buf, cap, "%.17g", *(const double *)s->field); break;
+    case ARG_STRING: snprintf(buf, cap, "%s", *(const char *const *)s->field); break;
+    case ARG_FLAG: snprintf(buf, cap, "%d", *(const int *)s->field ? 1 : 0); break;
     }
 }
 

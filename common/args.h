@@ -9,6 +9,7 @@
 #ifndef COMMON_ARGS_H
 #define COMMON_ARGS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -40,6 +41,13 @@ void args_parse(ArgSpec *specs, int n, int argc, char **argv, const char *usage,
 
 /* Prints the help: usage, extra, then one line per option "  --name VALUE  help (default X, range [a, b])". */
 void args_print_help(FILE *out, const ArgSpec *specs, int n, const char *usage, const char *extra);
+
+/* Sets s's field from text as the parser would (range and choices checked; a flag takes "0" or "1"); a string
+ * field keeps the pointer, so text must outlive the field. Exits 2 with the parser's one-line error. */
+void args_set(ArgSpec *s, const char *text);
+/* s's current value as text that args_set reads back to the same value (floats with 9, doubles with 17
+ * significant digits; flags "0"/"1"); cut at cap - 1 bytes. */
+void args_format(const ArgSpec *s, char *buf, size_t cap);
 
 /* The spec named `name`, or NULL. */
 ArgSpec *args_find(ArgSpec *specs, int n, const char *name);

@@ -1,16 +1,19 @@
-/* common/log.c - see log.h. Each event is built in memory and written with one fwrite + fflush. */
+/* common/log.c - see log.h. Each event is built in memory and written with write(2) on an O_APPEND descriptor. */
 #include "log.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/util.h"
 
 struct JsonLog {
-    FILE *f;
+    int fd;
     char *path;
     char *line; /* the event being built; grows as needed (samples can be long) */
     size_t len, cap;
@@ -74,14 +77,44 @@ void json_escape(char *buf, size_t cap, size_t *len, const char *s) {
 
 JsonLog *jlog_open(const char *path) {
     JsonLog *l = xcalloc(1, sizeof *l, "log");
-    l->f = xfopen(path, "a", "check that --out is a writable directory");
+    l->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (l->fd < 0) fatal("cannot open %s: %s; check that --out is a writable directory", path, strerror(errno));
     l->path = strdup(path);
+    if (!l->path) fatal("out of memory opening %s", path);
+    /* a log that ends inside a line (an older run died mid-write) loses that partial line, so that every line
+     * stays one whole JSON object */
+    off_t end = lseek(l->fd, 0, SEEK_END);
+    if (end > 0) {
+        int rd = open(path, O_RDONLY | O_CLOEXEC);
+        off_t keep = end;
+        char buf[4096];
+        while (rd >= 0 && keep > 0) {
+            off_t from = keep > (off_t)sizeof buf ? keep - (off_t)sizeof buf : 0;
+            ssize_t n = pread(rd, buf, (size_t)(keep - from), from);
+            if (n != (ssize_t)(keep - from)) break;
+            ssize_t i = n - 1;
+            while (i >= 0 && buf[i] != '\n') i--;
+            if (i >= 0) {
+                keep = from + i + 1;
+                break;
+            }
+            keep = from;
+        }
+        if (rd >= 0) close(rd);
+        if (keep < end) {
+            if (ftruncate(l->fd, keep) != 0)
+                fatal("cannot cut the partial last line of %s: %s; check free space and permissions", path,
+                      strerror(errno));
+            fprintf(stderr, "note: %s ended inside a line (a run died while writing it); dropped its last %lld "
+                    "bytes\n", path, (long long)(end - keep));
+        }
+    }
     return l;
 }
 
 void jlog_close(JsonLog *l) {
     if (!l) return;
-    fclose(l->f);
+    if (close(l->fd) != 0) fatal("cannot write %s: %s; check free space", l->path, strerror(errno));
     free(l->path);
     free(l->line);
     free(l);
@@ -137,6 +170,20 @@ void jlog_strs(JsonLog *l, const char *key, const char *const *v, int n) {
 void jlog_end(JsonLog *l) {
     if (!l) return;
     append(l, "}\n");
-    xfwrite(l->line, l->len, l->f, l->path, "a log line");
-    fflush(l->f);
+    off_t before = lseek(l->fd, 0, SEEK_END);
+    size_t done = 0;
+    while (done < l->len) {
+        ssize_t n = write(l->fd, l->line + done, l->len - done);
+        if (n > 0) {
+            done += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        int err = n < 0 ? errno : ENOSPC;
+        /* never leave half a line: cut what part of it landed (a file that cannot be cut, /dev/full say, has
+         * nothing to cut) */
+        if (before >= 0 && ftruncate(l->fd, before) != 0) { /* nothing more can be done; the error below stands */ }
+        fatal("cannot write %s: %s; the run stops here, its newest checkpoint is intact: free space, then continue "
+              "with --resume latest", l->path, strerror(err));
+    }
 }

@@ -1,6 +1,8 @@
 /*
  * common/log.h - <out>/log.jsonl: one JSON object per line per event ("start", "train", "val", "sample", "ckpt",
- * "resume"), always with an "event" key, flushed after each line so a crash loses at most the current event.
+ * "resume"), always with an "event" key, each written whole with one write(2) as it ends, so a crash loses at most
+ * the current event. A write that fails (a full disk) is fatal naming the file and the OS error, after cutting the
+ * part of the line that landed: the file never ends in half a line.
  * Numbers are written with 9 significant digits (float32 values round-trip exactly); non-finite values as null.
  * A NULL Log* makes every call a no-op, so ranks other than 0 can call the same code.
  * Not for: the human-readable per-step stdout line (trainer/train.c).
@@ -13,7 +15,8 @@
 
 typedef struct JsonLog JsonLog;
 
-/* Opens `path` for appending (a resumed run continues the same file); fatal() naming the path on failure. */
+/* Opens `path` for appending (a resumed run continues the same file); a partial last line left by a process that
+ * died mid-write is cut, with a note on stderr. fatal() naming the path on failure. */
 JsonLog *jlog_open(const char *path);
 void jlog_close(JsonLog *l);
 

@@ -17,6 +17,16 @@ static void (*fatal_hook)(int) = NULL;
 
 void set_fatal_hook(void (*hook)(int status)) { fatal_hook = hook; }
 
+void xflush_stdout(void) {
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        int err = errno ? errno : EIO;
+        clearerr(stdout);
+        fatal("cannot write standard output: %s; free space where it is redirected, then continue with --resume "
+              "latest", strerror(err));
+    }
+}
+
 void fatal(const char *fmt, ...) {
     va_list ap;
     fflush(stdout);

@@ -24,6 +24,9 @@ NORETURN void fatal(const char *fmt, ...) PRINTF_LIKE(1, 2);
 /* Hook called by fatal() before exit (e.g. MPI_Abort); NULL clears it. */
 void set_fatal_hook(void (*hook)(int status));
 
+/* fflush(stdout) and fatal() naming the OS error if standard output can no longer be written (redirected to a full
+ * disk, say); call where a program must not go on unheard (the trainer: after each step's line). */
+void xflush_stdout(void);
 /* malloc/calloc that never return NULL: on failure fatal() names `what` and the size asked for. */
 void *xmalloc(size_t bytes, const char *what);
 void *xcalloc(size_t n, size_t size, const char *what);

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/bf16.h"
 #include "common/util.h"
@@ -68,7 +69,82 @@ static struct {
     /* whole-run totals per kind for SCAPE_COMM_REPORT=1 (printed by comm_finalize) */
     uint64_t run_calls[COMM_NKINDS], run_sent_num[COMM_NKINDS];
     double run_wait_s[COMM_NKINDS], run_busy_s[COMM_NKINDS], run_cpu_s[COMM_NKINDS];
+    /* watchdog (comm_set_timeout): the job the comm thread runs, for the report; a communicator of its own */
+    int timeout_s;
+    JobOp cur_op;
+    uint64_t cur_ticket;
+    MPI_Comm wd_comm;
 } C;
+
+static const char *job_name(JobOp op) {
+    switch (op) {
+    case JOB_ALLREDUCE_AVG: return "an fp32 all-reduce (gradients or SCAPE payload)";
+    case JOB_ALLREDUCE_AVG_BF16: return "a bf16 all-reduce (SCAPE payload)";
+    case JOB_REDUCE_SCATTER_AVG: return "a reduce-scatter (ZeRO-1 gradients)";
+    case JOB_ALLGATHERV: return "an all-gather (parameters or masks)";
+    case JOB_ALLGATHER_BYTES: return "an all-gather of bytes (coded masks, checkpoint checksums)";
+    case JOB_BCAST: return "a broadcast";
+    case JOB_SUM_F64: return "a sum all-reduce (step loss, stop flag, norms)";
+    case JOB_MAX_I64: return "a max all-reduce";
+    case JOB_BARRIER: return "a barrier";
+    case JOB_STOP: break;
+    }
+    return "a collective";
+}
+
+/* The watchdog fires on the communication thread when one request has waited C.timeout_s seconds. It tells every
+ * other rank so (a small message on C.wd_comm), listens for the same message from the others for a grace period,
+ * then names the ranks it did not hear from (those not waiting in a collective: stopped, hung, dead, or still
+ * computing) on stderr and ends the whole job with MPI_Abort. A rank that is itself stopped says nothing; the
+ * others name it. */
+static void NORETURN watchdog_fire(double waited) {
+    int N = C.world, msg[2] = {C.rank, (int)(C.cur_ticket & 0x7fffffff)};
+    MPI_Request *rq = xcalloc((size_t)N, sizeof(MPI_Request), "watchdog requests");
+    for (int p = 0; p < N; p++)
+        if (p != C.rank) MPI_Isend(msg, 2, MPI_INT, p, 7171, C.wd_comm, &rq[p]);
+    char *heard = xcalloc((size_t)N, 1, "watchdog ranks");
+    heard[C.rank] = 1;
+    int n_heard = 1;
+    double grace = C.timeout_s / 2.0 < 1.0 ? 1.0 : C.timeout_s / 2.0 > 30.0 ? 30.0 : C.timeout_s / 2.0;
+    double t0 = now_seconds();
+    while (n_heard < N && now_seconds() - t0 < grace) {
+        int flag = 0;
+        MPI_Status st;
+        MPI_Iprobe(MPI_ANY_SOURCE, 7171, C.wd_comm, &flag, &st);
+        if (!flag) {
+            struct timespec ts = {0, 2000000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        int got[2];
+        MPI_Recv(got, 2, MPI_INT, st.MPI_SOURCE, 7171, C.wd_comm, MPI_STATUS_IGNORE);
+        if (st.MPI_SOURCE >= 0 && st.MPI_SOURCE < N && !heard[st.MPI_SOURCE]) {
+            heard[st.MPI_SOURCE] = 1;
+            n_heard++;
+        }
+    }
+    char missing[512] = "";
+    size_t len = 0;
+    int n_missing = 0;
+    for (int p = 0; p < N && len + 16 < sizeof missing; p++)
+        if (!heard[p]) len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d", n_missing++ ? ", " : "", p);
+    fflush(stdout);
+    if (n_missing)
+        fprintf(stderr, "error: comm watchdog: rank %d waited %.0f s in %s (collective #%llu); rank%s %s did not reach "
+                "it (stopped, hung, dead or far behind): ending the job on every rank (--comm-timeout %d); continue "
+                "with --resume latest once every node is healthy\n", C.rank, waited, job_name(C.cur_op),
+                (unsigned long long)C.cur_ticket, n_missing == 1 ? "" : "s", missing, C.timeout_s);
+    else
+        fprintf(stderr, "error: comm watchdog: rank %d waited %.0f s in %s (collective #%llu) and every rank is waiting "
+                "too: the ranks are not in the same collective (a bug) or the network is down; ending the job "
+                "(--comm-timeout %d)\n", C.rank, waited, job_name(C.cur_op), (unsigned long long)C.cur_ticket,
+                C.timeout_s);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    _exit(1); /* not reached */
+}
+
+void comm_set_timeout(int seconds) { C.timeout_s = seconds > 0 ? seconds : 0; }
 
 /* Completes one nonblocking request (see the waiting policy at the top). */
 static void wait_req(MPI_Request *rq) {
@@ -77,13 +153,18 @@ static void wait_req(MPI_Request *rq) {
         return;
     }
     long ns = 10000;
-    for (;;) {
+    double t0 = C.timeout_s ? now_seconds() : 0.0;
+    for (unsigned it = 1;; it++) {
         int done = 0;
         MPI_Test(rq, &done, MPI_STATUS_IGNORE);
         if (done) return;
         struct timespec ts = {0, ns};
         nanosleep(&ts, NULL);
         if (ns < C.sleep_max_ns) ns += ns / 2;
+        if (C.timeout_s && it % 64 == 0) {
+            double waited = now_seconds() - t0;
+            if (waited >= C.timeout_s) watchdog_fire(waited);
+        }
     }
 }
 
@@ -315,6 +396,8 @@ static void *comm_thread_main(void *arg) {
         uint64_t ticket = C.done + 1;
         Job j = C.q[(ticket - 1) % QCAP];
         pthread_mutex_unlock(&C.mu);
+        C.cur_op = j.op; /* for the watchdog's report (this thread only) */
+        C.cur_ticket = ticket;
 
         double w0 = now_seconds(), c0 = thread_cpu_seconds();
         run_job(&j);
@@ -534,6 +617,7 @@ void comm_init(int *argc, char ***argv) {
         }
         MPI_Comm_rank(MPI_COMM_WORLD, &C.rank);
         MPI_Comm_size(MPI_COMM_WORLD, &C.world);
+        MPI_Comm_dup(MPI_COMM_WORLD, &C.wd_comm); /* the watchdog's messages never match a collective's */
     }
     pthread_mutex_init(&C.mu, NULL);
     pthread_cond_init(&C.cv_job, NULL);
@@ -582,6 +666,7 @@ void comm_finalize(void) {
     C.inited = 0;
     if (C.use_mpi) {
         set_fatal_hook(NULL);
+        MPI_Comm_free(&C.wd_comm);
         MPI_Finalize();
         C.use_mpi = 0;
     }

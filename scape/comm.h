@@ -41,6 +41,12 @@ typedef struct {
  * thread; installs a fatal() hook that aborts the whole job (MPI_Abort). Call first in main. */
 void comm_init(int *argc, char ***argv);
 void comm_finalize(void);
+/* The watchdog: a collective whose request has waited `seconds` (0: never, the default) ends the job. The rank
+ * tells the others it is stuck, listens for theirs for half the timeout (1..30 s), prints one line naming the
+ * collective and the ranks it did not hear from (those not in a collective: stopped, hung, dead or far behind)
+ * and calls MPI_Abort. Covers every collective run by the communication thread; SCAPE_COMM_SPIN=1 (plain MPI_Wait)
+ * has no watchdog. Call after comm_init, before any collective that should be watched. */
+void comm_set_timeout(int seconds);
 int comm_rank(void);
 int comm_world(void);
 

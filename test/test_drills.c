@@ -130,10 +130,10 @@ TEST(full_disk_while_writing_checkpoint_state_keeps_the_old_file) {
 static void write_manifest(void *p) {
     const char *dir = p;
     enum { N = 64 };
-    const char *names[N];
-    int64_t sizes[N];
-    for (int i = 0; i < N; i++) names[i] = "state_rank_with_a_long_name_to_fill_the_manifest.bin", sizes[i] = i;
-    ckpt_write_manifest(dir, N, 5, N, names, sizes);
+    CkptFile files[N];
+    for (int i = 0; i < N; i++)
+        files[i] = (CkptFile){"state_rank_with_a_long_name_to_fill_the_manifest.bin", i, 0x0123456789abcdefull};
+    ckpt_write_manifest(dir, N, 5, N, files, 0, NULL, NULL, NULL);
 }
 
 TEST(full_disk_while_writing_manifest_leaves_no_manifest) {
@@ -205,8 +205,7 @@ static void checkpoint_forever(const char *out, int first_step) {
         char dir[600];
         ckpt_dir(dir, sizeof dir, out, step);
         make_dirs(dir);
-        const char *names[KILL_RANKS] = {"state_rank0.bin", "state_rank1.bin"};
-        int64_t sizes[KILL_RANKS];
+        CkptFile files[KILL_RANKS] = {{"state_rank0.bin", 0, 0}, {"state_rank1.bin", 0, 0}};
         for (int r = 0; r < KILL_RANKS; r++) {
             memset(blob, (step * 2 + r) & 255, KILL_BLOB);
             CkptState h;
@@ -216,9 +215,11 @@ static void checkpoint_forever(const char *out, int first_step) {
             h.step = step;
             h.blob_bytes = KILL_BLOB;
             ckpt_write_state(dir, &h, blob);
-            sizes[r] = (int64_t)(sizeof h + KILL_BLOB);
+            char path[700];
+            snprintf(path, sizeof path, "%s/%s", dir, files[r].name);
+            if (!ckpt_file_hash(path, &files[r].bytes, &files[r].xxh3)) fatal("cannot hash %s", path);
         }
-        ckpt_write_manifest(dir, KILL_RANKS, step, KILL_RANKS, names, sizes);
+        ckpt_write_manifest(dir, KILL_RANKS, step, KILL_RANKS, files, 0, NULL, NULL, NULL);
     }
 }
 

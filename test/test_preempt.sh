@@ -3,7 +3,8 @@
 # write a checkpoint of it and exit 143 with one line saying so; `--resume latest` then continues to the same final
 # model file and the same losses as a run never interrupted. On 1 rank (the signal to the trainer) and on 2 ranks
 # (the signal to rank 1 alone, as a cluster may notify one node: both ranks stop after the same step). Two signals
-# in a row end the process at once. Prints "ok NAME" / "FAIL NAME: ..."; exits non-zero on any failure.
+# in a row end the process at once. A stalled rank (SIGSTOP) ends the job through the watchdog (--comm-timeout).
+# Prints "ok NAME" / "FAIL NAME: ..."; exits non-zero on any failure.
 set -u
 TRAIN=${1:-./train_gpt}
 DATA=${2:-data}
@@ -75,5 +76,25 @@ if wait_step "$TMP/twice/log.jsonl" 2; then
     if [ "$st" = 143 ] && [ "$secs" -lt 10 ]; then ok "second_signal_exits_at_once (status $st, ${secs}s)"
     else fail second_signal_exits_at_once "status $st after ${secs}s"; fi
 else kill -9 $job; fail second_signal_exits_at_once "the run never reached step 2"; fi
+
+# the watchdog: rank 1 stopped (SIGSTOP: alive but silent, as a hung node) ends the whole job within --comm-timeout
+# plus its grace period, with one line from rank 0 naming rank 1 and the collective it waits on
+"${MPI[@]}" -np 2 "$TRAIN" "${ARGS[@]}" --steps 100000 --comm-timeout 4 --out "$TMP/wd" > "$TMP/wd.out" 2>&1 &
+job=$!
+if wait_step "$TMP/wd/log.jsonl" 3; then
+    victim=""
+    for p in $(pgrep -f -- "--out $TMP/wd"); do
+        tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && victim=$p
+    done
+    kill -STOP "$victim"
+    t0=$(date +%s)
+    for _ in $(seq 1 600); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+    secs=$(( $(date +%s) - t0 ))
+    kill -CONT "$victim" 2>/dev/null; kill -9 $job "$victim" 2>/dev/null; wait $job; st=$?
+    if [ "$st" != 0 ] && [ "$secs" -le 20 ] \
+       && grep -qE 'error: comm watchdog: rank 0 waited [0-9]+ s in .*; rank 1 did not reach it' "$TMP/wd.out"; then
+        ok "watchdog_ends_the_job_when_a_rank_stalls (SIGSTOPped rank 1, job ended after ${secs}s, status $st)"
+    else fail watchdog_ends_the_job_when_a_rank_stalls "status $st after ${secs}s: $(grep -m2 -E 'error|watchdog' "$TMP/wd.out")"; fi
+else kill -9 $job; fail watchdog_ends_the_job_when_a_rank_stalls "the run never reached step 3"; fi
 
 [ "$failures" -eq 0 ]

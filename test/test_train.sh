@@ -138,18 +138,18 @@ expect_error error_missing_train_data any "error: --train $TMP/nothere.*make dat
 expect_error error_resume_missing_dir any "error: --resume $TMP/b/ckpt_99: no such checkpoint directory" \
     "${RUN[@]}" --out "$TMP/x" --resume "$TMP/b/ckpt_99"
 rm "$TMP/b/ckpt_8/manifest.json"
-expect_error error_resume_incomplete any "error: --resume $TMP/b/ckpt_8: incomplete checkpoint \(no manifest" \
+expect_error error_resume_incomplete any "error: --resume $TMP/b/ckpt_8: damaged or incomplete checkpoint \(no manifest" \
     "${RUN[@]}" --out "$TMP/x" --resume "$TMP/b/ckpt_8"
-expect_error error_resume_other_batch any 'B\*T = 4\*16 = 64 tokens per micro-batch, this run 8\*16' \
+expect_error error_resume_other_batch any "error: --batch 8 contradicts the checkpoint $TMP/b/ckpt_4, whose run has --batch 4"  \
     "${RUN[@]}" --out "$TMP/x" --resume "$TMP/b/ckpt_4" --batch 8
-expect_error error_resume_other_optimizer any 'trained with --optimizer adamw, this run asks for adams' \
+expect_error error_resume_other_optimizer any '--optimizer adams contradicts the checkpoint .*, whose run has --optimizer adamw' \
     "${RUN[@]}" --out "$TMP/x" --resume "$TMP/b/ckpt_4" --optimizer adams
-expect_error error_resume_other_model any "checkpoint is of model 'v32l2t64', this run asks for 'v32l3t64'" \
+expect_error error_resume_other_model any '--model v32l3t64 contradicts the checkpoint .*, whose run has --model v32l2t64' \
     "${RUN[@]}" --out "$TMP/x" --resume "$TMP/b/ckpt_4" --model v32l3t64
 cp -r "$TMP/b/ckpt_4" "$TMP/b/ckpt_5"
 sed -i 's/"step": 4/"step": 5/' "$TMP/b/ckpt_5/manifest.json"
 printf '\x55' | dd of="$TMP/b/ckpt_5/state_rank0.bin" bs=1 seek=300 conv=notrunc status=none
-expect_error error_resume_corrupt_state any 'state_rank0.bin: optimizer state fails its checksum' \
+expect_error error_resume_corrupt_state any 'ckpt_5: damaged or incomplete checkpoint \(state_rank0.bin fails its checksum' \
     "${RUN[@]}" --out "$TMP/x" --resume "$TMP/b/ckpt_5"
 if [ -e "$TMP/x/log.jsonl" ] && grep -q '"event": "train"' "$TMP/x/log.jsonl"; then
     fail errors_leave_nothing_half_written "a failed run logged training steps"
@@ -197,5 +197,118 @@ if [ "$st" = 1 ] && [ "$second_lines" = 1 ] && grep -q "^error: --out $TMP/lk is
    && "${RUN[@]}" --out "$TMP/lk" --steps 3 --eval-every 0 --sample-every 0 > "$TMP/lk3.out" 2>&1; then
     ok one_run_per_out_directory
 else fail one_run_per_out_directory "second run: status $st, $second_lines lines: $(head -2 "$TMP/lk2.out"); third: $(tail -1 "$TMP/lk3.out" 2>/dev/null)"; fi
+
+# --- checksummed checkpoints (issue 21, symptom 1): a model.bin damaged in place (same size) is passed over by
+#     --resume latest with one line naming it, refused when named, and reported by --verify-ckpt
+"${RUN[@]}" --out "$TMP/dm" --ckpt-every 4 --keep-ckpts 0 > /dev/null 2>&1
+cp "$TMP/dm/log.jsonl" "$TMP/dm.log0"
+printf 'DAMAGEDBLOCK' | dd of="$TMP/dm/ckpt_12/model.bin" bs=1 seek=200 conv=notrunc status=none
+"${RUN[@]}" --out "$TMP/dm" --resume latest > "$TMP/dm.out" 2> "$TMP/dm.err"
+st=$?
+if [ $st = 0 ] && grep -q "resuming from $TMP/dm/ckpt_8 at step 8" "$TMP/dm.out" \
+   && [ "$(grep -c "^note: skipping checkpoint $TMP/dm/ckpt_12: model.bin fails its checksum" "$TMP/dm.err")" = 1 ] \
+   && diff <(train_rows "$TMP/dm.log0" | after 8) <(train_rows "$TMP/dm/log.jsonl" | tail -4) > /dev/null; then
+    ok damaged_model_bin_is_passed_over_by_resume_latest
+else fail damaged_model_bin_is_passed_over_by_resume_latest "status $st; $(cat "$TMP/dm.err"; grep resuming "$TMP/dm.out")"; fi
+printf 'DAMAGEDBLOCK' | dd of="$TMP/dm/ckpt_4/model.bin" bs=1 seek=200 conv=notrunc status=none
+expect_error damaged_model_bin_is_refused_by_name any \
+    "error: --resume $TMP/dm/ckpt_4: damaged or incomplete checkpoint \(model.bin fails its checksum" \
+    "${RUN[@]}" --out "$TMP/x" --resume "$TMP/dm/ckpt_4"
+"$TOY" --verify-ckpt "$TMP/dm" > "$TMP/v.out" 2>&1
+st=$?
+"$TOY" --verify-ckpt "$TMP/dm/ckpt_8" > "$TMP/v1.out" 2>&1
+st1=$?
+if [ $st = 1 ] && [ $st1 = 0 ] && [ "$(wc -l < "$TMP/v.out")" = 3 ] \
+   && grep -q "^$TMP/dm/ckpt_4: BAD, model.bin fails its checksum" "$TMP/v.out" \
+   && grep -q "^$TMP/dm/ckpt_12: ok, step 12, 1 rank, 2 files, [0-9]* bytes, 2 checksums verified$" "$TMP/v.out" \
+   && grep -q "^$TMP/dm/ckpt_8: ok, step 8" "$TMP/v1.out"; then
+    ok verify_ckpt_reports_each_checkpoint
+else fail verify_ckpt_reports_each_checkpoint "status $st/$st1: $(cat "$TMP/v.out" "$TMP/v1.out")"; fi
+
+# --- retention never deletes the checkpoint just written (the newest that verified), even when older steps are
+#     resumed into a directory that holds newer checkpoints of an earlier run
+cp -r "$TMP/b" "$TMP/rt"
+rm -rf "$TMP/rt/ckpt_5" "$TMP/rt/ckpt_8" # ckpt_8 lost its manifest above
+"${RUN[@]}" --out "$TMP/rt" --resume "$TMP/rt/ckpt_4" --steps 6 --keep-ckpts 1 > "$TMP/rt.out" 2>&1
+left=$(cd "$TMP/rt" && ls -d ckpt_* | sort -t_ -k2 -n | tr '\n' ' ')
+if [ "$left" = "ckpt_6 ckpt_12 " ] && "$TOY" --verify-ckpt "$TMP/rt/ckpt_6" > /dev/null; then ok retention_keeps_the_checkpoint_just_written
+else fail retention_keeps_the_checkpoint_just_written "left: '$left', expected 'ckpt_6 ckpt_12 '"; fi
+
+# --- no checkpoint of a state reached through a skipped (non-finite) step
+SCAPE_TEST_INJECT_NAN=4 "${RUN[@]}" --out "$TMP/ns" --ckpt-every 4 --keep-ckpts 0 > "$TMP/ns.out" 2>&1
+left=$(cd "$TMP/ns" && ls -d ckpt_* | sort -t_ -k2 -n | tr '\n' ' ')
+if [ "$left" = "ckpt_8 ckpt_12 " ] && grep -q "^step 4: no checkpoint of this step, the last 1 step was skipped" "$TMP/ns.out"; then
+    ok no_checkpoint_of_a_skipped_step
+else fail no_checkpoint_of_a_skipped_step "left: '$left'; $(grep 'step 4' "$TMP/ns.out")"; fi
+
+# --- resume from the checkpoint alone (symptom 5): `--resume latest --out DIR` restores every recorded option and
+#     reproduces the uninterrupted run bit for bit; a changed schedule flag is taken with a note
+rm -rf "$TMP/b2"; cp -r "$TMP/b" "$TMP/b2"; rm -rf "$TMP/b2/ckpt_5" "$TMP/b2/ckpt_8" "$TMP/b2/ckpt_12"
+"$TOY" --resume latest --out "$TMP/b2" > "$TMP/b2.out" 2>&1
+st=$?
+if [ $st = 0 ] && grep -q "resuming from $TMP/b2/ckpt_4 at step 4" "$TMP/b2.out" \
+   && diff <(train_rows "$TMP/a/log.jsonl" | after 4) <(train_rows "$TMP/b2/log.jsonl" | tail -8) > /dev/null \
+   && cmp -s "$TMP/a/ckpt_12/model.bin" "$TMP/b2/ckpt_12/model.bin"; then
+    ok resume_from_the_checkpoint_alone
+else fail resume_from_the_checkpoint_alone "status $st: $(tail -3 "$TMP/b2.out")"; fi
+rm -rf "$TMP/b3"; cp -r "$TMP/b" "$TMP/b3"; rm -rf "$TMP/b3/ckpt_5" "$TMP/b3/ckpt_8" "$TMP/b3/ckpt_12"
+if "$TOY" --resume latest --out "$TMP/b3" --steps 14 > "$TMP/b3.out" 2>&1 \
+   && [ "$(grep -c '^note: --steps 14 applies from the resumed step on (the checkpoint.s run had 12)$' "$TMP/b3.out")" = 1 ] \
+   && [ -d "$TMP/b3/ckpt_14" ]; then
+    ok resume_takes_a_changed_schedule_with_a_note
+else fail resume_takes_a_changed_schedule_with_a_note "$(grep -E 'note|error' "$TMP/b3.out" | head -3)"; fi
+
+# --- --init is identified by content: the same bytes under another path resume, other bytes are refused
+cp "$TMP/a/ckpt_12/model.bin" "$TMP/init1.bin"
+"${RUN[@]}" --out "$TMP/in" --init "$TMP/init1.bin" --steps 4 --ckpt-every 2 --keep-ckpts 0 > /dev/null 2>&1
+cp "$TMP/init1.bin" "$TMP/init1_copy.bin"; rm -rf "$TMP/in/ckpt_4"
+if "$TOY" --resume latest --out "$TMP/in" --init "$TMP/init1_copy.bin" > "$TMP/in.out" 2>&1 \
+   && grep -q "resuming from $TMP/in/ckpt_2 at step 2" "$TMP/in.out"; then ok init_identified_by_content
+else fail init_identified_by_content "$(tail -2 "$TMP/in.out")"; fi
+expect_error init_with_other_content_is_refused any \
+    "error: --init $TMP/b/ckpt_4/model.bin: its content \(xxh3 [0-9a-f]{16}\) is not the file the run of checkpoint" \
+    "$TOY" --resume latest --out "$TMP/in" --init "$TMP/b/ckpt_4/model.bin"
+
+# --- every write checked (symptom 2): standard output and log.jsonl that cannot be written stop the run at once
+#     with one line naming them (/dev/full: a device whose writes fail with ENOSPC, on every machine)
+"${RUN[@]}" --out "$TMP/fo" > /dev/full 2> "$TMP/fo.err"
+st=$?
+if [ $st = 1 ] && [ "$(wc -l < "$TMP/fo.err")" = 1 ] \
+   && grep -q '^error: cannot write standard output: No space left on device' "$TMP/fo.err" \
+   && ! grep -q '"event": "train"' "$TMP/fo/log.jsonl"; then ok unwritable_stdout_stops_the_run_at_step_1
+else fail unwritable_stdout_stops_the_run_at_step_1 "status $st: $(cat "$TMP/fo.err")"; fi
+mkdir -p "$TMP/fl"; ln -s /dev/full "$TMP/fl/log.jsonl"
+"${RUN[@]}" --out "$TMP/fl" > "$TMP/fl.out" 2> "$TMP/fl.err"
+st=$?
+if [ $st = 1 ] && [ "$(wc -l < "$TMP/fl.err")" = 1 ] && ! grep -q '^step ' "$TMP/fl.out" \
+   && grep -q "^error: cannot write $TMP/fl/log.jsonl: No space left on device" "$TMP/fl.err"; then
+    ok unwritable_log_stops_the_run
+else fail unwritable_log_stops_the_run "status $st: $(cat "$TMP/fl.err")"; fi
+# a log whose last line was cut by a crash loses that partial line when the next run opens it
+mkdir -p "$TMP/pl"; printf '{"event": "start", "step": 0}\n{"event": "tra' > "$TMP/pl/log.jsonl"
+if "${RUN[@]}" --out "$TMP/pl" --steps 2 > /dev/null 2> "$TMP/pl.err" \
+   && grep -q "note: $TMP/pl/log.jsonl ended inside a line .*dropped its last 14 bytes" "$TMP/pl.err" \
+   && /usr/bin/python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' "$TMP/pl/log.jsonl"; then
+    ok partial_log_line_is_cut_on_open
+else fail partial_log_line_is_cut_on_open "$(cat "$TMP/pl.err")"; fi
+# a real full disk: a small tmpfs fills while the run logs and checkpoints. It stops with one line naming the file
+# and the OS error; log.jsonl holds whole lines only; the newest complete checkpoint verifies
+MNT="$TMP/mnt"; mkdir -p "$MNT"
+if mount -t tmpfs -o size=160k tmpfs "$MNT" 2> /dev/null; then
+    "${RUN[@]}" --out "$MNT/o" --steps 100000 --eval-every 0 --sample-every 0 --ckpt-every 10 --keep-ckpts 1 \
+        > /dev/null 2> "$TMP/fd.err"
+    st=$?
+    newest=$(cd "$MNT/o" && ls -d ckpt_*/manifest.json 2>/dev/null | sort -t_ -k2 -n | tail -1 | cut -d/ -f1)
+    if [ $st = 1 ] && [ "$(wc -l < "$TMP/fd.err")" = 1 ] \
+       && grep -qE "^error: cannot write $MNT/o/.*: No space left on device" "$TMP/fd.err" \
+       && [ "$(tail -c 1 "$MNT/o/log.jsonl" | od -An -c | tr -d ' ')" = '\n' ] \
+       && /usr/bin/python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' "$MNT/o/log.jsonl" \
+       && [ -n "$newest" ] && "$TOY" --verify-ckpt "$MNT/o/$newest" > /dev/null; then
+        ok full_disk_stops_the_run_and_keeps_the_newest_checkpoint
+    else fail full_disk_stops_the_run_and_keeps_the_newest_checkpoint "status $st, newest '$newest': $(cat "$TMP/fd.err")"; fi
+    umount "$MNT"
+else
+    echo "skip full_disk_on_tmpfs: cannot mount a tmpfs here (it needs root with CAP_SYS_ADMIN); the /dev/full cases above check the same writes"
+fi
 
 [ "$failures" -eq 0 ]

@@ -276,24 +276,86 @@ static void write_ckpt(const char *out, int step, int world) {
     make_dirs(dir);
     float blob[10];
     for (int i = 0; i < 10; i++) blob[i] = (float)(step * 100 + i);
-    const char *names[4];
+    CkptFile files[4];
     char rn[3][32];
-    int64_t sizes[4];
     char path[600];
     snprintf(path, sizeof path, "%s/model.bin", dir);
     write_file_atomic(path, "MODEL", 5, NULL, 0);
-    names[0] = "model.bin";
-    sizes[0] = 5;
+    files[0].name = "model.bin";
+    if (!ckpt_file_hash(path, &files[0].bytes, &files[0].xxh3) || files[0].bytes != 5) fatal("cannot hash %s", path);
     for (int r = 0; r < world; r++) {
         CkptState h;
         memset(&h, 0, sizeof h);
         h.rank = r, h.world = world, h.step = step, h.blob_bytes = sizeof blob;
         ckpt_write_state(dir, &h, blob);
         snprintf(rn[r], 32, "state_rank%d.bin", r);
-        names[r + 1] = rn[r];
-        sizes[r + 1] = (int64_t)(sizeof h + sizeof blob);
+        files[r + 1].name = rn[r];
+        snprintf(path, sizeof path, "%s/%s", dir, rn[r]);
+        if (!ckpt_file_hash(path, &files[r + 1].bytes, &files[r + 1].xxh3)) fatal("cannot hash %s", path);
     }
-    ckpt_write_manifest(dir, world, step, world + 1, names, sizes);
+    /* option values with every escape the manifest must carry: quotes, backslash, newline, tab, a control byte,
+     * UTF-8 */
+    const char *names[] = {"lr", "prompt", "train"};
+    const char *values[] = {"0.00100000005", "say \"hi\"\\\n\tto \x01 caf\xc3\xa9", ""};
+    ckpt_write_manifest(dir, world, step, world + 1, files, 3, names, values, step == 10 ? "0123456789abcdef" : "");
+}
+
+TEST(manifest_checksums_options_and_verification) {
+    char out[300], dir[512], why[512], path[600];
+    snprintf(out, sizeof out, "%s/verify", tmpdir);
+    write_ckpt(out, 10, 2);
+    ckpt_dir(dir, sizeof dir, out, 10);
+    CkptInfo info;
+    CHECK(ckpt_verify(dir, &info, why, sizeof why), "fresh checkpoint does not verify: %s", why);
+    CHECK(info.step == 10 && info.world == 2 && info.n_files == 3 && info.n_hashed == 3 && info.bytes == 5 + 2 * 296,
+          "info: step %d world %d files %d hashed %d bytes %lld", info.step, info.world, info.n_files, info.n_hashed,
+          (long long)info.bytes);
+    CkptOptions o;
+    CHECK(ckpt_read_options(dir, &o), "options unreadable");
+    CHECK(o.n == 3 && strcmp(o.names[1], "prompt") == 0 && strcmp(o.values[1], "say \"hi\"\\\n\tto \x01 caf\xc3\xa9") == 0 &&
+          strcmp(o.values[0], "0.00100000005") == 0 && o.values[2][0] == '\0' && strcmp(o.init_hash, "0123456789abcdef") == 0,
+          "options read back: n %d, prompt '%s', init '%s'", o.n, o.n > 1 ? o.values[1] : "", o.init_hash);
+    ckpt_options_free(&o);
+    /* one byte of model.bin changed in place: same size, so complete, but it no longer verifies */
+    snprintf(path, sizeof path, "%s/model.bin", dir);
+    FILE *f = fopen(path, "r+b");
+    fputc('m', f);
+    fclose(f);
+    int step, world;
+    CHECK(ckpt_is_complete(dir, &step, &world, why, sizeof why), "size-only check should still pass: %s", why);
+    CHECK(!ckpt_verify(dir, &info, why, sizeof why) && strstr(why, "model.bin fails its checksum"), "verify: %s", why);
+    /* latest passes over it to the older good one; prune keeps the verified step even beyond keep */
+    write_ckpt(out, 4, 1);
+    write_ckpt(out, 2, 1);
+    char found[512];
+    CHECK(ckpt_find_latest(out, found, sizeof found) == 4, "latest should skip the damaged 10 and take 4");
+    ckpt_prune(out, 1, 2);
+    ckpt_dir(dir, sizeof dir, out, 2);
+    CHECK(file_exists(dir), "prune removed the verified step 2");
+    ckpt_dir(dir, sizeof dir, out, 4);
+    CHECK(!file_exists(dir), "prune kept step 4 beyond keep 1");
+}
+
+TEST(args_format_reads_back_to_the_same_value) {
+    ModelFamily fam = {"toy", NULL, "v8l1t8", "toy spec", never_create};
+    TrainConfig c;
+    int n;
+    ArgSpec *t = train_options(&c, &fam, &n);
+    char *argv1[] = {"prog", "--lr", "3e-4", "--density", "0.01", "--zero", "--seed", "18446744073709551615",
+                     "--prompt", "a \"b\"", NULL};
+    args_parse(t, n, 10, argv1, "usage", NULL);
+    TrainConfig before = c;
+    char vals[64][256];
+    CHECK(n <= 64, "table too long for the test");
+    for (int i = 0; i < n; i++) args_format(&t[i], vals[i], sizeof vals[i]);
+    char *argv0[] = {"prog", NULL};
+    args_parse(t, n, 1, argv0, "usage", NULL); /* back to the defaults */
+    for (int i = 0; i < n; i++) args_set(&t[i], vals[i]);
+    CHECK(c.lr == before.lr && c.density == before.density && c.zero == 1 && c.seed == UINT64_MAX &&
+          strcmp(c.prompt, "a \"b\"") == 0 && c.lr_floor == before.lr_floor && c.B == before.B,
+          "round trip: lr %g density %.17g zero %d seed %llu prompt %s", c.lr, c.density, c.zero,
+          (unsigned long long)c.seed, c.prompt);
+    free(t);
 }
 
 TEST(checkpoint_state_round_trip_and_completeness) {
@@ -337,7 +399,7 @@ TEST(latest_skips_incomplete_and_prune_keeps_newest) {
     ckpt_dir(dir, sizeof dir, out, 6);
     CHECK(strcmp(found, dir) == 0, "latest dir: expected %s got %s", dir, found);
     /* pruning to 2 keeps complete 6 and 4, removes 2, never touches the incomplete ones */
-    ckpt_prune(out, 2);
+    ckpt_prune(out, 2, -1);
     int w;
     char why[512];
     ckpt_dir(dir, sizeof dir, out, 2);
@@ -391,6 +453,8 @@ int main(void) {
     RUN_TEST(checkpoint_state_round_trip_and_completeness);
     RUN_TEST(latest_skips_incomplete_and_prune_keeps_newest);
     RUN_TEST(corrupt_state_file_fails_with_one_line);
+    RUN_TEST(manifest_checksums_options_and_verification);
+    RUN_TEST(args_format_reads_back_to_the_same_value);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) printf("note: could not remove %s\n", tmpdir);

@@ -14,6 +14,8 @@
 #include "common/log.h"
 #include "common/util.h"
 
+#include <xxhash.h>
+
 _Static_assert(sizeof(CkptState) == 256, "CkptState must have a fixed 256-byte layout");
 
 uint64_t fnv1a64(uint64_t h, const void *data, size_t n) {
@@ -78,18 +80,50 @@ void *ckpt_read_state(const char *path, CkptState *h) {
     return blob;
 }
 
-void ckpt_write_manifest(const char *dir, int world, int step, int n_files, const char *const *names,
-                         const int64_t *sizes) {
-    size_t cap = 256 + (size_t)n_files * 320, len = 0;
+int ckpt_file_hash(const char *path, int64_t *bytes, uint64_t *hash) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    XXH3_state_t *st = XXH3_createState();
+    if (!st) fatal("out of memory hashing %s", path);
+    XXH3_64bits_reset(st);
+    size_t cap = (size_t)8 << 20, got;
+    unsigned char *buf = xmalloc(cap, "checksum buffer");
+    int64_t n = 0;
+    while ((got = fread(buf, 1, cap, f)) > 0) {
+        XXH3_64bits_update(st, buf, got);
+        n += (int64_t)got;
+    }
+    int ok = !ferror(f);
+    fclose(f);
+    free(buf);
+    *bytes = n;
+    *hash = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return ok;
+}
+
+void ckpt_write_manifest(const char *dir, int world, int step, int n_files, const CkptFile *files, int n_opts,
+                         const char *const *opt_names, const char *const *opt_values, const char *init_hash) {
+    size_t cap = 512 + (size_t)n_files * 400, len = 0;
+    for (int i = 0; i < n_opts; i++) cap += 6 * (strlen(opt_names[i]) + strlen(opt_values[i])) + 16;
     char *buf = xmalloc(cap, "manifest");
-    len += (size_t)snprintf(buf, cap, "{\"format\": \"scape-ckpt\", \"version\": 1, \"world\": %d, \"step\": %d, "
-                                      "\"files\": [", world, step);
+    len += (size_t)snprintf(buf, cap, "{\"format\": \"scape-ckpt\", \"version\": %d, \"world\": %d, \"step\": %d, "
+                                      "\"files\": [", CKPT_MANIFEST_VERSION, world, step);
     for (int i = 0; i < n_files; i++) {
         len += (size_t)snprintf(buf + len, cap - len, "%s{\"name\": ", i ? ", " : "");
-        json_escape(buf, cap, &len, names[i]);
-        len += (size_t)snprintf(buf + len, cap - len, ", \"bytes\": %lld}", (long long)sizes[i]);
+        json_escape(buf, cap, &len, files[i].name);
+        len += (size_t)snprintf(buf + len, cap - len, ", \"bytes\": %lld, \"xxh3\": \"%016llx\"}",
+                                (long long)files[i].bytes, (unsigned long long)files[i].xxh3);
     }
-    len += (size_t)snprintf(buf + len, cap - len, "]}\n");
+    len += (size_t)snprintf(buf + len, cap - len, "], \"init_xxh3\": \"%s\", \"options\": {", init_hash ? init_hash : "");
+    for (int i = 0; i < n_opts; i++) {
+        if (i) len += (size_t)snprintf(buf + len, cap - len, ", ");
+        json_escape(buf, cap, &len, opt_names[i]);
+        len += (size_t)snprintf(buf + len, cap - len, ": ");
+        json_escape(buf, cap, &len, opt_values[i]);
+    }
+    len += (size_t)snprintf(buf + len, cap - len, "}}\n");
+    if (len + 1 >= cap) fatal("%s: manifest longer than its buffer (internal error)", dir);
     char path[4200];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     write_file_atomic(path, buf, len, NULL, 0);
@@ -118,54 +152,202 @@ static int json_int_after(const char *s, const char *key, long long *v) {
     return end != p;
 }
 
-int ckpt_is_complete(const char *dir, int *step, int *world, char *why, size_t why_cap) {
+static void put_utf8(char *out, size_t cap, size_t *n, unsigned cp) {
+    unsigned char b[4];
+    int k;
+    if (cp < 0x80) { b[0] = (unsigned char)cp; k = 1; }
+    else if (cp < 0x800) { b[0] = (unsigned char)(0xC0 | cp >> 6); b[1] = (unsigned char)(0x80 | (cp & 0x3F)); k = 2; }
+    else { b[0] = (unsigned char)(0xE0 | cp >> 12); b[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
+           b[2] = (unsigned char)(0x80 | (cp & 0x3F)); k = 3; }
+    for (int i = 0; i < k; i++)
+        if (*n + 1 < cap) out[(*n)++] = (char)b[i];
+}
+
+/* Parses the JSON string literal at *p (which must point at its opening quote) into out (NUL-terminated, cut at
+ * cap - 1 bytes); advances *p past the closing quote. 0 if it is not a well-formed literal. Handles the escapes
+ * json_escape writes (and \/ \b \f \r and any \uXXXX of the BMP). */
+static int parse_json_string(const char **p, char *out, size_t cap) {
+    const char *s = *p;
+    size_t n = 0;
+    if (*s != '"') return 0;
+    for (s++; *s && *s != '"'; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch != '\\') {
+            if (n + 1 < cap) out[n++] = (char)ch;
+            continue;
+        }
+        s++;
+        switch (*s) {
+        case '"': case '\\': case '/': if (n + 1 < cap) out[n++] = *s; break;
+        case 'n': if (n + 1 < cap) out[n++] = '\n'; break;
+        case 't': if (n + 1 < cap) out[n++] = '\t'; break;
+        case 'r': if (n + 1 < cap) out[n++] = '\r'; break;
+        case 'b': if (n + 1 < cap) out[n++] = '\b'; break;
+        case 'f': if (n + 1 < cap) out[n++] = '\f'; break;
+        case 'u': {
+            unsigned cp = 0;
+            for (int i = 1; i <= 4; i++) {
+                char h = s[i];
+                int v = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                        : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+                if (v < 0) return 0;
+                cp = cp * 16 + (unsigned)v;
+            }
+            if (cp == 0) return 0; /* would cut the C string */
+            put_utf8(out, cap, &n, cp);
+            s += 4;
+            break;
+        }
+        default: return 0;
+        }
+    }
+    if (*s != '"') return 0;
+    if (cap) out[n] = '\0';
+    *p = s + 1;
+    return 1;
+}
+
+static void skip_ws(const char **p) {
+    while (**p == ' ' || **p == '\n' || **p == '\t' || **p == '\r') (*p)++;
+}
+
+/* The manifest check behind ckpt_is_complete (hashes = 0) and ckpt_verify (hashes = 1). */
+static int check_dir(const char *dir, int hashes, CkptInfo *info, char *why, size_t why_cap) {
     char path[4200];
+    memset(info, 0, sizeof *info);
     snprintf(path, sizeof path, "%s/manifest.json", dir);
-    char *m = slurp(path, 1 << 20);
+    char *m = slurp(path, 1 << 22);
     if (!m) {
         snprintf(why, why_cap, "no manifest.json (the run stopped while writing it)");
         return 0;
     }
-    long long w, s;
-    int ok = json_int_after(m, "\"world\":", &w) && json_int_after(m, "\"step\":", &s) && w >= 1 && w <= INT_MAX && s >= 0 && s <= INT_MAX;
+    long long w, s, version = 1;
+    json_int_after(m, "\"version\":", &version);
+    int ok = json_int_after(m, "\"world\":", &w) && json_int_after(m, "\"step\":", &s) && w >= 1 && w <= INT_MAX &&
+             s >= 0 && s <= INT_MAX;
     if (!ok) snprintf(why, why_cap, "manifest.json is malformed");
     const char *p = strstr(m, "\"files\":");
-    int n_files = 0;
-    while (ok && p && (p = strstr(p, "{\"name\": \""))) {
-        p += 10;
-        const char *q = strchr(p, '"');
+    const char *files_end = p ? strchr(p, ']') : NULL;
+    while (ok && p && files_end && (p = strstr(p, "{\"name\": ")) && p < files_end) {
+        p += 9;
+        char name[256];
+        const char *obj_end = strchr(p, '}');
         long long bytes;
-        if (!q || q - p >= 256 || memchr(p, '/', (size_t)(q - p)) || !json_int_after(q, "\"bytes\":", &bytes)) {
+        if (!parse_json_string(&p, name, sizeof name) || !obj_end || strchr(name, '/') || !name[0] ||
+            !json_int_after(p, "\"bytes\":", &bytes) || strstr(p, "\"bytes\":") > obj_end) {
             snprintf(why, why_cap, "manifest.json is malformed");
             ok = 0;
             break;
         }
         char file[4500];
-        snprintf(file, sizeof file, "%s/%.*s", dir, (int)(q - p), p);
+        snprintf(file, sizeof file, "%s/%s", dir, name);
         int64_t have = file_size(file);
         if (have != bytes) {
-            if (have < 0) snprintf(why, why_cap, "%.*s is missing", (int)(q - p), p);
-            else snprintf(why, why_cap, "%.*s has %lld bytes, manifest says %lld", (int)(q - p), p,
-                          (long long)have, bytes);
+            if (have < 0) snprintf(why, why_cap, "%s is missing", name);
+            else snprintf(why, why_cap, "%s has %lld bytes, manifest says %lld", name, (long long)have, bytes);
             ok = 0;
+            break;
         }
-        n_files++;
-        p = q;
+        const char *hx = strstr(p, "\"xxh3\": \"");
+        if (version >= 2 && (!hx || hx > obj_end)) {
+            snprintf(why, why_cap, "manifest.json has no checksum for %s", name);
+            ok = 0;
+            break;
+        }
+        if (hashes && hx && hx < obj_end) {
+            char *end;
+            unsigned long long want = strtoull(hx + 9, &end, 16);
+            int64_t got_bytes;
+            uint64_t got;
+            if (end != hx + 9 + 16 || *end != '"') {
+                snprintf(why, why_cap, "manifest.json is malformed (checksum of %s)", name);
+                ok = 0;
+                break;
+            }
+            if (!ckpt_file_hash(file, &got_bytes, &got)) {
+                snprintf(why, why_cap, "%s cannot be read: %s", name, strerror(errno));
+                ok = 0;
+                break;
+            }
+            if (got != (uint64_t)want || got_bytes != bytes) {
+                snprintf(why, why_cap, "%s fails its checksum (xxh3 %016llx, manifest says %016llx): its content is "
+                         "damaged", name, (unsigned long long)got, want);
+                ok = 0;
+                break;
+            }
+            info->n_hashed++;
+        }
+        info->n_files++;
+        info->bytes += bytes;
+        p = obj_end;
     }
-    if (ok && n_files == 0) {
+    if (ok && info->n_files == 0) {
         snprintf(why, why_cap, "manifest.json lists no files");
         ok = 0;
     }
     free(m);
     if (ok) {
-        *step = (int)s;
-        *world = (int)w;
+        info->step = (int)s;
+        info->world = (int)w;
     }
     return ok;
 }
 
-/* Steps of all ckpt_<step> directories under out, newest first; returns the count. */
-static int list_ckpts(const char *out, int **steps_out) {
+int ckpt_is_complete(const char *dir, int *step, int *world, char *why, size_t why_cap) {
+    CkptInfo info;
+    if (!check_dir(dir, 0, &info, why, why_cap)) return 0;
+    *step = info.step;
+    *world = info.world;
+    return 1;
+}
+
+int ckpt_verify(const char *dir, CkptInfo *info, char *why, size_t why_cap) {
+    return check_dir(dir, 1, info, why, why_cap);
+}
+
+int ckpt_read_options(const char *dir, CkptOptions *o) {
+    memset(o, 0, sizeof *o);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    char *m = slurp(path, 1 << 22);
+    if (!m) return 0;
+    const char *ih = strstr(m, "\"init_xxh3\": ");
+    if (ih) {
+        ih += 13;
+        if (!parse_json_string(&ih, o->init_hash, sizeof o->init_hash)) o->init_hash[0] = '\0';
+    }
+    const char *p = strstr(m, "\"options\": {");
+    int ok = p != NULL;
+    if (ok) p += 12;
+    while (ok) {
+        skip_ws(&p);
+        if (*p == '}') break;
+        if (o->n && *p++ != ',') { ok = 0; break; }
+        skip_ws(&p);
+        char name[64], *value = xmalloc(1 << 16, "checkpoint option");
+        ok = parse_json_string(&p, name, sizeof name);
+        skip_ws(&p);
+        ok = ok && *p++ == ':';
+        skip_ws(&p);
+        ok = ok && parse_json_string(&p, value, 1 << 16) && o->n < CKPT_MAX_OPTIONS;
+        if (!ok) {
+            free(value);
+            break;
+        }
+        snprintf(o->names[o->n], sizeof o->names[o->n], "%s", name);
+        o->values[o->n++] = value;
+    }
+    free(m);
+    if (!ok) ckpt_options_free(o);
+    return ok;
+}
+
+void ckpt_options_free(CkptOptions *o) {
+    for (int i = 0; i < o->n; i++) free(o->values[i]);
+    o->n = 0;
+}
+
+int ckpt_list(const char *out, int **steps_out) {
     DIR *d = opendir(out);
     int n = 0, cap = 16;
     int *steps = xmalloc((size_t)cap * sizeof(int), "checkpoint list");
@@ -199,16 +381,18 @@ static int list_ckpts(const char *out, int **steps_out) {
 
 int ckpt_find_latest(const char *out, char *buf, size_t cap) {
     int *steps;
-    int n = list_ckpts(out, &steps), found = -1;
+    int n = ckpt_list(out, &steps), found = -1;
     for (int i = 0; i < n && found < 0; i++) {
         char dir[4200], why[512];
-        int s, w;
+        CkptInfo info;
         ckpt_dir(dir, sizeof dir, out, steps[i]);
-        if (ckpt_is_complete(dir, &s, &w, why, sizeof why) && s == steps[i]) {
-            snprintf(buf, cap, "%s", dir);
-            found = s;
+        if (!ckpt_verify(dir, &info, why, sizeof why)) {
+            fprintf(stderr, "note: skipping checkpoint %s: %s\n", dir, why);
+        } else if (info.step != steps[i]) {
+            fprintf(stderr, "note: skipping checkpoint %s: its manifest says step %d\n", dir, info.step);
         } else {
-            fprintf(stderr, "note: skipping incomplete checkpoint %s: %s\n", dir, why);
+            snprintf(buf, cap, "%s", dir);
+            found = info.step;
         }
     }
     free(steps);
@@ -220,7 +404,7 @@ static void remove_ckpt_dir(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
-    // cppcheck-suppress readdirCalled ; see list_ckpts
+    // cppcheck-suppress readdirCalled ; see ckpt_list
     while ((e = readdir(d))) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
         char path[4500];
@@ -231,17 +415,17 @@ static void remove_ckpt_dir(const char *dir) {
     rmdir(dir);
 }
 
-void ckpt_prune(const char *out, int keep) {
+void ckpt_prune(const char *out, int keep, int verified_step) {
     if (keep <= 0) return;
     int *steps;
-    int n = list_ckpts(out, &steps), kept = 0;
+    int n = ckpt_list(out, &steps), kept = 0;
     for (int i = 0; i < n; i++) {
         char dir[4200], why[512];
         int s, w;
         ckpt_dir(dir, sizeof dir, out, steps[i]);
         if (!ckpt_is_complete(dir, &s, &w, why, sizeof why)) continue; /* never delete what we did not finish */
         if (kept < keep) kept++;
-        else remove_ckpt_dir(dir);
+        else if (steps[i] != verified_step) remove_ckpt_dir(dir);
     }
     free(steps);
 }

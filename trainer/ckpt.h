@@ -2,9 +2,14 @@
  * trainer/ckpt.h - training checkpoints (DESIGN.md "Files"): <out>/ckpt_<step>/ holds
  *   model.bin            the model file (Model.save), written by rank 0
  *   state_rank<r>.bin    one per rank: CkptState header, then this rank's optimizer blob (distopt_save)
- *   manifest.json        written last by rank 0: {"world", "step", "files": [{"name", "bytes"}]}
- * Every file is written atomically (temp file, fsync, rename). A checkpoint counts only if its manifest exists and
- * every listed file has exactly the listed size; anything else is skipped by "latest" and refused by name.
+ *   manifest.json        written last by rank 0: {"format", "version": 2, "world", "step",
+ *                        "files": [{"name", "bytes", "xxh3"}], "init_xxh3", "options": {name: value}}
+ * Every file is written atomically (temp file, fsync, rename). Each file's checksum (XXH3-64 of its bytes, read
+ * back after the fsync) is in the manifest. A checkpoint is complete when its manifest exists and every listed file
+ * has the listed size (cheap: retention uses it), and verified when every file also has its checksum (resume and
+ * --verify-ckpt use it). "latest" passes over one that does not verify, naming it; an explicit one is refused.
+ * The options are every trainer option's value as typed (trainer/train.c: what defines the run is taken from the
+ * checkpoint on resume); init_xxh3 identifies an --init model file by content ("" when none was given).
  * Not for: deciding when to checkpoint or restoring model/optimizer/loader (trainer/train.c).
  */
 #ifndef TRAINER_CKPT_H
@@ -57,19 +62,60 @@ void ckpt_write_state(const char *dir, CkptState *h, const void *blob);
  * (caller frees) and fills *h. fatal() naming the file and the fix on any problem. */
 void *ckpt_read_state(const char *path, CkptState *h);
 
-/* Writes <dir>/manifest.json atomically: world, step and the files with their sizes. */
-void ckpt_write_manifest(const char *dir, int world, int step, int n_files, const char *const *names,
-                         const int64_t *sizes);
+#define CKPT_MANIFEST_VERSION 2 /* 1: no checksums or options (still read: complete, but nothing to verify) */
+
+/* One file of a checkpoint as the manifest lists it. */
+typedef struct {
+    const char *name; /* relative to the checkpoint directory, no '/' */
+    int64_t bytes;
+    uint64_t xxh3;    /* ckpt_file_hash of the file */
+} CkptFile;
+
+/* XXH3-64 (libxxhash) of the file's whole content and its length in bytes; 0 (errno set) if it cannot be read. */
+int ckpt_file_hash(const char *path, int64_t *bytes, uint64_t *hash);
+
+/* Writes <dir>/manifest.json atomically: world, step, the files with sizes and checksums, the --init file's hash
+ * (16 hex digits, or "" / NULL) and n_opts option name/value pairs (strings as typed, any bytes but NUL). */
+void ckpt_write_manifest(const char *dir, int world, int step, int n_files, const CkptFile *files, int n_opts,
+                         const char *const *opt_names, const char *const *opt_values, const char *init_hash);
+
+/* What a manifest says of its checkpoint. */
+typedef struct {
+    int step, world;
+    int n_files;  /* files listed */
+    int n_hashed; /* of which checksummed and verified (0 for a version-1 manifest, or from ckpt_is_complete) */
+    int64_t bytes;
+} CkptInfo;
+/* 1 if <dir> is complete and every file matches its checksum (reads every byte); else 0 with the reason in why,
+ * e.g. "model.bin fails its checksum (xxh3 ..., manifest says ...): its content is damaged". */
+int ckpt_verify(const char *dir, CkptInfo *info, char *why, size_t why_cap);
+
+/* The options a checkpoint recorded (ckpt_write_manifest). */
+#define CKPT_MAX_OPTIONS 96
+typedef struct {
+    int n;
+    char names[CKPT_MAX_OPTIONS][64];
+    char *values[CKPT_MAX_OPTIONS]; /* malloc'd */
+    char init_hash[32];             /* "" when the run had no --init, or the manifest predates options */
+} CkptOptions;
+/* Reads <dir>/manifest.json's options into *o; 0 if the manifest has none (version 1) or they are malformed.
+ * Free with ckpt_options_free. */
+int ckpt_read_options(const char *dir, CkptOptions *o);
+void ckpt_options_free(CkptOptions *o);
 /* 1 if <dir> is a complete checkpoint (manifest parses, every listed file exists with its size); then *step and
  * *world are set. 0 otherwise, with the reason in why (one line, e.g. "state_rank1.bin has 100 bytes, manifest
  * says 4196"). */
 int ckpt_is_complete(const char *dir, int *step, int *world, char *why, size_t why_cap);
-/* Newest complete checkpoint under out: its directory into buf, returns its step; -1 if none. Each newer but
- * incomplete one is reported on stderr with why it was skipped. */
+/* Steps of all ckpt_<step> directories under out (complete or not), newest first, into *steps (malloc'd, caller
+ * frees); returns the count (0 when out does not exist). */
+int ckpt_list(const char *out, int **steps);
+/* Newest checkpoint under out that verifies (ckpt_verify): its directory into buf, returns its step; -1 if none.
+ * Each newer one that is incomplete or damaged is reported on stderr ("note: skipping checkpoint DIR: why"). */
 int ckpt_find_latest(const char *out, char *buf, size_t cap);
-/* Removes all but the newest `keep` complete checkpoints under out (keep <= 0: keep all). The manifest goes
- * first so a half-removed checkpoint is never mistaken for a complete one. */
-void ckpt_prune(const char *out, int keep);
+/* Removes all but the newest `keep` complete checkpoints under out (keep <= 0: keep all), never the one of step
+ * verified_step (the newest that verified: the one just written, checksummed from its files read back; -1: none).
+ * Incomplete ones are left alone. The manifest goes first so a half-removed checkpoint never looks complete. */
+void ckpt_prune(const char *out, int keep, int verified_step);
 /* Removes <dir>/manifest.json if present, so rewriting files in an existing checkpoint dir is never seen as
  * complete until the new manifest lands. */
 void ckpt_invalidate(const char *dir);

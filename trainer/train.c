@@ -116,24 +116,45 @@ static OptimizerKind optimizer_kind(const char *name) {
     return OPT_ADAMW;
 }
 
-/* What identifies "the same model" across a resume: the init file if one was given, else the spec. */
-static void model_id(const TrainConfig *c, char *buf) {
-    snprintf(buf, CKPT_ID_MAX, "%s", c->init[0] ? c->init : c->model);
+/* The model spec, recorded in each state file for information (an --init file is identified by its content in the
+ * manifest, the layout by param_table_hash). */
+static void model_id(const TrainConfig *c, char *buf) { snprintf(buf, CKPT_ID_MAX, "%s", c->model); }
+
+/* Options of a run (trainer/train_options.c) as its checkpoints record them and a resume treats them:
+ *   not recorded: where and how this process runs (--out, --resume, --threads, --comm, --update, --comm-timeout,
+ *                 --verify-ckpt) and --init (recorded by content as the manifest's init_xxh3);
+ *   defining:     what the checkpoint's model and optimizer state are made for; on resume a flag that differs is
+ *                 refused naming both values;
+ *   the rest:     taken from the checkpoint unless given again, when the new value applies from the resumed step
+ *                 on (steps, lr schedule, eval, sampling, data paths, density schedule, ...), with a note. */
+static const char *const options_not_recorded[] = {"out", "resume", "threads", "comm", "update", "comm-timeout",
+                                                   "verify-ckpt", "init"};
+static const char *const options_defining[] = {"model", "optimizer", "batch", "seq", "scape-exclude-norms"};
+static int in_list(const char *name, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(name, list[i]) == 0) return 1;
+    return 0;
 }
+#define IN_LIST(name, list) in_list(name, list, sizeof list / sizeof list[0])
 
 /* Test-only fault injection for the non-finite-step drills (test/test_drills_nan.sh); deliberately not in --help.
  * SCAPE_TEST_INJECT_NAN=item[,item...], each item "N" or "loss:N" (N >= 1, a step number):
  *   N       rank 0's last backward of step N runs with loss scale NaN, so its whole local gradient is NaN and the
  *           all-reduce spreads it to every rank: the gradient-norm path (distopt_step skips);
  *   loss:N  rank 0's loss of step N is NaN before the loss all-reduce: the non-finite-loss path.
- * The variable's name says what it is for, so it is not set by accident; a malformed value is fatal. */
+ * The variable's name says what it is for, so it is not set by accident; a malformed value is fatal.
+ * SCAPE_TEST_CKPT_SKIPPED=1 lets the drill checkpoint a skipped step anyway (a run never does), so that it can show
+ * by file comparison that the skipped step left params and optimizer state as they were. */
 typedef struct {
     int *grad_steps, *loss_steps;
     int n_grad, n_loss;
+    int ckpt_skipped;
 } NanInjection;
 
 static void nan_injection_parse(NanInjection *inj) {
     memset(inj, 0, sizeof *inj);
+    const char *k = getenv("SCAPE_TEST_CKPT_SKIPPED");
+    inj->ckpt_skipped = k && strcmp(k, "1") == 0;
     const char *v = getenv("SCAPE_TEST_INJECT_NAN");
     if (!v || !v[0]) return;
     size_t cap = strlen(v) / 2 + 1;
@@ -178,6 +199,11 @@ typedef struct {
     int *inputs, *targets; /* (B,T) */
     int64_t tokens_per_step;
     char ckpt_path[4096]; /* checkpoint being resumed, "" for a fresh run */
+    ArgSpec *opts;        /* the option table, bound to c (its given flags say what this command line set) */
+    int n_opts;
+    char *restored[CKPT_MAX_OPTIONS]; /* option values taken from the checkpoint (string fields point here) */
+    int n_restored;
+    char init_hash[32];   /* XXH3 of the --init file (hex), carried forward from the checkpoint on resume; "" none */
 } Run;
 
 /* One run per --out: rank 0 holds an exclusive flock on <out>/.lock for the run's lifetime (the descriptor is never
@@ -388,23 +414,46 @@ static void save_checkpoint(Run *r, int step) {
     model_id(&r->c, h.model_id);
     ckpt_write_state(dir, &h, blob);
     free(blob);
-    /* every rank reports its file size to rank 0 (no shared file system needed for the manifest itself) */
-    int64_t mine = (int64_t)(sizeof h + bytes);
-    int64_t *sizes = xmalloc((size_t)(r->world + 1) * sizeof(int64_t), "checkpoint sizes");
-    comm_allgather(&mine, sizes + 1, sizeof mine);
+    /* every rank checksums its file as read back from the disk and reports size and checksum to rank 0 (no shared
+     * file system needed for the manifest itself) */
+    snprintf(path, sizeof path, "%s/state_rank%d.bin", dir, r->rank);
+    int64_t mine[2];
+    uint64_t hash;
+    if (!ckpt_file_hash(path, &mine[0], &hash))
+        fatal("cannot read back %s: %s; check the disk under --out %s", path, strerror(errno), r->c.out);
+    if (mine[0] != (int64_t)(sizeof h + bytes))
+        fatal("%s has %lld bytes after writing %zu; the file system lost data, check the disk under --out %s", path,
+              (long long)mine[0], sizeof h + bytes, r->c.out);
+    mine[1] = (int64_t)hash;
+    int64_t *all = xmalloc((size_t)r->world * sizeof mine, "checkpoint checksums");
+    comm_allgather(mine, all, sizeof mine);
     if (r->rank == 0) {
-        snprintf(path, sizeof path, "%s/model.bin", dir);
-        sizes[0] = file_size(path);
-        if (sizes[0] < 0) fatal("%s was not written by the model's save(); cannot complete the checkpoint", path);
-        const char **names = xmalloc((size_t)(r->world + 1) * sizeof(char *), "checkpoint names");
+        CkptFile *files = xmalloc((size_t)(r->world + 1) * sizeof(CkptFile), "checkpoint files");
         char (*rank_names)[40] = xmalloc((size_t)r->world * 40, "checkpoint names");
-        names[0] = "model.bin";
+        snprintf(path, sizeof path, "%s/model.bin", dir);
+        files[0].name = "model.bin";
+        if (!ckpt_file_hash(path, &files[0].bytes, &files[0].xxh3))
+            fatal("cannot read back %s: %s; the model's save() did not write it, or the disk under --out %s failed",
+                  path, strerror(errno), r->c.out);
         for (int i = 0; i < r->world; i++) {
             snprintf(rank_names[i], 40, "state_rank%d.bin", i);
-            names[i + 1] = rank_names[i];
+            files[i + 1] = (CkptFile){rank_names[i], all[2 * i], (uint64_t)all[2 * i + 1]};
         }
-        ckpt_write_manifest(dir, r->world, step, r->world + 1, names, sizes);
-        ckpt_prune(r->c.out, r->c.keep_ckpts);
+        const char *names[CKPT_MAX_OPTIONS];
+        char *values[CKPT_MAX_OPTIONS];
+        int n = 0;
+        for (int i = 0; i < r->n_opts && n < CKPT_MAX_OPTIONS; i++) {
+            if (IN_LIST(r->opts[i].name, options_not_recorded)) continue;
+            values[n] = xmalloc(1 << 16, "option value");
+            args_format(&r->opts[i], values[n], 1 << 16);
+            names[n++] = r->opts[i].name;
+        }
+        ckpt_write_manifest(dir, r->world, step, r->world + 1, files, n, names, (const char *const *)values,
+                            r->init_hash);
+        for (int i = 0; i < n; i++) free(values[i]);
+        free(files);
+        /* the checkpoint just written verified (its checksums are of its files read back): never pruned */
+        ckpt_prune(r->c.out, r->c.keep_ckpts, step);
         double ms = 1e3 * (now_seconds() - t0);
         printf("step %6d | checkpoint %s (%.1f ms)\n", step, dir, ms);
         fflush(stdout);
@@ -414,9 +463,8 @@ static void save_checkpoint(Run *r, int step) {
         jlog_num(r->log, "ms", ms);
         jlog_end(r->log);
         free(rank_names);
-        free(names);
     }
-    free(sizes);
+    free(all);
     comm_barrier(); /* nobody races ahead (and maybe dies) before the checkpoint is complete */
 }
 
@@ -434,29 +482,131 @@ static void choose_checkpoint(Run *r) {
             }
         } else {
             char why[512];
-            int step, world;
+            CkptInfo info;
             if (!file_exists(c->resume))
                 fatal("--resume %s: no such checkpoint directory; pass <out>/ckpt_<step> or \"latest\"", c->resume);
-            if (!ckpt_is_complete(c->resume, &step, &world, why, sizeof why))
-                fatal("--resume %s: incomplete checkpoint (%s); use an older one or --resume latest", c->resume,
-                      why);
+            if (!ckpt_verify(c->resume, &info, why, sizeof why))
+                fatal("--resume %s: damaged or incomplete checkpoint (%s); use an older one, or --resume latest for "
+                      "the newest that verifies", c->resume, why);
             snprintf(r->ckpt_path, sizeof r->ckpt_path, "%s", c->resume);
         }
     }
     comm_bcast(r->ckpt_path, sizeof r->ckpt_path, 0);
 }
 
+/* XXH3 of a model file as 16 hex digits into hex[32]; fatal() naming the flag if it cannot be read. */
+static void init_file_hash(const char *path, char *hex) {
+    int64_t bytes;
+    uint64_t h;
+    if (!ckpt_file_hash(path, &bytes, &h)) fatal("--init %s: cannot read it: %s; pass a model file", path, strerror(errno));
+    snprintf(hex, 32, "%016llx", (unsigned long long)h);
+}
+
+/* Resume from the checkpoint alone: every recorded option that this command line does not set is taken from the
+ * checkpoint (see options_defining above for what may not change); --init, when given, must be the same file by
+ * content. A version-1 checkpoint recorded no options: the flags of the command line apply, as before. */
+static void apply_checkpoint_options(Run *r) {
+    if (!r->ckpt_path[0]) return;
+    CkptOptions o;
+    if (!ckpt_read_options(r->ckpt_path, &o)) {
+        if (r->rank == 0)
+            printf("note: %s records no options (an older checkpoint): pass the run's --model, --optimizer and "
+                   "--batch/--seq as it was started\n", r->ckpt_path);
+        if (r->c.init[0]) init_file_hash(r->c.init, r->init_hash);
+        return;
+    }
+    char now[1 << 12];
+    for (int i = 0; i < o.n; i++) {
+        const char *name = o.names[i], *saved = o.values[i];
+        ArgSpec *s = args_find(r->opts, r->n_opts, name);
+        if (!s || IN_LIST(name, options_not_recorded)) continue; /* an option this program no longer has */
+        args_format(s, now, sizeof now);
+        if (!s->given) {
+            r->restored[r->n_restored] = strdup(saved);
+            if (!r->restored[r->n_restored]) fatal("out of memory restoring the options of %s", r->ckpt_path);
+            args_set(s, r->restored[r->n_restored++]);
+        } else if (strcmp(now, saved) != 0) {
+            if (IN_LIST(name, options_defining))
+                fatal("--%s %s contradicts the checkpoint %s, whose run has --%s %s; drop the flag (a resumed run "
+                      "keeps its model, optimizer and batch shape) or start a new --out", name, now, r->ckpt_path,
+                      name, saved);
+            if (r->rank == 0)
+                printf("note: --%s %s applies from the resumed step on (the checkpoint's run had %s)\n", name, now,
+                       saved);
+        }
+    }
+    if (r->c.init[0]) {
+        char hex[32];
+        init_file_hash(r->c.init, hex);
+        if (!o.init_hash[0])
+            fatal("--init %s: the run of checkpoint %s did not start from an --init file; drop --init (a resumed "
+                  "model comes from the checkpoint's model.bin)", r->c.init, r->ckpt_path);
+        if (strcmp(hex, o.init_hash) != 0)
+            fatal("--init %s: its content (xxh3 %s) is not the file the run of checkpoint %s started from (xxh3 %s); "
+                  "drop --init (a resumed model comes from the checkpoint's model.bin) or pass that file",
+                  r->c.init, hex, r->ckpt_path, o.init_hash);
+    }
+    snprintf(r->init_hash, sizeof r->init_hash, "%s", o.init_hash);
+    ckpt_options_free(&o);
+}
+
+/* NULL if the options agree with each other, else the one-line reason (a static buffer). floor_given: --lr-floor
+ * was on the command line (else a floor above a small --lr becomes lr/10). */
+static const char *options_conflict(TrainConfig *c, int floor_given) {
+    static char msg[512];
+    if (c->lr_floor > c->lr && !floor_given) c->lr_floor = 0.1f * c->lr; /* a small --lr with the default floor */
+    if (c->lr_floor > c->lr)
+        snprintf(msg, sizeof msg, "--lr-floor %g is above --lr %g; the cosine decays from --lr down to --lr-floor",
+                 c->lr_floor, c->lr);
+    else if (c->density < 1.0 && strcmp(c->optimizer, "scape") != 0 && strcmp(c->optimizer, "topk-ef") != 0)
+        snprintf(msg, sizeof msg, "--density %g applies only to --optimizer scape or topk-ef (got %s)", c->density,
+                 c->optimizer);
+    else
+        return NULL;
+    return msg;
+}
+
+/* --verify-ckpt DIR: DIR is one checkpoint (it has a manifest.json) or an --out dir whose ckpt_<step> are all
+ * checked, newest first. One line each; returns the exit status (0 all verified, 1 otherwise). */
+static int verify_checkpoints(const char *dir) {
+    char path[4400], why[512];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    int *steps = NULL, n = 0, bad = 0;
+    int single = file_exists(path);
+    if (!single) {
+        n = ckpt_list(dir, &steps);
+        if (n == 0) {
+            free(steps);
+            fprintf(stderr, "error: --verify-ckpt %s: no checkpoint there (neither a manifest.json nor ckpt_<step> "
+                    "dirs); pass <out>/ckpt_<step> or an --out dir\n", dir);
+            return 1;
+        }
+    }
+    for (int i = 0; i < (single ? 1 : n); i++) {
+        char one[4200];
+        if (single) snprintf(one, sizeof one, "%s", dir);
+        else ckpt_dir(one, sizeof one, dir, steps[i]);
+        CkptInfo info;
+        if (ckpt_verify(one, &info, why, sizeof why)) {
+            printf("%s: ok, step %d, %d rank%s, %d files, %lld bytes, %d checksum%s verified%s\n", one, info.step,
+                   info.world, info.world == 1 ? "" : "s", info.n_files, (long long)info.bytes, info.n_hashed,
+                   info.n_hashed == 1 ? "" : "s", info.n_hashed ? "" : " (an older checkpoint without checksums)");
+        } else {
+            printf("%s: BAD, %s\n", one, why);
+            bad = 1;
+        }
+    }
+    free(steps);
+    fflush(stdout);
+    return bad;
+}
+
 /* NULL if the checkpoint fits this run, else the one-line reason (in a static buffer). */
 static const char *fingerprint_mismatch(const Run *r, const CkptState *h, const char *path) {
     static char msg[4096 + 1024];
-    char id[CKPT_ID_MAX];
     const char *names[] = {"adamw", "adams", "scape", "topk-ef"};
     const char *saved_opt = h->optimizer >= 0 && h->optimizer < 4 ? names[h->optimizer] : "?";
-    model_id(&r->c, id);
-    if (strcmp(id, h->model_id) != 0)
-        snprintf(msg, sizeof msg, "%s: checkpoint is of model '%s', this run asks for '%s'; pass --model/--init as "
-                 "saved, or a new --out", path, h->model_id, id);
-    else if (h->table_hash != param_table_hash(&r->m->table) || h->num_params != r->m->table.total)
+    if (h->table_hash != param_table_hash(&r->m->table) || h->num_params != r->m->table.total)
         snprintf(msg, sizeof msg, "%s: parameter layout differs from the model in model.bin (%llu vs %zu "
                  "parameters); the checkpoint is from another model or program version", path,
                  (unsigned long long)h->num_params, r->m->table.total);
@@ -591,18 +741,17 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     snprintf(usage, sizeof usage, "usage: %s [options]   (multi-rank: mpirun -np N %s [options])", argv[0], argv[0]);
     args_parse(opts, n_opts, argc, argv, usage,
                "Pre-trains a model on token shards and writes <out>/log.jsonl and <out>/ckpt_<step>/.");
-    int defaults_data = !args_find(opts, n_opts, "train")->given && !args_find(opts, n_opts, "val")->given;
+    r->opts = opts;
+    r->n_opts = n_opts;
     int floor_given = args_find(opts, n_opts, "lr-floor")->given;
-    free(opts);
-    if (c->lr_floor > c->lr && !floor_given) c->lr_floor = 0.1f * c->lr; /* a small --lr with the default floor */
-    if (c->lr_floor > c->lr) {
-        fprintf(stderr, "error: --lr-floor %g is above --lr %g; the cosine decays from --lr down to --lr-floor\n",
-                c->lr_floor, c->lr);
-        exit(2);
+    if (c->verify_ckpt[0]) {
+        int status = verify_checkpoints(c->verify_ckpt);
+        free(opts);
+        return status;
     }
-    if (c->density < 1.0f && strcmp(c->optimizer, "scape") != 0 && strcmp(c->optimizer, "topk-ef") != 0) {
-        fprintf(stderr, "error: --density %g applies only to --optimizer scape or topk-ef (got %s)\n", c->density,
-                c->optimizer);
+    const char *conflict = options_conflict(c, floor_given);
+    if (conflict) {
+        fprintf(stderr, "error: %s\n", conflict);
         exit(2);
     }
 
@@ -614,6 +763,15 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     r->rank = comm_rank();
     r->world = comm_world();
     r->threads = set_threads(c->threads);
+    comm_set_timeout(c->comm_timeout);
+    lock_out_dir(r, c->out);
+
+    /* resuming: what defines the run comes from the checkpoint (apply_checkpoint_options) */
+    choose_checkpoint(r);
+    apply_checkpoint_options(r);
+    if (!r->ckpt_path[0] && c->init[0]) init_file_hash(c->init, r->init_hash);
+    if ((conflict = options_conflict(c, floor_given))) fatal("%s", conflict);
+    int defaults_data = !c->train[0] && !c->val[0];
 
     /* batch arithmetic: total = B * T * world * accum */
     int64_t micro = (int64_t)c->B * c->T * r->world;
@@ -624,10 +782,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
               (long long)micro, (long long)(r->tokens_per_step / micro + 1) * micro);
     r->accum = (int)(r->tokens_per_step / micro);
 
-    lock_out_dir(r, c->out);
-
     /* model: from the checkpoint's model.bin when resuming, else --init or --model */
-    choose_checkpoint(r);
     char model_file[4400];
     const char *init = c->init[0] ? c->init : NULL;
     if (r->ckpt_path[0]) {
@@ -784,7 +939,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
                 else
                     printf("step %d: loss/grad norm is not finite; step skipped (%d consecutive)\n", t, bad_run);
             }
-            fflush(stdout);
+            xflush_stdout(); /* output that cannot be written stops the run within the step */
         }
         jlog_begin(r->log, "train");
         jlog_int(r->log, "step", t);
@@ -841,6 +996,12 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         if (c->sample_every > 0 && (last || t % c->sample_every == 0)) sample(r, t);
         /* after sampling, so the saved sampler RNG is the one the next step would use */
         int saved = last || (c->ckpt_every > 0 && t % c->ckpt_every == 0);
+        if (saved && bad_run && !inj.ckpt_skipped) { /* never a checkpoint of a state reached through skipped steps */
+            if (r->rank == 0)
+                printf("step %d: no checkpoint of this step, the last %d step%s skipped; the newest one under %s is "
+                       "kept\n", t, bad_run, bad_run == 1 ? " was" : "s were", c->out);
+            saved = 0;
+        }
         if (saved) save_checkpoint(r, t);
         comm_stats_take(&cs); /* validation/checkpoint traffic is not the next step's */
         if (stop_at && !last) {
@@ -877,5 +1038,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     if (r->tok) tokenizer_free(r->tok);
     r->m->free(r->m);
     comm_finalize();
+    for (int i = 0; i < r->n_restored; i++) free(r->restored[i]);
+    free(r->opts);
     return status;
 }

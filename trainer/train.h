@@ -14,7 +14,8 @@
 
 /* Every option of the trainer; filled by args_parse from train_options(). */
 typedef struct {
-    const char *model, *init, *train, *val, *out, *data, *resume, *optimizer, *prompt, *comm, *update, *scape_payload, *scape_mask_coding;
+    const char *model, *init, *train, *val, *out, *data, *resume, *optimizer, *prompt, *comm, *update, *scape_payload, *scape_mask_coding,
+        *verify_ckpt;
     int B, T, total_batch, steps, warmup;
     float lr, lr_floor, weight_decay, clip, beta1, beta2, eps;
     int eval_every, eval_batches, sample_every, sample_tokens, top_k;
@@ -27,6 +28,7 @@ typedef struct {
     int mask_stats_every; /* log a "mask" event every N steps (scape/dist.h DistMaskStats), 0 = off */
     float peak_flops;
     int max_bad_steps; /* stop after this many consecutive non-finite steps, 0 = never */
+    int comm_timeout;  /* seconds a collective may wait before the watchdog ends the job, 0 = never */
 } TrainConfig;
 
 /* The option table bound to the fields of *c (defaults depend on fam: --model defaults to fam->default_model).

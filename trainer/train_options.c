@@ -49,6 +49,9 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
         {"keep-ckpts", ARG_INT, &c->keep_ckpts, "2", 0, IMAX, NULL, "keep the newest N checkpoints, 0 = all", 0},
         {"resume", ARG_STRING, &c->resume, "", 0, 0, NULL,
          "continue from a checkpoint dir, or \"latest\" (newest complete one under --out)", 0},
+        {"verify-ckpt", ARG_STRING, &c->verify_ckpt, "", 0, 0, NULL,
+         "check a checkpoint dir (or every one under an --out dir) against its manifest's checksums, print one line "
+         "each and exit (0: all good, 1: one is damaged or incomplete); trains nothing", 0},
         {"seed", ARG_U64, &c->seed, "1337", 0, 1.8446744073709552e19, NULL,
          "seed of initialisation, data order, sampling", 0},
         {"shuffle", ARG_INT, &c->shuffle, "1", 0, 1, NULL, "1: shuffle training windows every epoch", 0},
@@ -62,6 +65,9 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
          "where the parameter update runs: device (GPU-resident adamw/adams/scape of the CUDA trainers), host "
          "(scape/dist.h on host buffers; the only one of the CPU trainers, and of topk-ef), auto (device where "
          "the trainer has one for the optimizer)", 0},
+        {"comm-timeout", ARG_INT, &c->comm_timeout, "900", 0, 86400, NULL,
+         "watchdog: a collective that waits this many seconds for another rank ends the job on every rank, naming "
+         "the ranks that did not arrive and the collective (MPI collectives; 0 = wait forever)", 0},
         {"zero", ARG_FLAG, &c->zero, NULL, 0, 1, NULL, "ZeRO-1: shard the dense optimizer state over ranks", 0},
         {"density", ARG_DOUBLE, &c->density, "1.0", 1e-6, 1, NULL, "SCAPE / topk-ef target density d (0.01 = 99% sparse)", 0},
         {"density-start", ARG_DOUBLE, &c->density_start, "1.0", 1e-6, 1, NULL,
