@@ -336,6 +336,21 @@ TEST(manifest_checksums_options_and_verification) {
     CHECK(!file_exists(dir), "prune kept step 4 beyond keep 1");
 }
 
+TEST(sample_context_has_one_bos_whatever_the_prompt) {
+    int32_t out[8], lead;
+    const int32_t spelled[] = {7, 5, 6}, plain[] = {5, 6};
+    size_t n = sample_context(spelled, 3, 7, 1, out, &lead); /* Llama, --prompt '<|begin_of_text|>...' */
+    CHECK(n == 3 && lead == 0 && out[0] == 7 && out[1] == 5 && out[2] == 6, "spelled BOS: n %zu lead %d", n, lead);
+    n = sample_context(plain, 2, 7, 1, out, &lead); /* Llama, plain prompt */
+    CHECK(n == 3 && lead == 1 && out[0] == 7 && out[1] == 5, "plain prompt: n %zu lead %d", n, lead);
+    n = sample_context(NULL, 0, 7, 1, out, &lead); /* no prompt */
+    CHECK(n == 1 && lead == 1 && out[0] == 7, "no prompt: n %zu lead %d", n, lead);
+    n = sample_context(plain, 2, 50256, 0, out, &lead); /* GPT-2: the prompt alone */
+    CHECK(n == 2 && lead == 0 && out[0] == 5, "GPT-2 prompt: n %zu lead %d", n, lead);
+    n = sample_context(NULL, 0, 50256, 0, out, &lead); /* GPT-2, no prompt: end-of-text */
+    CHECK(n == 1 && lead == 1 && out[0] == 50256, "GPT-2 no prompt: n %zu lead %d", n, lead);
+}
+
 TEST(args_format_reads_back_to_the_same_value) {
     ModelFamily fam = {"toy", NULL, "v8l1t8", "toy spec", never_create};
     TrainConfig c;
@@ -455,6 +470,7 @@ int main(void) {
     RUN_TEST(corrupt_state_file_fails_with_one_line);
     RUN_TEST(manifest_checksums_options_and_verification);
     RUN_TEST(args_format_reads_back_to_the_same_value);
+    RUN_TEST(sample_context_has_one_bos_whatever_the_prompt);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) printf("note: could not remove %s\n", tmpdir);

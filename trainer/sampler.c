@@ -53,3 +53,11 @@ int sample_token(const float *logits, int V, float temperature, int top_k, Rng *
     free(ids);
     return out;
 }
+
+size_t sample_context(const int32_t *prompt, size_t n_prompt, int32_t bos, int own_bos, int32_t *out, int *lead) {
+    *lead = n_prompt == 0 || (own_bos && prompt[0] != bos);
+    size_t n = 0;
+    if (*lead) out[n++] = bos;
+    for (size_t i = 0; i < n_prompt; i++) out[n++] = prompt[i];
+    return n;
+}

@@ -343,12 +343,10 @@ static void sample(Run *r, int step) {
     size_t n_prompt_text = 0;
     if (r->tok && c->prompt[0])
         n_prompt_text = tokenizer_encode(r->tok, c->prompt, strlen(c->prompt), 1, &prompt, &cap);
-    /* the whole sequence: [bos] prompt, then the sampled tokens */
-    int lead = n_prompt_text == 0 || (own_bos && prompt[0] != bos);
-    ids = xmalloc(((size_t)lead + n_prompt_text + (size_t)c->sample_tokens) * sizeof(int32_t), "sample tokens");
-    if (lead) ids[n++] = bos;
-    if (n_prompt_text) memcpy(ids + n, prompt, n_prompt_text * sizeof(int32_t));
-    n += n_prompt_text;
+    /* the whole sequence: [bos] prompt (sample_context: one BOS whatever the prompt), then the sampled tokens */
+    int lead;
+    ids = xmalloc((1 + n_prompt_text + (size_t)c->sample_tokens) * sizeof(int32_t), "sample tokens");
+    n = sample_context(prompt, n_prompt_text, bos, own_bos, ids, &lead);
     free(prompt);
     int *window = xmalloc((size_t)c->T * sizeof(int), "sample context");
     int V = r->m->vocab_size, Vp = r->m->padded_vocab_size;
