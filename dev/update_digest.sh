@@ -24,7 +24,8 @@ digest() { # NAME DIR: hashes of the losses, model file and state files
     local losses
     losses=$(/usr/bin/python3 -c '
 import json, sys
-TIMING = ("ms", "tok_per_s", "mfu", "comm_wait_ms", "time", "elapsed_s", "wall_s")
+TIMING = ("ms", "tok_per_s", "mfu", "comm_wait_ms", "time", "elapsed_s", "wall_s",
+          "optim_state_bytes")  # timings, and memory held (a layout may change it, not the arithmetic)
 for line in open(sys.argv[1]):
     e = json.loads(line)
     if e["event"] in ("train", "val", "mask"):

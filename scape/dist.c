@@ -98,7 +98,8 @@ static void sync_check(DistOptim *d) {
     uint64_t h = fnv1a(1469598103934665603ull, d->params, d->P * sizeof(float));
     if (d->cfg.opt.kind == OPT_SCAPE) {
         scape_collect_next(d);
-        h = fnv1a(h, d->m, d->P * sizeof(float));
+        h = fnv1a(h, d->m, d->m_n * sizeof(float));
+        if (d->have_m) h = fnv1a(h, d->mask_m, mask_bytes(d->P));
         if (d->have_cur) h = fnv1a(h, d->mask_cur, mask_bytes(d->P));
         if (d->have_next) h = fnv1a(h, d->mask_next, mask_bytes(d->P));
     } else if (d->cfg.opt.kind == OPT_TOPK_EF) {
@@ -127,6 +128,7 @@ void distopt_free(DistOptim *d) {
     free(d->bucket_off); free(d->bucket_numel); free(d->rs_off);
     free(d->bucket_k); free(d->bh); free(d->bstate); free(d->stage); free(d->stage16); free(d->qerr); free(d->rs_out);
     free(d->m); free(d->v); free(d->r); free(d->mask_cur); free(d->mask_next); free(d->seg);
+    free(d->m_new); free(d->mask_m); free(d->ch_qm); free(d->ch_qn); free(d->slice_ch0); free(d->m_dense);
     free(d->seg_bytes); free(d->seg_off); free(d->topk_tmp);
     free(d->code_mine); free(d->code_all); free(d->code_sizes);
     free(d->ch_lo); free(d->ch_hi); free(d->ch_q); free(d->ch_slice); free(d->ch_bucket); free(d->ch_ss); free(d->ch_bad);
@@ -195,12 +197,29 @@ int distopt_step(DistOptim *d, int t, float lr, float *grad_norm) {
 
 size_t distopt_payload_count(const DistOptim *d) { return d->last_k; }
 
+size_t distopt_state_memory(const DistOptim *d) {
+    const size_t F = sizeof(float);
+    switch (d->cfg.opt.kind) {
+    case OPT_SCAPE: return d->P * F + (d->m_cap + d->m_new_cap) * F + 3 * mask_bytes(d->P);
+    case OPT_TOPK_EF: return 3 * d->P * F;
+    case OPT_ADAMW: return 2 * (d->shi - d->slo) * F;
+    case OPT_ADAMS: return (d->shi - d->slo) * F;
+    }
+    return 0;
+}
+
 void distopt_owner_range(const DistOptim *d, int rank, size_t *lo, size_t *hi) {
     *lo = d->own.lo[rank];
     *hi = d->own.hi[rank];
 }
 
-const float *distopt_moment(const DistOptim *d) { return d->m; }
+const float *distopt_moment(const DistOptim *d) {
+    if (d->cfg.opt.kind != OPT_SCAPE) return d->m;
+    DistOptim *dm = (DistOptim *)d; /* SCAPE keeps m compact: a dense copy in a scratch buffer */
+    if (!dm->m_dense) dm->m_dense = xmalloc(d->P * sizeof(float), "dense first moment");
+    scape_m_expand(d, dm->m_dense);
+    return dm->m_dense;
+}
 const float *distopt_residual(const DistOptim *d) { return d->r; }
 
 const uint8_t *distopt_mask(DistOptim *d, int next) {

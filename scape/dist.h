@@ -97,7 +97,8 @@ int distopt_dense_blob_load(OptimizerKind kind, size_t P, int world, size_t lo, 
  * r (P), mask_cur (P bits, padded to 8 bytes) if any, mask_next likewise if any, m on mask_cur compacted (K
  * values)): so the CUDA trainers' device SCAPE (cuda/dist_scape.cuh) and the host DistOptim write and read
  * each other's checkpoints. Masks: scape.h's packed bytes (mask_bytes(P)); NULL = none. m: (P) dense, zero off
- * mask_cur. K = mask_count(mask_cur) (0 without a mask). last_t: the last completed step.
+ * mask_cur; NULL leaves the K values for the caller to write (the host's compact m). K = mask_count(mask_cur)
+ * (0 without a mask). last_t: the last completed step.
  * distopt_scape_blob_load checks every blob (fatal() on a mismatch, as distopt_load), fills r (this rank's own, or
  * the mean over all saved ranks when the world changed), both masks (zeroed where absent), the flags and m (P,
  * dense), and returns the saved last_t. */
@@ -114,10 +115,16 @@ int distopt_scape_blob_load(size_t P, int world, int rank, float *r, uint8_t *ma
 size_t distopt_payload_count(const DistOptim *d);
 /* This rank's owned elements [*lo, *hi) in the owner table / ZeRO-1 shard layout of `rank`. */
 void distopt_owner_range(const DistOptim *d, int rank, size_t *lo, size_t *hi);
-/* Optimizer state views (NULL where the optimizer has none). m: SCAPE and non-ZeRO dense, (P) floats, stored
- * densely (SCAPE's m is zero off the current mask); with ZeRO-1 m and v cover the owned range only.
+/* Optimizer state views (NULL where the optimizer has none). m: SCAPE and non-ZeRO dense, (P) floats; SCAPE keeps
+ * m compact on its mask (about d P values) and returns a dense copy made at each call, zero off the current mask
+ * (for tests); with ZeRO-1 m and v cover the owned range only.
  * r: SCAPE residual (P). Masks: packed bits (P); `next` is the mask computed at the last step for the next
  * one (waits for its all-gather). */
+/* Bytes of optimizer state this rank holds now: dense m (and v) over its range; SCAPE's residual r (4P), its compact
+ * first moment (the capacity of both buffers the update alternates between, about 2 x 4 d P) and its three masks
+ * (P bits each: current, next, the moment's); topk-ef's e, m, v (12P). Not counted: the gradient staging buffer
+ * every rule packs buckets into (4P), the bf16 payload's (6P), the mask segments. Issue 17's memory figures. */
+size_t distopt_state_memory(const DistOptim *d);
 const float *distopt_moment(const DistOptim *d);
 const float *distopt_residual(const DistOptim *d);
 const uint8_t *distopt_mask(DistOptim *d, int next);

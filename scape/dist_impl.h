@@ -44,7 +44,7 @@ struct DistOptim {
     int step_begun;
     /* dense state over [slo, shi): the whole buffer, or the owned shard with ZeRO-1 */
     size_t slo, shi;
-    float *m, *v;          /* m: (P) for SCAPE */
+    float *m, *v;          /* SCAPE: m compact, see below */
     /* SCAPE */
     float *r;              /* (P) residual */
     uint8_t *mask_cur, *mask_next; /* (P bits) */
@@ -70,6 +70,17 @@ struct DistOptim {
     int *ch_slice, *ch_bucket;
     double *ch_ss;
     int *ch_bad;
+    /* SCAPE's first moment, compact (issue 17): m is zero off the mask it was last updated on (SCAPE.md section 3
+     * items 3-4), so it holds only its m_n values on mask_m, packed in payload order (chunk by chunk; ch_qm[c] is
+     * chunk c's first). The update pass writes m_t into m_new (ch_qn: the same offsets for M_t); then the two swap
+     * and mask_m becomes M_t. have_m = 0: m is zero everywhere (no step yet). */
+    float *m_new;
+    size_t m_n, m_cap, m_new_cap;
+    uint8_t *mask_m;
+    int have_m;
+    size_t *ch_qm, *ch_qn;
+    int *slice_ch0;        /* per slice (ParamTable index): its first chunk */
+    float *m_dense;        /* distopt_moment's dense copy (tests) */
     /* topk-ef: r is e_i, m and v AdamW's; mask_cur this rank's selection S_t, stage acc_i (P, flat) */
     TopkPair *pairs;       /* per bucket: world consecutive parts of K_b pairs, at world * pair_off[b] */
     size_t pairs_cap;      /* pairs allocated */
@@ -118,6 +129,12 @@ void scape_bucket_ready(DistOptim *d, int b);
 int scape_step(DistOptim *d, int t, float lr, float *grad_norm);
 /* Waits for the all-gather of the mask made at the last step and assembles it into mask_next (no-op if none). */
 void scape_collect_next(DistOptim *d);
+/* The compact first moment as a dense (P) vector into out (zero off mask_m). */
+void scape_m_expand(const DistOptim *d, float *out);
+/* The compact first moment in memory order (mask_m's set coordinates ascending) into out (m_n values). */
+void scape_m_memory_order(const DistOptim *d, float *out);
+/* Sets the compact first moment from a dense m (P) supported on mask (have = 0: none, m zero). */
+void scape_m_set_dense(DistOptim *d, const float *m, const uint8_t *mask, int have);
 
 /* ---- dist_topk_ef.c: the top-k error-feedback baseline (formulas at distopt_create in dist.h) ---- */
 void topk_init(DistOptim *d);

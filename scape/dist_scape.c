@@ -13,7 +13,8 @@
  *           owner's segment travels coded (scape/mask_code.h) against M_t and is decoded on collection
  *   item 3, 4, 7  error feedback r_i = c_i off M_t, m_t = b on M_t, the masked AdamS update and weight decay
  *           alone off the mask (scape_update_pass)
- * State (dist_impl.h): m (P, dense, zero off M_t), r (P), mask_cur = M_t, mask_next = M_{t+1} once collected, the
+ * State (dist_impl.h): m compact on the mask it was last updated on (mask_m: about d P values; issue 17), r (P),
+ * mask_cur = M_t, mask_next = M_{t+1} once collected, the
  * owners' packed segments (seg), the payload in stage (by bucket, bucket_off) and with the bf16 payload stage16 and
  * qerr. The passes run over fixed chunks of at most SCAPE_CHUNK elements in parallel, partial sums added in chunk
  * order, so no result depends on the thread count.
@@ -34,7 +35,9 @@ void scape_init(DistOptim *d) {
     const ParamTable *tab = d->tab;
     d->slo = 0;
     d->shi = d->P;
-    d->m = xcalloc(d->P, sizeof(float), "SCAPE first moment");
+    d->m = NULL; /* compact: grows to the mask's count at the first update (scape_update_pass) */
+    d->mask_m = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "SCAPE first-moment mask");
+    d->slice_ch0 = xmalloc((size_t)(tab->n ? tab->n : 1) * sizeof(int), "SCAPE chunks");
     d->r = xcalloc(d->P, sizeof(float), "SCAPE residual");
     d->mask_cur = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "SCAPE mask");
     d->mask_next = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "SCAPE mask");
@@ -52,10 +55,13 @@ void scape_init(DistOptim *d) {
     d->ch_bucket = xmalloc((nch ? nch : 1) * sizeof(int), "SCAPE chunks");
     d->ch_ss = xmalloc((nch ? nch : 1) * sizeof(double), "SCAPE chunks");
     d->ch_bad = xmalloc((nch ? nch : 1) * sizeof(int), "SCAPE chunks");
+    d->ch_qm = xcalloc(nch ? nch : 1, sizeof(size_t), "SCAPE chunks");
+    d->ch_qn = xcalloc(nch ? nch : 1, sizeof(size_t), "SCAPE chunks");
     size_t c = 0;
     for (int b = 0; b < d->nb; b++)
         for (int k = 0; k < d->bn[b]; k++) {
             const ParamSlice *sl = &tab->slices[d->bslices[b][k]];
+            d->slice_ch0[d->bslices[b][k]] = (int)c;
             for (size_t a = sl->offset; a < sl->offset + sl->numel; a += SCAPE_CHUNK, c++) {
                 d->ch_lo[c] = a;
                 d->ch_hi[c] = a + SCAPE_CHUNK < sl->offset + sl->numel ? a + SCAPE_CHUNK : sl->offset + sl->numel;
@@ -130,12 +136,48 @@ static void scape_begin(DistOptim *d) {
 
 /* ---- item 1: corrected local momentum ---- */
 
+/* Bits [j, j + n) of a mask (n <= 64), and the word with all n bits set. */
+static inline uint64_t mask_word(const uint8_t *M, size_t j, size_t n, uint64_t *full) {
+    *full = n == 64 ? ~0ull : (1ull << n) - 1;
+    return mask_load64(M, j) & *full;
+}
+
+/* c = beta1 m + (1 - beta1) g + r over chunk ch (into g), m read from its compact form: the expression of
+ * scape_corrected_momentum (scape.c) with m = 0 off mask_m, so every bit is as with a dense m. */
+static void scape_c_chunk(DistOptim *d, size_t ch) {
+    const float b1 = d->cfg.opt.beta1, omb1 = 1.0f - b1, zero = 0.0f;
+    float *g = d->grads;
+    const float *r = d->r, *m = d->m;
+    size_t lo = d->ch_lo[ch], hi = d->ch_hi[ch];
+    if (!d->have_m) {
+        for (size_t j = lo; j < hi; j++) g[j] = b1 * zero + omb1 * g[j] + r[j];
+        return;
+    }
+    size_t q = d->ch_qm[ch];
+    for (size_t j = lo; j < hi; j += 64) {
+        size_t n = hi - j < 64 ? hi - j : 64;
+        uint64_t full, w = mask_word(d->mask_m, j, n, &full);
+        if (w == full) {
+            for (size_t i = 0; i < n; i++) g[j + i] = b1 * m[q + i] + omb1 * g[j + i] + r[j + i];
+            q += n;
+        } else {
+            for (size_t i = 0; i < n; i++) {
+                float mv = (w >> i) & 1 ? m[q++] : zero;
+                g[j + i] = b1 * mv + omb1 * g[j + i] + r[j + i];
+            }
+        }
+    }
+}
+
 /* c_i over bucket b's slices, over the gradient (rank 0 keeps a copy of g_i first while mask statistics are on). */
 static void scape_c_bucket(DistOptim *d, int b) {
     for (int k = 0; k < d->bn[b]; k++) {
-        const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
+        int i = d->bslices[b][k];
+        const ParamSlice *s = &d->tab->slices[i];
         if (d->st_on) memcpy(d->st_g + s->offset, d->grads + s->offset, s->numel * sizeof(float));
-        scape_corrected_momentum(d->grads, d->m, d->r, s->offset, s->offset + s->numel, d->cfg.opt.beta1);
+        size_t c0 = (size_t)d->slice_ch0[i], c1 = c0 + (s->numel + SCAPE_CHUNK - 1) / SCAPE_CHUNK;
+        #pragma omp parallel for schedule(static) if (s->numel >= 65536)
+        for (size_t ch = c0; ch < c1; ch++) scape_c_chunk(d, ch);
     }
     d->bstate[b] = 1;
 }
@@ -217,10 +259,9 @@ static void scape_chunk_offsets(DistOptim *d) {
     }
 }
 
-/* Bits [j, j + n) of the current mask (n <= 64), and the word with all n bits set. */
-static inline uint64_t mask_word(const uint8_t *M, size_t j, size_t n, uint64_t *full) {
-    *full = n == 64 ? ~0ull : (1ull << n) - 1;
-    return mask_load64(M, j) & *full;
+/* m_{t-1} at bit i of a 64-coordinate word: wm is mask_m's word there, qm the compact index of its first set bit. */
+static inline float m_prev_at(const float *m, uint64_t wm, size_t qm, size_t i) {
+    return (wm >> i) & 1 ? m[qm + (size_t)__builtin_popcountll(wm & ((1ull << i) - 1))] : 0.0f;
 }
 
 /* One pass over every coordinate, word by word over the mask: per chunk, the sum of g_hat^2 on M_t (double) and
@@ -228,29 +269,31 @@ static inline uint64_t mask_word(const uint8_t *M, size_t j, size_t n, uint64_t 
 static double scape_norm_pass(DistOptim *d) {
     const float b1 = d->cfg.opt.beta1, omb1 = 1.0f - b1;
     const float *c = d->grads, *m = d->m, *bv = d->stage;
-    const uint8_t *M = d->mask_cur;
+    const uint8_t *M = d->mask_cur, *Mm = d->mask_m;
+    const int have_m = d->have_m;
     #pragma omp parallel for schedule(dynamic, 4)
     for (size_t ch = 0; ch < d->nch; ch++) {
-        size_t q = d->ch_q[ch], hi = d->ch_hi[ch];
+        size_t q = d->ch_q[ch], qm = d->ch_qm[ch], hi = d->ch_hi[ch];
         double ss = 0;
         int bad = 0;
         for (size_t j = d->ch_lo[ch]; j < hi; j += 64) {
             size_t n = hi - j < 64 ? hi - j : 64;
-            uint64_t full, w = mask_word(M, j, n, &full);
+            uint64_t full, w = mask_word(M, j, n, &full), fm, wm = have_m ? mask_word(Mm, j, n, &fm) : 0;
             for (size_t i = 0; i < n; i++) bad |= !isfinite(c[j + i]);
-            if (w == full) {
+            if (w == full && wm == full) {
                 for (size_t i = 0; i < n; i++) {
-                    float gh = (bv[q + i] - b1 * m[j + i]) / omb1;
+                    float gh = (bv[q + i] - b1 * m[qm + i]) / omb1;
                     ss += (double)gh * (double)gh;
                 }
                 q += n;
             } else {
                 for (; w; w &= w - 1) {
                     size_t i = (size_t)__builtin_ctzll(w);
-                    float gh = (bv[q++] - b1 * m[j + i]) / omb1;
+                    float gh = (bv[q++] - b1 * m_prev_at(m, wm, qm, i)) / omb1;
                     ss += (double)gh * (double)gh;
                 }
             }
+            qm += (size_t)__builtin_popcountll(wm);
         }
         d->ch_ss[ch] = ss;
         d->ch_bad[ch] = bad;
@@ -297,41 +340,120 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
     const float b1 = d->cfg.opt.beta1, b2 = d->cfg.opt.beta2, eps = d->cfg.opt.eps, omb1 = 1.0f - b1;
     const float bc1 = (float)(1.0 - pow((double)b1, t));
     const float sqrt_bc2 = (float)sqrt(1.0 - pow((double)b2, t));
-    float *p = d->params, *m = d->m, *r = d->r;
+    /* m_t goes compact into m_new: chunk c's values start at its payload index less the gaps between buckets */
+    size_t K = 0, *kb = xmalloc((size_t)(d->nb ? d->nb : 1) * sizeof(size_t), "SCAPE bucket offsets");
+    for (int b = 0; b < d->nb; b++) {
+        kb[b] = K;
+        K += d->bucket_k[b];
+    }
+    for (size_t c = 0; c < d->nch; c++) d->ch_qn[c] = d->ch_q[c] - d->bucket_off[d->ch_bucket[c]] + kb[d->ch_bucket[c]];
+    free(kb);
+    if (K > d->m_new_cap || d->m_new_cap > K + K / 2) { /* grow, or shrink by a third or more as the density falls */
+        d->m_new = xrealloc(d->m_new, (K ? K : 1) * sizeof(float), "SCAPE first moment");
+        d->m_new_cap = K;
+    }
+    float *p = d->params, *r = d->r, *mn = d->m_new;
+    const float *m = d->m;
     const float *c = d->grads, *bv = d->stage, *qe = d->qerr;
     const float fN = (float)d->world;
-    const uint8_t *M = d->mask_cur;
+    const uint8_t *M = d->mask_cur, *Mm = d->mask_m;
+    const int have_m = d->have_m;
     /* the residual on M_t: 0, or with the bf16 payload what rounding lost (distopt_create's comment) */
 #define RESIDUAL_ON(j, q) (qe ? (c[j] - bf16_to_f32(bf16_from_f32(c[j]))) + fN * qe[q] : 0.0f)
     #pragma omp parallel for schedule(dynamic, 4)
     for (size_t ch = 0; ch < d->nch; ch++) {
         const ParamSlice *s = &d->tab->slices[d->ch_slice[ch]];
         const float wd = s->decay ? d->cfg.opt.weight_decay : 0.0f;
-        size_t q = d->ch_q[ch], hi = d->ch_hi[ch];
+        size_t q = d->ch_q[ch], qm = d->ch_qm[ch], qn = d->ch_qn[ch], hi = d->ch_hi[ch];
         for (size_t j = d->ch_lo[ch]; j < hi; j += 64) {
             size_t n = hi - j < 64 ? hi - j : 64;
-            uint64_t full, w = mask_word(M, j, n, &full);
-            if (w == full) {
+            uint64_t full, w = mask_word(M, j, n, &full), fm, wm = have_m ? mask_word(Mm, j, n, &fm) : 0;
+            if (w == full && wm == full) {
                 for (size_t i = 0; i < n; i++) {
+                    float mv = m[qm + i];
                     r[j + i] = RESIDUAL_ON(j + i, q + i);
-                    scape_update_on(&p[j + i], &m[j + i], bv[q + i], sc, clipped, b1, omb1, b2, eps, bc1, sqrt_bc2, lr, wd);
+                    scape_update_on(&p[j + i], &mv, bv[q + i], sc, clipped, b1, omb1, b2, eps, bc1, sqrt_bc2, lr, wd);
+                    mn[qn + i] = mv;
                 }
                 q += n;
+                qn += n;
             } else {
                 for (size_t i = 0; i < n; i++) {
                     if ((w >> i) & 1) {
+                        float mv = m_prev_at(m, wm, qm, i);
                         r[j + i] = RESIDUAL_ON(j + i, q);
-                        scape_update_on(&p[j + i], &m[j + i], bv[q++], sc, clipped, b1, omb1, b2, eps, bc1, sqrt_bc2, lr, wd);
+                        scape_update_on(&p[j + i], &mv, bv[q++], sc, clipped, b1, omb1, b2, eps, bc1, sqrt_bc2, lr, wd);
+                        mn[qn++] = mv;
                     } else {
                         r[j + i] = c[j + i];
-                        m[j + i] = 0.0f;
                         p[j + i] -= lr * (wd * p[j + i]);
                     }
                 }
             }
+            qm += (size_t)__builtin_popcountll(wm);
         }
     }
 #undef RESIDUAL_ON
+    /* m_t is now the moment, on M_t */
+    float *tm = d->m;
+    d->m = d->m_new;
+    d->m_new = tm;
+    size_t tc = d->m_cap;
+    d->m_cap = d->m_new_cap;
+    d->m_new_cap = tc;
+    size_t *tq = d->ch_qm;
+    d->ch_qm = d->ch_qn;
+    d->ch_qn = tq;
+    d->m_n = K;
+    memcpy(d->mask_m, d->mask_cur, mask_bytes(d->P));
+    d->have_m = 1;
+}
+
+/* ---- the compact first moment seen densely (tests, checkpoints) ---- */
+
+/* Calls the body for every coordinate j of chunk ch on mask_m with its compact index q. */
+#define FOR_M_CHUNK(d, ch, j, q, ...)                                                                        \
+    do {                                                                                                      \
+        size_t q = (d)->ch_qm[ch];                                                                            \
+        for (size_t j = (d)->ch_lo[ch]; j < (d)->ch_hi[ch]; j++)                                              \
+            if (mask_get((d)->mask_m, j)) {                                                                   \
+                __VA_ARGS__                                                                                   \
+                q++;                                                                                          \
+            }                                                                                                 \
+    } while (0)
+
+void scape_m_expand(const DistOptim *d, float *out) {
+    memset(out, 0, d->P * sizeof(float));
+    if (!d->have_m) return;
+    for (size_t ch = 0; ch < d->nch; ch++) FOR_M_CHUNK(d, ch, j, q, { out[j] = d->m[q]; });
+}
+
+void scape_m_memory_order(const DistOptim *d, float *out) {
+    if (!d->have_m) return;
+    size_t o = 0; /* slices in memory order; each slice's values are consecutive in m, its chunks too */
+    for (int i = 0; i < d->tab->n; i++) {
+        const ParamSlice *s = &d->tab->slices[i];
+        size_t n = mask_count(d->mask_m, s->offset, s->offset + s->numel);
+        memcpy(out + o, d->m + d->ch_qm[d->slice_ch0[i]], n * sizeof(float));
+        o += n;
+    }
+}
+
+void scape_m_set_dense(DistOptim *d, const float *m, const uint8_t *mask, int have) {
+    d->have_m = have;
+    d->m_n = 0;
+    memset(d->mask_m, 0, mask_bytes(d->P));
+    if (!have) return;
+    memcpy(d->mask_m, mask, mask_bytes(d->P));
+    for (size_t ch = 0; ch < d->nch; ch++) {
+        d->ch_qm[ch] = d->m_n;
+        d->m_n += mask_count(d->mask_m, d->ch_lo[ch], d->ch_hi[ch]);
+    }
+    if (d->m_n > d->m_cap) {
+        d->m = xrealloc(d->m, d->m_n * sizeof(float), "SCAPE first moment");
+        d->m_cap = d->m_n;
+    }
+    for (size_t ch = 0; ch < d->nch; ch++) FOR_M_CHUNK(d, ch, j, q, { d->m[q] = m[j]; });
 }
 /* ---- the step ---- */
 
@@ -382,13 +504,16 @@ int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
     scape_chunk_offsets(d);
     double ss = scape_norm_pass(d);
     if (d->dbg_ghat) {
+        float *mprev = xmalloc(d->P * sizeof(float), "debug m");
+        scape_m_expand(d, mprev);
         memset(d->dbg_ghat, 0, d->P * sizeof(float));
         FOR_MASKED(d, s, j, q, {
             if (mask_get(d->mask_cur, j)) {
-                d->dbg_ghat[j] = (d->stage[q] - b1 * d->m[j]) / omb1;
+                d->dbg_ghat[j] = (d->stage[q] - b1 * mprev[j]) / omb1;
                 q++;
             }
         });
+        free(mprev);
     }
     float norm = (float)sqrt(ss);
     /* A non-finite c off the mask would never reach g_hat but would poison r forever: skip on it too (the norm

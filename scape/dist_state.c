@@ -57,8 +57,18 @@ void distopt_save(const DistOptim *d, void *blob) {
                     .have_cur = d->have_cur, .have_next = d->have_next, .P = d->P, .lo = d->slo, .hi = d->shi};
     char *p = (char *)blob + sizeof h;
     if (d->cfg.opt.kind == OPT_SCAPE) {
+        /* the layout of distopt_scape_blob_save, from the compact m: after a step (taken or skipped) m is on
+         * mask_cur, so its values in memory order are the blob's "m on mask_cur" */
         distopt_scape_blob_save(blob, d->world, d->rank, d->last_t, d->P, d->r, d->have_cur ? d->mask_cur : NULL,
-                                d->have_next ? d->mask_next : NULL, d->m);
+                                d->have_next ? d->mask_next : NULL, NULL);
+        if (d->have_cur) {
+            size_t K = mask_count(d->mask_cur, 0, d->P);
+            if (d->have_m && d->m_n != K)
+                fatal("distopt_save: SCAPE's first moment has %zu values, its mask %zu (internal error)", d->m_n, K);
+            float *out = (float *)((char *)blob + distopt_scape_blob_bytes(d->P, 1, d->have_next, K) - K * sizeof(float));
+            if (d->have_m) scape_m_memory_order(d, out);
+            else memset(out, 0, K * sizeof(float));
+        }
         return;
     } else if (d->cfg.opt.kind == OPT_TOPK_EF) {
         memcpy(p, d->r, d->P * sizeof(float));
@@ -197,7 +207,7 @@ void distopt_scape_blob_save(void *blob, int world, int rank, int last_t, size_t
         memcpy(p, mask_next, mask_bytes(P));
         p += blob_mask_bytes(P);
     }
-    if (mask_cur) scape_gather_masked(m, mask_cur, 0, P, (float *)p);
+    if (mask_cur && m) scape_gather_masked(m, mask_cur, 0, P, (float *)p);
     memcpy(blob, &h, sizeof h);
 }
 
@@ -257,8 +267,12 @@ void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, i
         return;
     }
     if (d->cfg.opt.kind == OPT_SCAPE) {
+        /* through a dense m, once: the host keeps it compact on mask_cur (dist_impl.h) */
+        float *m = xmalloc(d->P * sizeof(float), "SCAPE first moment being loaded");
         distopt_scape_blob_load(d->P, d->world, d->rank, d->r, d->mask_cur, d->mask_next, &d->have_cur,
-                                &d->have_next, d->m, blobs, sizes, n_blobs);
+                                &d->have_next, m, blobs, sizes, n_blobs);
+        scape_m_set_dense(d, m, d->mask_cur, d->have_cur);
+        free(m);
         return;
     }
     /* dense: assemble [slo, shi) from whichever blobs cover it */

@@ -241,6 +241,37 @@ static DistConfig sparse_config(void) {
     return c;
 }
 
+/* Issue 17, part 1: SCAPE holds its first moment compact on its mask. Through a density warm-up from 1 to 0.1 (so the
+ * buffers grow, then shrink), the state held is r (4P), the three masks and the moment's two buffers, which never
+ * hold much more than the mask's count each: at d 0.1, far below the 8P of a dense m beside r; and the dense copy
+ * distopt_moment gives is zero off the current mask. */
+TEST(scape_first_moment_is_held_compact) {
+    Toy m;
+    toy_build(&m);
+    size_t P = m.tab.total;
+    DistConfig cfg = sparse_config();
+    DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
+    size_t first = 0, last = 0, K = 0;
+    for (int t = 1; t <= 8; t++) {
+        CHECK(train_step(d, &m, t) == 0, "step %d skipped", t);
+        const uint8_t *M = distopt_mask(d, 0);
+        K = mask_count(M, 0, P);
+        const float *mt = distopt_moment(d);
+        size_t off = 0;
+        for (size_t j = 0; j < P; j++) off += !mask_get(M, j) && mt[j] != 0.0f;
+        CHECK(off == 0, "step %d: %zu nonzero moments off the mask", t, off);
+        last = distopt_state_memory(d);
+        if (t == 1) first = last;
+    }
+    size_t masks = 3 * mask_bytes(P), most = 4 * P + masks + 2 * 4 * (K + K / 2);
+    CHECK(first >= 4 * P + 4 * P + masks, "step 1 (density 1): %zu bytes, expected at least r and a full m", first);
+    CHECK(last >= 4 * P + 4 * K + masks && last <= most, "at density 0.1 (K %zu of %zu): %zu bytes, expected "
+          "between %zu and %zu", K, P, last, 4 * P + 4 * K + masks, most);
+    CHECK(last < 4 * P + 4 * P, "compact state %zu bytes is not below a dense m beside r (%zu)", last, 8 * P);
+    distopt_free(d);
+    toy_free(&m);
+}
+
 /* SCAPE.md 9.2, 9.3, 9.5, 9.7 on one run: conservation bit for bit, identical shared state on every rank,
  * the mask in use at t is the one made at t-1, g_hat equals an explicit second reduction. */
 TEST(inv2_3_5_7_conservation_identical_state_mask_lag_and_ghat) {
@@ -1019,6 +1050,7 @@ int main(int argc, char **argv) {
     MPI_RUN_TEST(density_schedule_is_geometric_warmup);
     MPI_RUN_TEST(inv1_density_one_equals_dense_adams_and_residual_stays_zero);
     MPI_RUN_TEST(inv2_3_5_7_conservation_identical_state_mask_lag_and_ghat);
+    MPI_RUN_TEST(scape_first_moment_is_held_compact);
     MPI_RUN_TEST(inv4_owned_masks_are_exact_topk_and_norms_dense);
     MPI_RUN_TEST(scape_step_is_bit_identical_on_1_and_3_threads);
     MPI_RUN_TEST(inv6_one_payload_allreduce_and_one_mask_allgather_per_step_with_formula_bytes);

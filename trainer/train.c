@@ -957,6 +957,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         jlog_num(r->log, "comm_wait_ms", cs.wait_ms);
         jlog_num(r->log, "comm_busy_ms", cs.busy_ms); /* comm thread time in collectives (scape/comm.h) */
         jlog_num(r->log, "density", density);
+        if (r->u->memory_bytes) jlog_int(r->log, "optim_state_bytes", (int64_t)r->u->memory_bytes(r->u));
         jlog_int(r->log, "skipped", bad);
         jlog_end(r->log);
         if (bad) {

@@ -47,6 +47,9 @@ struct Updater {
     size_t (*state_bytes)(const Updater *u);
     void (*save)(const Updater *u, void *blob);
     void (*load)(Updater *u, const void *const *blobs, const size_t *sizes, int n_blobs);
+    /* bytes of optimizer state this rank holds now (distopt_state_memory: moments, residual, masks; not gradient
+     * staging buffers); NULL where the updater does not report it (the device updates for now) */
+    size_t (*memory_bytes)(const Updater *u);
     /* mask-stability statistics (distopt_mask_stats_enable / distopt_mask_stats); NULL stats where none */
     void (*mask_stats_enable)(Updater *u, int on);
     const DistMaskStats *(*mask_stats)(const Updater *u);

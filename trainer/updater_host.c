@@ -22,6 +22,7 @@ static void hu_bucket_ready(void *ctx, int bucket) { distopt_bucket_ready(hu(ctx
 static int hu_step(Updater *u, int t, float lr, float *grad_norm) { return distopt_step(hu(u), t, lr, grad_norm); }
 static float hu_density(const Updater *u, int t) { return distopt_density(hu(u), t); }
 static size_t hu_state_bytes(const Updater *u) { return distopt_state_bytes(hu(u)); }
+static size_t hu_memory_bytes(const Updater *u) { return distopt_state_memory(hu(u)); }
 static void hu_save(const Updater *u, void *blob) { distopt_save(hu(u), blob); }
 static void hu_load(Updater *u, const void *const *blobs, const size_t *sizes, int n_blobs) {
     distopt_load(hu(u), blobs, sizes, n_blobs);
@@ -44,6 +45,7 @@ Updater *updater_host_create(const ParamTable *tab, float *params, float *grads,
     u->density = hu_density;
     u->state_bytes = hu_state_bytes;
     u->save = hu_save;
+    u->memory_bytes = hu_memory_bytes;
     u->load = hu_load;
     u->mask_stats_enable = hu_mask_stats_enable;
     u->mask_stats = hu_mask_stats;
