@@ -6,7 +6,14 @@ CC      ?= gcc
 OPT     ?= -O3 -march=native
 CFLAGS  += $(OPT) -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -MMD -MP
 LDLIBS  += -lm -lxxhash
-BLAS_LIBS  = -lopenblas
+# OpenBLAS built on OpenMP (Debian's libopenblas0-openmp), linked by path: its GEMMs then run on the same OpenMP
+# threads as the trainers' own kernels. With the default pthread build the two thread pools spin against each
+# other on every switch between a BLAS call and an OpenMP loop (GNU OpenMP threads spin-wait after each loop):
+# on 2 cores that cost a d12 step about a third of its time (issue 18; scripts/bench_cpu.sh). -lopenblas (the
+# system's choice) where the OpenMP build is not installed.
+OPENBLAS_OMP_DIR := /usr/lib/$(shell $(CC) -print-multiarch 2>/dev/null)/openblas-openmp
+OPENBLAS_OMP_LINK := -L$(OPENBLAS_OMP_DIR) -Wl,-rpath,$(OPENBLAS_OMP_DIR) -l:libopenblas.so.0
+BLAS_LIBS  = $(if $(wildcard $(OPENBLAS_OMP_DIR)/libopenblas.so.0),$(OPENBLAS_OMP_LINK),-lopenblas)
 PCRE2_LIBS = -lpcre2-8
 MPICC   ?= mpicc
 PYTHON_REF ?= /usr/bin/python3

@@ -210,11 +210,13 @@ static void matmul_backward(float *dinp, float *dweight, float *dbias, const flo
  * The two products of each (b, h) are SGEMMs on strided views of inp (row stride 3C), no copies:
  * S = scale * Q K^T over the full (T, T) block (the masked half is computed and dropped: twice the FLOPs of the
  * causal part, yet 2x faster than dot-product loops at T = 256), a causal softmax row by row, then Y = P V; the
- * zeros above the diagonal make the mask free in the second product. Serial over (b, h): BLAS threads each
- * product. */
+ * zeros above the diagonal make the mask free in the second product. Parallel over (b, h), each product on
+ * one thread (BLAS runs single-threaded inside the loop): these products are too small to split well, and each
+ * output element is computed the same way either way. */
 static void attention_forward(float *out, float *att, const float *inp, int B, int T, int C, int NH) {
     int C3 = 3 * C, hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
+    #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
         const float *q = inp + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
@@ -239,13 +241,17 @@ static void attention_forward(float *out, float *att, const float *inp, int B, i
 }
 
 /* Backward of attention_forward, per (b, h): dP = dY V^T; dV += P^T dY; dS = P * (dP - rowsum(P * dP)) *
- * scale (softmax backward; 0 where P is masked); dQ += dS K; dK += dS^T Q. scratch (T, T) holds dP then dS. */
+ * scale (softmax backward; 0 where P is masked); dQ += dS K; dK += dS^T Q. Parallel over (b, h) as the forward
+ * (each (b, h) writes its own columns of dinp) on at most nthreads threads; scratch_all holds nthreads blocks of
+ * scratch_stride >= T*T floats: each thread's (T, T) holds dP then dS. */
 static void attention_backward(float *dinp, const float *dout, const float *att, const float *inp, int B, int T,
-                               int C, int NH, float *scratch) {
+                               int C, int NH, float *scratch_all, size_t scratch_stride, int nthreads) {
     int C3 = 3 * C, hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
+        float *scratch = scratch_all + (size_t)omp_get_thread_num() * scratch_stride;
         const float *q = inp + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
         float *dq = dinp + (size_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
         const float *p = att + (size_t)bh * T * T, *dy = dout + (size_t)b * T * C + h * hs;
@@ -391,7 +397,7 @@ typedef struct {
     float *dbuf_c;    /* (B, T, C) dln1 / datty / dln2 / dlnf */
     float *dbuf_4c;   /* (B, T, 4C) dqkv (first 3C) / dfch */
     float *ln_scratch;/* (nthreads, 2, C) layernorm_backward partial sums */
-    float *att_scratch;/* (maxT, maxT) attention_backward: dP / dS of one (b, h) at any T */
+    float *att_scratch;/* (nthreads, Tmax, Tmax) attention_backward: each thread's dP / dS of one (b, h) */
 } GPT2Acts;
 
 typedef struct {
@@ -492,7 +498,7 @@ static void gpt2_alloc_acts(GPT2 *m, int Bmax, int Tmax) {
     size_t sizes[] = {N * C, L * N * C, L * N, L * N, L * N * 3 * C, L * N * C, L * m->att_max,
                       L * N * C, L * N * C, L * N * C, L * N, L * N, L * N * 4 * C, L * N * 4 * C,
                       L * N * C, L * N * C, N * C, N, N, N * Vp, N,
-                      N * C, N * C, N * 4 * C, (size_t)m->nthreads * 2 * C, (size_t)c->maxT * c->maxT};
+                      N * C, N * C, N * 4 * C, (size_t)m->nthreads * 2 * C, (size_t)m->nthreads * Tmax * Tmax};
     size_t n = sizeof sizes / sizeof sizes[0], total = 0;
     for (size_t i = 0; i < n; i++) total += sizes[i];
     m->acts_memory = xmalloc(total * sizeof(float), "GPT-2 activations (reduce --batch or --seq)");
@@ -630,7 +636,7 @@ static void gpt2_backward(Model *model, float loss_scale, BucketReadyFn on_bucke
         matmul_backward(dc, dattprojw, dattprojb, dres, atty, attprojw, (int)N, C, C);
         float *dqkv = d4c; /* (B, T, 3C) in the first 3/4 of the 4C buffer */
         memset(dqkv, 0, N * 3 * C * sizeof(float));
-        attention_backward(dqkv, dc, att, qkv, B, T, C, NH, a->att_scratch);
+        attention_backward(dqkv, dc, att, qkv, B, T, C, NH, a->att_scratch, (size_t)m->Tmax * m->Tmax, m->nthreads);
         memset(dc, 0, N * C * sizeof(float));
         matmul_backward(dc, dqkvw, dqkvb, dqkv, ln1, qkvw, (int)N, C, 3 * C);
         layernorm_backward(dres, dln1w, dln1b, dc, residual, ln1w, ln1_mean, ln1_rstd, (int)N, C, a->ln_scratch,

@@ -137,7 +137,7 @@ int main(int argc, char **argv) {
         matmul_backward(dc, d->fcw, d->fcb, d4, a->ln2, p->fcw, N, C, 4 * C);
         matmul_backward(dc, d->attprojw, d->attprojb, a->attproj, a->atty, p->attprojw, N, C, C);
         matmul_backward(dc, d->qkvw, d->qkvb, d4, a->ln1, p->qkvw, N, C, 3 * C));
-    ROW("attention bwd", L, attention_backward(d4, dc, a->att, a->qkv, B, T, C, NH, a->att_scratch));
+    ROW("attention bwd", L, attention_backward(d4, dc, a->att, a->qkv, B, T, C, NH, a->att_scratch, (size_t)g->Tmax * g->Tmax, g->nthreads));
     ROW("gelu bwd", L, gelu_backward_inplace(d4, a->fch, (size_t)N * 4 * C));
     ROW("layernorm bwd (x2L+1)", 2 * L + 1, layernorm_backward(a->dresidual, d->ln1w, d->ln1b, dc, a->encoded, p->ln1w,
         a->ln1_mean, a->ln1_rstd, N, C, a->ln_scratch, g->nthreads));

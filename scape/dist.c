@@ -173,8 +173,11 @@ double dist_sumsq(const float *x, size_t lo, size_t hi) {
 
 void dist_end_step(DistOptim *d) {
     const size_t CH = 1 << 18;
-    #pragma omp parallel for schedule(static)
-    for (size_t a = 0; a < d->P; a += CH) memset(d->grads + a, 0, (d->P - a < CH ? d->P - a : CH) * sizeof(float));
+    if (!d->grads_clear) {
+        #pragma omp parallel for schedule(static)
+        for (size_t a = 0; a < d->P; a += CH) memset(d->grads + a, 0, (d->P - a < CH ? d->P - a : CH) * sizeof(float));
+    }
+    d->grads_clear = 0;
     for (int b = 0; b < d->nb; b++) {
         d->bstate[b] = 0;
         d->bh[b] = 0;

@@ -29,8 +29,17 @@ void dense_init(DistOptim *d, size_t owned_total) {
     if (d->cfg.zero) d->rs_out = xmalloc((owned_total ? owned_total : 1) * sizeof(float), "ZeRO gradient shard");
 }
 
+/* One rank without ZeRO-1: the mean over one rank is the gradient itself (x / 1 == x), so the buckets stay where
+ * backward wrote them: no copy into stage and back, bit for bit the same update. */
+static int dense_in_place(const DistOptim *d) { return d->world == 1 && !d->cfg.zero; }
+
 /* Bucket b's gradients into stage and its collective: the averaging all-reduce, or the reduce-scatter to owners. */
 void dense_queue_bucket(DistOptim *d, int b) {
+    if (dense_in_place(d)) {
+        d->bh[b] = 0;
+        d->bstate[b] = 2;
+        return;
+    }
     float *st = d->stage + d->bucket_off[b];
     size_t o = 0;
     for (int k = 0; k < d->bn[b]; k++) {
@@ -56,6 +65,7 @@ void dense_queue_bucket(DistOptim *d, int b) {
 
 /* The reduced bucket b back into grads: all of it, or with ZeRO-1 the owned slices. */
 static void dense_unpack_bucket(DistOptim *d, int b) {
+    if (dense_in_place(d)) return;
     if (!d->cfg.zero) {
         const float *st = d->stage + d->bucket_off[b];
         for (int k = 0; k < d->bn[b]; k++) {
@@ -92,15 +102,28 @@ int dense_step(DistOptim *d, int t, float lr, float *grad_norm) {
         dist_end_step(d);
         return 1;
     }
+    /* m, v hold [slo, shi); the update indexes them by flat element, hence the shifted base. Without ZeRO-1 it
+     * covers every gradient, so it scales them by the clip factor and clears them as it reads them (the same bits
+     * as a pass for each; dist_end_step then skips its own) */
+    int whole = d->slo == 0 && d->shi == d->P;
+    float sc = 1.0f;
     if (d->cfg.clip > 0 && norm > d->cfg.clip) {
-        float sc = d->cfg.clip / (norm + 1e-6f);
-        for (size_t j = d->slo; j < d->shi; j++) d->grads[j] *= sc;
+        sc = d->cfg.clip / (norm + 1e-6f);
+        float *g = d->grads;
+        if (!whole) {
+            #pragma omp parallel for schedule(static)
+            for (size_t j = d->slo; j < d->shi; j++) g[j] *= sc;
+        }
     }
-    /* m, v hold [slo, shi); the update indexes them by flat element, hence the shifted base */
-    if (d->cfg.opt.kind == OPT_ADAMW)
+    if (d->cfg.opt.kind == OPT_ADAMW && whole)
+        adamw_update_and_zero(d->tab, d->params, d->grads, d->m, d->v, 0, d->P, t, lr, &d->cfg.opt, sc);
+    else if (d->cfg.opt.kind == OPT_ADAMW)
         adamw_update(d->tab, d->params, d->grads, d->m - d->slo, d->v - d->slo, d->slo, d->shi, t, lr, &d->cfg.opt);
+    else if (whole)
+        adams_update_and_zero(d->tab, d->params, d->grads, d->m, 0, d->P, t, lr, &d->cfg.opt, sc);
     else
         adams_update(d->tab, d->params, d->grads, d->m - d->slo, d->slo, d->shi, t, lr, &d->cfg.opt);
+    d->grads_clear = whole;
     if (d->cfg.zero) {
         size_t *counts = xmalloc((size_t)d->world * sizeof(size_t), "shard counts");
         for (int r = 0; r < d->world; r++) counts[r] = d->own.hi[r] - d->own.lo[r];

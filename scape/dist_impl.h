@@ -42,6 +42,7 @@ struct DistOptim {
     CommHandle *bh;        /* per bucket: its collective */
     int *bstate;           /* per bucket: 0 nothing, 1 c computed (SCAPE), 2 queued */
     int step_begun;
+    int grads_clear;       /* the step's update already wrote 0 over every gradient (dist_end_step skips its pass) */
     /* dense state over [slo, shi): the whole buffer, or the owned shard with ZeRO-1 */
     size_t slo, shi;
     float *m, *v;          /* SCAPE: m compact, see below */
@@ -114,7 +115,8 @@ static inline int dist_is_owned_slice(const DistOptim *d, int i) {
 /* Sum of squares in double over x[lo, hi) in fixed 64Ki chunks added in order: the same bits for any thread
  * count, so every rank takes the same clip and skip decisions. */
 double dist_sumsq(const float *x, size_t lo, size_t hi);
-/* The end of every step, taken or skipped: grads zeroed, every bucket back to "nothing done". */
+/* The end of every step, taken or skipped: grads zeroed (unless the update did, grads_clear), every bucket back to
+ * "nothing done". */
 void dist_end_step(DistOptim *d);
 
 /* ---- dist_dense.c: AdamW / AdamS with an averaging all-reduce, or ZeRO-1 ---- */

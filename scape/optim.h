@@ -28,4 +28,12 @@ void adamw_update(const ParamTable *tab, float *params, const float *grads, floa
 void adams_update(const ParamTable *tab, float *params, const float *grads, float *m, size_t lo, size_t hi,
                   int t, float lr, const OptimConfig *cfg);
 
+/* The same steps on the gradient scaled by grad_scale (the clip factor; 1 for none), writing 0 over grads[lo, hi)
+ * as they are read: two passes over the gradient fewer (scale, clear) for a caller that clips first and clears
+ * after; params, m, v bit for bit as scaling grads in place, calling the functions above, then clearing them. */
+void adamw_update_and_zero(const ParamTable *tab, float *params, float *grads, float *m, float *v, size_t lo,
+                           size_t hi, int t, float lr, const OptimConfig *cfg, float grad_scale);
+void adams_update_and_zero(const ParamTable *tab, float *params, float *grads, float *m, size_t lo, size_t hi,
+                           int t, float lr, const OptimConfig *cfg, float grad_scale);
+
 #endif

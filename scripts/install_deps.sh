@@ -4,7 +4,7 @@ set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
 export DEBIAN_FRONTEND=noninteractive
-pkgs="build-essential libopenblas-dev libopenmpi-dev openmpi-bin libpcre2-dev libxxhash-dev nodejs npm python3-torch python3-numpy gnuplot-nox"
+pkgs="build-essential libopenblas-dev libopenblas0-openmp libopenmpi-dev openmpi-bin libpcre2-dev libxxhash-dev nodejs npm python3-torch python3-numpy gnuplot-nox"
 # hardening: clang + its run-time libraries for the libFuzzer harnesses (`make fuzz`), cppcheck for `make cppcheck`
 pkgs="$pkgs clang libclang-rt-14-dev cppcheck"
 missing=""
