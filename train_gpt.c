@@ -251,7 +251,11 @@ static void attention_backward(float *dinp, const float *dout, const float *att,
     #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
-        float *scratch = scratch_all + (size_t)omp_get_thread_num() * scratch_stride;
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        float *scratch = scratch_all + (size_t)tid * scratch_stride;
         const float *q = inp + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
         float *dq = dinp + (size_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
         const float *p = att + (size_t)bh * T * T, *dy = dout + (size_t)b * T * C + h * hs;

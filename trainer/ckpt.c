@@ -319,16 +319,23 @@ int ckpt_read_options(const char *dir, CkptOptions *o) {
     const char *p = strstr(m, "\"options\": {");
     int ok = p != NULL;
     if (ok) p += 12;
+    /* every step checks before it moves, so p never passes the terminating NUL */
     while (ok) {
         skip_ws(&p);
         if (*p == '}') break;
-        if (o->n && *p++ != ',') { ok = 0; break; }
-        skip_ws(&p);
+        if (o->n) {
+            if (*p != ',') { ok = 0; break; }
+            p++;
+            skip_ws(&p);
+        }
         char name[64], *value = xmalloc(1 << 16, "checkpoint option");
         ok = parse_json_string(&p, name, sizeof name);
-        skip_ws(&p);
-        ok = ok && *p++ == ':';
-        skip_ws(&p);
+        if (ok) skip_ws(&p);
+        ok = ok && *p == ':';
+        if (ok) {
+            p++;
+            skip_ws(&p);
+        }
         ok = ok && parse_json_string(&p, value, 1 << 16) && o->n < CKPT_MAX_OPTIONS;
         if (!ok) {
             free(value);
