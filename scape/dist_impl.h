@@ -34,9 +34,11 @@ struct DistOptim {
     int **bslices;
     int *bn;
     size_t *bucket_off, *bucket_numel;
-    float *stage;          /* (P) packed gradients / SCAPE payload, by bucket */
-    uint16_t *stage16;     /* SCAPE bf16 payload: (P) the payload as sent, then b, by bucket like stage */
-    float *qerr;           /* SCAPE bf16 payload: (P) e = fp32 mean - b on this rank's parts, 0 elsewhere */
+    float *stage;          /* (P) packed gradients by bucket; SCAPE: its payload, stage_cap >= K_t values packed by
+                            * bucket from pay_off[b] (scape_payload_layout) */
+    uint16_t *stage16;     /* SCAPE bf16 payload: the payload as sent, then b, laid out like stage */
+    float *qerr;           /* SCAPE bf16 payload: e = fp32 mean - b on this rank's parts, 0 elsewhere, like stage */
+    size_t stage_cap, *pay_off;
     float *rs_out;         /* ZeRO: the owned part of each bucket after reduce-scatter */
     size_t *rs_off;        /* ZeRO: offset of bucket b's owned part in rs_out */
     CommHandle *bh;        /* per bucket: its collective */

@@ -15,7 +15,7 @@
  *           alone off the mask (scape_update_pass)
  * State (dist_impl.h): m compact on the mask it was last updated on (mask_m: about d P values; issue 17), r (P),
  * mask_cur = M_t, mask_next = M_{t+1} once collected, the
- * owners' packed segments (seg), the payload in stage (by bucket, bucket_off) and with the bf16 payload stage16 and
+ * owners' packed segments (seg), the payload in stage (K_t values, bucket after bucket from pay_off) and with the bf16 payload stage16 and
  * qerr. The passes run over fixed chunks of at most SCAPE_CHUNK elements in parallel, partial sums added in chunk
  * order, so no result depends on the thread count.
  * Not for: top-k, masks and the update formula of one coordinate (scape.c, scape.h), the collectives (comm.c),
@@ -41,10 +41,9 @@ void scape_init(DistOptim *d) {
     d->r = xcalloc(d->P, sizeof(float), "SCAPE residual");
     d->mask_cur = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "SCAPE mask");
     d->mask_next = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "SCAPE mask");
-    if (d->cfg.payload_bf16) {
-        d->stage16 = xmalloc(d->P * sizeof(uint16_t), "SCAPE bf16 payload");
-        d->qerr = xmalloc(d->P * sizeof(float), "SCAPE bf16 rounding errors");
-    }
+    /* the payload buffers hold K values, packed bucket after bucket (scape_payload_layout), not P */
+    d->stage_cap = 0; /* dist.c left stage NULL */
+    d->pay_off = xcalloc((size_t)(d->nb ? d->nb : 1), sizeof(size_t), "SCAPE payload offsets");
     size_t nch = 0;
     for (int i = 0; i < tab->n; i++) nch += (tab->slices[i].numel + SCAPE_CHUNK - 1) / SCAPE_CHUNK;
     d->nch = nch;
@@ -119,6 +118,29 @@ void scape_collect_next(DistOptim *d) {
     d->have_next = 1;
 }
 
+/* Where each bucket's payload goes this step: pay_off[b], the values of M_t in the buckets before b (bucket order),
+ * so the payload buffers (stage, and stage16 and qerr with the bf16 payload) hold K_t values in all; they grow, or
+ * shrink by a third or more, to fit. Called once M_t is known, before any bucket is packed (no collective holds
+ * these buffers then: the last step waited for all of its payloads). */
+static void scape_payload_layout(DistOptim *d) {
+    size_t K = 0;
+    for (int b = 0; b < d->nb; b++) {
+        d->pay_off[b] = K;
+        for (int k = 0; k < d->bn[b]; k++) {
+            const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
+            K += mask_count(d->mask_cur, s->offset, s->offset + s->numel);
+        }
+    }
+    if (d->stage && K <= d->stage_cap && d->stage_cap <= K + K / 2) return;
+    size_t n = K ? K : 1;
+    d->stage = xrealloc(d->stage, n * sizeof(float), "SCAPE payload");
+    if (d->cfg.payload_bf16) {
+        d->stage16 = xrealloc(d->stage16, n * sizeof(uint16_t), "SCAPE bf16 payload");
+        d->qerr = xrealloc(d->qerr, n * sizeof(float), "SCAPE bf16 rounding errors");
+    }
+    d->stage_cap = K;
+}
+
 /* Start of a SCAPE step at its first bucket: M_t becomes the current mask (SCAPE.md section 3, first line). */
 static void scape_begin(DistOptim *d) {
     d->step_begun = 1;
@@ -132,6 +154,7 @@ static void scape_begin(DistOptim *d) {
         d->have_cur = 1;
         d->swapped = 1;
     }
+    if (d->have_cur) scape_payload_layout(d);
 }
 
 /* ---- item 1: corrected local momentum ---- */
@@ -184,18 +207,18 @@ static void scape_c_bucket(DistOptim *d, int b) {
 
 /* ---- item 2: the compact payload and its all-reduce ---- */
 
-/* s_i = c_i on M_t, bucket b's slices in memory order, into stage at bucket_off[b] (and rounded to bf16 into
+/* s_i = c_i on M_t, bucket b's slices in memory order, into stage at pay_off[b] (and rounded to bf16 into
  * stage16 with that payload); K_b = bucket_k[b]; then the bucket's averaging all-reduce on the communication
  * thread. */
 static void scape_queue_bucket(DistOptim *d, int b) {
-    float *out = d->stage + d->bucket_off[b];
+    float *out = d->stage + d->pay_off[b];
     size_t K = 0;
     for (int k = 0; k < d->bn[b]; k++) {
         const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
         K += scape_gather_masked(d->grads, d->mask_cur, s->offset, s->offset + s->numel, out + K);
     }
     d->bucket_k[b] = K;
-    uint16_t *out16 = d->stage16 ? d->stage16 + d->bucket_off[b] : NULL;
+    uint16_t *out16 = d->stage16 ? d->stage16 + d->pay_off[b] : NULL;
     if (out16) {
         /* what goes on the wire: s_i rounded to bf16 (the error goes to r in scape_update_pass) */
         #pragma omp parallel for schedule(static) if (K > 65536)
@@ -215,7 +238,7 @@ static void scape_queue_bucket(DistOptim *d, int b) {
             }
         }
     }
-    d->bh[b] = out16 ? comm_iallreduce_avg_bf16(out16, K, d->qerr + d->bucket_off[b]) : comm_iallreduce_avg_f32(out, K);
+    d->bh[b] = out16 ? comm_iallreduce_avg_bf16(out16, K, d->qerr + d->pay_off[b]) : comm_iallreduce_avg_f32(out, K);
     d->bstate[b] = 2;
 }
 
@@ -235,7 +258,7 @@ void scape_bucket_ready(DistOptim *d, int b) {
     do {                                                                                                      \
         size_t q = 0;                                                                                         \
         for (int b_ = 0; b_ < (d)->nb; b_++) {                                                                \
-            q = (d)->bucket_off[b_];                                                                          \
+            q = (d)->pay_off[b_];                                                                             \
             for (int k_ = 0; k_ < (d)->bn[b_]; k_++) {                                                        \
                 const ParamSlice *s = &(d)->tab->slices[(d)->bslices[b_][k_]];                                \
                 for (size_t j = s->offset; j < s->offset + s->numel; j++) {                                   \
@@ -245,14 +268,14 @@ void scape_bucket_ready(DistOptim *d, int b) {
         }                                                                                                     \
     } while (0)
 
-/* ch_q: each chunk's first index into the compact payload (stage): bucket b's values start at bucket_off[b]
+/* ch_q: each chunk's first index into the compact payload (stage): bucket b's values start at pay_off[b]
  * and follow its slices in memory order, as scape_queue_bucket packed them. */
 static void scape_chunk_offsets(DistOptim *d) {
     #pragma omp parallel for schedule(static)
     for (size_t c = 0; c < d->nch; c++) d->ch_q[c] = mask_count(d->mask_cur, d->ch_lo[c], d->ch_hi[c]);
     size_t q = 0;
     for (size_t c = 0; c < d->nch; c++) {
-        if (c == 0 || d->ch_bucket[c] != d->ch_bucket[c - 1]) q = d->bucket_off[d->ch_bucket[c]];
+        if (c == 0 || d->ch_bucket[c] != d->ch_bucket[c - 1]) q = d->pay_off[d->ch_bucket[c]];
         size_t n = d->ch_q[c];
         d->ch_q[c] = q;
         q += n;
@@ -340,14 +363,10 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
     const float b1 = d->cfg.opt.beta1, b2 = d->cfg.opt.beta2, eps = d->cfg.opt.eps, omb1 = 1.0f - b1;
     const float bc1 = (float)(1.0 - pow((double)b1, t));
     const float sqrt_bc2 = (float)sqrt(1.0 - pow((double)b2, t));
-    /* m_t goes compact into m_new: chunk c's values start at its payload index less the gaps between buckets */
-    size_t K = 0, *kb = xmalloc((size_t)(d->nb ? d->nb : 1) * sizeof(size_t), "SCAPE bucket offsets");
-    for (int b = 0; b < d->nb; b++) {
-        kb[b] = K;
-        K += d->bucket_k[b];
-    }
-    for (size_t c = 0; c < d->nch; c++) d->ch_qn[c] = d->ch_q[c] - d->bucket_off[d->ch_bucket[c]] + kb[d->ch_bucket[c]];
-    free(kb);
+    /* m_t goes compact into m_new in payload order: chunk c's values start where its payload does */
+    size_t K = 0;
+    for (int b = 0; b < d->nb; b++) K += d->bucket_k[b];
+    memcpy(d->ch_qn, d->ch_q, d->nch * sizeof(size_t));
     if (K > d->m_new_cap || d->m_new_cap > K + K / 2) { /* grow, or shrink by a third or more as the density falls */
         d->m_new = xrealloc(d->m_new, (K ? K : 1) * sizeof(float), "SCAPE first moment");
         d->m_new_cap = K;
@@ -480,6 +499,7 @@ int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
         }
         d->have_cur = 1;
         bootstrapped = 1;
+        scape_payload_layout(d);
     }
     for (int b = 0; b < d->nb; b++) {
         if (d->bstate[b] == 0) scape_c_bucket(d, b);
@@ -491,8 +511,8 @@ int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
         K += d->bucket_k[b];
         if (d->stage16) {
             /* b in bf16 -> the fp32 payload buffer the passes below read */
-            float *bv = d->stage + d->bucket_off[b];
-            const uint16_t *b16 = d->stage16 + d->bucket_off[b];
+            float *bv = d->stage + d->pay_off[b];
+            const uint16_t *b16 = d->stage16 + d->pay_off[b];
             size_t Kb = d->bucket_k[b];
             #pragma omp parallel for schedule(static) if (Kb > 65536)
             for (size_t q = 0; q < Kb; q++) bv[q] = bf16_to_f32(b16[q]);
