@@ -36,6 +36,9 @@ static int dense_in_place(const DistOptim *d) { return d->world == 1 && !d->cfg.
 /* Bucket b's gradients into stage and its collective: the averaging all-reduce, or the reduce-scatter to owners. */
 void dense_queue_bucket(DistOptim *d, int b) {
     if (dense_in_place(d)) {
+        /* counted as the bucket's averaging all-reduce, which moves 0 bytes on one rank, so the per-kind statistics
+         * read the same as the device update's (test/gpu/test_updater.cu compares them) */
+        comm_stats_add(COMM_ALLREDUCE, d->bucket_numel[b] * sizeof(float), 0.0);
         d->bh[b] = 0;
         d->bstate[b] = 2;
         return;
