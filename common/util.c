@@ -22,8 +22,7 @@ void xflush_stdout(void) {
     if (fflush(stdout) != 0 || ferror(stdout)) {
         int err = errno ? errno : EIO;
         clearerr(stdout);
-        fatal("cannot write standard output: %s; free space where it is redirected, then continue with --resume "
-              "latest", strerror(err));
+        fatal("cannot write standard output: %s; free space where it is redirected (or mend the pipe)", strerror(err));
     }
 }
 

@@ -75,8 +75,7 @@ DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, co
     }
     /* the staging buffer: not for SCAPE (scape_init sizes its own to the payload) nor for one rank's dense update,
      * which leaves the gradients in place (dist_dense.c) */
-    int dense_in_place = (cfg->opt.kind == OPT_ADAMW || cfg->opt.kind == OPT_ADAMS) && d->world == 1 && !cfg->zero;
-    if (cfg->opt.kind != OPT_SCAPE && !dense_in_place) d->stage = xmalloc(d->P * sizeof(float), "gradient staging buffer");
+    if (cfg->opt.kind != OPT_SCAPE && !dist_dense_in_place(d)) d->stage = xmalloc(d->P * sizeof(float), "gradient staging buffer");
 
     if (cfg->opt.kind == OPT_SCAPE) scape_init(d);
     else if (cfg->opt.kind == OPT_TOPK_EF) topk_init(d);
@@ -132,7 +131,7 @@ void distopt_free(DistOptim *d) {
     free(d->bucket_k); free(d->bh); free(d->bstate); free(d->stage); free(d->stage16); free(d->qerr); free(d->rs_out);
     free(d->m); free(d->v); free(d->r); free(d->mask_cur); free(d->mask_next); free(d->seg);
     free(d->pay_off);
-    free(d->m_new); free(d->mask_m); free(d->ch_qm); free(d->ch_qn); free(d->slice_ch0); free(d->m_dense);
+    free(d->m_new); free(d->mask_m); free(d->ch_qm); free(d->slice_ch0); free(d->m_dense);
     free(d->seg_bytes); free(d->seg_off); free(d->topk_tmp);
     free(d->code_mine); free(d->code_all); free(d->code_sizes);
     free(d->ch_lo); free(d->ch_hi); free(d->ch_q); free(d->ch_slice); free(d->ch_bucket); free(d->ch_ss); free(d->ch_bad);

@@ -29,13 +29,9 @@ void dense_init(DistOptim *d, size_t owned_total) {
     if (d->cfg.zero) d->rs_out = xmalloc((owned_total ? owned_total : 1) * sizeof(float), "ZeRO gradient shard");
 }
 
-/* One rank without ZeRO-1: the mean over one rank is the gradient itself (x / 1 == x), so the buckets stay where
- * backward wrote them: no copy into stage and back, bit for bit the same update. */
-static int dense_in_place(const DistOptim *d) { return d->world == 1 && !d->cfg.zero; }
-
 /* Bucket b's gradients into stage and its collective: the averaging all-reduce, or the reduce-scatter to owners. */
 void dense_queue_bucket(DistOptim *d, int b) {
-    if (dense_in_place(d)) {
+    if (dist_dense_in_place(d)) {
         /* counted as the bucket's averaging all-reduce, which moves 0 bytes on one rank, so the per-kind statistics
          * read the same as the device update's (test/gpu/test_updater.cu compares them) */
         comm_stats_add(COMM_ALLREDUCE, d->bucket_numel[b] * sizeof(float), 0.0);
@@ -68,7 +64,7 @@ void dense_queue_bucket(DistOptim *d, int b) {
 
 /* The reduced bucket b back into grads: all of it, or with ZeRO-1 the owned slices. */
 static void dense_unpack_bucket(DistOptim *d, int b) {
-    if (dense_in_place(d)) return;
+    if (dist_dense_in_place(d)) return;
     if (!d->cfg.zero) {
         const float *st = d->stage + d->bucket_off[b];
         for (int k = 0; k < d->bn[b]; k++) {

@@ -69,19 +69,19 @@ struct DistOptim {
     /* SCAPE step passes: the slices in payload order cut into chunks of at most SCAPE_CHUNK elements, processed
      * in parallel; per-chunk partial sums are added in chunk order, so results do not depend on thread count */
     size_t nch;
-    size_t *ch_lo, *ch_hi, *ch_q;  /* element range; first compact payload index (per step) */
+    size_t *ch_lo, *ch_hi, *ch_q;  /* element range; first compact payload index (per step, scape_payload_layout) */
     int *ch_slice, *ch_bucket;
     double *ch_ss;
     int *ch_bad;
     /* SCAPE's first moment, compact (issue 17): m is zero off the mask it was last updated on (SCAPE.md section 3
      * items 3-4), so it holds only its m_n values on mask_m, packed in payload order (chunk by chunk; ch_qm[c] is
-     * chunk c's first). The update pass writes m_t into m_new (ch_qn: the same offsets for M_t); then the two swap
+     * chunk c's first). The update pass writes m_t into m_new (at the payload's offsets, ch_q); then the two swap
      * and mask_m becomes M_t. have_m = 0: m is zero everywhere (no step yet). */
     float *m_new;
     size_t m_n, m_cap, m_new_cap;
     uint8_t *mask_m;
     int have_m;
-    size_t *ch_qm, *ch_qn;
+    size_t *ch_qm;
     int *slice_ch0;        /* per slice (ParamTable index): its first chunk */
     float *m_dense;        /* distopt_moment's dense copy (tests) */
     /* topk-ef: r is e_i, m and v AdamW's; mask_cur this rank's selection S_t, stage acc_i (P, flat) */
@@ -107,6 +107,11 @@ struct DistOptim {
 /* A slice SCAPE and topk-ef sparsify: all of them, or all but the norm gains and biases (exclude_norms). */
 static inline int dist_slice_sparse(const DistOptim *d, const ParamSlice *s) {
     return !(d->cfg.exclude_norms && s->dense_only);
+}
+/* A dense update (AdamW, AdamS) on one rank without ZeRO-1: the mean over one rank is the gradient itself (x / 1
+ * == x), so the buckets stay where backward wrote them: no staging buffer, no copy into it and back (dist_dense.c). */
+static inline int dist_dense_in_place(const DistOptim *d) {
+    return (d->cfg.opt.kind == OPT_ADAMW || d->cfg.opt.kind == OPT_ADAMS) && d->world == 1 && !d->cfg.zero;
 }
 /* Slice i (ParamTable index) is in this rank's part of the owner table. */
 static inline int dist_is_owned_slice(const DistOptim *d, int i) {

@@ -55,7 +55,6 @@ void scape_init(DistOptim *d) {
     d->ch_ss = xmalloc((nch ? nch : 1) * sizeof(double), "SCAPE chunks");
     d->ch_bad = xmalloc((nch ? nch : 1) * sizeof(int), "SCAPE chunks");
     d->ch_qm = xcalloc(nch ? nch : 1, sizeof(size_t), "SCAPE chunks");
-    d->ch_qn = xcalloc(nch ? nch : 1, sizeof(size_t), "SCAPE chunks");
     size_t c = 0;
     for (int b = 0; b < d->nb; b++)
         for (int k = 0; k < d->bn[b]; k++) {
@@ -118,18 +117,29 @@ void scape_collect_next(DistOptim *d) {
     d->have_next = 1;
 }
 
-/* Where each bucket's payload goes this step: pay_off[b], the values of M_t in the buckets before b (bucket order),
- * so the payload buffers (stage, and stage16 and qerr with the bf16 payload) hold K_t values in all; they grow, or
- * shrink by a third or more, to fit. Called once M_t is known, before any bucket is packed (no collective holds
- * these buffers then: the last step waited for all of its payloads). */
+/* off[c]: how many bits of mask lie in the chunks before c (chunk order, which is payload order: bucket by bucket,
+ * slices in memory order); returns the total. */
+static size_t chunk_offsets(const DistOptim *d, const uint8_t *mask, size_t *off) {
+    #pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < d->nch; c++) off[c] = mask_count(mask, d->ch_lo[c], d->ch_hi[c]);
+    size_t q = 0;
+    for (size_t c = 0; c < d->nch; c++) {
+        size_t n = off[c];
+        off[c] = q;
+        q += n;
+    }
+    return q;
+}
+
+/* The step's payload layout, once M_t is known and before any bucket is packed: ch_q[c], each chunk's first index
+ * into the compact payload, and pay_off[b], each bucket's (its first chunk's; the total for an empty bucket), so
+ * the payload buffers (stage, and stage16 and qerr with the bf16 payload) hold K_t values in all. They grow, or
+ * shrink by a third or more, to fit: no collective holds them now (the last step waited for all its payloads). */
 static void scape_payload_layout(DistOptim *d) {
-    size_t K = 0;
+    size_t K = chunk_offsets(d, d->mask_cur, d->ch_q), c = 0;
     for (int b = 0; b < d->nb; b++) {
-        d->pay_off[b] = K;
-        for (int k = 0; k < d->bn[b]; k++) {
-            const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
-            K += mask_count(d->mask_cur, s->offset, s->offset + s->numel);
-        }
+        while (c < d->nch && d->ch_bucket[c] < b) c++;
+        d->pay_off[b] = c < d->nch ? d->ch_q[c] : K;
     }
     if (d->stage && K <= d->stage_cap && d->stage_cap <= K + K / 2) return;
     size_t n = K ? K : 1;
@@ -268,20 +278,6 @@ void scape_bucket_ready(DistOptim *d, int b) {
         }                                                                                                     \
     } while (0)
 
-/* ch_q: each chunk's first index into the compact payload (stage): bucket b's values start at pay_off[b]
- * and follow its slices in memory order, as scape_queue_bucket packed them. */
-static void scape_chunk_offsets(DistOptim *d) {
-    #pragma omp parallel for schedule(static)
-    for (size_t c = 0; c < d->nch; c++) d->ch_q[c] = mask_count(d->mask_cur, d->ch_lo[c], d->ch_hi[c]);
-    size_t q = 0;
-    for (size_t c = 0; c < d->nch; c++) {
-        if (c == 0 || d->ch_bucket[c] != d->ch_bucket[c - 1]) q = d->pay_off[d->ch_bucket[c]];
-        size_t n = d->ch_q[c];
-        d->ch_q[c] = q;
-        q += n;
-    }
-}
-
 /* m_{t-1} at bit i of a 64-coordinate word: wm is mask_m's word there, qm the compact index of its first set bit. */
 static inline float m_prev_at(const float *m, uint64_t wm, size_t qm, size_t i) {
     return (wm >> i) & 1 ? m[qm + (size_t)__builtin_popcountll(wm & ((1ull << i) - 1))] : 0.0f;
@@ -363,10 +359,9 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
     const float b1 = d->cfg.opt.beta1, b2 = d->cfg.opt.beta2, eps = d->cfg.opt.eps, omb1 = 1.0f - b1;
     const float bc1 = (float)(1.0 - pow((double)b1, t));
     const float sqrt_bc2 = (float)sqrt(1.0 - pow((double)b2, t));
-    /* m_t goes compact into m_new in payload order: chunk c's values start where its payload does */
+    /* m_t goes compact into m_new in payload order: chunk c's values start where its payload does (ch_q) */
     size_t K = 0;
     for (int b = 0; b < d->nb; b++) K += d->bucket_k[b];
-    memcpy(d->ch_qn, d->ch_q, d->nch * sizeof(size_t));
     if (K > d->m_new_cap || d->m_new_cap > K + K / 2) { /* grow, or shrink by a third or more as the density falls */
         d->m_new = xrealloc(d->m_new, (K ? K : 1) * sizeof(float), "SCAPE first moment");
         d->m_new_cap = K;
@@ -383,7 +378,7 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
     for (size_t ch = 0; ch < d->nch; ch++) {
         const ParamSlice *s = &d->tab->slices[d->ch_slice[ch]];
         const float wd = s->decay ? d->cfg.opt.weight_decay : 0.0f;
-        size_t q = d->ch_q[ch], qm = d->ch_qm[ch], qn = d->ch_qn[ch], hi = d->ch_hi[ch];
+        size_t q = d->ch_q[ch], qm = d->ch_qm[ch], qn = q, hi = d->ch_hi[ch];
         for (size_t j = d->ch_lo[ch]; j < hi; j += 64) {
             size_t n = hi - j < 64 ? hi - j : 64;
             uint64_t full, w = mask_word(M, j, n, &full), fm, wm = have_m ? mask_word(Mm, j, n, &fm) : 0;
@@ -420,9 +415,7 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
     size_t tc = d->m_cap;
     d->m_cap = d->m_new_cap;
     d->m_new_cap = tc;
-    size_t *tq = d->ch_qm;
-    d->ch_qm = d->ch_qn;
-    d->ch_qn = tq;
+    memcpy(d->ch_qm, d->ch_q, d->nch * sizeof(size_t));
     d->m_n = K;
     memcpy(d->mask_m, d->mask_cur, mask_bytes(d->P));
     d->have_m = 1;
@@ -464,10 +457,7 @@ void scape_m_set_dense(DistOptim *d, const float *m, const uint8_t *mask, int ha
     memset(d->mask_m, 0, mask_bytes(d->P));
     if (!have) return;
     memcpy(d->mask_m, mask, mask_bytes(d->P));
-    for (size_t ch = 0; ch < d->nch; ch++) {
-        d->ch_qm[ch] = d->m_n;
-        d->m_n += mask_count(d->mask_m, d->ch_lo[ch], d->ch_hi[ch]);
-    }
+    d->m_n = chunk_offsets(d, d->mask_m, d->ch_qm);
     if (d->m_n > d->m_cap) {
         d->m = xrealloc(d->m, d->m_n * sizeof(float), "SCAPE first moment");
         d->m_cap = d->m_n;
@@ -521,7 +511,6 @@ int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
     if (d->dbg_c) memcpy(d->dbg_c, d->grads, d->P * sizeof(float));
 
     /* g_hat = (m_t - beta1 m_{t-1}) / (1 - beta1) on M_t (SCAPE.md section 3 item 5); its norm for clipping */
-    scape_chunk_offsets(d);
     double ss = scape_norm_pass(d);
     if (d->dbg_ghat) {
         float *mprev = xmalloc(d->P * sizeof(float), "debug m");

@@ -10,8 +10,10 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-out/default}
 # GPT-2, 8 layers, C=128, NH=4, maxT=1024 (8.2M parameters, 6.4M of them wte). Chosen for issue 18 with the faster
 # step: at this width the lm_head (V=50257) costs most of a step, so 8 layers cost only 16% more per step than 4
-# and learn more per step (validation loss over 20 batches: d8c128h4 1400 steps 5.427, d4c128h4 1600 steps 5.441,
-# the former default d4c128h4 1000 steps 5.564; 376 vs 325 ms per step on 2 cores, about 9 minutes of training)
+# and learn more per step. Final validation loss over 20 batches of `train_gpt --model M --batch 8 --seq 128
+# --steps N --lr 3e-3 --lr-floor 3e-4 --warmup 30 --eval-batches 20`: d8c128h4 1400 steps 5.427, d4c128h4 1600 steps
+# 5.441, the former default d4c128h4 1000 steps 5.564. Median of steps 6-20 of the same run with --steps 20, 2 threads:
+# 376 vs 325 ms, so about 9 minutes of training.
 MODEL=${MODEL:-d8c128h4}
 BATCH=${BATCH:-8}
 SEQ=${SEQ:-128}

@@ -241,6 +241,42 @@ static DistConfig sparse_config(void) {
     return c;
 }
 
+/* The dense updates' fused variants (adamw_update_and_zero, adams_update_and_zero: the clip factor applied and the
+ * gradient cleared inside the update, which dense_step uses) equal scaling the gradient, the plain update and
+ * clearing it, bit for bit, with and without a clip factor, over two steps. */
+TEST(fused_dense_updates_equal_scale_update_clear) {
+    Toy a, b;
+    toy_build(&a);
+    toy_build(&b);
+    size_t P = a.tab.total;
+    OptimConfig oc = {OPT_ADAMW, 0.9f, 0.95f, 1e-8f, 0.1f};
+    for (int kind = 0; kind < 2; kind++) {
+        float *ma = xcalloc(P, 4, "m"), *va = xcalloc(P, 4, "v"), *mb = xcalloc(P, 4, "m"), *vb = xcalloc(P, 4, "v");
+        for (int t = 1; t <= 2; t++) {
+            float sc = t == 1 ? 0.37f : 1.0f;
+            toy_grad(&a, a.g, t, 0, 2);
+            memcpy(b.g, a.g, P * 4);
+            for (size_t j = 0; j < P; j++) a.g[j] *= sc;
+            if (kind == 0) {
+                adamw_update(&a.tab, a.p, a.g, ma, va, 0, P, t, LR, &oc);
+                adamw_update_and_zero(&b.tab, b.p, b.g, mb, vb, 0, P, t, LR, &oc, sc);
+            } else {
+                adams_update(&a.tab, a.p, a.g, ma, 0, P, t, LR, &oc);
+                adams_update_and_zero(&b.tab, b.p, b.g, mb, 0, P, t, LR, &oc, sc);
+            }
+            size_t nonzero = 0;
+            for (size_t j = 0; j < P; j++) nonzero += b.g[j] != 0.0f;
+            CHECK(nonzero == 0, "%s step %d: %zu gradients left uncleared", kind ? "adams" : "adamw", t, nonzero);
+            CHECK(memcmp(a.p, b.p, P * 4) == 0 && memcmp(ma, mb, P * 4) == 0 && (kind || memcmp(va, vb, P * 4) == 0),
+                  "%s step %d (clip factor %g): params or moments differ from scale + update", kind ? "adams" : "adamw",
+                  t, sc);
+        }
+        free(ma); free(va); free(mb); free(vb);
+    }
+    toy_free(&a);
+    toy_free(&b);
+}
+
 /* Issue 17, part 1: SCAPE holds its first moment compact on its mask. Through a density warm-up from 1 to 0.1 (so the
  * buffers grow, then shrink), the state held is r (4P), the three masks and the moment's two buffers, which never
  * hold much more than the mask's count each: at d 0.1, far below the 8P of a dense m beside r; and the dense copy
@@ -1051,6 +1087,7 @@ int main(int argc, char **argv) {
     MPI_RUN_TEST(inv1_density_one_equals_dense_adams_and_residual_stays_zero);
     MPI_RUN_TEST(inv2_3_5_7_conservation_identical_state_mask_lag_and_ghat);
     MPI_RUN_TEST(scape_first_moment_is_held_compact);
+    MPI_RUN_TEST(fused_dense_updates_equal_scale_update_clear);
     MPI_RUN_TEST(inv4_owned_masks_are_exact_topk_and_norms_dense);
     MPI_RUN_TEST(scape_step_is_bit_identical_on_1_and_3_threads);
     MPI_RUN_TEST(inv6_one_payload_allreduce_and_one_mask_allgather_per_step_with_formula_bytes);

@@ -319,7 +319,9 @@ int ckpt_read_options(const char *dir, CkptOptions *o) {
     const char *p = strstr(m, "\"options\": {");
     int ok = p != NULL;
     if (ok) p += 12;
-    /* every step checks before it moves, so p never passes the terminating NUL */
+    /* every step checks before it moves, so p never passes the terminating NUL; values are parsed into one scratch
+     * buffer and kept at their own length */
+    char *value = xmalloc(CKPT_OPTION_MAX, "checkpoint option");
     while (ok) {
         skip_ws(&p);
         if (*p == '}') break;
@@ -328,7 +330,7 @@ int ckpt_read_options(const char *dir, CkptOptions *o) {
             p++;
             skip_ws(&p);
         }
-        char name[64], *value = xmalloc(1 << 16, "checkpoint option");
+        char name[64];
         ok = parse_json_string(&p, name, sizeof name);
         if (ok) skip_ws(&p);
         ok = ok && *p == ':';
@@ -336,14 +338,13 @@ int ckpt_read_options(const char *dir, CkptOptions *o) {
             p++;
             skip_ws(&p);
         }
-        ok = ok && parse_json_string(&p, value, 1 << 16) && o->n < CKPT_MAX_OPTIONS;
-        if (!ok) {
-            free(value);
-            break;
-        }
+        ok = ok && parse_json_string(&p, value, CKPT_OPTION_MAX) && o->n < CKPT_MAX_OPTIONS;
+        if (!ok) break;
         snprintf(o->names[o->n], sizeof o->names[o->n], "%s", name);
-        o->values[o->n++] = value;
+        o->values[o->n] = strdup(value);
+        if (!o->values[o->n++]) fatal("out of memory reading the options of %s", path);
     }
+    free(value);
     free(m);
     if (!ok) ckpt_options_free(o);
     return ok;

@@ -92,6 +92,7 @@ int ckpt_verify(const char *dir, CkptInfo *info, char *why, size_t why_cap);
 
 /* The options a checkpoint recorded (ckpt_write_manifest). */
 #define CKPT_MAX_OPTIONS 96
+#define CKPT_OPTION_MAX (1 << 16) /* bytes of one option value with its NUL, as recorded and as read back */
 typedef struct {
     int n;
     char names[CKPT_MAX_OPTIONS][64];

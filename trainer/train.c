@@ -438,14 +438,16 @@ static void save_checkpoint(Run *r, int step) {
             files[i + 1] = (CkptFile){rank_names[i], all[2 * i], (uint64_t)all[2 * i + 1]};
         }
         const char *names[CKPT_MAX_OPTIONS];
-        char *values[CKPT_MAX_OPTIONS];
+        char *values[CKPT_MAX_OPTIONS], *buf = xmalloc(CKPT_OPTION_MAX, "option value");
         int n = 0;
         for (int i = 0; i < r->n_opts && n < CKPT_MAX_OPTIONS; i++) {
             if (IN_LIST(r->opts[i].name, options_not_recorded)) continue;
-            values[n] = xmalloc(1 << 16, "option value");
-            args_format(&r->opts[i], values[n], 1 << 16);
+            args_format(&r->opts[i], buf, CKPT_OPTION_MAX);
+            values[n] = strdup(buf);
+            if (!values[n]) fatal("out of memory recording the options of %s", dir);
             names[n++] = r->opts[i].name;
         }
+        free(buf);
         ckpt_write_manifest(dir, r->world, step, r->world + 1, files, n, names, (const char *const *)values,
                             r->init_hash);
         for (int i = 0; i < n; i++) free(values[i]);
@@ -513,12 +515,12 @@ static void apply_checkpoint_options(Run *r) {
         if (r->c.init[0]) init_file_hash(r->c.init, r->init_hash);
         return;
     }
-    char now[1 << 12];
+    char *now = xmalloc(CKPT_OPTION_MAX, "option value"); /* as long as a recorded one, so equal ones compare equal */
     for (int i = 0; i < o.n; i++) {
         const char *name = o.names[i], *saved = o.values[i];
         ArgSpec *s = args_find(r->opts, r->n_opts, name);
         if (!s || IN_LIST(name, options_not_recorded)) continue; /* an option this program no longer has */
-        args_format(s, now, sizeof now);
+        args_format(s, now, CKPT_OPTION_MAX);
         if (!s->given) {
             r->restored[r->n_restored] = strdup(saved);
             if (!r->restored[r->n_restored]) fatal("out of memory restoring the options of %s", r->ckpt_path);
@@ -545,6 +547,7 @@ static void apply_checkpoint_options(Run *r) {
                   r->c.init, hex, r->ckpt_path, o.init_hash);
     }
     snprintf(r->init_hash, sizeof r->init_hash, "%s", o.init_hash);
+    free(now);
     ckpt_options_free(&o);
 }
 
