@@ -19,6 +19,9 @@ CUEMU_CXXFLAGS = -std=c++17 -O1 -g $(CUEMU_SAN) -ffp-contract=off -fopenmp -w -D
 CUEMU_RT := $(CUEMU)/obj/emu.o $(CUEMU)/obj/emu_blas.o $(CUEMU)/obj/emu_raw.o
 CUEMU_LIBS = $(BLAS_LIBS) -lm -lstdc++ -lpthread
 CUEMU_HDRS := $(wildcard dev/cuda/emu/include/*.h dev/cuda/emu/include/cub/*.cuh dev/cuda/emu/include/cub/device/*.cuh)
+# the host headers the CUDA sources include (struct layouts such as trainer/updater.h's Updater): the rewritten copies
+# under $(CUEMU)/src do not carry their dependencies, so a changed header must rebuild the emulator objects too
+CUEMU_HDRS += $(wildcard common/*.h scape/*.h trainer/*.h dataloader/*.h tokenizer/*.h)
 CUEMU_SRC = $(wildcard cuda/*.cuh cuda/*.cu dev/cuda/*.cu dev/cuda/*.cuh test/gpu/*.cu test/gpu/*.cuh train_gpt.cu train_llama.cu) \
             dev/cuda/emu/selftest.cu
 # host objects the kernel tests may link (the optimizer and SCAPE tests check against scape/*.c)
