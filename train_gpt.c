@@ -748,7 +748,8 @@ static Model *gpt2_new(const GPT2Config *cfg, int B, int T) {
     m->cfg = *cfg;
     Model *b = &m->base;
     b->family = "gpt2";
-    snprintf(b->desc, sizeof b->desc, "GPT-2 L=%d C=%d NH=%d maxT=%d", cfg->L, cfg->C, cfg->NH, cfg->maxT);
+    snprintf(b->desc, sizeof b->desc, "GPT-2 L=%d C=%d NH=%d maxT=%d V=%d", cfg->L, cfg->C, cfg->NH, cfg->maxT,
+             cfg->V);
     gpt2_build_table(&b->table, cfg);
     b->params = xcalloc(b->table.total, sizeof(float), "GPT-2 parameters");
     b->grads = xcalloc(b->table.total, sizeof(float), "GPT-2 gradients");
@@ -756,6 +757,7 @@ static Model *gpt2_new(const GPT2Config *cfg, int B, int T) {
     gpt2_point_tensors(&m->g, b->grads, &b->table);
     b->vocab_size = cfg->V;
     b->padded_vocab_size = cfg->Vp;
+    b->tokenizer = model_vocab_tokenizer(cfg->V); /* V 4096: bpe4k; NULL: GPT-2's */
     b->max_seq_len = cfg->maxT;
     b->num_layers = cfg->L;
     b->channels = cfg->C;
@@ -771,16 +773,18 @@ static Model *gpt2_new(const GPT2Config *cfg, int B, int T) {
 }
 
 #define GPT2_MODEL_HELP                                                                                          \
-    "GPT-2: d6 (C=384, NH=6, 30M), d12 (124M), d24 (350M), d36 (774M), d48 (1558M), or d<L>c<C>[h<NH>][t<maxT>] "   \
-    "e.g. d4c128h4t256 (NH defaults to C/64, maxT to 1024)"
+    "GPT-2: d6 (C=384, NH=6, 30M), d12 (124M), d24 (350M), d36 (774M), d48 (1558M), or "                        \
+    "d<L>c<C>[h<NH>][t<maxT>][v<V>] e.g. d4c128h4t256 (NH defaults to C/64, maxT to 1024, V to GPT-2's 50257; "     \
+    "v4096 is the bpe4k tokenizer's vocabulary)"
 
 /* Parses a spec: the depths of llm.c's train_gpt2.cu (d6 384/6, d12 768/12, d24 1024/16, d36 1280/20, d48
- * 1600/25; C = 64*NH) or "d<L>c<C>[h<NH>][t<maxT>]". V = 50257, Vp = 50304. fatal() naming --model on error. */
+ * 1600/25; C = 64*NH) or "d<L>c<C>[h<NH>][t<maxT>][v<V>]". V = 50257 (Vp = 50304) unless given; Vp is V rounded
+ * up to a multiple of 128. fatal() naming --model on error. */
 static GPT2Config gpt2_parse_spec(const char *spec) {
     GPT2Config c = {.maxT = 1024, .V = 50257, .Vp = 50304};
     const char *s = spec;
-    long vals[4] = {0, 0, 0, 0}; /* d, c, h, t */
-    const char *keys = "dcht";
+    long vals[5] = {0, 0, 0, 0, 0}; /* d, c, h, t, v */
+    const char *keys = "dchtv";
     int k = 0, ok = spec && *s == 'd';
     while (ok && *s) {
         const char *kp = strchr(keys + k, *s);
@@ -810,6 +814,11 @@ static GPT2Config gpt2_parse_spec(const char *spec) {
             fatal("--model '%s': C=%d is under 64, so give the number of heads, e.g. d%dc%dh2", spec, c.C, c.L, c.C);
     }
     if (vals[3]) c.maxT = (int)vals[3];
+    if (vals[4]) {
+        if (vals[4] < 2) fatal("--model '%s': a vocabulary of %ld tokens is too small (%s)", spec, vals[4], GPT2_MODEL_HELP);
+        c.V = (int)vals[4];
+        c.Vp = (c.V + 127) / 128 * 128;
+    }
     if (c.C % c.NH != 0)
         fatal("--model '%s': C=%d is not divisible by NH=%d heads; pick h so that C/h is whole", spec, c.C, c.NH);
     return c;

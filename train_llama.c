@@ -776,8 +776,9 @@ static Model *llama_new(const LlamaConfig *cfg, int B, int T) {
     b->channels = cfg->C;
     b->num_heads = cfg->NH;
     b->flops_per_token = llama_flops_per_token(cfg, &b->table);
-    /* Llama 3's vocabulary (the 1.8b spec): its shards and tokenizer; any other V uses the family's Llama 2 */
-    b->tokenizer = cfg->V == 128256 ? "llama3" : NULL;
+    /* Llama 3's vocabulary (the 1.8b spec) or bpe4k (v4096): its shards and tokenizer; any other V uses the
+     * family's Llama 2 */
+    b->tokenizer = model_vocab_tokenizer(cfg->V);
     b->forward = llama_forward;
     b->backward = llama_backward;
     b->logits = llama_logits;

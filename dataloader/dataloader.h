@@ -33,9 +33,10 @@
 /* Writes a shard atomically (temp file in the same directory, fsync, rename): version 1 (uint16) if token_bytes
  * is 2, version 7 (uint32) if 4. tokens holds n ints; fatal() if an id does not fit the token size. */
 void shard_write(const char *path, const int32_t *tokens, size_t n, int token_bytes);
-/* The same, recording in the header which tokenizer ("gpt2", "llama2", "llama3"; NULL: none) made the tokens. */
+/* The same, recording in the header which tokenizer ("gpt2", "llama2", "llama3", "bpe4k"; NULL: none) made the
+ * tokens (header int 3 = SHARD_TOKENIZER_MARK, int 4 = its code 1, 2, 3, 4). */
 void shard_write_tokenizer(const char *path, const int32_t *tokens, size_t n, int token_bytes, const char *tokenizer);
-/* The tokenizer a shard records ("gpt2", "llama2", "llama3"), or NULL when it records none (llm.c's shards, or
+/* The tokenizer a shard records ("gpt2", "llama2", "llama3", "bpe4k"), or NULL when it records none (llm.c's shards, or
  * shards written before the field existed). fatal() naming the file on an unreadable header or an unknown code. */
 const char *shard_tokenizer(const char *path);
 

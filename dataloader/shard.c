@@ -68,7 +68,7 @@ static void write_failed(int fd, const char *tmp, const char *path, const char *
           strerror(err));
 }
 
-static const char *const TOKENIZER_CODES[] = {NULL, "gpt2", "llama2", "llama3"};
+static const char *const TOKENIZER_CODES[] = {NULL, "gpt2", "llama2", "llama3", "bpe4k"};
 
 void shard_write(const char *path, const int32_t *tokens, size_t n, int token_bytes) {
     shard_write_tokenizer(path, tokens, n, token_bytes, NULL);
@@ -78,7 +78,7 @@ void shard_write_tokenizer(const char *path, const int32_t *tokens, size_t n, in
     uint32_t code = 0;
     for (uint32_t c = 1; tokenizer && c < sizeof TOKENIZER_CODES / sizeof TOKENIZER_CODES[0]; c++)
         if (!strcmp(tokenizer, TOKENIZER_CODES[c])) code = c;
-    if (tokenizer && !code) fatal("%s: unknown tokenizer '%s' for the shard header; use gpt2, llama2 or llama3", path, tokenizer);
+    if (tokenizer && !code) fatal("%s: unknown tokenizer '%s' for the shard header; use gpt2, bpe4k, llama2 or llama3", path, tokenizer);
     if (token_bytes != 2 && token_bytes != 4)
         fatal("%s: token size %d bytes is not supported; use 2 (uint16, GPT-2) or 4 (uint32, Llama)", path,
               token_bytes);

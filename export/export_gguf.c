@@ -78,15 +78,16 @@ static void vocab_free(Vocab *v) {
     free(v->score);
 }
 
-/* tokenizer.ggml.* for tok (kind gpt2, llama2 or llama3) */
+/* tokenizer.ggml.* for tok (kind gpt2, bpe4k, llama2 or llama3; bpe4k is GPT-2's format and pre-tokenizer with
+ * its own vocabulary) */
 static void add_tokenizer(GgufWriter *w, const Tokenizer *tok) {
     const char *kind = tokenizer_kind(tok);
-    int l2 = !strcmp(kind, "llama2");
+    int l2 = !strcmp(kind, "llama2"), l3 = !strcmp(kind, "llama3");
     Vocab v = vocab_build(tok);
     int32_t *mg;
     size_t nm = tokenizer_merges(tok, &mg);
     gguf_kv_string(w, "tokenizer.ggml.model", l2 ? "llama" : "gpt2");
-    if (!l2) gguf_kv_string(w, "tokenizer.ggml.pre", !strcmp(kind, "gpt2") ? "gpt-2" : "llama-bpe");
+    if (!l2) gguf_kv_string(w, "tokenizer.ggml.pre", l3 ? "llama-bpe" : "gpt-2");
     gguf_kv_strings(w, "tokenizer.ggml.tokens", (const char *const *)v.s, v.len, (size_t)v.n);
     if (l2) {
         /* score = -(rank of the first merge that makes the token); tokens no merge makes rank below all merges */
@@ -115,8 +116,9 @@ static void add_tokenizer(GgufWriter *w, const Tokenizer *tok) {
     gguf_kv_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)tokenizer_bos(tok));
     gguf_kv_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)tokenizer_eot(tok));
     if (l2) gguf_kv_u32(w, "tokenizer.ggml.unknown_token_id", 0);
-    /* GPT-2 has no BOS of its own (llm.c puts <|endoftext|> before documents, which a prompt need not start with) */
-    gguf_kv_bool(w, "tokenizer.ggml.add_bos_token", strcmp(kind, "gpt2") != 0);
+    /* GPT-2 and bpe4k have no BOS of their own (llm.c puts <|endoftext|> before documents, which a prompt need not
+     * start with) */
+    gguf_kv_bool(w, "tokenizer.ggml.add_bos_token", tokenizer_bos(tok) != tokenizer_eot(tok));
     gguf_kv_bool(w, "tokenizer.ggml.add_eos_token", 0);
     free(mg);
     vocab_free(&v);
@@ -181,7 +183,7 @@ int main(int argc, char **argv) {
         {"model", ARG_STRING, &model_path, "", 0, 0, NULL, "model file (model.bin, --init file) or checkpoint folder (out/ckpt_<step>)", 0},
         {"out", ARG_STRING, &out, "", 0, 0, NULL, "GGUF file to write (its folder must exist)", 0},
         {"type", ARG_STRING, &type, "f32", 0, 0, "f32|f16|bf16", "type of the weight matrices (vectors stay f32)", 0},
-        {"tokenizer", ARG_STRING, &tok_kind, "auto", 0, 0, "auto|gpt2|llama2|llama3",
+        {"tokenizer", ARG_STRING, &tok_kind, "auto", 0, 0, "auto|gpt2|bpe4k|llama2|llama3",
          "vocabulary to embed; auto: the model's (GPT-2: gpt2; Llama: llama3 when V is 128256, else llama2)", 0},
         {"data", ARG_STRING, &data, "data", 0, 0, NULL, "data cache holding the vocabularies (make data, make data-llama)", 0},
         {"name", ARG_STRING, &name, "", 0, 0, NULL, "general.name in the file (default: the model's description)", 0},
@@ -219,8 +221,9 @@ int main(int argc, char **argv) {
     Model *m = llama ? llama_host_create(NULL, path, 0, 1, 1) : gpt2_host_create(NULL, path, 0, 1, 1);
     const ModelFamily *fam = llama ? llama_host_family() : gpt2_host_family();
     const char *kind = strcmp(tok_kind, "auto") ? tok_kind : m->tokenizer ? m->tokenizer : fam->tokenizer;
-    if (!llama && strcmp(kind, "gpt2") != 0)
-        fatal("--tokenizer %s: a GPT-2 model takes the gpt2 tokenizer (llama.cpp's gpt2 architecture); drop --tokenizer", kind);
+    if (!llama && strcmp(kind, "gpt2") != 0 && strcmp(kind, "bpe4k") != 0)
+        fatal("--tokenizer %s: a GPT-2 model takes the gpt2 or bpe4k tokenizer (llama.cpp's gpt2 architecture); drop "
+              "--tokenizer", kind);
     Tokenizer *tok = tokenizer_load(kind, data);
     if (tokenizer_vocab_size(tok) != m->vocab_size)
         fatal("%s has V = %d but the %s tokenizer has %d tokens; pass the --tokenizer the model was trained with",

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test/test_gguf.sh [DATA] - export_gguf checked against llama.cpp (node-llama-cpp 3.21.1, CPU; `make llama-cpp`
-# installs it into DATA/npm/node-llama-cpp). Trains three small models on the default corpus (GPT-2; Llama with
-# grouped-query attention and the Llama 2 vocabulary; Llama with the Llama 3 vocabulary), exports each to GGUF
+# installs it into DATA/npm/node-llama-cpp). Trains four small models on the default corpus (GPT-2; GPT-2 with the
+# bpe4k vocabulary `tok train` learned; Llama with grouped-query attention and the Llama 2 vocabulary; Llama with the
+# Llama 3 vocabulary), exports each to GGUF
 # (fp32) and runs test/test_gguf.mjs on it: llama.cpp must tokenize a set of texts (whitespace runs, Unicode, digits,
 # special-token text, corpus excerpts) to exactly our ids, give the same next-token distribution as our CPU forward
 # pass (log-probabilities within LOGP_TOL below) and the same 32-token greedy continuation. The f16 and bf16 exports
@@ -68,6 +69,10 @@ check() {
 if train gpt ./train_gpt --model d2c64h2t128 --steps 150; then
     check gpt2 "$TMP/gpt/ckpt_150" gpt2 f32 3e-3
     check gpt2_f16 "$TMP/gpt/ckpt_150" gpt2 f16 1e-2
+fi
+# the project's own vocabulary (tok train, bpe4k): llama.cpp's gpt2 tokenizer must read its merges as ours
+if train bpe4k ./train_gpt --model d2c64h2t128v4096 --steps 150; then
+    check bpe4k "$TMP/bpe4k/ckpt_150" bpe4k f32 3e-3
 fi
 if train llama2 ./train_llama --model l2c64h4kv2f192v32000t128 --steps 150; then
     check llama2 "$TMP/llama2/ckpt_150" llama2 f32 1e-3

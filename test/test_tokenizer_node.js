@@ -1,6 +1,8 @@
 // test/test_tokenizer_node.js DATA_DIR OUT_FILE [SEED] [MODEL] - writes test vectors made by node running the
 // fetched reference package for MODEL: gpt2 (default) gpt-3-encoder (a JavaScript port of OpenAI's
-// encoder.py), llama3 llama3-tokenizer-js (no BOS/EOS, special-token text left as text), llama2
+// encoder.py), bpe4k the same package with its encoder.json and vocab.bpe replaced by DATA_DIR/bpe4k's (the
+// vocabulary `tok train` learned; the package reads them from its own folder, so a copy of it in a temporary
+// folder does), llama3 llama3-tokenizer-js (no BOS/EOS, special-token text left as text), llama2
 // llama-tokenizer-js (no BOS, with its prefixed space). Seeded random texts mixing ASCII
 // words, whitespace runs, digits, contractions (also upper-case), punctuation, accents, CJK, emoji, combining
 // marks and other scripts, plus slices of the default corpus, plus invalid UTF-8 built around valid stretches.
@@ -16,10 +18,10 @@ const path = require('path');
 
 const [dataDir, outFile, seedArg, modelArg] = process.argv.slice(2);
 const model = modelArg || 'gpt2';
-const refs = { gpt2: 'gpt-3-encoder/index.js', llama3: 'llama3-tokenizer-js/bundle/llama3-tokenizer-with-baked-data.js',
+const refs = { gpt2: 'gpt-3-encoder/index.js', bpe4k: 'gpt-3-encoder/index.js', llama3: 'llama3-tokenizer-js/bundle/llama3-tokenizer-with-baked-data.js',
   llama2: 'llama-tokenizer-js/llama-tokenizer.js' };
 if (!dataDir || !outFile || !refs[model]) {
-  console.error('usage: node test/test_tokenizer_node.js DATA_DIR OUT_FILE [SEED] [gpt2|llama2|llama3]');
+  console.error('usage: node test/test_tokenizer_node.js DATA_DIR OUT_FILE [SEED] [gpt2|bpe4k|llama2|llama3]');
   process.exit(2);
 }
 const refPath = path.resolve(dataDir, 'npm', refs[model]);
@@ -81,6 +83,17 @@ for (let i = 0; i < 12; i++) {
 async function main() {
 let encode;
 if (model === 'gpt2') encode = require(refPath).encode;
+else if (model === 'bpe4k') {
+  const dir = fs.mkdtempSync(path.join(require('os').tmpdir(), 'bpe4k-ref-'));
+  process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
+  for (const f of ['index.js', 'Encoder.js', 'package.json']) fs.copyFileSync(path.join(path.dirname(refPath), f), path.join(dir, f));
+  for (const f of ['encoder.json', 'vocab.bpe']) {
+    const from = path.resolve(dataDir, 'bpe4k', f);
+    if (!fs.existsSync(from)) { console.error(`error: ${from} is missing; run \`make data\``); process.exit(1); }
+    fs.copyFileSync(from, path.join(dir, f));
+  }
+  encode = require(path.join(dir, 'index.js')).encode;
+}
 else {
   const ref = (await import(require('url').pathToFileURL(refPath).href)).default;
   const never = /(?!)/g; // Llama 3: special-token text is ordinary text here (C: allow_special = 0)

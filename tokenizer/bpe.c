@@ -90,6 +90,7 @@ struct Tokenizer {
     int special_first; /* ids special_first..special_last are the special tokens text may spell when allowed */
     int special_last;  /* (GPT-2: EOT only; Llama 3: all 256; Llama 2: none, special_first > special_last) */
     int space_id;      /* Llama 2: the U+2581 piece */
+    const char *name;  /* tokenizer_kind(): "gpt2", "bpe4k" (a GPT-2-style vocabulary of this project's), ... */
     char *bytes;    /* all tokens' bytes, concatenated */
     uint32_t *off;  /* (V+1) token i is bytes[off[i] .. off[i+1]) */
     /* bytes -> id, open addressing; slot holds id+1, 0 = empty */
@@ -180,6 +181,13 @@ static void unicode_to_byte_table(int byte_of[324]) {
         int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
         byte_of[printable ? b : 256 + n++] = b;
     }
+}
+
+void bpe_byte_to_unicode(int cp_of[256]) {
+    int byte_of[324];
+    unicode_to_byte_table(byte_of);
+    for (int cp = 0; cp < 324; cp++)
+        if (byte_of[cp] >= 0) cp_of[byte_of[cp]] = cp;
 }
 
 /* Reads a whole file, NUL-terminated; fatal() naming the file and `make data` if it cannot. */
@@ -484,6 +492,7 @@ static void finish_load(Tokenizer *t, const char *pattern, const char *what) {
 Tokenizer *tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe) {
     Tokenizer *t = xcalloc(1, sizeof(Tokenizer), "tokenizer");
     t->kind = KIND_GPT2;
+    t->name = "gpt2";
     t->eot = -1;
     int byte_of[324];
     unicode_to_byte_table(byte_of);
@@ -619,6 +628,7 @@ Tokenizer *tokenizer_load_llama(const char *kind, const char *dir) {
     int l3 = !strcmp(kind, "llama3");
     if (!l3 && strcmp(kind, "llama2") != 0) fatal("tokenizer_load_llama: kind '%s' is not llama2 or llama3", kind);
     t->kind = l3 ? KIND_LLAMA3 : KIND_LLAMA2;
+    t->name = l3 ? "llama3" : "llama2";
     size_t n = strlen(dir) + 32;
     char *path = xmalloc(n, "path");
     snprintf(path, n, "%s/vocab.txt", dir);
@@ -652,11 +662,19 @@ Tokenizer *tokenizer_load(const char *kind, const char *data_dir) {
         snprintf(a, n, "%s/gpt2/encoder.json", data_dir);
         snprintf(b, n, "%s/gpt2/vocab.bpe", data_dir);
         t = tokenizer_load_gpt2(a, b);
+    } else if (!strcmp(kind, "bpe4k")) {
+        snprintf(a, n, "%s/bpe4k/encoder.json", data_dir);
+        snprintf(b, n, "%s/bpe4k/vocab.bpe", data_dir);
+        t = tokenizer_load_gpt2(a, b);
+        if (t->vocab_size != BPE4K_VOCAB || t->eot != BPE4K_VOCAB - 1)
+            fatal("%s: %d tokens with <|endoftext|> at %d, where bpe4k has %d with it last; delete %s/bpe4k and "
+                  "run `make data` to train it again", a, t->vocab_size, t->eot, BPE4K_VOCAB, data_dir);
+        t->name = "bpe4k";
     } else if (!strcmp(kind, "llama2") || !strcmp(kind, "llama3")) {
         snprintf(a, n, "%s/%s", data_dir, kind);
         t = tokenizer_load_llama(kind, a);
     } else {
-        fatal("unknown tokenizer kind '%s'; use gpt2, llama2 or llama3", kind);
+        fatal("unknown tokenizer kind '%s'; use gpt2, bpe4k, llama2 or llama3", kind);
     }
     free(a);
     free(b);
@@ -717,9 +735,7 @@ size_t tokenizer_merges(const Tokenizer *t, int32_t **merges) {
 
 int tokenizer_eot(const Tokenizer *t) { return t->eot; }
 int tokenizer_bos(const Tokenizer *t) { return t->bos; }
-const char *tokenizer_kind(const Tokenizer *t) {
-    return t->kind == KIND_GPT2 ? "gpt2" : t->kind == KIND_LLAMA2 ? "llama2" : "llama3";
-}
+const char *tokenizer_kind(const Tokenizer *t) { return t->name; }
 
 /* ---------------------------------------------------------------------------------------------------------- */
 /* merging one piece */
@@ -879,28 +895,54 @@ static void reserve(int32_t **ids, size_t *cap, size_t need) {
     *cap = c;
 }
 
+/* The next pre-tokenizer piece of text[0..len) from pos: *start..*end is the regex's match, and pos..*start
+ * (when not empty) a run of invalid UTF-8 that no pattern item matches, a piece of its own. *end == len and
+ * *start == len when nothing matches any more. */
+static void next_piece(const pcre2_code *re, pcre2_match_data *md, const unsigned char *text, size_t len,
+                       size_t pos, size_t *start, size_t *end) {
+    int rc = pcre2_match(re, (PCRE2_SPTR)text, len, pos, 0, md, NULL);
+    *start = *end = len;
+    if (rc >= 0) {
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        *start = ov[0];
+        *end = ov[1];
+    } else if (rc != PCRE2_ERROR_NOMATCH) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(rc, msg, sizeof msg);
+        fatal("PCRE2 match failed at byte %zu: %s", pos, (char *)msg);
+    }
+}
+
 /* Pre-tokenizes and merges text[0..len) (no special tokens), appending at (*ids)[at]; returns the new count. */
 static size_t encode_ordinary(const Tokenizer *t, ThreadState *s, const unsigned char *text, size_t len,
                               int32_t **ids, size_t *cap, size_t at) {
     reserve(ids, cap, at + len); /* a piece never yields more ids than bytes */
-    size_t pos = 0;
-    while (pos < len) {
-        int rc = pcre2_match(t->re, (PCRE2_SPTR)text, len, pos, 0, s->md, NULL);
-        size_t start = len, end = len;
-        if (rc >= 0) {
-            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
-            start = ov[0];
-            end = ov[1];
-        } else if (rc != PCRE2_ERROR_NOMATCH) {
-            PCRE2_UCHAR msg[256];
-            pcre2_get_error_message(rc, msg, sizeof msg);
-            fatal("PCRE2 match failed at byte %zu: %s", pos, (char *)msg);
-        }
+    for (size_t pos = 0, start, end; pos < len; pos = end) {
+        next_piece(t->re, s->md, text, len, pos, &start, &end);
         if (start > pos) at += encode_piece(t, s, text + pos, start - pos, *ids + at); /* invalid UTF-8 */
         if (end > start) at += encode_piece(t, s, text + start, end - start, *ids + at);
-        pos = end;
     }
     return at;
+}
+
+void bpe_pretokenize_gpt2(const char *text, size_t len, void (*fn)(const unsigned char *, size_t, void *),
+                          void *ctx) {
+    int err;
+    PCRE2_SIZE erroff;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)GPT2_PATTERN, PCRE2_ZERO_TERMINATED,
+                                   PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &erroff, NULL);
+    if (!re) fatal("PCRE2 cannot compile GPT-2's pattern; libpcre2-8 10.34 or newer is needed");
+    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
+    pcre2_match_data *md = pcre2_match_data_create(1, NULL);
+    if (!md) fatal("out of memory creating PCRE2 match data");
+    const unsigned char *p = (const unsigned char *)text;
+    for (size_t pos = 0, start, end; pos < len; pos = end) {
+        next_piece(re, md, p, len, pos, &start, &end);
+        if (start > pos) fn(p + pos, start - pos, ctx);
+        if (end > start) fn(p + start, end - start, ctx);
+    }
+    pcre2_match_data_free(md);
+    pcre2_code_free(re);
 }
 
 /* Length of the valid UTF-8 sequence at p[0..n) (1..4), or 0 if p[0] does not start one (RFC 3629: no
@@ -1003,10 +1045,8 @@ size_t tokenizer_token_spelling(const Tokenizer *t, int id, char *out) {
         memcpy(out, b, n);
         return n;
     }
-    int byte_of[324], cp_of[256] = {0}; /* every byte is filled below: the table is a bijection */
-    unicode_to_byte_table(byte_of);
-    for (int cp = 0; cp < 324; cp++)
-        if (byte_of[cp] >= 0) cp_of[byte_of[cp]] = cp;
+    int cp_of[256];
+    bpe_byte_to_unicode(cp_of);
     for (size_t i = 0; i < n; i++) { /* code points < 324 take 1 or 2 UTF-8 bytes */
         int cp = cp_of[b[i]];
         if (cp < 0x80) out[o++] = (char)cp;

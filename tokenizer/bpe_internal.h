@@ -15,4 +15,11 @@ size_t bpe_merge_piece(const Tokenizer *tok, const unsigned char *piece, size_t 
 /* The id whose bytes are exactly piece[0..len), or -1 (the special token is never returned). */
 int bpe_lookup_bytes(const Tokenizer *tok, const unsigned char *piece, size_t len);
 
+/* Calls fn(piece, n, ctx) for every piece of text[0..len) that GPT-2's pre-tokenizer makes, in order: the regex's
+ * matches, and each run of invalid UTF-8 between them as a piece of its own (as encoding splits). */
+void bpe_pretokenize_gpt2(const char *text, size_t len, void (*fn)(const unsigned char *, size_t, void *), void *ctx);
+
+/* GPT-2's bytes_to_unicode: cp_of[b] is the code point that spells byte b in encoder.json and vocab.bpe. */
+void bpe_byte_to_unicode(int cp_of[256]);
+
 #endif

@@ -1,7 +1,8 @@
-# tokenizer/module.mk - GPT-2, Llama 2 and Llama 3 BPE (bpe.c), the `tok` program (encode/decode/shards),
-# `make data` (GPT-2 shards) and `make data-llama` (Llama 2 and Llama 3 shards), and the tokenizer tests.
+# tokenizer/module.mk - GPT-2, Llama 2 and Llama 3 BPE (bpe.c), BPE training (bpe_train.c), the `tok` program
+# (encode/decode/shards/train), `make data` (GPT-2 shards; the bpe4k vocabulary learned from the corpus's training
+# split, and its shards) and `make data-llama` (Llama 2 and Llama 3 shards), and the tokenizer tests.
 # DATA (default `data`) is the data cache directory.
-TOKENIZER_OBJ := $(BUILD)/tokenizer/bpe.o
+TOKENIZER_OBJ := $(BUILD)/tokenizer/bpe.o $(BUILD)/tokenizer/bpe_train.o
 
 tok: $(BUILD)/tokenizer/tok.o $(TOKENIZER_OBJ) $(BUILD)/dataloader/shard.o $(COMMON_OBJ)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(PCRE2_LIBS) -lpthread
@@ -11,9 +12,10 @@ PROGRAMS += tok
 # `make data`: fetch the vocabulary, test vectors and the default corpus, then shard the corpus (once; the
 # stamp records that the shards are complete for these inputs and this tok).
 SOTU_SHARDS := $(DATA)/sotu/gpt2/.stamp
+BPE4K_SHARDS := $(DATA)/sotu/bpe4k/.stamp
 
 .PHONY: data tokenizer bench-tokenizer
-data: $(SOTU_SHARDS)
+data: $(SOTU_SHARDS) $(BPE4K_SHARDS)
 
 $(DATA)/gpt2/.fetched: scripts/fetch_data.sh
 	scripts/fetch_data.sh $(DATA)
@@ -22,6 +24,18 @@ $(DATA)/gpt2/.fetched: scripts/fetch_data.sh
 $(SOTU_SHARDS): $(DATA)/gpt2/.fetched tok
 	@rm -f $@
 	./tok shards --data $(DATA) --out $(DATA)/sotu/gpt2 --name sotu --val-percent 5 $(DATA)/sotu/txt
+	@touch $@
+
+# bpe4k: 4096 tokens learned from the training documents (the same --val-percent as the shards, so the held-out
+# documents stay unseen by the vocabulary too), then the corpus as uint16 shards (EOT 4095 before each document).
+$(DATA)/bpe4k/.stamp: $(DATA)/gpt2/.fetched tok
+	@rm -f $@
+	./tok train --vocab 4096 --out $(DATA)/bpe4k --val-percent 5 $(DATA)/sotu/txt
+	@touch $@
+
+$(BPE4K_SHARDS): $(DATA)/bpe4k/.stamp tok
+	@rm -f $@
+	./tok shards --data $(DATA) --model bpe4k --out $(DATA)/sotu/bpe4k --name sotu --val-percent 5 $(DATA)/sotu/txt
 	@touch $@
 
 # `make data-llama`: the same corpus as uint32 shards for Llama 2 (<s> before each document) and Llama 3
@@ -50,6 +64,8 @@ bench-tokenizer: tok
 TEST_BINS += $(BUILD)/test_tokenizer $(BUILD)/test_tokenizer_llama
 TEST_DEPS += data
 TEST_CMDS += "$(BUILD)/test_tokenizer $(DATA)"
+TEST_CMDS += "$(BUILD)/test_tokenizer $(DATA) --model bpe4k"
+TEST_CMDS += "test/test_tokenizer_train.sh $(DATA)"
 TEST_CMDS += "$(BUILD)/test_tokenizer_llama $(DATA)"
 TEST_CMDS += "test/test_tokenizer_node.sh $(DATA)"
 TEST_CMDS += "test/test_tokenizer_shards.sh $(DATA)"

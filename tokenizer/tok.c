@@ -1,11 +1,12 @@
 /*
  * tokenizer/tok.c - the `tok` program: encode / decode on stdin, and `tok shards`, which turns text files,
  * directories of them, or .jsonl files into llm.c token shards (dataloader/dataloader.h's format). Every command
- * takes --model gpt2|llama2|llama3 (default gpt2).
+ * takes --model gpt2|bpe4k|llama2|llama3 (default gpt2).
  *
  *   tok encode [--model M] [--allow-special] [--bos] [--eos] [--data DIR]   stdin (any bytes) -> ids, one line
  *   tok decode [--model M] [--data DIR]          ids (whitespace or comma separated) on stdin -> bytes
  *   tok shards --out DIR [options] INPUTS...    see `tok shards --help`
+ *   tok train --vocab N --out DIR [options] INPUTS...   learns a byte-level BPE from the training documents
  *
  * Shards: every document is prefixed by the model's document start, tokenizer_bos(): GPT-2 EOT 50256 (uint16
  * shards, magic 20240520 v1, as llm.c), Llama 3 <|begin_of_text|> 128000 and Llama 2 <s> 1 (uint32 shards,
@@ -113,12 +114,12 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-#define MODEL_HELP "tokenizer: gpt2, llama2 or llama3"
-#define DATA_HELP "data cache holding gpt2/ (encoder.json, vocab.bpe) and llama2/, llama3/ (vocab.txt, merges.txt)"
+#define MODEL_HELP "tokenizer: gpt2, bpe4k, llama2 or llama3"
+#define DATA_HELP "data cache holding gpt2/, bpe4k/ (encoder.json, vocab.bpe) and llama2/, llama3/ (vocab.txt, merges.txt)"
 
 static void check_model(const char *model) {
-    if (strcmp(model, "gpt2") && strcmp(model, "llama2") && strcmp(model, "llama3"))
-        fatal("--model: '%s' is not a tokenizer; use gpt2, llama2 or llama3", model);
+    if (strcmp(model, "gpt2") && strcmp(model, "bpe4k") && strcmp(model, "llama2") && strcmp(model, "llama3"))
+        fatal("--model: '%s' is not a tokenizer; use gpt2, bpe4k, llama2 or llama3", model);
 }
 
 static int cmd_encode(int argc, char **argv) {
@@ -270,10 +271,10 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 /* A file is added as it is; a directory adds its regular files (not hidden, sorted by name, not recursive). */
 static void add_input(DocList *l, const char *path) {
     struct stat st;
-    if (stat(path, &st) != 0) fatal("tok shards: input %s: %s; give text files, directories or .jsonl files", path, strerror(errno));
+    if (stat(path, &st) != 0) fatal("tok: input %s: %s; give text files, directories or .jsonl files", path, strerror(errno));
     if (!S_ISDIR(st.st_mode)) { add_file(l, path); return; }
     DIR *d = opendir(path);
-    if (!d) fatal("tok shards: cannot open directory %s: %s", path, strerror(errno));
+    if (!d) fatal("tok: cannot open directory %s: %s", path, strerror(errno));
     char **names = NULL;
     size_t n = 0, cap = 0;
     for (struct dirent *e; (e = readdir(d));) {
@@ -286,7 +287,7 @@ static void add_input(DocList *l, const char *path) {
         names[n++] = full;
     }
     closedir(d);
-    if (n == 0) fatal("tok shards: directory %s holds no files", path);
+    if (n == 0) fatal("tok: directory %s holds no files", path);
     qsort(names, n, sizeof(char *), cmp_str);
     for (size_t i = 0; i < n; i++) {
         add_file(l, names[i]);
@@ -314,7 +315,7 @@ static size_t choose_val(DocList *l, double percent) {
     if (percent <= 0) return 0;
     size_t k = (size_t)(l->n * percent / 100.0 + 0.5);
     if (k == 0) k = 1;
-    if (k >= l->n) fatal("tok shards: --val-percent %g leaves no training documents out of %zu", percent, l->n);
+    if (k >= l->n) fatal("tok: --val-percent %g leaves no training documents out of %zu", percent, l->n);
     HashIdx *hs = xmalloc(l->n * sizeof(HashIdx), "split");
     for (size_t i = 0; i < l->n; i++) hs[i] = (HashIdx){fnv1a(l->docs[i].name), i};
     qsort(hs, l->n, sizeof(HashIdx), cmp_hash);
@@ -465,27 +466,31 @@ typedef struct {
     pthread_cond_t cv;
 } Pool;
 
-static void encode_doc(const Pool *pool, size_t i, Result *r) {
-    const Doc *d = &pool->docs->docs[i];
+/* Reads one document's text (a file, or a jsonl line's field). */
+static char *doc_text(const Doc *d, const char *field, size_t *len) {
     FILE *f = xfopen(d->path, "rb", "check the input path");
-    size_t len;
     char *text;
     if (d->line) {
         char *line = xmalloc(d->len + 1, "jsonl line");
         if (fseeko(f, (off_t)d->off, SEEK_SET) != 0) fatal("cannot seek in %s", d->path);
         xfread(line, d->len, f, d->path, "a jsonl line");
         line[d->len] = 0;
-        text = jsonl_text(d, line, pool->field, &len);
+        text = jsonl_text(d, line, field, len);
         free(line);
     } else {
-        text = read_all(f, d->path, &len);
+        text = read_all(f, d->path, len);
     }
     fclose(f);
+    return text;
+}
+
+static void encode_doc(const Pool *pool, size_t i, Result *r) {
+    size_t len;
+    char *text = doc_text(&pool->docs->docs[i], pool->field, &len);
     int32_t *ids = NULL;
     size_t cap = 0;
     size_t n = tokenizer_encode(pool->tok, text, len, 0, &ids, &cap);
     ids = xrealloc(ids, (n + 1) * sizeof(int32_t), "tok buffers");
-    if (!ids) fatal("out of memory encoding %s", d->path);
     memmove(ids + 1, ids, n * sizeof(int32_t));
     ids[0] = tokenizer_bos(pool->tok);
     r->ids = ids;
@@ -571,8 +576,8 @@ static int cmd_shards(int argc, char **argv) {
     const int nopts = (int)(sizeof opts / sizeof *opts);
     const char *usage = "usage: tok shards --out DIR [options] INPUTS...\n"
                         "Encodes documents into llm.c shards, each document preceded by the model's document start:\n"
-                        "gpt2: uint16 tokens, EOT 50256; llama3: uint32, <|begin_of_text|> 128000; llama2: uint32,\n"
-                        "<s> 1. INPUTS: text files (one document each), directories of them, or .jsonl files (one\n"
+                        "gpt2: uint16 tokens, EOT 50256; bpe4k: uint16, EOT 4095; llama3: uint32, <|begin_of_text|>\n"
+                        "128000; llama2: uint32, <s> 1. INPUTS: text files (one document each), directories of them, or .jsonl files (one\n"
                         "document per line).";
     int first = parse_opts(argc, argv, usage, opts, nopts);
     check_model(model);
@@ -592,7 +597,7 @@ static int cmd_shards(int argc, char **argv) {
     if (docs.n == 0) fatal("tok shards: the inputs hold no documents");
     size_t n_val = choose_val(&docs, percent);
     Tokenizer *tok = tokenizer_load(model, data);
-    int token_bytes = strcmp(model, "gpt2") ? 4 : 2;
+    int token_bytes = tokenizer_vocab_size(tok) > 65536 || tokenizer_bos(tok) != tokenizer_eot(tok) ? 4 : 2;
     make_dirs(out);
 
     Pool pool = {.tok = tok, .docs = &docs, .field = field, .window = (size_t)threads * 8 + 16};
@@ -646,8 +651,66 @@ static int cmd_shards(int argc, char **argv) {
     return 0;
 }
 
+/* ---------------------------------------------------------------------------------------------------------- */
+/* train */
+
+static int cmd_train(int argc, char **argv) {
+    char *out = NULL, *vocab_s = NULL, *val_percent = "5", *field = "text", *words = NULL;
+    Opt opts[] = {
+        {"vocab", "N", "vocabulary size V, 257..65536: 256 bytes, V - 257 merges, <|endoftext|> (required)", &vocab_s},
+        {"out", "DIR", "directory for encoder.json and vocab.bpe (created)", &out},
+        {"val-percent", "P", "share of documents held out as `tok shards --val-percent P` holds them out: the "
+                             "merges are learned from the training documents only", &val_percent},
+        {"jsonl-field", "KEY", "string field holding the text in .jsonl inputs", &field},
+        {"words-out", "FILE", "also write the counted pieces (\"count<TAB>hex\" lines) for an independent trainer "
+                              "to check against (test/ref/bpe_train_ref.py)", &words},
+    };
+    const int nopts = (int)(sizeof opts / sizeof *opts);
+    const char *usage = "usage: tok train --vocab N --out DIR [options] INPUTS...\n"
+                        "Learns a byte-level BPE vocabulary (GPT-2's pre-tokenizer, most frequent pair first) from the\n"
+                        "training documents of INPUTS (as for tok shards) and writes it as GPT-2's encoder.json and\n"
+                        "vocab.bpe. `make data` runs `tok train --vocab 4096` on the default corpus for bpe4k.";
+    int first = parse_opts(argc, argv, usage, opts, nopts);
+    if (!vocab_s) fatal("tok train: --vocab N is required (e.g. --vocab 4096); see `tok train --help`");
+    int vocab = (int)parse_long("vocab", vocab_s, 257, 65536);
+    if (!out) fatal("tok train: --out DIR is required; see `tok train --help`");
+    if (first == argc) fatal("tok train: no INPUTS given; name text files, directories or .jsonl files");
+    char *end;
+    double percent = strtod(val_percent, &end);
+    if (end == val_percent || *end || percent < 0 || percent >= 100)
+        fatal("--val-percent: '%s' is not a number in [0, 100)", val_percent);
+
+    double t0 = now_seconds();
+    DocList docs = {0};
+    for (int i = first; i < argc; i++) add_input(&docs, argv[i]);
+    if (docs.n == 0) fatal("tok train: the inputs hold no documents");
+    size_t n_val = choose_val(&docs, percent);
+    BpeTrainer *bt = bpe_trainer_new();
+    for (size_t i = 0; i < docs.n; i++) {
+        if (docs.docs[i].is_val) continue;
+        size_t len;
+        char *text = doc_text(&docs.docs[i], field, &len);
+        bpe_trainer_add(bt, text, len);
+        free(text);
+    }
+    if (bpe_trainer_text_bytes(bt) == 0)
+        fatal("tok train: the training documents of the inputs are empty; give text to learn from");
+    double t1 = now_seconds();
+    if (words) bpe_trainer_write_words(bt, words);
+    bpe_trainer_train(bt, vocab);
+    bpe_trainer_write(bt, out);
+    printf("tok train: %zu training documents (%zu held out), %lld bytes, %zu distinct pieces; %d tokens (%d "
+           "merges) in %.2f s (counting %.2f s); wrote %s/encoder.json and %s/vocab.bpe\n",
+           docs.n - n_val, n_val, (long long)bpe_trainer_text_bytes(bt), bpe_trainer_n_words(bt), vocab,
+           bpe_trainer_n_merges(bt), now_seconds() - t0, t1 - t0, out, out);
+    for (size_t i = 0; i < docs.n; i++) { free(docs.docs[i].path); free(docs.docs[i].name); }
+    free(docs.docs);
+    bpe_trainer_free(bt);
+    return fflush(stdout) ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
-    const char *usage = "usage: tok encode|decode|shards [options]  (tok COMMAND --help for each)";
+    const char *usage = "usage: tok encode|decode|shards|train [options]  (tok COMMAND --help for each)";
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         printf("%s\n", usage);
         return argc < 2;
@@ -655,5 +718,6 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "encode")) return cmd_encode(argc - 1, argv + 1);
     if (!strcmp(argv[1], "decode")) return cmd_decode(argc - 1, argv + 1);
     if (!strcmp(argv[1], "shards")) return cmd_shards(argc - 1, argv + 1);
-    fatal("tok: unknown command '%s'; use encode, decode or shards (tok --help)", argv[1]);
+    if (!strcmp(argv[1], "train")) return cmd_train(argc - 1, argv + 1);
+    fatal("tok: unknown command '%s'; use encode, decode, shards or train (tok --help)", argv[1]);
 }

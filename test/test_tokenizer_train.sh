@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# test/test_tokenizer_train.sh DATA_DIR - tests `tok train` (tokenizer/bpe_train.c) from the outside: the merges
+# equal an independent plain Python trainer's (test/ref/bpe_train_ref.py) on a corpus slice with invalid UTF-8;
+# the files are the same bytes whatever the input order; only training documents are learned from; the
+# learned files load as the bpe4k tokenizer and make tagged uint16 shards; and bad input (no text, --vocab out
+# of range, a corpus too small, a bad --out) ends with one error line, a non-zero exit and no files.
+# The encoder with the learned vocabulary is checked in build/test_tokenizer DATA --model bpe4k and against
+# gpt-3-encoder in test_tokenizer_node.sh. Needs `make data` and ./tok; prints ok/FAIL lines.
+set -u
+data="${1:-data}"
+cd "$(dirname "$0")/.."
+TOK="${TOK:-./tok}"
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+ok() { echo "ok $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+
+# a slice of the corpus plus a document of invalid UTF-8, repeated letters and digits
+mkdir -p "$tmp/corpus"
+for y in 1790 1861 1862 1934; do
+    cp "$data"/sotu/txt/${y}_*.txt "$tmp/corpus/" || fail corpus "no $data/sotu/txt/${y}_*.txt (run make data)"
+done
+printf 'aaaa aaa \xff\xfe\xff abab ab 1234567 \xe2\x82 \xc3\xa9t\xc3\xa9 aaaaaaa\n' > "$tmp/corpus/zz_odd.txt"
+
+# 1. the same merges and ids as the plain reference trainer
+if "$TOK" train --vocab 700 --val-percent 0 --out "$tmp/a" --words-out "$tmp/words.txt" "$tmp/corpus" > "$tmp/a.log" 2>&1; then
+    "$py" test/ref/bpe_train_ref.py "$tmp/words.txt" 700 "$tmp/a" || failures=$((failures + 1))
+else
+    fail bpe_train_matches_reference "tok train failed: $(cat "$tmp/a.log")"
+fi
+
+# 2. deterministic: inputs in another order, given file by file, give the same bytes
+files=$(ls "$tmp/corpus" | sort -r | sed "s|^|$tmp/corpus/|")
+# shellcheck disable=SC2086
+"$TOK" train --vocab 700 --val-percent 0 --out "$tmp/b" $files > /dev/null 2>&1
+if cmp -s "$tmp/a/encoder.json" "$tmp/b/encoder.json" && cmp -s "$tmp/a/vocab.bpe" "$tmp/b/vocab.bpe"; then
+    ok bpe_train_is_deterministic
+else
+    fail bpe_train_is_deterministic "the files differ when the inputs come in another order"
+fi
+
+# 3. held-out documents are not learned from: of two documents with disjoint alphabets, one is held out, and
+#    only the other's letters form merges
+mkdir -p "$tmp/two"
+for i in $(seq 400); do printf 'qz qz qzq '; done > "$tmp/two/doc_one.txt"
+for i in $(seq 400); do printf 'xy xy xyx '; done > "$tmp/two/doc_two.txt"
+"$TOK" train --vocab 259 --val-percent 50 --out "$tmp/two_out" "$tmp/two" > /dev/null 2>&1
+m=$(sed 1d "$tmp/two_out/vocab.bpe" 2>/dev/null)
+if [ -n "$m" ] && ! { grep -q '[qz]' <<< "$m" && grep -q '[xy]' <<< "$m"; }; then
+    ok bpe_train_learns_from_training_documents_only
+else
+    fail bpe_train_learns_from_training_documents_only "merges: $(tr '\n' '|' <<< "$m")"
+fi
+
+# 4. learned files load as bpe4k only at 4096 tokens; 4096 from the corpus slice round-trips and shards
+mkdir -p "$tmp/d4k"
+"$TOK" train --vocab 4096 --out "$tmp/d4k/bpe4k" "$tmp/corpus" > /dev/null 2>&1
+text="$tmp/corpus/zz_odd.txt"
+if "$TOK" encode --model bpe4k --data "$tmp/d4k" < "$text" | "$TOK" decode --model bpe4k --data "$tmp/d4k" | cmp -s - "$text"; then
+    ok bpe4k_from_tok_train_round_trips
+else
+    fail bpe4k_from_tok_train_round_trips "encode | decode changed $text"
+fi
+mkdir -p "$tmp/d700"
+cp -r "$tmp/a" "$tmp/d700/bpe4k"
+out=$("$TOK" encode --model bpe4k --data "$tmp/d700" < "$text" 2>&1); rc=$?
+if [ $rc -ne 0 ] && [ "$(wc -l <<< "$out")" -eq 1 ] && grep -q "encoder.json: 700 tokens" <<< "$out"; then
+    ok bpe4k_refuses_another_vocabulary_size
+else
+    fail bpe4k_refuses_another_vocabulary_size "rc $rc: $out"
+fi
+if "$TOK" shards --data "$tmp/d4k" --model bpe4k --out "$tmp/shards" --name s --val-percent 0 "$tmp/corpus" > /dev/null 2>&1 &&
+    "$py" - "$tmp/shards/s_train_000000.bin" "$tmp/corpus" "$tmp/d4k" "$TOK" <<'EOF'
+import os, struct, subprocess, sys
+path, corpus, data, tok = sys.argv[1:]
+raw = open(path, "rb").read()
+h = struct.unpack("<256i", raw[:1024])
+toks = list(struct.unpack(f"<{h[2]}H", raw[1024:]))
+want = []
+for f in sorted(os.listdir(corpus)):
+    ids = subprocess.run([tok, "encode", "--model", "bpe4k", "--data", data], stdin=open(os.path.join(corpus, f), "rb"),
+                         capture_output=True, check=True).stdout.split()
+    want += [4095] + [int(x) for x in ids]
+assert (h[0], h[1], h[3], h[4]) == (20240520, 1, 20261202, 4), f"header {h[:5]}"
+assert toks == want, "tokens differ from EOT + tok encode of each document"
+EOF
+then
+    ok bpe4k_shards_are_uint16_tagged_with_eot_per_document
+else
+    fail bpe4k_shards_are_uint16_tagged_with_eot_per_document "see above"
+fi
+
+# 5. bad input: one error line, non-zero exit, nothing written
+expect_error() { # name, expected text, tok args...
+    local name=$1 want=$2
+    shift 2
+    rm -rf "$tmp/bad"
+    local out rc
+    out=$("$TOK" "$@" 2>&1); rc=$?
+    if [ $rc -eq 0 ]; then fail "$name" "exit 0: $out"; return; fi
+    if [ "$(wc -l <<< "$out")" -ne 1 ] || ! grep -q -- "$want" <<< "$out"; then fail "$name" "message: $out"; return; fi
+    if [ -e "$tmp/bad/encoder.json" ] || [ -e "$tmp/bad/vocab.bpe" ] || ls "$tmp/bad"/*.tmp.* > /dev/null 2>&1; then
+        fail "$name" "left files in $tmp/bad"; return
+    fi
+    ok "$name"
+}
+mkdir -p "$tmp/empty" && : > "$tmp/empty/e.txt"
+expect_error error_train_empty_corpus "documents of the inputs are empty" train --vocab 300 --val-percent 0 --out "$tmp/bad" "$tmp/empty"
+expect_error error_train_vocab_below_257 "--vocab: '256' is not an integer in \[257, 65536\]" train --vocab 256 --out "$tmp/bad" "$tmp/corpus"
+expect_error error_train_vocab_above_65536 "--vocab: '70000'" train --vocab 70000 --out "$tmp/bad" "$tmp/corpus"
+expect_error error_train_vocab_missing "--vocab N is required" train --out "$tmp/bad" "$tmp/corpus"
+printf 'ab ab' > "$tmp/tiny.txt"
+expect_error error_train_corpus_too_small "allows only 259 tokens" train --vocab 300 --val-percent 0 --out "$tmp/bad" "$tmp/tiny.txt"
+expect_error error_train_no_inputs "no INPUTS" train --vocab 300 --out "$tmp/bad"
+expect_error error_train_out_is_a_file "$tmp/tiny.txt" train --vocab 260 --val-percent 0 --out "$tmp/tiny.txt/x" "$tmp/corpus"
+
+exit $((failures > 0))
