@@ -128,7 +128,7 @@ endif
 # the shard tool's JSON-lines reader (jsonl_text, static in tokenizer/tok.c: included with main renamed)
 ifneq ($(wildcard tokenizer/tok.c),)
 FUZZ_HARNESSES += jsonl
-FUZZ_SRC_jsonl := test/fuzz/fuzz_jsonl.c tokenizer/bpe.c dataloader/shard.c $(COMMON_SRC)
+FUZZ_SRC_jsonl := test/fuzz/fuzz_jsonl.c tokenizer/bpe.c tokenizer/bpe_train.c dataloader/shard.c $(COMMON_SRC)
 FUZZ_LIBS_jsonl := $(PCRE2_LIBS) -lpthread
 $(BUILD)/fuzz/lf/test/fuzz/fuzz_jsonl.o $(BUILD)/fuzz/san/test/fuzz/fuzz_jsonl.o: tokenizer/tok.c
 endif
