@@ -1,12 +1,12 @@
 # scripts/module.mk - reproduction engineer: the SCAPE paper's experiments at CPU scale, on a bandwidth-limited
 # network on one machine, and its cost model (docs/reproduction.md). The long runs are targets, not tests:
-#   make reproduce-gpt / reproduce-llama   scripts/reproduce_cpu.sh gpt|llama (4 ranks, about 15-50 min on 2 cores)
+#   make reproduce-gpt / reproduce-llama   scripts/reproduce_cpu.sh gpt|llama (4 ranks, 3 seeds, 2 lengths; gpt ~2.5 h on 2 cores)
 #   make netem-bench                       scripts/netem_bench.sh (root: ip netns + tc tbf; about 3 min)
 #   make cost-model                        scripts/cost_model.py project (the paper's settings)
 .PHONY: reproduce-gpt reproduce-llama netem-bench cost-model
 reproduce-gpt: train_gpt data
 	scripts/reproduce_cpu.sh gpt
-reproduce-llama: train_llama data-llama
+reproduce-llama: train_llama data
 	scripts/reproduce_cpu.sh llama
 netem-bench: train_gpt data
 	scripts/netem_bench.sh
