@@ -26,6 +26,7 @@
 #include "common/params.h"
 #include "common/rng.h"
 #include "common/util.h"
+#include "tokenizer/tokenizer.h"
 
 #define GPT2_MAGIC 20240326
 #define GPT2_VERSION_FP32 3
@@ -757,7 +758,7 @@ static Model *gpt2_new(const GPT2Config *cfg, int B, int T) {
     gpt2_point_tensors(&m->g, b->grads, &b->table);
     b->vocab_size = cfg->V;
     b->padded_vocab_size = cfg->Vp;
-    b->tokenizer = model_vocab_tokenizer(cfg->V); /* V 4096: bpe4k; NULL: GPT-2's */
+    b->tokenizer = tokenizer_kind_for_vocab(cfg->V); /* V 4096: bpe4k; NULL: GPT-2's */
     b->max_seq_len = cfg->maxT;
     b->num_layers = cfg->L;
     b->channels = cfg->C;

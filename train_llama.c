@@ -30,6 +30,7 @@
 #include "common/params.h"
 #include "common/rng.h"
 #include "common/util.h"
+#include "tokenizer/tokenizer.h"
 
 #define LLAMA_MAGIC 20261129
 #define LLAMA_VERSION_FP32 3
@@ -778,7 +779,7 @@ static Model *llama_new(const LlamaConfig *cfg, int B, int T) {
     b->flops_per_token = llama_flops_per_token(cfg, &b->table);
     /* Llama 3's vocabulary (the 1.8b spec) or bpe4k (v4096): its shards and tokenizer; any other V uses the
      * family's Llama 2 */
-    b->tokenizer = model_vocab_tokenizer(cfg->V);
+    b->tokenizer = tokenizer_kind_for_vocab(cfg->V);
     b->forward = llama_forward;
     b->backward = llama_backward;
     b->logits = llama_logits;

@@ -23,7 +23,7 @@
 # ONLY="name ..." trains just those runs (the tables still read all); SKIP_TRAIN=1 only rebuilds tables and plots.
 # QUICK=1: a few steps of a tiny model on 2 ranks, 2 seeds, 2 lengths, same outputs (test/test_reproduce.sh).
 # Every setting is a variable: TRAINER RANKS LENGTHS SEEDS MODEL_SPEC B T LR LR_FLOOR WARMUP_FRAC DW_FRAC EVAL_POINTS
-# EVAL_BATCHES ABLATION. Cost of the default gpt recipe on this 2-core machine: docs/reproduction.md.
+# EVAL_BATCHES ABLATION; KEEP_CKPTS=1 keeps each run's final checkpoint (deleted by default). Cost of the default gpt recipe on this 2-core machine: docs/reproduction.md.
 # Not for: cluster-scale runs (scripts/cluster/), or network-limited timing (scripts/netem_bench.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -86,7 +86,8 @@ fi
 
 # name:optimizer flags, with @DW@ for the density warm-up in steps. Everything else is shared, so the runs differ
 # only in the update rule.
-sparse="--density-start 1 --density-warmup @DW@ --scape-exclude-norms 0"
+schedule="--density-start 1 --density-warmup @DW@"
+sparse="$schedule --scape-exclude-norms 0"
 runs=("adamw:--optimizer adamw"
       "adams:--optimizer adams"
       "scape_0.1:--optimizer scape --density 0.1 $sparse"
@@ -94,8 +95,7 @@ runs=("adamw:--optimizer adamw"
 help=$("$trainer" --help 2>&1 || true)   # (not piped into grep -q: under pipefail its early exit fails the pipe)
 # the top-k-with-error-feedback baseline joins when the trainer has it (same density schedule as SCAPE d=0.01)
 [[ $help == *topk-ef* ]] && runs+=("topk_ef_0.01:--optimizer topk-ef --density 0.01 $sparse")
-[ "$ABLATION" = 1 ] && runs+=("scape_0.01_xnorm:--optimizer scape --density 0.01 --density-start 1 --density-warmup @DW@ --scape-exclude-norms 1")
-# per-tensor mask stability (Jaccard of consecutive masks, kept energy) of the sparse runs, at each validation step
+[ "$ABLATION" = 1 ] && runs+=("scape_0.01_xnorm:--optimizer scape --density 0.01 $schedule --scape-exclude-norms 1")
 names=(); for cfg in "${runs[@]}"; do names+=("${cfg%%:*}"); done
 launch=(env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1)
 [ "$RANKS" -gt 1 ] && launch+=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$RANKS")
@@ -115,6 +115,8 @@ if [ -z "${SKIP_TRAIN:-}" ]; then
                 rm -rf "${dir:?}/seed$seed" "$dir/seed$seed.out"
                 mkdir -p "$dir"
                 flags=${cfg#*:}; flags=${flags//@DW@/$dw}
+                # per-tensor mask stability (Jaccard of consecutive masks, kept energy) of the sparse runs, at each
+                # validation step
                 [[ $help == *--mask-stats-every* ]] && [[ $name != adam* ]] && flags="$flags --mask-stats-every $every"
                 echo "== steps $steps seed $seed $name: $flags  ($(date -u +%H:%M:%S))" >&2
                 # shellcheck disable=SC2086
@@ -123,6 +125,9 @@ if [ -z "${SKIP_TRAIN:-}" ]; then
                     --eval-batches "$EVAL_BATCHES" --sample-every 0 --seed "$seed" --threads 1 --keep-ckpts 1 \
                     --ckpt-every 0 $flags --out "$dir/seed$seed" > "$dir/seed$seed.out" 2>&1 \
                     || { echo "error: the run failed; see $dir/seed$seed.out:" >&2; tail -3 "$dir/seed$seed.out" >&2; exit 1; }
+                # the tables read only the logs: drop the final checkpoint (56 MB for the gpt recipe's model, 2 GB
+                # over its 36 runs) unless KEEP_CKPTS=1
+                [ "${KEEP_CKPTS:-0}" = 1 ] || rm -rf "$dir/seed$seed"/ckpt_*
             done
         done
     done

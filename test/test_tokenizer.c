@@ -176,6 +176,7 @@ TEST(test_merges_apply_in_rank_order) {
     snprintf(path, sizeof path, "%s/sotu/txt/1861_abraham_lincoln_r.txt", data_dir);
     size_t len;
     char *text = slurp(path, &len);
+    CHECK(len > 64, "%s: %zu bytes, too short to cut pieces from", path, len);
     int bad = 0, trials = 300;
     for (int trial = 0; trial < trials && len > 64; trial++) {
         unsigned char piece[40];

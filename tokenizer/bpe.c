@@ -106,31 +106,7 @@ struct Tokenizer {
 };
 
 /* ---------------------------------------------------------------------------------------------------------- */
-/* hashing */
-
-static uint64_t hash_bytes(const unsigned char *p, size_t n) {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        h = (h ^ w) * 0xFF51AFD7ED558CCDull;
-        h ^= h >> 32;
-        p += 8;
-        n -= 8;
-    }
-    uint64_t w = 0;
-    memcpy(&w, p, n);
-    h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
-    h ^= h >> 29;
-    return h;
-}
-
-static uint64_t hash_u64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xFF51AFD7ED558CCDull;
-    x ^= x >> 33;
-    return x;
-}
+/* hash tables (the hashes are in bpe_internal.h) */
 
 static size_t table_size_for(size_t n) {
     size_t s = 1;
@@ -141,13 +117,13 @@ static size_t table_size_for(size_t n) {
 static void vocab_insert(Tokenizer *t, int id) {
     const unsigned char *p = (const unsigned char *)t->bytes + t->off[id];
     size_t n = t->off[id + 1] - t->off[id];
-    size_t i = hash_bytes(p, n) & t->vocab_mask;
+    size_t i = bpe_hash_bytes(p, n) & t->vocab_mask;
     while (t->vocab_slots[i]) i = (i + 1) & t->vocab_mask;
     t->vocab_slots[i] = (uint32_t)id + 1;
 }
 
 int bpe_lookup_bytes(const Tokenizer *t, const unsigned char *p, size_t n) {
-    size_t i = hash_bytes(p, n) & t->vocab_mask;
+    size_t i = bpe_hash_bytes(p, n) & t->vocab_mask;
     for (uint32_t s; (s = t->vocab_slots[i]); i = (i + 1) & t->vocab_mask) {
         int id = (int)s - 1;
         if (t->off[id + 1] - t->off[id] == n && memcmp(t->bytes + t->off[id], p, n) == 0) return id;
@@ -160,7 +136,7 @@ static inline uint64_t pair_key(int32_t a, int32_t b) { return ((uint64_t)(uint3
 /* Rank of merging (a, b), NO_RANK if they never merge; *merged gets the result's id. */
 static inline uint32_t merge_lookup(const Tokenizer *t, int32_t a, int32_t b, int32_t *merged) {
     uint64_t k = pair_key(a, b);
-    for (size_t i = hash_u64(k) & t->merge_mask;; i = (i + 1) & t->merge_mask) {
+    for (size_t i = bpe_hash_u64(k) & t->merge_mask;; i = (i + 1) & t->merge_mask) {
         if (t->merge_key[i] == k) {
             *merged = (int32_t)t->merge_id[i];
             return t->merge_rank[i];
@@ -412,7 +388,7 @@ static void merge_table_alloc(Tokenizer *t, size_t n) {
 /* Records that (a, b) merges into m with this rank; a repeated pair keeps its first (lowest) rank. */
 static void merge_insert(Tokenizer *t, int a, int b, int m, uint32_t rank) {
     uint64_t k = pair_key(a, b);
-    size_t i = hash_u64(k) & t->merge_mask;
+    size_t i = bpe_hash_u64(k) & t->merge_mask;
     while (t->merge_key[i] != UINT64_MAX && t->merge_key[i] != k) i = (i + 1) & t->merge_mask;
     if (t->merge_key[i] == UINT64_MAX) {
         t->merge_key[i] = k;
@@ -470,22 +446,26 @@ static void free_thread_state(void *p) {
     free(s);
 }
 
+/* Compiles a pre-tokenizer pattern (UTF, Unicode properties, invalid UTF-8 matching nothing) with JIT. */
+static pcre2_code *compile_pattern(const char *pattern, const char *what) {
+    int err;
+    PCRE2_SIZE erroff;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+                                   PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &erroff, NULL);
+    if (!re) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(err, msg, sizeof msg);
+        fatal("PCRE2 cannot compile %s's pattern at offset %zu: %s; libpcre2-8 10.34 or newer is needed", what,
+              (size_t)erroff, (char *)msg);
+    }
+    /* JIT is a speed-up only; without it pcre2_match interprets the same pattern */
+    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
+    return re;
+}
+
 /* Compiles the pre-tokenizer (if any) and sets up the per-thread state key. */
 static void finish_load(Tokenizer *t, const char *pattern, const char *what) {
-    if (pattern) {
-        int err;
-        PCRE2_SIZE erroff;
-        t->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
-                              PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &erroff, NULL);
-        if (!t->re) {
-            PCRE2_UCHAR msg[256];
-            pcre2_get_error_message(err, msg, sizeof msg);
-            fatal("PCRE2 cannot compile %s's pattern at offset %zu: %s; libpcre2-8 10.34 or newer is needed", what,
-                  (size_t)erroff, (char *)msg);
-        }
-        /* JIT is a speed-up only; without it pcre2_match interprets the same pattern */
-        pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE);
-    }
+    if (pattern) t->re = compile_pattern(pattern, what);
     if (pthread_key_create(&t->state_key, free_thread_state) != 0) fatal("pthread_key_create failed");
 }
 
@@ -862,7 +842,7 @@ static size_t encode_piece(const Tokenizer *t, ThreadState *s, const unsigned ch
     CacheSlot *slot = NULL;
     uint64_t h = 0;
     if (n <= CACHE_KEY_MAX) {
-        h = hash_bytes(p, n);
+        h = bpe_hash_bytes(p, n);
         slot = &s->cache[h & (CACHE_SLOTS - 1)];
         if (slot->len == n && slot->hash == h && memcmp(slot->key, p, n) == 0) {
             memcpy(out, slot->ids, slot->n_ids * sizeof(int32_t));
@@ -925,14 +905,16 @@ static size_t encode_ordinary(const Tokenizer *t, ThreadState *s, const unsigned
     return at;
 }
 
+/* GPT-2's pattern for bpe_pretokenize_gpt2, compiled once per process (a compiled pattern is read-only and
+ * shareable; match data is not) */
+static pcre2_code *gpt2_re;
+static void compile_gpt2_re(void) { gpt2_re = compile_pattern(GPT2_PATTERN, "GPT-2"); }
+
 void bpe_pretokenize_gpt2(const char *text, size_t len, void (*fn)(const unsigned char *, size_t, void *),
                           void *ctx) {
-    int err;
-    PCRE2_SIZE erroff;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)GPT2_PATTERN, PCRE2_ZERO_TERMINATED,
-                                   PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &erroff, NULL);
-    if (!re) fatal("PCRE2 cannot compile GPT-2's pattern; libpcre2-8 10.34 or newer is needed");
-    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, compile_gpt2_re);
+    const pcre2_code *re = gpt2_re;
     pcre2_match_data *md = pcre2_match_data_create(1, NULL);
     if (!md) fatal("out of memory creating PCRE2 match data");
     const unsigned char *p = (const unsigned char *)text;
@@ -942,7 +924,6 @@ void bpe_pretokenize_gpt2(const char *text, size_t len, void (*fn)(const unsigne
         if (end > start) fn(p + start, end - start, ctx);
     }
     pcre2_match_data_free(md);
-    pcre2_code_free(re);
 }
 
 /* Length of the valid UTF-8 sequence at p[0..n) (1..4), or 0 if p[0] does not start one (RFC 3629: no

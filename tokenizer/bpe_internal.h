@@ -5,7 +5,35 @@
 #ifndef TOKENIZER_BPE_INTERNAL_H
 #define TOKENIZER_BPE_INTERNAL_H
 
+#include <stdint.h>
+#include <string.h>
+
 #include "tokenizer/tokenizer.h"
+
+/* The hashes of the vocabulary, merge and piece tables (bpe.c, bpe_train.c): bytes, and a 64-bit key. */
+static inline uint64_t bpe_hash_bytes(const unsigned char *p, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xFF51AFD7ED558CCDull;
+        h ^= h >> 32;
+        p += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p, n);
+    h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
+    h ^= h >> 29;
+    return h;
+}
+
+static inline uint64_t bpe_hash_u64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xFF51AFD7ED558CCDull;
+    x ^= x >> 33;
+    return x;
+}
 
 /* Runs the BPE merges on one pre-tokenized piece of len bytes (no regex, no cache, no whole-piece shortcut).
  * out must hold len ids; returns the number written. use_heap: 0 = the quadratic scan used for short pieces,

@@ -60,19 +60,6 @@ struct BpeTrainer {
     int64_t text_bytes;
 };
 
-static uint64_t hash64(const unsigned char *p, size_t n) { /* FNV-1a, then a final mix */
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-    return h ^ (h >> 29);
-}
-
-static uint64_t mix64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xFF51AFD7ED558CCDull;
-    x ^= x >> 33;
-    return x;
-}
-
 static void *grow(void *p, size_t *cap, size_t need, size_t elem, const char *what) {
     if (need <= *cap) return p;
     size_t c = *cap ? *cap : 1024;
@@ -89,7 +76,7 @@ static void word_table_resize(BpeTrainer *bt, size_t slots) {
     bt->wslots = xcalloc(slots, sizeof(uint32_t), "bpe word table");
     bt->wmask = slots - 1;
     for (size_t w = 0; w < bt->n_words; w++) {
-        size_t i = hash64(bt->wbytes + bt->woff[w], bt->woff[w + 1] - bt->woff[w]) & bt->wmask;
+        size_t i = bpe_hash_bytes(bt->wbytes + bt->woff[w], bt->woff[w + 1] - bt->woff[w]) & bt->wmask;
         while (bt->wslots[i]) i = (i + 1) & bt->wmask;
         bt->wslots[i] = (uint32_t)w + 1;
     }
@@ -98,7 +85,7 @@ static void word_table_resize(BpeTrainer *bt, size_t slots) {
 static void count_piece(const unsigned char *p, size_t n, void *ctx) {
     BpeTrainer *bt = ctx;
     bt->text_bytes += (int64_t)n;
-    size_t i = hash64(p, n) & bt->wmask;
+    size_t i = bpe_hash_bytes(p, n) & bt->wmask;
     for (uint32_t s; (s = bt->wslots[i]); i = (i + 1) & bt->wmask) {
         size_t w = s - 1;
         if (bt->woff[w + 1] - bt->woff[w] == n && !memcmp(bt->wbytes + bt->woff[w], p, n)) {
@@ -139,7 +126,7 @@ int64_t bpe_trainer_text_bytes(const BpeTrainer *bt) { return bt->text_bytes; }
 /* tokens and pairs */
 
 static int token_lookup(const BpeTrainer *bt, const unsigned char *p, size_t n) {
-    for (size_t i = hash64(p, n) & bt->tmask; bt->tslots[i]; i = (i + 1) & bt->tmask) {
+    for (size_t i = bpe_hash_bytes(p, n) & bt->tmask; bt->tslots[i]; i = (i + 1) & bt->tmask) {
         int id = (int)bt->tslots[i] - 1;
         if (bt->toff[id + 1] - bt->toff[id] == n && !memcmp(bt->tbytes + bt->toff[id], p, n)) return id;
     }
@@ -153,7 +140,7 @@ static int token_add(BpeTrainer *bt, const unsigned char *p, size_t n) {
     memcpy(bt->tbytes + bt->tbytes_len, p, n);
     bt->tbytes_len += n;
     bt->toff[id + 1] = bt->tbytes_len;
-    size_t i = hash64(p, n) & bt->tmask;
+    size_t i = bpe_hash_bytes(p, n) & bt->tmask;
     while (bt->tslots[i]) i = (i + 1) & bt->tmask;
     bt->tslots[i] = (uint32_t)id + 1;
     return id;
@@ -170,7 +157,7 @@ static void pair_table_resize(BpeTrainer *bt, size_t slots) {
     bt->n_pairs = 0;
     for (size_t j = 0; j < old; j++) {
         if (ok[j] == UINT64_MAX || oc[j] == 0) continue; /* pairs gone to zero are dropped here */
-        size_t i = mix64(ok[j]) & bt->pmask;
+        size_t i = bpe_hash_u64(ok[j]) & bt->pmask;
         while (bt->pkey[i] != UINT64_MAX) i = (i + 1) & bt->pmask;
         bt->pkey[i] = ok[j];
         bt->pcount[i] = oc[j];
@@ -182,7 +169,7 @@ static void pair_table_resize(BpeTrainer *bt, size_t slots) {
 
 static void pair_add(BpeTrainer *bt, int32_t a, int32_t b, int64_t delta) {
     uint64_t k = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-    size_t i = mix64(k) & bt->pmask;
+    size_t i = bpe_hash_u64(k) & bt->pmask;
     while (bt->pkey[i] != UINT64_MAX && bt->pkey[i] != k) i = (i + 1) & bt->pmask;
     if (bt->pkey[i] == UINT64_MAX) {
         bt->pkey[i] = k;

@@ -296,6 +296,19 @@ static void add_input(DocList *l, const char *path) {
     free(names);
 }
 
+/* --val-percent: a number in [0, 100); fatal() otherwise. */
+static double parse_val_percent(const char *s) {
+    char *end;
+    double percent = strtod(s, &end);
+    if (end == s || *end || percent < 0 || percent >= 100) fatal("--val-percent: '%s' is not a number in [0, 100)", s);
+    return percent;
+}
+
+static void free_docs(DocList *l) {
+    for (size_t i = 0; i < l->n; i++) { free(l->docs[i].path); free(l->docs[i].name); }
+    free(l->docs);
+}
+
 /* FNV-1a, 64-bit: a fixed, documented hash so the split is the same everywhere. */
 static uint64_t fnv1a(const char *s) {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -577,16 +590,13 @@ static int cmd_shards(int argc, char **argv) {
     const char *usage = "usage: tok shards --out DIR [options] INPUTS...\n"
                         "Encodes documents into llm.c shards, each document preceded by the model's document start:\n"
                         "gpt2: uint16 tokens, EOT 50256; bpe4k: uint16, EOT 4095; llama3: uint32, <|begin_of_text|>\n"
-                        "128000; llama2: uint32, <s> 1. INPUTS: text files (one document each), directories of them, or .jsonl files (one\n"
-                        "document per line).";
+                        "128000; llama2: uint32, <s> 1. INPUTS: text files (one document each), directories of them,\n"
+                        "or .jsonl files (one document per line).";
     int first = parse_opts(argc, argv, usage, opts, nopts);
     check_model(model);
     if (!out) fatal("tok shards: --out DIR is required; see `tok shards --help`");
     if (first == argc) fatal("tok shards: no INPUTS given; name text files, directories or .jsonl files");
-    char *end;
-    double percent = strtod(val_percent, &end);
-    if (end == val_percent || *end || percent < 0 || percent >= 100)
-        fatal("--val-percent: '%s' is not a number in [0, 100)", val_percent);
+    double percent = parse_val_percent(val_percent);
     size_t per_shard = (size_t)parse_long("shard-tokens", shard_tokens, 2, 2000000000L);
     int threads = (int)parse_long("threads", threads_s, 1, 256);
     if (strchr(name, '/') || !*name) fatal("--name: '%s' must be a plain file prefix without '/'", name);
@@ -597,7 +607,7 @@ static int cmd_shards(int argc, char **argv) {
     if (docs.n == 0) fatal("tok shards: the inputs hold no documents");
     size_t n_val = choose_val(&docs, percent);
     Tokenizer *tok = tokenizer_load(model, data);
-    int token_bytes = tokenizer_vocab_size(tok) > 65536 || tokenizer_bos(tok) != tokenizer_eot(tok) ? 4 : 2;
+    int token_bytes = strncmp(model, "llama", 5) ? 2 : 4; /* llm.c's layouts: uint16 GPT-2 style, uint32 Llama */
     make_dirs(out);
 
     Pool pool = {.tok = tok, .docs = &docs, .field = field, .window = (size_t)threads * 8 + 16};
@@ -641,8 +651,7 @@ static int cmd_shards(int argc, char **argv) {
            docs.n, n_val, wt.total + wv.total, wt.total, wv.total, secs, (wt.total + wv.total) / secs, threads,
            wt.files, wv.files, out);
 
-    for (size_t i = 0; i < docs.n; i++) { free(docs.docs[i].path); free(docs.docs[i].name); }
-    free(docs.docs);
+    free_docs(&docs);
     free(pool.res);
     free(tids);
     free(wt.buf);
@@ -675,10 +684,7 @@ static int cmd_train(int argc, char **argv) {
     int vocab = (int)parse_long("vocab", vocab_s, 257, 65536);
     if (!out) fatal("tok train: --out DIR is required; see `tok train --help`");
     if (first == argc) fatal("tok train: no INPUTS given; name text files, directories or .jsonl files");
-    char *end;
-    double percent = strtod(val_percent, &end);
-    if (end == val_percent || *end || percent < 0 || percent >= 100)
-        fatal("--val-percent: '%s' is not a number in [0, 100)", val_percent);
+    double percent = parse_val_percent(val_percent);
 
     double t0 = now_seconds();
     DocList docs = {0};
@@ -703,8 +709,7 @@ static int cmd_train(int argc, char **argv) {
            "merges) in %.2f s (counting %.2f s); wrote %s/encoder.json and %s/vocab.bpe\n",
            docs.n - n_val, n_val, (long long)bpe_trainer_text_bytes(bt), bpe_trainer_n_words(bt), vocab,
            bpe_trainer_n_merges(bt), now_seconds() - t0, t1 - t0, out, out);
-    for (size_t i = 0; i < docs.n; i++) { free(docs.docs[i].path); free(docs.docs[i].name); }
-    free(docs.docs);
+    free_docs(&docs);
     bpe_trainer_free(bt);
     return fflush(stdout) ? 1 : 0;
 }

@@ -71,6 +71,12 @@ char *tokenizer_decode(const Tokenizer *tok, const int32_t *ids, size_t n, size_
 
 #define BPE4K_VOCAB 4096 /* bpe4k's V */
 
+/* The tokenizer a model's vocabulary size stands for when it is not its family's own (GPT-2's, Llama 2's):
+ * BPE4K_VOCAB "bpe4k", 128256 "llama3"; NULL for any other V. */
+static inline const char *tokenizer_kind_for_vocab(int V) {
+    return V == BPE4K_VOCAB ? "bpe4k" : V == 128256 ? "llama3" : NULL;
+}
+
 /* Learning a byte-level BPE vocabulary (tokenizer/bpe_train.c; `tok train`): add all the text, train, write.
  * Sennrich et al. 2016, Algorithm 1, over bytes and GPT-2's pre-tokenizer pieces (Radford et al. 2019, sec. 2.2):
  * the most frequent adjacent pair (ties to the smaller (left id, right id)) is merged until vocab_size - 1

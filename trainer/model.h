@@ -31,7 +31,7 @@ struct Model {
     int max_seq_len;       /* maxT */
     int num_layers, channels, num_heads;
     double flops_per_token;/* training FLOPs per token at T = max_seq_len (6N + attention), for MFU */
-    /* Tokenizer kind of this model's vocabulary when it differs from ModelFamily.tokenizer (model_vocab_tokenizer:
+    /* Tokenizer kind of this model's vocabulary when it differs from ModelFamily.tokenizer (tokenizer_kind_for_vocab:
      * V 4096 "bpe4k", V 128256 "llama3"); NULL: the family's. Picks the default corpus directory and the sampler's
      * tokenizer. */
     const char *tokenizer;
@@ -67,11 +67,5 @@ typedef struct {
      * (T <= max_seq_len, else fatal() with the fix). */
     Model *(*create)(const char *spec, const char *init_path, uint64_t seed, int B, int T);
 } ModelFamily;
-
-/* The tokenizer a vocabulary size stands for, in either family: 4096 the project's own bpe4k (`tok train`,
- * tokenizer/tokenizer.h), 128256 Llama 3's; NULL for any other V (the family's own: GPT-2's, Llama 2's). */
-static inline const char *model_vocab_tokenizer(int V) {
-    return V == 4096 ? "bpe4k" : V == 128256 ? "llama3" : NULL;
-}
 
 #endif
