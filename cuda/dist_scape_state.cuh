@@ -195,7 +195,9 @@ static Updater *scape_updater_create(const DeviceModel *dm, const UpdaterConfig 
     if (!(dc->density > 0 && dc->density <= 1)) fatal("--density %g is outside (0, 1]; 0.1 means 90%% sparsity", dc->density);
     if (!(dc->density_start > 0 && dc->density_start <= 1))
         fatal("density start %g is outside (0, 1]; use 1 for the default warm-up from dense", dc->density_start);
-    if (dc->zero) fatal("--zero 1 applies to the dense optimizers adamw/adams; drop --zero for scape and topk-ef");
+    if (dc->zero)
+        fatal("--zero 1 with scape is built for the CPU trainers' host update, not yet for the device SCAPE of the CUDA "
+              "trainers; drop --zero");
     ScapeDev *u = (ScapeDev *)xcalloc(1, sizeof *u, "device SCAPE");
     u->dm = *dm;
     u->cfg = *cfg;

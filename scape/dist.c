@@ -6,6 +6,8 @@
  *                      owners, update of the owned shard, all-gather of the parameters)
  *   dist_scape.c       SCAPE (SCAPE.md section 3): c_i per bucket, the compact payload all-reduce, error feedback,
  *                      the masked AdamS update and the owners' next mask on an asynchronous all-gather
+ *   dist_scape_zero.c  SCAPE with ZeRO-1: m on the owners only, the payload reduce-scattered to them, their
+ *                      updated m and p values all-gathered on the mask
  *   dist_topk_ef.c     the top-k error-feedback baseline (raw-gradient top-k, index/value all-gather, AdamW)
  *   dist_mask_stats.c  mask stability (Jaccard, kept energy) per slice, on rank 0, when enabled
  *   dist_state.c       every optimizer's checkpoint blob (save, load, other world sizes)
@@ -35,8 +37,11 @@ DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, co
         fatal("density start %g is outside (0, 1]; use 1 for the default warm-up from dense", cfg->density_start);
     if (cfg->payload_bf16 && cfg->opt.kind != OPT_SCAPE)
         fatal("--scape-payload bf16 applies to --optimizer scape only; drop it or use --optimizer scape");
-    if (sparse && cfg->zero)
-        fatal("--zero 1 applies to the dense optimizers adamw/adams; drop --zero for scape and topk-ef");
+    if (cfg->opt.kind == OPT_TOPK_EF && cfg->zero)
+        fatal("--zero 1 applies to adamw, adams and scape; drop --zero for topk-ef");
+    if (cfg->opt.kind == OPT_SCAPE && cfg->zero && cfg->payload_bf16)
+        fatal("--zero 1 with --scape-payload bf16 is not built (the rounding error shares r with the sharded m's "
+              "fold); use --scape-payload fp32 with --zero 1");
     if (cfg->opt.kind == OPT_TOPK_EF && tab->total > UINT32_MAX)
         fatal("topk-ef sends 32-bit indices but the model has %zu parameters; use a model under 2^32 parameters", tab->total);
     if (!(cfg->opt.beta1 >= 0 && cfg->opt.beta1 < 1)) fatal("beta1 %g is outside [0, 1)", cfg->opt.beta1);
@@ -100,7 +105,7 @@ static void sync_check(DistOptim *d) {
     uint64_t h = fnv1a(1469598103934665603ull, d->params, d->P * sizeof(float));
     if (d->cfg.opt.kind == OPT_SCAPE) {
         scape_collect_next(d);
-        h = fnv1a(h, d->m, d->m_n * sizeof(float));
+        if (!d->cfg.zero) h = fnv1a(h, d->m, d->m_n * sizeof(float)); /* ZeRO-1: each owner's own part */
         if (d->have_m) h = fnv1a(h, d->mask_m, mask_bytes(d->P));
         if (d->have_cur) h = fnv1a(h, d->mask_cur, mask_bytes(d->P));
         if (d->have_next) h = fnv1a(h, d->mask_next, mask_bytes(d->P));
@@ -132,6 +137,7 @@ void distopt_free(DistOptim *d) {
     free(d->m); free(d->v); free(d->r); free(d->mask_cur); free(d->mask_next); free(d->seg);
     free(d->pay_off);
     free(d->m_new); free(d->mask_m); free(d->ch_qm); free(d->slice_ch0); free(d->m_dense);
+    free(d->ch_qo); free(d->rs_k); free(d->zred); free(d->r_plain);
     free(d->seg_bytes); free(d->seg_off); free(d->topk_tmp);
     free(d->code_mine); free(d->code_all); free(d->code_sizes);
     free(d->ch_lo); free(d->ch_hi); free(d->ch_q); free(d->ch_slice); free(d->ch_bucket); free(d->ch_ss); free(d->ch_bad);
@@ -226,7 +232,13 @@ const float *distopt_moment(const DistOptim *d) {
     scape_m_expand(d, dm->m_dense);
     return dm->m_dense;
 }
-const float *distopt_residual(const DistOptim *d) { return d->r; }
+const float *distopt_residual(const DistOptim *d) {
+    if (d->cfg.opt.kind != OPT_SCAPE || !d->cfg.zero) return d->r;
+    DistOptim *dm = (DistOptim *)d; /* ZeRO-1 keeps beta1 m folded into r: the unfolded view in a scratch buffer */
+    if (!dm->r_plain) dm->r_plain = xmalloc(d->P * sizeof(float), "SCAPE residual view");
+    scape_zero_r_unfold(d, dm->r_plain);
+    return dm->r_plain;
+}
 
 const uint8_t *distopt_mask(DistOptim *d, int next) {
     if (d->cfg.opt.kind == OPT_TOPK_EF) return !next && d->have_cur ? d->mask_cur : NULL;
@@ -237,6 +249,7 @@ const uint8_t *distopt_mask(DistOptim *d, int next) {
 }
 
 void distopt_debug_capture(DistOptim *d, float *c, float *s, float *ghat) {
+    if (ghat && d->cfg.zero) fatal("distopt_debug_capture: g_hat is not captured with --zero 1 (only the owners hold b)");
     d->dbg_c = c;
     d->dbg_s = s;
     d->dbg_ghat = ghat;

@@ -83,6 +83,14 @@ struct DistOptim {
     int have_m;
     size_t *ch_qm;
     int *slice_ch0;        /* per slice (ParamTable index): its first chunk */
+    /* SCAPE with ZeRO-1 (cfg.zero; dist_scape_zero.c): m exists on the owners only, for their slices, compact in
+     * chunk order from ch_qm[c] (owned chunks); r holds beta1 m on the mask m is on (the fold); the payload is
+     * reduce-scattered to the owners into rs_out (owned chunk c's values from ch_qo[c], bucket b's part from
+     * rs_off[b]; rs_k[b * world + r]: rank r's count in bucket b, own_k this rank's total); the owners' updated m
+     * and p values on M_t come back through stage. */
+    size_t *ch_qo, *rs_k, rs_cap, own_k;
+    double *zred;          /* per-chunk sums of g_hat^2, then the count of ranks with a non-finite c */
+    float *r_plain;        /* distopt_residual's unfolded copy (tests) */
     float *m_dense;        /* distopt_moment's dense copy (tests) */
     /* topk-ef: r is e_i, m and v AdamW's; mask_cur this rank's selection S_t, stage acc_i (P, flat) */
     TopkPair *pairs;       /* per bucket: world consecutive parts of K_b pairs, at world * pair_off[b] */
@@ -144,6 +152,25 @@ void scape_m_expand(const DistOptim *d, float *out);
 void scape_m_memory_order(const DistOptim *d, float *out);
 /* Sets the compact first moment from a dense m (P) supported on mask (have = 0: none, m zero). */
 void scape_m_set_dense(DistOptim *d, const float *m, const uint8_t *mask, int have);
+
+/* ---- dist_scape_zero.c: SCAPE with ZeRO-1, the parts that differ (see its header) ---- */
+void scape_zero_init(DistOptim *d);
+/* at the end of scape_payload_layout (K: the step's payload count): the owners' reduce-scatter layout (rs_k, rs_off, ch_qo,
+ * own_k) and rs_out sized to it */
+void scape_zero_layout(DistOptim *d, size_t K);
+/* per-chunk sums of g_hat^2 (owned chunks, others 0) and the bad flags all-reduced: ch_ss and *bad as if every rank
+ * had computed every chunk */
+double scape_zero_reduce_norm(DistOptim *d, int *bad);
+/* the update of the owned masked coordinates is done (m_new at ch_qo): all-gather m_t and p on M_t from their owners,
+ * write p everywhere and fold beta1 m_t into r on M_t */
+void scape_zero_sync(DistOptim *d);
+/* m (memory order, mask_m's set coordinates ascending: m_n values over all ranks) gathered from the owners; a
+ * collective. Returns the count. */
+size_t scape_zero_m_memory_order(const DistOptim *d, float *out);
+/* r without the fold (what the unsharded r holds) into out (P) */
+void scape_zero_r_unfold(const DistOptim *d, float *out);
+/* after a load: r += beta1 m on mask_m (m dense, P) */
+void scape_zero_r_fold(DistOptim *d, const float *m);
 
 /* ---- dist_topk_ef.c: the top-k error-feedback baseline (formulas at distopt_create in dist.h) ---- */
 void topk_init(DistOptim *d);

@@ -88,6 +88,7 @@ void scape_init(DistOptim *d) {
         d->code_all = xmalloc((size_t)d->world * d->code_cap, "coded masks");
         d->code_sizes = xcalloc((size_t)d->world, sizeof(size_t), "coded mask sizes");
     }
+    if (d->cfg.zero) scape_zero_init(d);
 }
 
 /* ---- the step's start: M_t ---- */
@@ -141,6 +142,7 @@ static void scape_payload_layout(DistOptim *d) {
         while (c < d->nch && d->ch_bucket[c] < b) c++;
         d->pay_off[b] = c < d->nch ? d->ch_q[c] : K;
     }
+    if (d->cfg.zero) scape_zero_layout(d, K);
     if (d->stage && K <= d->stage_cap && d->stage_cap <= K + K / 2) return;
     size_t n = K ? K : 1;
     d->stage = xrealloc(d->stage, n * sizeof(float), "SCAPE payload");
@@ -182,6 +184,12 @@ static void scape_c_chunk(DistOptim *d, size_t ch) {
     float *g = d->grads;
     const float *r = d->r, *m = d->m;
     size_t lo = d->ch_lo[ch], hi = d->ch_hi[ch];
+    if (d->cfg.zero) {
+        /* ZeRO-1: r already holds beta1 m_{t-1} on mask_m and m is zero elsewhere (the fold, dist_scape_zero.c):
+         * the same sums in another order, and + 0 gives the unsharded expression's +0 for a -0 sum */
+        for (size_t j = lo; j < hi; j++) g[j] = (omb1 * g[j] + r[j]) + zero;
+        return;
+    }
     if (!d->have_m) {
         for (size_t j = lo; j < hi; j++) g[j] = b1 * zero + omb1 * g[j] + r[j];
         return;
@@ -248,7 +256,10 @@ static void scape_queue_bucket(DistOptim *d, int b) {
             }
         }
     }
-    d->bh[b] = out16 ? comm_iallreduce_avg_bf16(out16, K, d->qerr + d->pay_off[b]) : comm_iallreduce_avg_f32(out, K);
+    if (d->cfg.zero) /* ZeRO-1: each owner receives the mean of its slices' values (rs_k: the counts by rank) */
+        d->bh[b] = comm_ireduce_scatter_avg_f32(out, d->rs_out + d->rs_off[b], d->rs_k + (size_t)b * (size_t)d->world);
+    else
+        d->bh[b] = out16 ? comm_iallreduce_avg_bf16(out16, K, d->qerr + d->pay_off[b]) : comm_iallreduce_avg_f32(out, K);
     d->bstate[b] = 2;
 }
 
@@ -284,17 +295,26 @@ static inline float m_prev_at(const float *m, uint64_t wm, size_t qm, size_t i) 
 }
 
 /* One pass over every coordinate, word by word over the mask: per chunk, the sum of g_hat^2 on M_t (double) and
- * whether any c (in grads) is not finite. Returns the sum of the chunk sums in chunk order. */
+ * whether any c (in grads) is not finite. Returns the sum of the chunk sums in chunk order. With ZeRO-1 b and
+ * m_{t-1} exist for the owned chunks only: the others' sums are 0 (scape_zero_reduce_norm completes them). */
 static double scape_norm_pass(DistOptim *d) {
     const float b1 = d->cfg.opt.beta1, omb1 = 1.0f - b1;
-    const float *c = d->grads, *m = d->m, *bv = d->stage;
+    const int zero = d->cfg.zero;
+    const float *c = d->grads, *m = d->m, *bv = zero ? d->rs_out : d->stage;
+    const size_t *qb = zero ? d->ch_qo : d->ch_q;
     const uint8_t *M = d->mask_cur, *Mm = d->mask_m;
     const int have_m = d->have_m;
     #pragma omp parallel for schedule(dynamic, 4)
     for (size_t ch = 0; ch < d->nch; ch++) {
-        size_t q = d->ch_q[ch], qm = d->ch_qm[ch], hi = d->ch_hi[ch];
+        size_t q = qb[ch], qm = d->ch_qm[ch], hi = d->ch_hi[ch];
         double ss = 0;
         int bad = 0;
+        if (zero && !dist_is_owned_slice(d, d->ch_slice[ch])) {
+            for (size_t j = d->ch_lo[ch]; j < hi; j++) bad |= !isfinite(c[j]);
+            d->ch_ss[ch] = 0;
+            d->ch_bad[ch] = bad;
+            continue;
+        }
         for (size_t j = d->ch_lo[ch]; j < hi; j += 64) {
             size_t n = hi - j < 64 ? hi - j : 64;
             uint64_t full, w = mask_word(M, j, n, &full), fm, wm = have_m ? mask_word(Mm, j, n, &fm) : 0;
@@ -360,15 +380,18 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
     const float bc1 = (float)(1.0 - pow((double)b1, t));
     const float sqrt_bc2 = (float)sqrt(1.0 - pow((double)b2, t));
     /* m_t goes compact into m_new in payload order: chunk c's values start where its payload does (ch_q) */
+    const int zero = d->cfg.zero;
     size_t K = 0;
     for (int b = 0; b < d->nb; b++) K += d->bucket_k[b];
+    if (zero) K = d->own_k; /* ZeRO-1: m_t of the owned slices only, at ch_qo */
     if (K > d->m_new_cap || d->m_new_cap > K + K / 2) { /* grow, or shrink by a third or more as the density falls */
         d->m_new = xrealloc(d->m_new, (K ? K : 1) * sizeof(float), "SCAPE first moment");
         d->m_new_cap = K;
     }
     float *p = d->params, *r = d->r, *mn = d->m_new;
     const float *m = d->m;
-    const float *c = d->grads, *bv = d->stage, *qe = d->qerr;
+    const float *c = d->grads, *bv = zero ? d->rs_out : d->stage, *qe = d->qerr;
+    const size_t *qb = zero ? d->ch_qo : d->ch_q;
     const float fN = (float)d->world;
     const uint8_t *M = d->mask_cur, *Mm = d->mask_m;
     const int have_m = d->have_m;
@@ -378,7 +401,20 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
     for (size_t ch = 0; ch < d->nch; ch++) {
         const ParamSlice *s = &d->tab->slices[d->ch_slice[ch]];
         const float wd = s->decay ? d->cfg.opt.weight_decay : 0.0f;
-        size_t q = d->ch_q[ch], qm = d->ch_qm[ch], qn = q, hi = d->ch_hi[ch];
+        size_t q = qb[ch], qm = d->ch_qm[ch], qn = q, hi = d->ch_hi[ch];
+        if (zero && !dist_is_owned_slice(d, d->ch_slice[ch])) {
+            /* another rank's slice: error feedback and decay here; its owner's m_t and p on M_t come with the sync,
+             * which also folds beta1 m_t into r there */
+            for (size_t j = d->ch_lo[ch]; j < hi; j++) {
+                if (mask_get(M, j)) {
+                    r[j] = 0.0f;
+                } else {
+                    r[j] = c[j];
+                    p[j] -= lr * (wd * p[j]);
+                }
+            }
+            continue;
+        }
         for (size_t j = d->ch_lo[ch]; j < hi; j += 64) {
             size_t n = hi - j < 64 ? hi - j : 64;
             uint64_t full, w = mask_word(M, j, n, &full), fm, wm = have_m ? mask_word(Mm, j, n, &fm) : 0;
@@ -415,10 +451,11 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
     size_t tc = d->m_cap;
     d->m_cap = d->m_new_cap;
     d->m_new_cap = tc;
-    memcpy(d->ch_qm, d->ch_q, d->nch * sizeof(size_t));
+    memcpy(d->ch_qm, qb, d->nch * sizeof(size_t));
     d->m_n = K;
     memcpy(d->mask_m, d->mask_cur, mask_bytes(d->P));
     d->have_m = 1;
+    if (zero) scape_zero_sync(d);
 }
 
 /* ---- the compact first moment seen densely (tests, checkpoints) ---- */
@@ -437,11 +474,24 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
 void scape_m_expand(const DistOptim *d, float *out) {
     memset(out, 0, d->P * sizeof(float));
     if (!d->have_m) return;
+    if (d->cfg.zero) { /* a collective: the owners' values in memory order, then spread over mask_m */
+        size_t n = mask_count(d->mask_m, 0, d->P), q = 0;
+        float *v = xmalloc((n ? n : 1) * sizeof(float), "SCAPE first moment");
+        scape_zero_m_memory_order(d, v);
+        for (size_t j = 0; j < d->P; j++)
+            if (mask_get(d->mask_m, j)) out[j] = v[q++];
+        free(v);
+        return;
+    }
     for (size_t ch = 0; ch < d->nch; ch++) FOR_M_CHUNK(d, ch, j, q, { out[j] = d->m[q]; });
 }
 
 void scape_m_memory_order(const DistOptim *d, float *out) {
     if (!d->have_m) return;
+    if (d->cfg.zero) {
+        scape_zero_m_memory_order(d, out);
+        return;
+    }
     size_t o = 0; /* slices in memory order; each slice's values are consecutive in m, its chunks too */
     for (int i = 0; i < d->tab->n; i++) {
         const ParamSlice *s = &d->tab->slices[i];
@@ -458,11 +508,23 @@ void scape_m_set_dense(DistOptim *d, const float *m, const uint8_t *mask, int ha
     if (!have) return;
     memcpy(d->mask_m, mask, mask_bytes(d->P));
     d->m_n = chunk_offsets(d, d->mask_m, d->ch_qm);
+    if (d->cfg.zero) { /* the owned chunks only, in chunk order */
+        size_t q = 0;
+        for (size_t ch = 0; ch < d->nch; ch++) {
+            size_t n = (ch + 1 < d->nch ? d->ch_qm[ch + 1] : d->m_n) - d->ch_qm[ch];
+            if (!dist_is_owned_slice(d, d->ch_slice[ch])) continue;
+            d->ch_qm[ch] = q;
+            q += n;
+        }
+        d->m_n = q;
+    }
     if (d->m_n > d->m_cap) {
         d->m = xrealloc(d->m, d->m_n * sizeof(float), "SCAPE first moment");
         d->m_cap = d->m_n;
     }
-    for (size_t ch = 0; ch < d->nch; ch++) FOR_M_CHUNK(d, ch, j, q, { d->m[q] = m[j]; });
+    for (size_t ch = 0; ch < d->nch; ch++)
+        if (!d->cfg.zero || dist_is_owned_slice(d, d->ch_slice[ch])) FOR_M_CHUNK(d, ch, j, q, { d->m[q] = m[j]; });
+    if (d->cfg.zero) scape_zero_r_fold(d, m);
 }
 /* ---- the step ---- */
 
@@ -524,12 +586,19 @@ int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
         });
         free(mprev);
     }
-    float norm = (float)sqrt(ss);
     /* A non-finite c off the mask would never reach g_hat but would poison r forever: skip on it too (the norm
-     * pass flagged it per chunk). Any rank may hold one, so the decision takes one tiny control all-reduce. */
+     * pass flagged it per chunk). Any rank may hold one, so the decision takes one tiny control all-reduce; with
+     * ZeRO-1 the same all-reduce brings the owners' per-chunk norm sums. */
     int64_t bad = 0;
-    for (size_t c = 0; c < d->nch; c++) bad |= d->ch_bad[c];
-    comm_allreduce_max_i64(&bad, 1);
+    if (d->cfg.zero) {
+        int zbad = 0;
+        ss = scape_zero_reduce_norm(d, &zbad);
+        bad = zbad;
+    } else {
+        for (size_t c = 0; c < d->nch; c++) bad |= d->ch_bad[c];
+        comm_allreduce_max_i64(&bad, 1);
+    }
+    float norm = (float)sqrt(ss);
     if (bad) norm = NAN;
     *grad_norm = norm;
     if (!isfinite(norm)) {

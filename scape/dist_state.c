@@ -63,12 +63,14 @@ void distopt_save(const DistOptim *d, void *blob) {
                                 d->have_next ? d->mask_next : NULL, NULL);
         if (d->have_cur) {
             size_t K = mask_count(d->mask_cur, 0, d->P);
-            if (d->have_m && d->m_n != K)
+            if (d->have_m && !d->cfg.zero && d->m_n != K)
                 fatal("distopt_save: SCAPE's first moment has %zu values, its mask %zu (internal error)", d->m_n, K);
             float *out = (float *)((char *)blob + distopt_scape_blob_bytes(d->P, 1, d->have_next, K) - K * sizeof(float));
-            if (d->have_m) scape_m_memory_order(d, out);
+            if (d->have_m) scape_m_memory_order(d, out); /* ZeRO-1: gathered from the owners, a collective */
             else memset(out, 0, K * sizeof(float));
         }
+        if (d->cfg.zero) /* ZeRO-1: r as the unsharded step holds it, without beta1 m folded in */
+            scape_zero_r_unfold(d, (float *)((char *)blob + sizeof(BlobHeader)));
         return;
     } else if (d->cfg.opt.kind == OPT_TOPK_EF) {
         memcpy(p, d->r, d->P * sizeof(float));

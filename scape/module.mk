@@ -34,7 +34,7 @@ TEST_CMDS += "PYTHON_REF=$(PYTHON_REF) $(BUILD)/test_gpt2 $(DATA)"
 
 # --- communication, data-parallel update and SCAPE (distributed engineer)
 # Programs that use DIST_OBJ link with $(MPICC) (Open MPI) and -lpthread.
-DIST_RULES := dist dist_dense dist_scape dist_topk_ef dist_mask_stats dist_state
+DIST_RULES := dist dist_dense dist_scape dist_scape_zero dist_topk_ef dist_mask_stats dist_state
 DIST_OBJ := $(BUILD)/scape/comm.o $(DIST_RULES:%=$(BUILD)/scape/%.o) $(BUILD)/scape/scape.o $(BUILD)/scape/mask_code.o $(OPTIM_OBJ)
 MPI_CFLAGS := $(shell $(MPICC) --showme:compile 2>/dev/null)
 $(BUILD)/scape/comm.o: CFLAGS += $(MPI_CFLAGS)
@@ -58,6 +58,12 @@ $(BUILD)/bench_step: scape/bench_step.c $(DIST_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS) -lpthread
 
+# bench_zero: per-rank state and bytes per step, AdamS and SCAPE with and without ZeRO-1 (not a test; the file's
+# header; scripts/bench_zero.sh runs it)
+$(BUILD)/bench_zero: scape/bench_zero.c $(DIST_OBJ) $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS) -lpthread
+
 # bench_comm: CPU the communication thread takes while it waits (SCAPE_COMM_SPIN=1 vs default); not a test
 $(BUILD)/bench_comm: scape/bench_comm.c $(BUILD)/scape/comm.o $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
@@ -70,7 +76,7 @@ $(BUILD)/test_mask_code: test/test_mask_code.c $(BUILD)/scape/mask_code.o $(BUIL
 TEST_BINS += $(BUILD)/test_mask_code
 TEST_CMDS += $(BUILD)/test_mask_code
 
-TEST_BINS += $(BUILD)/test_comm $(BUILD)/test_dist $(BUILD)/bench_step $(BUILD)/bench_comm
+TEST_BINS += $(BUILD)/test_comm $(BUILD)/test_dist $(BUILD)/bench_step $(BUILD)/bench_zero $(BUILD)/bench_comm
 TEST_CMDS += $(BUILD)/test_comm
 TEST_CMDS += "$(MPIRUN_TEST) -np 2 $(BUILD)/test_comm"
 TEST_CMDS += "$(MPIRUN_TEST) -np 3 $(BUILD)/test_comm"

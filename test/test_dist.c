@@ -841,6 +841,116 @@ TEST(nonfinite_gradient_skips_adamw_step_unchanged) { skip_case(test_name_, conf
 TEST(nonfinite_gradient_skips_topk_ef_step_unchanged) { skip_case(test_name_, topk_config()); }
 TEST(nonfinite_gradient_skips_scape_bf16_step_unchanged) { skip_case(test_name_, bf16_config()); }
 
+/* ---- SCAPE with ZeRO-1 (scape/dist_scape_zero.c) against the unsharded step ---- */
+
+static DistConfig zero_config(void) {
+    DistConfig c = sparse_config();
+    c.zero = 1;
+    return c;
+}
+
+/* Equal, bit for bit on 1 and 2 ranks (two summands add the same either way); on more ranks the reduce-scatter
+ * may add a coordinate's N payload values in another order than the all-reduce does: within 1e-6 relative. */
+static int zero_equal(const float *a, const float *b, size_t n) {
+    return N <= 2 ? memcmp(a, b, n * sizeof(float)) == 0 : max_rel_diff(a, b, n) < 1e-6f;
+}
+
+/* 8 steps through the density warm-up, the clip active: the sharded step gives the unsharded step's params, m,
+ * residual and masks, identical on every rank, with one reduce-scatter per bucket of the K payload values, the
+ * mask all-gather and two all-gathers of K values (m_t, p), no all-reduce and no dense parameter all-gather; each
+ * rank holds m for its own slices only. */
+TEST(scape_zero1_equals_unsharded_with_sharded_m_and_formula_bytes) {
+    Toy a, b;
+    toy_build(&a);
+    toy_build(&b);
+    size_t P = a.tab.total;
+    DistConfig c0 = sparse_config(), c1 = zero_config();
+    DistOptim *d0 = distopt_create(&a.tab, a.p, a.g, &c0), *d1 = distopt_create(&b.tab, b.p, b.g, &c1);
+    uint64_t seg = 0;
+    for (int r = 0; r < N; r++) {
+        size_t lo, hi;
+        distopt_owner_range(d1, r, &lo, &hi);
+        seg += mask_bytes(hi - lo);
+    }
+    CommStats k[COMM_NKINDS];
+    for (int t = 1; t <= 8; t++) {
+        train_step(d0, &a, t);
+        comm_stats_take_kind(k);
+        train_step(d1, &b, t);
+        comm_stats_take_kind(k);
+        uint64_t K = mask_count(distopt_mask(d1, 0), 0, P), n1 = (uint64_t)(N - 1), nn = (uint64_t)N;
+        uint64_t rs = 4 * K * n1 / nn, ag = seg * n1 / nn + 2 * (4 * K * n1 / nn);
+        CHECK(k[COMM_REDUCE_SCATTER].calls == (uint64_t)a.tab.num_buckets && k[COMM_ALLREDUCE].calls == 0,
+              "step %d: %llu reduce-scatters, %llu all-reduces; expected one per bucket (%d), 0", t,
+              (unsigned long long)k[COMM_REDUCE_SCATTER].calls, (unsigned long long)k[COMM_ALLREDUCE].calls, a.tab.num_buckets);
+        /* each call's count is rounded: within a byte per call of the formula */
+        CHECK(k[COMM_REDUCE_SCATTER].bytes_sent <= rs + (uint64_t)a.tab.num_buckets && k[COMM_REDUCE_SCATTER].bytes_sent + (uint64_t)a.tab.num_buckets >= rs,
+              "step %d: payload reduce-scatter sent %llu bytes, formula 4 K (N-1)/N = %llu", t,
+              (unsigned long long)k[COMM_REDUCE_SCATTER].bytes_sent, (unsigned long long)rs);
+        CHECK(k[COMM_ALLGATHER].calls == 3 && k[COMM_ALLGATHER].bytes_recv <= ag + 3 && k[COMM_ALLGATHER].bytes_recv + 3 >= ag,
+              "step %d: %llu all-gathers of %llu bytes; expected 3 (mask, m_t, p) of %llu", t,
+              (unsigned long long)k[COMM_ALLGATHER].calls, (unsigned long long)k[COMM_ALLGATHER].bytes_recv, (unsigned long long)ag);
+        CHECK(memcmp(distopt_mask(d0, 0), distopt_mask(d1, 0), mask_bytes(P)) == 0, "step %d: M_t differs", t);
+        CHECK(memcmp(distopt_mask(d0, 1), distopt_mask(d1, 1), mask_bytes(P)) == 0, "step %d: M_{t+1} differs", t);
+        CHECK(zero_equal(b.p, a.p, P), "step %d: params differ from unsharded (max rel %g)", t, max_rel_diff(b.p, a.p, P));
+        CHECK(zero_equal(distopt_moment(d1), distopt_moment(d0), P), "step %d: m differs from unsharded", t);
+        CHECK(zero_equal(distopt_residual(d1), distopt_residual(d0), P), "step %d: residual differs from unsharded", t);
+        CHECK(same_everywhere(fnv(b.p, P * 4)), "step %d: params differ across ranks", t);
+        if (t > 4) CHECK(K < P, "step %d: K = P after the warm-up", t);
+    }
+    size_t m0 = distopt_state_memory(d0), m1 = distopt_state_memory(d1);
+    CHECK(N == 1 ? m1 == m0 : m1 < m0, "state memory %zu with ZeRO-1, %zu without: the sharded m should be smaller", m1, m0);
+    distopt_free(d0);
+    distopt_free(d1);
+    toy_free(&a);
+    toy_free(&b);
+}
+
+/* Checkpoints keep the unsharded layout: saved with or without ZeRO-1 after step 3, loaded into the other, the run
+ * continues as the uninterrupted unsharded one. */
+static void zero_cross_resume(const char *test_name_, int save_zero) {
+    Toy a, b;
+    toy_build(&a);
+    toy_build(&b);
+    size_t P = a.tab.total;
+    DistConfig cs = save_zero ? zero_config() : sparse_config(), cl = save_zero ? sparse_config() : zero_config();
+    DistConfig cref = sparse_config();
+    DistOptim *d = distopt_create(&a.tab, a.p, a.g, &cs);
+    for (int t = 1; t <= 3; t++) train_step(d, &a, t);
+    size_t nbytes = distopt_state_bytes(d);
+    void *blob = xmalloc(nbytes, "blob");
+    distopt_save(d, blob);
+    memcpy(b.p, a.p, P * 4);
+    distopt_free(d);
+    /* the reference continues unsharded from the same state */
+    Toy c;
+    toy_build(&c);
+    memcpy(c.p, a.p, P * 4);
+    const void *blobs[1] = {blob};
+    DistOptim *ref = distopt_create(&c.tab, c.p, c.g, &cref), *e = distopt_create(&b.tab, b.p, b.g, &cl);
+    distopt_load(ref, blobs, &nbytes, 1);
+    distopt_load(e, blobs, &nbytes, 1);
+    for (int t = 4; t <= 8; t++) {
+        train_step(ref, &c, t);
+        train_step(e, &b, t);
+    }
+    CHECK(zero_equal(b.p, c.p, P), "params after the cross-layout resume differ (max rel %g)", max_rel_diff(b.p, c.p, P));
+    CHECK(zero_equal(distopt_residual(e), distopt_residual(ref), P), "residual after the cross-layout resume differs");
+    CHECK(zero_equal(distopt_moment(e), distopt_moment(ref), P), "m after the cross-layout resume differs");
+    CHECK(memcmp(distopt_mask(e, 1), distopt_mask(ref, 1), mask_bytes(P)) == 0, "next mask after the cross-layout resume differs");
+    distopt_free(ref);
+    distopt_free(e);
+    free(blob);
+    toy_free(&a);
+    toy_free(&b);
+    toy_free(&c);
+}
+
+TEST(scape_zero1_save_resume_continues_bit_identically) { save_resume_case(test_name_, zero_config()); }
+TEST(scape_zero1_checkpoint_resumes_unsharded) { zero_cross_resume(test_name_, 1); }
+TEST(scape_unsharded_checkpoint_resumes_with_zero1) { zero_cross_resume(test_name_, 0); }
+TEST(nonfinite_gradient_skips_scape_zero1_step_unchanged) { skip_case(test_name_, zero_config()); }
+
 /* ---- mask-stability statistics (dist.h, DistMaskStats) against a direct recomputation here ---- */
 
 static double ref_jaccard(const uint8_t *a, const uint8_t *b, size_t lo, size_t hi) {
@@ -1102,6 +1212,11 @@ int main(int argc, char **argv) {
     MPI_RUN_TEST(inv9_dense_adamw_n_ranks_equals_one_rank_full_batch);
     MPI_RUN_TEST(inv9_dense_adams_n_ranks_equals_one_rank_full_batch);
     MPI_RUN_TEST(zero1_adamw_equals_one_rank_full_batch_and_no_zero);
+    MPI_RUN_TEST(scape_zero1_equals_unsharded_with_sharded_m_and_formula_bytes);
+    MPI_RUN_TEST(scape_zero1_save_resume_continues_bit_identically);
+    MPI_RUN_TEST(scape_zero1_checkpoint_resumes_unsharded);
+    MPI_RUN_TEST(scape_unsharded_checkpoint_resumes_with_zero1);
+    MPI_RUN_TEST(nonfinite_gradient_skips_scape_zero1_step_unchanged);
     MPI_RUN_TEST(nonfinite_gradient_skips_scape_step_unchanged);
     MPI_RUN_TEST(nonfinite_gradient_skips_adamw_step_unchanged);
     MPI_RUN_TEST(topk_ef_density_one_equals_dense_adamw_and_feedback_stays_zero);

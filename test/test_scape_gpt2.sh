@@ -4,7 +4,7 @@
 # under mpirun: density 1 == dense AdamS; every rank ends with identical parameters and shared SCAPE state
 # (SCAPE_CHECK_SYNC=1, scape/dist.c); SCAPE save/resume/continue == uninterrupted at N=1 and N=4 (losses and model
 # file bytes); N ranks x batch B == 1 rank x batch N*B; ZeRO-1 == no ZeRO; logged comm_bytes_sent == SCAPE.md
-# section 6 for this model's slice table; a killed rank ends the job non-zero in bounded time; resume on another
+# section 6 for this model's slice table; SCAPE with ZeRO-1 == unsharded SCAPE; a killed rank ends the job non-zero in bounded time; resume on another
 # N says so in one line and continues. topk-ef: density 1 == dense AdamW, identical ranks, save/resume bit for
 # bit at N=1 and N=2; --mask-stats-every writes well-formed "mask" events.
 # Prints "ok <name>"/"FAIL <name>: ..."; temp files under build/ go on exit.
@@ -92,6 +92,39 @@ if run nozero3 3 --batch 2 --optimizer adamw && run zero3 3 --batch 2 --optimize
     if msg=$(compare nozero3 zero3 1e-5 1e-4 1e-4 2>&1); then ok "zero1_equals_no_zero_3_ranks ($msg)"
     else fail zero1_equals_no_zero_3_ranks "$msg"; fi
 else fail zero1_equals_no_zero_3_ranks "$(tail -2 "$TMP/nozero3.out" "$TMP/zero3.out")"; fi
+
+# 5b. SCAPE with ZeRO-1 (scape/dist_scape_zero.c) == unsharded SCAPE: bit for bit on 2 ranks (losses, model file),
+#     within 1e-6 on 4 (the payload reduce-scatter may add a coordinate's 4 values in another order than the
+#     all-reduce); every rank identical (sync check); the logged optimizer state smaller (m lives on its owners);
+#     a ZeRO-1 checkpoint resumes unsharded and continues as the uninterrupted run; the bf16 payload is refused.
+Z=(--batch 2 --optimizer scape --density 0.05 --density-start 1 --density-warmup 3)
+if run sz2.a 2 "${Z[@]}" && run sz2.b 2 "${Z[@]}" --zero; then
+    if ! cmp -s "$TMP/sz2.a/ckpt_6/model.bin" "$TMP/sz2.b/ckpt_6/model.bin"; then fail scape_zero1_equals_unsharded_2_ranks_bitwise "model files differ"
+    elif ! diff <(grep -oE '"train_loss": [^,]+' "$TMP/sz2.a/log.jsonl") <(grep -oE '"train_loss": [^,]+' "$TMP/sz2.b/log.jsonl") > /dev/null
+    then fail scape_zero1_equals_unsharded_2_ranks_bitwise "losses differ"
+    else
+        sa=$(grep -oE '"optim_state_bytes": [0-9]+' "$TMP/sz2.a/log.jsonl" | tail -1 | grep -oE '[0-9]+$')
+        sb=$(grep -oE '"optim_state_bytes": [0-9]+' "$TMP/sz2.b/log.jsonl" | tail -1 | grep -oE '[0-9]+$')
+        if [ -n "$sa" ] && [ -n "$sb" ] && [ "$sb" -lt "$sa" ]; then ok "scape_zero1_equals_unsharded_2_ranks_bitwise (state $sb < $sa bytes)"
+        else fail scape_zero1_equals_unsharded_2_ranks_bitwise "optim_state_bytes with ZeRO-1 '$sb', without '$sa': expected smaller"; fi
+    fi
+else fail scape_zero1_equals_unsharded_2_ranks_bitwise "$(tail -2 "$TMP/sz2.a.out" "$TMP/sz2.b.out")"; fi
+if run sz4.a 4 "${Z[@]}" && "${MPI[@]}" -np 4 -x SCAPE_CHECK_SYNC=1 "${RUN[@]}" --out "$TMP/sz4.b" "${Z[@]}" --zero \
+       > "$TMP/sz4.b.out" 2>&1; then
+    if ! grep -q "sync check: parameters and shared optimizer state identical on 4 ranks" "$TMP/sz4.b.out"; then
+        fail scape_zero1_equals_unsharded_4_ranks "$(grep -E 'sync|error' "$TMP/sz4.b.out" | head -2)"
+    elif msg=$(compare sz4.a sz4.b 1e-6 1e-5 1e-5 2>&1); then ok "scape_zero1_equals_unsharded_4_ranks ($msg)"
+    else fail scape_zero1_equals_unsharded_4_ranks "$msg"; fi
+else fail scape_zero1_equals_unsharded_4_ranks "$(tail -2 "$TMP/sz4.a.out" "$TMP/sz4.b.out")"; fi
+name=scape_zero1_checkpoint_resumes_unsharded_bitwise_2_ranks
+if run szr.a 2 "${Z[@]}" --zero --ckpt-every 3 --keep-ckpts 0 && run szr.b 2 "${Z[@]}" --resume "$TMP/szr.a/ckpt_3"; then
+    if ! cmp -s "$TMP/sz2.a/ckpt_6/model.bin" "$TMP/szr.b/ckpt_6/model.bin"; then fail $name "ckpt_6/model.bin differs from the uninterrupted unsharded run"
+    else ok $name; fi
+else fail $name "$(tail -2 "$TMP/szr.a.out" "$TMP/szr.b.out")"; fi
+out=$("${MPI[@]}" -np 2 "${RUN[@]}" --out "$TMP/szbf" "${Z[@]}" --zero --scape-payload bf16 2>&1); rc=$?
+if [ $rc -ne 0 ] && grep -q "zero 1 with --scape-payload bf16 is not built" <<<"$out" && [ ! -e "$TMP/szbf/ckpt_6" ]; then
+    ok scape_zero1_refuses_the_bf16_payload_in_one_line
+else fail scape_zero1_refuses_the_bf16_payload_in_one_line "rc $rc: $(head -2 <<<"$out")"; fi
 
 # 6. logged comm_bytes_sent == SCAPE.md section 6 for this model's slice table (sync4: N = 4, d = 0.1; steps >= 2,
 #    since step 1 makes its first mask synchronously). Per rank and step: payload all-reduce 2*4*K(N-1)/N, mask
@@ -184,6 +217,14 @@ if run w42 2 --batch 2 --optimizer scape --density 0.1 --density-start 1 --densi
    && [ "$(grep -c "note: resuming a 4-rank checkpoint on 2 ranks" "$TMP/w42.out")" = 1 ] && [ -s "$TMP/w42/ckpt_6/model.bin" ]; then
     ok scape_resume_4_rank_checkpoint_on_2_ranks
 else fail scape_resume_4_rank_checkpoint_on_2_ranks "$(grep -E 'note|error' "$TMP/w42.out" | head -2)"; fi
+# 8a. the same 4-rank (unsharded) checkpoint continues on 3 ranks with ZeRO-1 (m scattered to the new owners, each
+#     rank's residual the saved ranks' mean, folded), every rank identical at the end
+if "${MPI[@]}" -np 3 -x SCAPE_CHECK_SYNC=1 "${RUN[@]}" --out "$TMP/w43z" --batch 2 --optimizer scape --density 0.1 \
+       --density-start 1 --density-warmup 3 --zero --resume "$TMP/res4.a/ckpt_3" > "$TMP/w43z.out" 2>&1 \
+   && [ "$(grep -c "note: resuming a 4-rank checkpoint on 3 ranks" "$TMP/w43z.out")" = 1 ] && [ -s "$TMP/w43z/ckpt_6/model.bin" ] \
+   && grep -q "sync check: parameters and shared optimizer state identical on 3 ranks" "$TMP/w43z.out"; then
+    ok scape_resume_4_rank_checkpoint_on_3_ranks_with_zero1
+else fail scape_resume_4_rank_checkpoint_on_3_ranks_with_zero1 "$(grep -E 'note|error|sync' "$TMP/w43z.out" | head -2)"; fi
 # 8b. a 1-rank SCAPE checkpoint continues on 2 ranks (its one state file is every saved rank's: each new rank starts
 #     from its residual, the mean over the one saved rank)
 if run w12 2 --batch 2 --optimizer scape --density 0.1 --density-start 1 --density-warmup 3 --resume "$TMP/res1.a/ckpt_3" \

@@ -4,7 +4,7 @@
 # parameters, mostly wte and lm_head) on 2 ranks under mpirun: SCAPE at density 1 == dense AdamS (losses and final
 # model.bin); every rank ends with identical parameters and shared SCAPE state (SCAPE_CHECK_SYNC=1, scape/dist.c,
 # the same check as test/test_scape_gpt2.sh) for adamw, adams and sparse scape; SCAPE save at step 3 / resume /
-# continue == uninterrupted, bit for bit (losses and model.bin bytes); the log has the GPT-2 trainer's events and
+# continue == uninterrupted, bit for bit (losses and model.bin bytes); SCAPE with ZeRO-1 == unsharded; the log has the GPT-2 trainer's events and
 # keys; samples decode to text that starts with the prompt. Prints "ok <name>"/"FAIL <name>: ..."; exits non-zero
 # on any failure; temp files under build/ go on exit (KEEP_TMP=1 keeps them). About 30-60 s on 2 busy cores.
 set -u
@@ -101,9 +101,18 @@ if run res.a 2 "${S[@]}" --ckpt-every 3 --keep-ckpts 0 && [ -f "$TMP/res.a/ckpt_
     then fail $name "losses of steps 4-6 differ after resume"
     else ok $name; fi
 else fail $name "$(why res.a) $(why res.b)"; fi
+# 3b. SCAPE with ZeRO-1 (m on its owners, the payload reduce-scattered, m_t and p all-gathered on the mask) ==
+#     unsharded SCAPE (res.a), bit for bit on 2 ranks: the losses and the final model.bin; identical ranks
+name=llama_scape_zero1_equals_unsharded_bitwise_2_ranks
+if run zero.a 2 "${S[@]}" --zero; then
+    if ! cmp -s "$TMP/res.a/ckpt_6/model.bin" "$TMP/zero.a/ckpt_6/model.bin"; then fail $name "ckpt_6/model.bin differs"
+    elif ! diff <(grep -oE '"train_loss": [^,]+' "$TMP/res.a/log.jsonl") <(grep -oE '"train_loss": [^,]+' "$TMP/zero.a/log.jsonl") > /dev/null
+    then fail $name "losses differ"
+    else ok $name; fi
+else fail $name "$(why zero.a)"; fi
 sync_ok adamw sync_adamw
 sync_ok adams adams2
-sync_ok scape scape1_2 res.a res.b
+sync_ok scape scape1_2 res.a res.b zero.a
 
 # 4. the log has the GPT-2 trainer's events and keys (start, train with comm bytes and density, val, sample, ckpt),
 #    and a sample decodes to text that starts with the prompt (the loop feeds <s>, then the prompt's tokens)

@@ -68,7 +68,7 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
         {"comm-timeout", ARG_INT, &c->comm_timeout, "900", 0, 86400, NULL,
          "watchdog: a collective that waits this many seconds for another rank ends the job on every rank, naming "
          "the ranks that did not arrive and the collective (MPI collectives; 0 = wait forever)", 0},
-        {"zero", ARG_FLAG, &c->zero, NULL, 0, 1, NULL, "ZeRO-1: shard the dense optimizer state over ranks", 0},
+        {"zero", ARG_FLAG, &c->zero, NULL, 0, 1, NULL, "ZeRO-1: shard the optimizer state over ranks (adamw, adams, scape)", 0},
         {"density", ARG_DOUBLE, &c->density, "1.0", 1e-6, 1, NULL, "SCAPE / topk-ef target density d (0.01 = 99% sparse)", 0},
         {"density-start", ARG_DOUBLE, &c->density_start, "1.0", 1e-6, 1, NULL,
          "SCAPE / topk-ef density d_start at step 1 of the warm-up", 0},

@@ -1,0 +1,182 @@
+/*
+ * scape/dist_scape_zero.c - SCAPE with ZeRO-1 (--zero 1; issue 17): the parts of the step that differ from
+ * dist_scape.c, which calls them. The arithmetic is the unsharded step's (SCAPE.md section 3), so the results are
+ * bit-identical wherever the payload's sums are added in the same order (always on 1 and 2 ranks; on more ranks the
+ * MPI library's reduce-scatter may add the N values of a coordinate in another order than its all-reduce does).
+ *
+ * What each rank holds (the owner table of SCAPE.md section 4 is the shard layout):
+ *   r_i      (P)     its residual, with beta1 m_{t-1} folded in on the mask m is on (below)
+ *   m        owned   the first moment of its own slices only, compact on mask_m (about d P / N values)
+ *   masks    P bits  M_t, M_{t+1} and mask_m, as unsharded
+ * Why the fold: item 1's c_i = beta1 m_{t-1} + (1 - beta1) g_i + r_i needs m_{t-1} on every rank, on every
+ * coordinate of M_{t-1}. Unsharded, r_i is exactly 0 there (item 3 resets it on the mask; fp32 payload), so a rank
+ * can keep fl(beta1 m_{t-1}) in r_i instead and compute c_i = ((1 - beta1) g_i + r_i) + 0: the same two terms added
+ * once (addition commutes; the + 0 turns a -0 into the +0 the unsharded sum gives). So non-owners hold no m at all.
+ *
+ * The step's collectives, per rank (ring model of comm.h; K = K_t, the mask's count):
+ *   per bucket  reduce-scatter of the payload s_i = c_i[M_t] to the owners         4 K (N-1)/N
+ *   once        all-reduce of the per-chunk sums of g_hat^2 and the bad-c count    8 (chunks + 1), control
+ *   once        the mask all-gather of item 8, as unsharded                        P/8 (N-1)/N
+ *   twice       all-gathers of the owners' m_t, then p, on M_t, through the payload  2 x 4 K (N-1)/N
+ *               buffer (no memory beyond the unsharded step's)
+ * against the unsharded 8 K (N-1)/N payload all-reduce: K values more, and no dense parameter all-gather.
+ * The owners alone compute g_hat, the clip norm's terms and the masked AdamS update; everyone applies weight decay
+ * off the mask and error feedback to its own r_i. Checkpoints keep the unsharded layout (dist_state.c): m is
+ * gathered at the save and r is saved without the fold, so either layout resumes from the other, on any world.
+ * Not built here: the bf16 payload (its rounding error sits in r_i on the mask, where the fold would need a second
+ * rounding), the device update (cuda/).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "scape/dist_impl.h"
+
+void scape_zero_init(DistOptim *d) {
+    size_t nch = d->nch ? d->nch : 1;
+    d->ch_qo = xcalloc(nch, sizeof(size_t), "SCAPE owned payload offsets");
+    d->rs_k = xcalloc((size_t)(d->nb ? d->nb : 1) * (size_t)d->world, sizeof(size_t), "SCAPE reduce-scatter counts");
+    d->zred = xmalloc((d->nch + 1) * sizeof(double), "SCAPE norm partials");
+}
+
+/* The rank whose part of the owner table holds slice i. */
+static int slice_owner(const DistOptim *d, int i) {
+    int r = 0;
+    while (r + 1 < d->world && i >= d->own.first[r + 1]) r++;
+    return r;
+}
+
+void scape_zero_layout(DistOptim *d, size_t K) {
+    const size_t W = (size_t)d->world;
+    memset(d->rs_k, 0, (size_t)d->nb * W * sizeof(size_t));
+    size_t q = 0;
+    for (int b = 0; b < d->nb; b++) {
+        d->rs_off[b] = q;
+        /* the bucket's slices are in memory order, so each owner's are consecutive in its payload, in rank order */
+        for (int k = 0; k < d->bn[b]; k++) {
+            int i = d->bslices[b][k];
+            const ParamSlice *s = &d->tab->slices[i];
+            size_t c0 = (size_t)d->slice_ch0[i], c1 = c0 + (s->numel + SCAPE_CHUNK - 1) / SCAPE_CHUNK;
+            size_t n = (c1 < d->nch ? d->ch_q[c1] : K) - d->ch_q[c0];
+            int r = slice_owner(d, i);
+            d->rs_k[(size_t)b * W + (size_t)r] += n;
+            if (r != d->rank) continue;
+            for (size_t c = c0; c < c1; c++) d->ch_qo[c] = q + (d->ch_q[c] - d->ch_q[c0]);
+            q += n;
+        }
+    }
+    d->own_k = q;
+    if (d->rs_out && q <= d->rs_cap && d->rs_cap <= q + q / 2) return;
+    d->rs_out = xrealloc(d->rs_out, (q ? q : 1) * sizeof(float), "SCAPE owned payload");
+    d->rs_cap = q;
+}
+
+double scape_zero_reduce_norm(DistOptim *d, int *bad) {
+    int b = 0;
+    for (size_t c = 0; c < d->nch; c++) {
+        d->zred[c] = d->ch_ss[c];
+        b |= d->ch_bad[c];
+    }
+    d->zred[d->nch] = b ? 1.0 : 0.0;
+    /* one rank contributes each chunk's sum, the others +0: exact, in any order of addition */
+    comm_allreduce_sum_f64(d->zred, d->nch + 1);
+    double ss = 0;
+    for (size_t c = 0; c < d->nch; c++) {
+        d->ch_ss[c] = d->zred[c];
+        ss += d->zred[c];
+    }
+    *bad = d->zred[d->nch] > 0;
+    return ss;
+}
+
+/* K_r of each rank (the step's payload counts by owner) into kr (world entries); returns the total. */
+static size_t owner_counts(const DistOptim *d, size_t *kr) {
+    const size_t W = (size_t)d->world;
+    size_t total = 0;
+    for (size_t r = 0; r < W; r++) {
+        kr[r] = 0;
+        for (int b = 0; b < d->nb; b++) kr[r] += d->rs_k[(size_t)b * W + r];
+        total += kr[r];
+    }
+    return total;
+}
+
+/* One all-gather of the owners' values on M_t into stage (its K_t floats, free once the reduce-scatters are
+ * waited for), rank r's K_r values at the sum of the earlier ranks' counts, each in memory order; then every rank
+ * writes them over M_t: into p (what = 'p'), or beta1 times them into r (what = 'm', the fold). */
+static void sync_values(DistOptim *d, const size_t *kr, char what) {
+    const size_t W = (size_t)d->world;
+    const float b1 = d->cfg.opt.beta1;
+    size_t mine = 0;
+    for (int r = 0; r < d->rank; r++) mine += kr[r];
+    float *out = d->stage + mine;
+    size_t o = 0;
+    for (int i = d->own.first[d->rank]; i < d->own.first[d->rank + 1]; i++) {
+        const ParamSlice *s = &d->tab->slices[i];
+        if (what == 'p') {
+            o += scape_gather_masked(d->params, d->mask_cur, s->offset, s->offset + s->numel, out + o);
+        } else { /* each slice's chunks are consecutive in m */
+            size_t n = mask_count(d->mask_cur, s->offset, s->offset + s->numel);
+            memcpy(out + o, d->m + d->ch_qm[d->slice_ch0[i]], n * sizeof(float));
+            o += n;
+        }
+    }
+    if (o != kr[d->rank]) fatal("SCAPE ZeRO-1 sync: %zu owned values, the layout says %zu (internal error)", o, kr[d->rank]);
+    comm_wait(comm_iallgatherv(d->stage, kr, sizeof(float)));
+    float *dst = what == 'p' ? d->params : d->r;
+    const float sc = what == 'p' ? 1.0f : b1;
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (size_t r = 0; r < W; r++) {
+        size_t q = 0;
+        for (size_t x = 0; x < r; x++) q += kr[x];
+        const float *v = d->stage;
+        for (size_t j = d->own.lo[r]; j < d->own.hi[r]; j++)
+            if (mask_get(d->mask_cur, j)) {
+                dst[j] = what == 'p' ? v[q] : sc * v[q];
+                q++;
+            }
+    }
+}
+
+void scape_zero_sync(DistOptim *d) {
+    size_t *kr = xmalloc((size_t)d->world * sizeof(size_t), "SCAPE sync counts");
+    owner_counts(d, kr);
+    sync_values(d, kr, 'm'); /* r = beta1 m_t on M_t (the update pass left 0 there) */
+    sync_values(d, kr, 'p');
+    free(kr);
+}
+
+size_t scape_zero_m_memory_order(const DistOptim *d, float *out) {
+    const size_t W = (size_t)d->world;
+    size_t *cnt = xmalloc(W * sizeof(size_t), "SCAPE gather counts"), total = 0, mine = 0;
+    for (size_t r = 0; r < W; r++) {
+        cnt[r] = d->have_m ? mask_count(d->mask_m, d->own.lo[r], d->own.hi[r]) : 0;
+        if ((int)r == d->rank) mine = total;
+        total += cnt[r];
+    }
+    size_t o = 0;
+    if (d->have_m)
+        for (int i = d->own.first[d->rank]; i < d->own.first[d->rank + 1]; i++) {
+            const ParamSlice *s = &d->tab->slices[i];
+            size_t n = mask_count(d->mask_m, s->offset, s->offset + s->numel);
+            memcpy(out + mine + o, d->m + d->ch_qm[d->slice_ch0[i]], n * sizeof(float));
+            o += n;
+        }
+    comm_wait(comm_iallgatherv(out, cnt, sizeof(float)));
+    free(cnt);
+    return total;
+}
+
+void scape_zero_r_unfold(const DistOptim *d, float *out) {
+    memcpy(out, d->r, d->P * sizeof(float));
+    if (!d->have_m) return;
+    for (size_t j = 0; j < d->P; j++)
+        if (mask_get(d->mask_m, j)) out[j] = 0.0f;
+}
+
+void scape_zero_r_fold(DistOptim *d, const float *m) {
+    if (!d->have_m) return;
+    const float b1 = d->cfg.opt.beta1;
+    for (size_t j = 0; j < d->P; j++)
+        if (mask_get(d->mask_m, j)) d->r[j] += b1 * m[j];
+}
