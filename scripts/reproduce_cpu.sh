@@ -20,7 +20,8 @@
 # gap to AdamS at each length, and whether the paper's claim holds at the longest one.
 # CORPUS: a directory of llm.c token shards (*train*.bin, *val*.bin) in the model's tokenizer; default: the State of
 # the Union corpus in bpe4k (`make data`).
-# ONLY="name ..." trains just those runs (the tables still read all); SKIP_TRAIN=1 only rebuilds tables and plots.
+# ONLY="name ..." trains just those runs (the tables still read all; a run with no seed at a length is listed as "not
+# run" there, one missing only some seeds is an error); SKIP_TRAIN=1 only rebuilds tables and plots.
 # QUICK=1: a few steps of a tiny model on 2 ranks, 2 seeds, 2 lengths, same outputs (test/test_reproduce.sh).
 # Every setting is a variable: TRAINER RANKS LENGTHS SEEDS MODEL_SPEC B T LR LR_FLOOR WARMUP_FRAC DW_FRAC EVAL_POINTS
 # EVAL_BATCHES ABLATION; KEEP_CKPTS=1 keeps each run's final checkpoint (deleted by default). Cost of the default gpt recipe on this 2-core machine: docs/reproduction.md.
@@ -165,6 +166,11 @@ for L in lengths:
     warm = int(L * dw_frac + 0.5)
     res, curves = {}, {}
     for name in names:
+        logs = [os.path.join(out, "steps_%d" % L, name, "seed" + sd, "log.jsonl") for sd in seeds]
+        dat = os.path.join(out, "steps_%d" % L, name + ".val.dat")
+        if name != "adams" and not any(os.path.isfile(p) for p in logs):
+            if os.path.exists(dat): os.remove(dat)  # a run left out of this length (ONLY=...): "not run" below
+            continue
         finals, bytes_mean, bytes_last, ms, mk, vtok = [], [], [], [], [], 0
         per_seed = []
         for sd in seeds:
@@ -177,7 +183,7 @@ for L in lengths:
             mk += [e for e in masks if e["step"] > warm]
             per_seed.append(vals)
         common = sorted(set.intersection(*(set(v) for v in per_seed)))
-        with open(os.path.join(out, "steps_%d" % L, name + ".val.dat"), "w") as f:
+        with open(dat, "w") as f:
             for s in common:
                 xs = [v[s] for v in per_seed]
                 f.write("%d %.6f %.6f %.6f\n" % (s, sum(xs) / len(xs), min(xs), max(xs)))
@@ -189,6 +195,9 @@ for L in lengths:
               "| run | final val loss: mean +- sd | [min, max] | gap vs AdamS (mean) | bytes/step/rank (mean) | bytes/step/rank (at target d) | vs dense | ms/step |",
               "|---|---|---|---|---|---|---|---|"]
     for name in names:
+        if name not in res:
+            lines.append("| %s | not run at this length | | | | | | |" % name)
+            continue
         r = res[name]
         m, sd, lo, hi = stats(r["final"])
         # spread of the gap: the per-seed differences (same seed = same data order and initialization)
@@ -199,6 +208,7 @@ for L in lengths:
             ref["bytes_last"] / r["bytes_last"] if r["bytes_last"] else float("inf"), r["ms"]))
     stab = []
     for name in names:  # "mask" events (scape/dist.h DistMaskStats): means over the logged steps after the warm-up
+        if name not in res: continue
         mk = res[name]["mask"]
         if not mk: continue
         def avg(key):
@@ -215,11 +225,12 @@ for L in lengths:
 lines += ["### Gap to dense AdamS by run length (mean over seeds; +- the sample sd of the per-seed differences)", "",
           "| run | " + " | ".join("%d steps" % L for L in lengths) + " |", "|---|" + "---|" * len(lengths)]
 for name in names:
-    lines.append("| %s | " % name + " | ".join("%+.4f +- %.4f" % gap[(name, L)] for L in lengths) + " |")
+    lines.append("| %s | " % name + " | ".join("%+.4f +- %.4f" % gap[(name, L)] if (name, L) in gap else "not run"
+                                                for L in lengths) + " |")
 Lmax = lengths[-1]
 verdict = []
 for name, target in (("scape_0.1", 0.02), ("scape_0.01", 0.04)):
-    if name in names:
+    if (name, Lmax) in gap:
         g = gap[(name, Lmax)][0]
         verdict.append("%s: %+.4f at %d steps, target <= %+.2f: %s" % (name, g, Lmax, target,
                        "met" if g <= target else "not met, by %.4f" % (g - target)))
@@ -236,6 +247,7 @@ for steps in $LENGTHS; do
     plots=(); i=1
     for name in "${names[@]}"; do
         dat="$OUT/steps_$steps/$name.val.dat"
+        [ -f "$dat" ] || { i=$((i + 1)); continue; }   # not run at this length
         plots+=("'$dat' using 1:3:4 with filledcurves fs transparent solid 0.2 noborder lc $i notitle")
         plots+=("'$dat' using 1:2 with linespoints pt 7 ps 0.6 lw 1.5 lc $i title '$name'")
         i=$((i + 1))

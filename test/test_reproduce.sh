@@ -145,4 +145,18 @@ check("reproduce_verdict_from_logs", ("scape_0.1: %+.4f at 6 steps, target <= +0
 sys.exit(1 if fails else 0)
 PYEOF
 [ $? = 0 ] || fails=$((fails + 1))
+
+# A run left out of one length (ONLY=...) is listed as "not run" there and drawn without it; a run missing only some
+# of its seeds is an error naming the missing log.
+rm -rf "$tmp/r/steps_4/scape_0.01_xnorm"
+if SKIP_TRAIN=1 QUICK=1 DATA="$data" OUT="$tmp/r" scripts/reproduce_cpu.sh "$family" > "$tmp/stdout2" 2> "$tmp/stderr2" &&
+   grep -q "^| scape_0.01_xnorm | not run at this length" "$tmp/r/results.md" &&
+   grep -qE "^\| scape_0.01_xnorm \| not run \| [+-]" "$tmp/r/results.md" && [ -s "$tmp/r/val_loss_steps4.png" ]; then
+    ok reproduce_run_left_out_of_a_length_is_listed_not_run
+else fail reproduce_run_left_out_of_a_length_is_listed_not_run "$(tail -2 "$tmp/stderr2"; grep xnorm "$tmp/r/results.md")"; fi
+rm -rf "$tmp/r/steps_6/adamw/seed1"
+if SKIP_TRAIN=1 QUICK=1 DATA="$data" OUT="$tmp/r" scripts/reproduce_cpu.sh "$family" > /dev/null 2> "$tmp/stderr3"; then
+    fail reproduce_run_missing_a_seed_is_an_error "the tables were built without adamw's seed 1"
+elif grep -q "steps_6/adamw/seed1/log.jsonl is missing" "$tmp/stderr3"; then ok reproduce_run_missing_a_seed_is_an_error
+else fail reproduce_run_missing_a_seed_is_an_error "$(tail -2 "$tmp/stderr3")"; fi
 exit $((fails > 0))
