@@ -37,7 +37,8 @@ import json, sys
 need = {
     "start": ["step", "model", "params", "world", "B", "T", "total_batch", "optimizer", "steps", "lr"],
     "train": ["step", "train_loss", "lr", "grad_norm", "ms", "tok_per_s", "comm_bytes_sent", "comm_bytes_recv",
-              "comm_wait_ms", "comm_allreduce_bytes", "comm_allgather_bytes", "density"],
+              "comm_wait_ms", "comm_allreduce_bytes", "comm_reduce_scatter_bytes", "comm_allgather_bytes",
+              "comm_control_bytes", "density"],
     "val": ["step", "val_loss"],
     "sample": ["step", "text"],
     "ckpt": ["step", "dir"],

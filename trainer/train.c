@@ -953,10 +953,14 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
             jlog_num(r->log, "mfu", r->m->flops_per_token * tok_s / ((double)c->peak_flops * r->world));
         jlog_int(r->log, "comm_bytes_sent", (int64_t)cs.bytes_sent);
         jlog_int(r->log, "comm_bytes_recv", (int64_t)cs.bytes_recv);
-        /* by collective: all-reduces (gradients, SCAPE's payload) and all-gathers (SCAPE's masks, ZeRO-1's
-         * parameters, topk-ef's pairs); a coded SCAPE mask is counted when the next step collects it */
+        /* by collective: all-reduces (gradients, SCAPE's payload), reduce-scatters (ZeRO-1's gradients, SCAPE's
+         * payload with ZeRO-1), all-gathers (SCAPE's masks, ZeRO-1's parameters, sharded SCAPE's m_t and p values,
+         * topk-ef's pairs) and control (norms, flags, the loss); a coded SCAPE mask is counted when the next step
+         * collects it */
         jlog_int(r->log, "comm_allreduce_bytes", (int64_t)cs.bytes_sent_kind[COMM_ALLREDUCE]);
+        jlog_int(r->log, "comm_reduce_scatter_bytes", (int64_t)cs.bytes_sent_kind[COMM_REDUCE_SCATTER]);
         jlog_int(r->log, "comm_allgather_bytes", (int64_t)cs.bytes_sent_kind[COMM_ALLGATHER]);
+        jlog_int(r->log, "comm_control_bytes", (int64_t)cs.bytes_sent_kind[COMM_CONTROL]);
         jlog_num(r->log, "comm_wait_ms", cs.wait_ms);
         jlog_num(r->log, "comm_busy_ms", cs.busy_ms); /* comm thread time in collectives (scape/comm.h) */
         jlog_num(r->log, "density", density);
