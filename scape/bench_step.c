@@ -1,8 +1,8 @@
 /*
  * scape/bench_step.c - times one optimizer step of scape/dist.c (no model): a GPT-2-like parameter table of about
- * P floats, random gradients, and distopt_step for adamw, adams, scape and scape with coded masks (scape+code: the
- * owner's encode and every segment's decode, scape/mask_code.h, are inside the timed step); prints the median ms
- * per step.
+ * P floats, random gradients, and distopt_step for adamw, adams, adams with ZeRO-1, scape, scape with coded masks
+ * (scape+code: the owner's encode and every segment's decode, scape/mask_code.h, are inside the timed step) and scape
+ * with ZeRO-1 (scape/dist_scape_zero.c); prints the median ms per step.
  * Usage: build/bench_step [P_millions=10.75] [steps=7] [density=0.1]   (run under mpirun for N > 1)
  * Not a test: it asserts nothing; use it to compare versions of the update (same machine, same command).
  */
@@ -69,13 +69,13 @@ int main(int argc, char **argv) {
     Rng r;
     rng_seed(&r, 11 + (uint64_t)comm_rank());
     rng_normal(&r, g0, P, 0.0f, 1e-3f);
-    const char *names[] = {"adamw", "adams", "scape", "scape+code"};
-    OptimizerKind kinds[] = {OPT_ADAMW, OPT_ADAMS, OPT_SCAPE, OPT_SCAPE};
-    for (int o = 0; o < 4; o++) {
+    const char *names[] = {"adamw", "adams", "adams+zero", "scape", "scape+code", "scape+zero"};
+    OptimizerKind kinds[] = {OPT_ADAMW, OPT_ADAMS, OPT_ADAMS, OPT_SCAPE, OPT_SCAPE, OPT_SCAPE};
+    for (int o = 0; o < 6; o++) {
         rng_normal(&r, p, P, 0.0f, 0.02f);
         DistConfig cfg = {.opt = {.kind = kinds[o], .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
                           .clip = 1.0f, .density = kinds[o] == OPT_SCAPE ? dens : 1.0f, .density_start = 1.0f,
-                          .exclude_norms = 1, .mask_coding = o == 3};
+                          .exclude_norms = 1, .mask_coding = o == 4, .zero = o == 2 || o == 5};
         DistOptim *d = distopt_create(&tab, p, g, &cfg);
         double *ms = xmalloc((size_t)steps * sizeof(double), "times");
         double *cpu = xmalloc((size_t)steps * sizeof(double), "times");

@@ -137,7 +137,7 @@ void distopt_free(DistOptim *d) {
     free(d->m); free(d->v); free(d->r); free(d->mask_cur); free(d->mask_next); free(d->seg);
     free(d->pay_off);
     free(d->m_new); free(d->mask_m); free(d->ch_qm); free(d->slice_ch0); free(d->m_dense);
-    free(d->ch_qo); free(d->rs_k); free(d->zred); free(d->r_plain);
+    free(d->ch_qo); free(d->ch_qs); free(d->rs_k); free(d->zred); free(d->r_plain);
     free(d->seg_bytes); free(d->seg_off); free(d->topk_tmp);
     free(d->code_mine); free(d->code_all); free(d->code_sizes);
     free(d->ch_lo); free(d->ch_hi); free(d->ch_q); free(d->ch_slice); free(d->ch_bucket); free(d->ch_ss); free(d->ch_bad);

@@ -87,8 +87,8 @@ struct DistOptim {
      * chunk order from ch_qm[c] (owned chunks); r holds beta1 m on the mask m is on (the fold); the payload is
      * reduce-scattered to the owners into rs_out (owned chunk c's values from ch_qo[c], bucket b's part from
      * rs_off[b]; rs_k[b * world + r]: rank r's count in bucket b, own_k this rank's total); the owners' updated m
-     * and p values on M_t come back through stage. */
-    size_t *ch_qo, *rs_k, rs_cap, own_k;
+     * and p values on M_t come back through stage, in memory order (chunk c's from ch_qs[c]). */
+    size_t *ch_qo, *ch_qs, *rs_k, rs_cap, own_k;
     double *zred;          /* per-chunk sums of g_hat^2, then the count of ranks with a non-finite c */
     float *r_plain;        /* distopt_residual's unfolded copy (tests) */
     float *m_dense;        /* distopt_moment's dense copy (tests) */

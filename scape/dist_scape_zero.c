@@ -35,6 +35,7 @@
 void scape_zero_init(DistOptim *d) {
     size_t nch = d->nch ? d->nch : 1;
     d->ch_qo = xcalloc(nch, sizeof(size_t), "SCAPE owned payload offsets");
+    d->ch_qs = xcalloc(nch, sizeof(size_t), "SCAPE sync offsets");
     d->rs_k = xcalloc((size_t)(d->nb ? d->nb : 1) * (size_t)d->world, sizeof(size_t), "SCAPE reduce-scatter counts");
     d->zred = xmalloc((d->nch + 1) * sizeof(double), "SCAPE norm partials");
 }
@@ -66,6 +67,15 @@ void scape_zero_layout(DistOptim *d, size_t K) {
         }
     }
     d->own_k = q;
+    /* ch_qs: where chunk c's masked values sit among all masked coordinates in memory order (the sync's layout:
+     * the owners' parts in rank order, each in memory order) */
+    size_t qs = 0;
+    for (int i = 0; i < d->tab->n; i++) {
+        const ParamSlice *s = &d->tab->slices[i];
+        size_t c0 = (size_t)d->slice_ch0[i], c1 = c0 + (s->numel + SCAPE_CHUNK - 1) / SCAPE_CHUNK;
+        for (size_t c = c0; c < c1; c++) d->ch_qs[c] = qs + (d->ch_q[c] - d->ch_q[c0]);
+        qs += (c1 < d->nch ? d->ch_q[c1] : K) - d->ch_q[c0];
+    }
     if (d->rs_out && q <= d->rs_cap && d->rs_cap <= q + q / 2) return;
     d->rs_out = xrealloc(d->rs_out, (q ? q : 1) * sizeof(float), "SCAPE owned payload");
     d->rs_cap = q;
@@ -102,39 +112,34 @@ static size_t owner_counts(const DistOptim *d, size_t *kr) {
 }
 
 /* One all-gather of the owners' values on M_t into stage (its K_t floats, free once the reduce-scatters are
- * waited for), rank r's K_r values at the sum of the earlier ranks' counts, each in memory order; then every rank
- * writes them over M_t: into p (what = 'p'), or beta1 times them into r (what = 'm', the fold). */
+ * waited for): all masked coordinates in memory order, so rank r's K_r values follow the earlier ranks' (chunk c's
+ * from ch_qs[c]); then every rank writes them over M_t: into p (what = 'p'), or beta1 times them into r (what = 'm',
+ * the fold). Chunks in parallel, word by word over the mask. */
 static void sync_values(DistOptim *d, const size_t *kr, char what) {
-    const size_t W = (size_t)d->world;
     const float b1 = d->cfg.opt.beta1;
-    size_t mine = 0;
-    for (int r = 0; r < d->rank; r++) mine += kr[r];
-    float *out = d->stage + mine;
-    size_t o = 0;
-    for (int i = d->own.first[d->rank]; i < d->own.first[d->rank + 1]; i++) {
-        const ParamSlice *s = &d->tab->slices[i];
-        if (what == 'p') {
-            o += scape_gather_masked(d->params, d->mask_cur, s->offset, s->offset + s->numel, out + o);
-        } else { /* each slice's chunks are consecutive in m */
-            size_t n = mask_count(d->mask_cur, s->offset, s->offset + s->numel);
-            memcpy(out + o, d->m + d->ch_qm[d->slice_ch0[i]], n * sizeof(float));
-            o += n;
-        }
+    const uint8_t *M = d->mask_cur;
+    float *v = d->stage;
+    #pragma omp parallel for schedule(dynamic, 4)
+    for (size_t c = 0; c < d->nch; c++) {
+        if (!dist_is_owned_slice(d, d->ch_slice[c])) continue;
+        if (what == 'p') scape_gather_masked(d->params, M, d->ch_lo[c], d->ch_hi[c], v + d->ch_qs[c]);
+        else memcpy(v + d->ch_qs[c], d->m + d->ch_qm[c], mask_count(M, d->ch_lo[c], d->ch_hi[c]) * sizeof(float));
     }
-    if (o != kr[d->rank]) fatal("SCAPE ZeRO-1 sync: %zu owned values, the layout says %zu (internal error)", o, kr[d->rank]);
-    comm_wait(comm_iallgatherv(d->stage, kr, sizeof(float)));
+    comm_wait(comm_iallgatherv(v, kr, sizeof(float)));
     float *dst = what == 'p' ? d->params : d->r;
     const float sc = what == 'p' ? 1.0f : b1;
-    #pragma omp parallel for schedule(dynamic, 1)
-    for (size_t r = 0; r < W; r++) {
-        size_t q = 0;
-        for (size_t x = 0; x < r; x++) q += kr[x];
-        const float *v = d->stage;
-        for (size_t j = d->own.lo[r]; j < d->own.hi[r]; j++)
-            if (mask_get(d->mask_cur, j)) {
-                dst[j] = what == 'p' ? v[q] : sc * v[q];
+    #pragma omp parallel for schedule(dynamic, 4)
+    for (size_t c = 0; c < d->nch; c++) {
+        size_t q = d->ch_qs[c], hi = d->ch_hi[c];
+        for (size_t j = d->ch_lo[c]; j < hi; j += 64) {
+            size_t n = hi - j < 64 ? hi - j : 64;
+            uint64_t w = mask_load64(M, j) & (n == 64 ? ~0ull : (1ull << n) - 1);
+            for (; w; w &= w - 1) {
+                size_t i = (size_t)__builtin_ctzll(w);
+                dst[j + i] = what == 'p' ? v[q] : sc * v[q];
                 q++;
             }
+        }
     }
 }
 
