@@ -1040,6 +1040,7 @@ static void mask_stats_case(const char *test_name_, DistConfig cfg) {
 
 TEST(mask_stats_scape_equal_direct_recomputation) { mask_stats_case(test_name_, sparse_config()); }
 TEST(mask_stats_topk_ef_equal_direct_recomputation) { mask_stats_case(test_name_, topk_config()); }
+TEST(mask_stats_scape_zero1_equal_direct_recomputation) { mask_stats_case(test_name_, zero_config()); }
 
 /* ---- resume on another world size (driven by test/test_dist_resume.sh) ---- */
 
@@ -1217,6 +1218,7 @@ int main(int argc, char **argv) {
     MPI_RUN_TEST(scape_zero1_checkpoint_resumes_unsharded);
     MPI_RUN_TEST(scape_unsharded_checkpoint_resumes_with_zero1);
     MPI_RUN_TEST(nonfinite_gradient_skips_scape_zero1_step_unchanged);
+    MPI_RUN_TEST(mask_stats_scape_zero1_equal_direct_recomputation);
     MPI_RUN_TEST(nonfinite_gradient_skips_scape_step_unchanged);
     MPI_RUN_TEST(nonfinite_gradient_skips_adamw_step_unchanged);
     MPI_RUN_TEST(topk_ef_density_one_equals_dense_adamw_and_feedback_stays_zero);
