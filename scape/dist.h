@@ -22,7 +22,7 @@
 typedef struct {
     OptimConfig opt;       /* kind (adamw, adams, scape, topk-ef), beta1, beta2, eps, weight_decay */
     float clip;            /* global-norm clip threshold, 0 = off */
-    int zero;              /* 1: ZeRO-1 sharding (dense optimizers) */
+    int zero;              /* 1: ZeRO-1 sharding (adamw, adams; scape with the fp32 payload: dist_scape_zero.c) */
     double density;        /* SCAPE / topk-ef target density d in (0, 1] (double: k = floor(d n) in double) */
     double density_start;  /* d_start, default 1 */
     int density_warmup;    /* W steps of geometric warm-up, 0 = none */
@@ -117,11 +117,13 @@ size_t distopt_payload_count(const DistOptim *d);
 void distopt_owner_range(const DistOptim *d, int rank, size_t *lo, size_t *hi);
 /* Optimizer state views (NULL where the optimizer has none). m: SCAPE and non-ZeRO dense, (P) floats; SCAPE keeps
  * m compact on its mask (about d P values) and returns a dense copy made at each call, zero off the current mask
- * (for tests); with ZeRO-1 m and v cover the owned range only.
- * r: SCAPE residual (P). Masks: packed bits (P); `next` is the mask computed at the last step for the next
+ * (for tests); with ZeRO-1 m and v cover the owned range only, except SCAPE's, which is gathered from the owners
+ * (a collective: every rank must call it).
+ * r: SCAPE residual (P; with ZeRO-1 an unfolded copy, as the unsharded step holds it). Masks: packed bits (P); `next` is the mask computed at the last step for the next
  * one (waits for its all-gather). */
 /* Bytes of optimizer state this rank holds now: dense m (and v) over its range; SCAPE's residual r (4P), its compact
- * first moment (the capacity of both buffers the update alternates between, about 2 x 4 d P) and its three masks
+ * first moment (the capacity of both buffers the update alternates between, about 2 x 4 d P; with ZeRO-1 the owned
+ * part only, about 2 x 4 d P / N) and its three masks
  * (P bits each: current, next, the moment's); topk-ef's e, m, v (12P). Not counted: the gradient staging buffer
  * every rule packs buckets into (4P), the bf16 payload's (6P), the mask segments. Issue 17's memory figures. */
 size_t distopt_state_memory(const DistOptim *d);
@@ -130,7 +132,8 @@ const float *distopt_residual(const DistOptim *d);
 const uint8_t *distopt_mask(DistOptim *d, int next);
 /* Test hook: at every later SCAPE step copies, densely (P floats each, any may be NULL), this rank's corrected
  * momentum c_i, its payload s_i scattered to its coordinates (0 off the mask), and g_hat before clipping
- * (0 off the mask). Costs three extra passes; never set in training. */
+ * (0 off the mask). Costs three extra passes; never set in training. g_hat is refused with ZeRO-1 (only the
+ * owners hold b). */
 void distopt_debug_capture(DistOptim *d, float *c, float *s, float *ghat);
 
 /* ---- Mask-stability statistics (optimizer engineer) ----
