@@ -31,7 +31,7 @@
 
 #define QCAP 4096 /* jobs in flight; enough for every bucket of a step plus the mask all-gather */
 
-typedef enum { JOB_ALLREDUCE_AVG, JOB_ALLREDUCE_AVG_BF16, JOB_REDUCE_SCATTER_AVG, JOB_ALLGATHERV, JOB_ALLGATHER_BYTES, JOB_BCAST,
+typedef enum { JOB_ALLREDUCE_AVG, JOB_ALLREDUCE_AVG_BF16, JOB_REDUCE_SCATTER_AVG, JOB_REDUCE_SCATTER_AVG_BF16, JOB_ALLGATHERV, JOB_ALLGATHER_BYTES, JOB_BCAST,
                JOB_SUM_F64, JOB_MAX_I64, JOB_BARRIER, JOB_STOP } JobOp;
 
 typedef struct {
@@ -39,6 +39,7 @@ typedef struct {
     CommKind kind;
     void *buf;          /* in/out buffer */
     void *out;          /* reduce-scatter output; bf16 all-reduce: the rounding error (float, may be NULL) */
+    float *err;         /* bf16 reduce-scatter: the rounding error of this rank's part */
     size_t n;           /* elements (allreduce, bcast bytes, control) */
     size_t elem_bytes;  /* allgatherv */
     size_t *counts;     /* world entries (reduce-scatter, allgatherv), owned by the job */
@@ -81,6 +82,7 @@ static const char *job_name(JobOp op) {
     case JOB_ALLREDUCE_AVG: return "an fp32 all-reduce (gradients or SCAPE payload)";
     case JOB_ALLREDUCE_AVG_BF16: return "a bf16 all-reduce (SCAPE payload)";
     case JOB_REDUCE_SCATTER_AVG: return "a reduce-scatter (ZeRO-1 gradients)";
+    case JOB_REDUCE_SCATTER_AVG_BF16: return "a bf16 reduce-scatter (SCAPE payload with ZeRO-1)";
     case JOB_ALLGATHERV: return "an all-gather (parameters or masks)";
     case JOB_ALLGATHER_BYTES: return "an all-gather of bytes (coded masks, checkpoint checksums)";
     case JOB_BCAST: return "a broadcast";
@@ -264,11 +266,57 @@ static void run_allreduce_avg_bf16(uint16_t *buf, float *err, size_t n) {
     free(rdsp);
 }
 
+/* comm_ireduce_scatter_avg_bf16 (comm.h): an all-to-all of each owner's part, the owner's fp32 sum in rank order,
+ * the mean rounded to bf16 and its rounding error; the arithmetic of run_allreduce_avg_bf16 on other parts. */
+static void run_reduce_scatter_avg_bf16(const uint16_t *in, uint16_t *out, float *err, const size_t *counts) {
+    int N = C.world;
+    size_t off = 0, mine = counts[C.rank];
+    for (int r = 0; r < C.rank; r++) off += counts[r];
+    if (err) memset(err, 0, mine * sizeof(float));
+    if (!C.use_mpi || N == 1) {
+        memmove(out, in + off, mine * sizeof(uint16_t));
+        return;
+    }
+    int *scnt = xmalloc((size_t)N * sizeof(int), "comm counts"), *sdsp = xmalloc((size_t)N * sizeof(int), "comm counts");
+    int *rcnt = xmalloc((size_t)N * sizeof(int), "comm counts"), *rdsp = xmalloc((size_t)N * sizeof(int), "comm counts");
+    size_t o = 0;
+    for (int r = 0; r < N; r++) {
+        scnt[r] = to_int(counts[r], "reduce-scatter part");
+        sdsp[r] = to_int(o, "reduce-scatter offset");
+        o += counts[r];
+        rcnt[r] = to_int(mine, "reduce-scatter part");
+        rdsp[r] = to_int((size_t)r * mine, "all-to-all offset");
+    }
+    size_t need = (size_t)N * mine;
+    if (need > C.scratch16_n) {
+        free(C.scratch16);
+        C.scratch16 = xmalloc((need ? need : 1) * sizeof(uint16_t), "comm bf16 scratch");
+        C.scratch16_n = need;
+    }
+    MPI_Request rq;
+    MPI_Ialltoallv(in, scnt, sdsp, MPI_UINT16_T, C.scratch16, rcnt, rdsp, MPI_UINT16_T, MPI_COMM_WORLD, &rq);
+    wait_req(&rq);
+    const float fN = (float)N;
+    for (size_t i = 0; i < mine; i++) {
+        float s = 0.0f;
+        for (int r = 0; r < N; r++) s += bf16_to_f32(C.scratch16[(size_t)r * mine + i]);
+        float mean = s / fN;
+        uint16_t b = bf16_from_f32(mean);
+        out[i] = b;
+        if (err) err[i] = mean - bf16_to_f32(b);
+    }
+    free(scnt);
+    free(sdsp);
+    free(rcnt);
+    free(rdsp);
+}
+
 static void run_job(Job *j) {
     int N = C.world;
     switch (j->op) {
     case JOB_ALLREDUCE_AVG: run_allreduce_avg(j->buf, j->n); break;
     case JOB_ALLREDUCE_AVG_BF16: run_allreduce_avg_bf16(j->buf, j->out, j->n); break;
+    case JOB_REDUCE_SCATTER_AVG_BF16: run_reduce_scatter_avg_bf16(j->buf, j->out, j->err, j->counts); break;
     case JOB_REDUCE_SCATTER_AVG: {
         size_t off = 0;
         for (int r = 0; r < C.rank; r++) off += j->counts[r];
@@ -481,6 +529,15 @@ CommHandle comm_ireduce_scatter_avg_f32(const float *in, float *out, const size_
     Job j = {.op = JOB_REDUCE_SCATTER_AVG, .kind = COMM_REDUCE_SCATTER, .buf = (void *)in, .out = out};
     j.counts = copy_counts(counts, &total);
     uint64_t b = 4ull * total * (uint64_t)(C.world - 1);
+    count(COMM_REDUCE_SCATTER, b, b);
+    return enqueue(&j);
+}
+
+CommHandle comm_ireduce_scatter_avg_bf16(const uint16_t *in, uint16_t *out, float *err, const size_t *counts) {
+    size_t total;
+    Job j = {.op = JOB_REDUCE_SCATTER_AVG_BF16, .kind = COMM_REDUCE_SCATTER, .buf = (void *)in, .out = out, .err = err};
+    j.counts = copy_counts(counts, &total);
+    uint64_t b = 2ull * total * (uint64_t)(C.world - 1);
     count(COMM_REDUCE_SCATTER, b, b);
     return enqueue(&j);
 }

@@ -95,6 +95,13 @@ CommHandle comm_iallreduce_avg_bf16(uint16_t *buf, size_t n, float *err);
  * gets its part, counts[rank] floats starting at sum_{r<rank} counts[r], written to out. counts has world
  * entries and is copied. Bytes: 4 * sum(counts) (N-1)/N. */
 CommHandle comm_ireduce_scatter_avg_f32(const float *in, float *out, const size_t *counts);
+/* The bf16 payload of SCAPE with ZeRO-1 (scape/dist_scape_zero.c): in holds sum_r counts[r] bf16 values (common/
+ * bf16.h bit patterns, the same layout on every rank); the owner of part r (counts[r] values starting at the sum of
+ * the earlier counts) receives every rank's values of it (an all-to-all), sums them in fp32 in rank order, divides
+ * by N in fp32 and rounds the mean to bf16 (nearest, ties to even) into out (counts[rank] values); err (may be NULL,
+ * counts[rank] floats) gets the fp32 mean minus its rounding, exact. The arithmetic of comm_iallreduce_avg_bf16,
+ * on the owners' parts instead of equal ones. One rank: out = in, err = 0. Bytes: 2 * sum(counts) (N-1)/N. */
+CommHandle comm_ireduce_scatter_avg_bf16(const uint16_t *in, uint16_t *out, float *err, const size_t *counts);
 /* In place all-gather: buf holds world consecutive parts, part r = counts[r] elements of elem_bytes bytes;
  * this rank's part is already in place, the others are filled in. Bytes: total (N-1)/N. */
 CommHandle comm_iallgatherv(void *buf, const size_t *counts, size_t elem_bytes);

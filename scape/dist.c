@@ -39,9 +39,6 @@ DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, co
         fatal("--scape-payload bf16 applies to --optimizer scape only; drop it or use --optimizer scape");
     if (cfg->opt.kind == OPT_TOPK_EF && cfg->zero)
         fatal("--zero 1 applies to adamw, adams and scape; drop --zero for topk-ef");
-    if (cfg->opt.kind == OPT_SCAPE && cfg->zero && cfg->payload_bf16)
-        fatal("--zero 1 with --scape-payload bf16 is not built (the rounding error shares r with the sharded m's "
-              "fold); use --scape-payload fp32 with --zero 1");
     if (cfg->opt.kind == OPT_TOPK_EF && tab->total > UINT32_MAX)
         fatal("topk-ef sends 32-bit indices but the model has %zu parameters; use a model under 2^32 parameters", tab->total);
     if (!(cfg->opt.beta1 >= 0 && cfg->opt.beta1 < 1)) fatal("beta1 %g is outside [0, 1)", cfg->opt.beta1);
@@ -137,7 +134,7 @@ void distopt_free(DistOptim *d) {
     free(d->m); free(d->v); free(d->r); free(d->mask_cur); free(d->mask_next); free(d->seg);
     free(d->pay_off);
     free(d->m_new); free(d->mask_m); free(d->ch_qm); free(d->slice_ch0); free(d->m_dense);
-    free(d->ch_qo); free(d->ch_qs); free(d->rs_k); free(d->zred); free(d->r_plain);
+    free(d->ch_qo); free(d->ch_qs); free(d->rs_k); free(d->rs16); free(d->rs_err); free(d->ez); free(d->ch_qe); free(d->zred); free(d->r_plain);
     free(d->seg_bytes); free(d->seg_off); free(d->topk_tmp);
     free(d->code_mine); free(d->code_all); free(d->code_sizes);
     free(d->ch_lo); free(d->ch_hi); free(d->ch_q); free(d->ch_slice); free(d->ch_bucket); free(d->ch_ss); free(d->ch_bad);
@@ -212,7 +209,7 @@ size_t distopt_payload_count(const DistOptim *d) { return d->last_k; }
 size_t distopt_state_memory(const DistOptim *d) {
     const size_t F = sizeof(float);
     switch (d->cfg.opt.kind) {
-    case OPT_SCAPE: return d->P * F + (d->m_cap + d->m_new_cap) * F + 3 * mask_bytes(d->P);
+    case OPT_SCAPE: return d->P * F + (d->m_cap + d->m_new_cap + d->ez_cap) * F + 3 * mask_bytes(d->P);
     case OPT_TOPK_EF: return 3 * d->P * F;
     case OPT_ADAMW: return 2 * (d->shi - d->slo) * F;
     case OPT_ADAMS: return (d->shi - d->slo) * F;

@@ -87,8 +87,14 @@ struct DistOptim {
      * chunk order from ch_qm[c] (owned chunks); r holds beta1 m on the mask m is on (the fold); the payload is
      * reduce-scattered to the owners into rs_out (owned chunk c's values from ch_qo[c], bucket b's part from
      * rs_off[b]; rs_k[b * world + r]: rank r's count in bucket b, own_k this rank's total); the owners' updated m
-     * and p values on M_t come back through stage, in memory order (chunk c's from ch_qs[c]). */
+     * and p values on M_t come back through stage, in memory order (chunk c's from ch_qs[c]). With the bf16 payload
+     * rs16 and rs_err hold the owned part of b as received and its rounding errors (rs layout), and r's value on
+     * mask_m (what the unsharded r holds there: this rank's rounding losses) lives apart in ez, in mask_m's payload
+     * order (chunk c's from ch_qe[c]), since r itself holds beta1 m there. */
     size_t *ch_qo, *ch_qs, *rs_k, rs_cap, own_k;
+    uint16_t *rs16;
+    float *rs_err, *ez;
+    size_t ez_cap, *ch_qe;
     double *zred;          /* per-chunk sums of g_hat^2, then the count of ranks with a non-finite c */
     float *r_plain;        /* distopt_residual's unfolded copy (tests) */
     float *m_dense;        /* distopt_moment's dense copy (tests) */
@@ -153,6 +159,10 @@ void scape_m_memory_order(const DistOptim *d, float *out);
 /* Sets the compact first moment from a dense m (P) supported on mask (have = 0: none, m zero). */
 void scape_m_set_dense(DistOptim *d, const float *m, const uint8_t *mask, int have);
 
+/* off[c]: how many bits of mask lie in the chunks before c (chunk order = payload order); returns the total
+ * (dist_scape.c). */
+size_t scape_chunk_offsets(const DistOptim *d, const uint8_t *mask, size_t *off);
+
 /* ---- dist_scape_zero.c: SCAPE with ZeRO-1, the parts that differ (see its header) ---- */
 void scape_zero_init(DistOptim *d);
 /* at the end of scape_payload_layout (K: the step's payload count): the owners' reduce-scatter layout (rs_k, rs_off, ch_qo,
@@ -169,7 +179,8 @@ void scape_zero_sync(DistOptim *d);
 size_t scape_zero_m_memory_order(const DistOptim *d, float *out);
 /* r without the fold (what the unsharded r holds) into out (P) */
 void scape_zero_r_unfold(const DistOptim *d, float *out);
-/* after a load: r += beta1 m on mask_m (m dense, P) */
+/* after a load (r as saved, m dense (P) on mask_m): r = beta1 m on mask_m, what r held there going to ez with the
+ * bf16 payload (fp32: added, as it is 0 there) */
 void scape_zero_r_fold(DistOptim *d, const float *m);
 
 /* ---- dist_topk_ef.c: the top-k error-feedback baseline (formulas at distopt_create in dist.h) ---- */

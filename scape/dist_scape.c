@@ -120,7 +120,7 @@ void scape_collect_next(DistOptim *d) {
 
 /* off[c]: how many bits of mask lie in the chunks before c (chunk order, which is payload order: bucket by bucket,
  * slices in memory order); returns the total. */
-static size_t chunk_offsets(const DistOptim *d, const uint8_t *mask, size_t *off) {
+size_t scape_chunk_offsets(const DistOptim *d, const uint8_t *mask, size_t *off) {
     #pragma omp parallel for schedule(static)
     for (size_t c = 0; c < d->nch; c++) off[c] = mask_count(mask, d->ch_lo[c], d->ch_hi[c]);
     size_t q = 0;
@@ -137,7 +137,7 @@ static size_t chunk_offsets(const DistOptim *d, const uint8_t *mask, size_t *off
  * the payload buffers (stage, and stage16 and qerr with the bf16 payload) hold K_t values in all. They grow, or
  * shrink by a third or more, to fit: no collective holds them now (the last step waited for all its payloads). */
 static void scape_payload_layout(DistOptim *d) {
-    size_t K = chunk_offsets(d, d->mask_cur, d->ch_q), c = 0;
+    size_t K = scape_chunk_offsets(d, d->mask_cur, d->ch_q), c = 0;
     for (int b = 0; b < d->nb; b++) {
         while (c < d->nch && d->ch_bucket[c] < b) c++;
         d->pay_off[b] = c < d->nch ? d->ch_q[c] : K;
@@ -186,8 +186,19 @@ static void scape_c_chunk(DistOptim *d, size_t ch) {
     size_t lo = d->ch_lo[ch], hi = d->ch_hi[ch];
     if (d->cfg.zero) {
         /* ZeRO-1: r already holds beta1 m_{t-1} on mask_m and m is zero elsewhere (the fold, dist_scape_zero.c):
-         * the same sums in another order, and + 0 gives the unsharded expression's +0 for a -0 sum */
-        for (size_t j = lo; j < hi; j++) g[j] = (omb1 * g[j] + r[j]) + zero;
+         * the same sums in another order, then what the unsharded r holds on mask_m (the bf16 payload's rounding
+         * losses, ez; else 0: + 0 gives the unsharded expression's +0 for a -0 sum) */
+        if (!d->ez || !d->have_m) {
+            for (size_t j = lo; j < hi; j++) g[j] = (omb1 * g[j] + r[j]) + zero;
+            return;
+        }
+        const float *e = d->ez;
+        size_t q = d->ch_qe[ch];
+        for (size_t j = lo; j < hi; j += 64) {
+            size_t n = hi - j < 64 ? hi - j : 64;
+            uint64_t full, w = mask_word(d->mask_m, j, n, &full);
+            for (size_t i = 0; i < n; i++) g[j + i] = (omb1 * g[j + i] + r[j + i]) + ((w >> i) & 1 ? e[q++] : zero);
+        }
         return;
     }
     if (!d->have_m) {
@@ -256,8 +267,11 @@ static void scape_queue_bucket(DistOptim *d, int b) {
             }
         }
     }
-    if (d->cfg.zero) /* ZeRO-1: each owner receives the mean of its slices' values (rs_k: the counts by rank) */
-        d->bh[b] = comm_ireduce_scatter_avg_f32(out, d->rs_out + d->rs_off[b], d->rs_k + (size_t)b * (size_t)d->world);
+    const size_t *counts = d->rs_k + (size_t)b * (size_t)d->world;
+    if (d->cfg.zero && out16) /* ZeRO-1: each owner receives the mean of its slices' values (counts by rank) */
+        d->bh[b] = comm_ireduce_scatter_avg_bf16(out16, d->rs16 + d->rs_off[b], d->rs_err + d->rs_off[b], counts);
+    else if (d->cfg.zero)
+        d->bh[b] = comm_ireduce_scatter_avg_f32(out, d->rs_out + d->rs_off[b], counts);
     else
         d->bh[b] = out16 ? comm_iallreduce_avg_bf16(out16, K, d->qerr + d->pay_off[b]) : comm_iallreduce_avg_f32(out, K);
     d->bstate[b] = 2;
@@ -390,23 +404,48 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
     }
     float *p = d->params, *r = d->r, *mn = d->m_new;
     const float *m = d->m;
-    const float *c = d->grads, *bv = zero ? d->rs_out : d->stage, *qe = d->qerr;
+    const float *c = d->grads, *bv = zero ? d->rs_out : d->stage, *qe = zero ? d->rs_err : d->qerr;
     const size_t *qb = zero ? d->ch_qo : d->ch_q;
+    /* ZeRO-1 with the bf16 payload: r's value on M_t goes to ez (payload order), r itself gets beta1 m_t in the sync */
+    float *ez = NULL;
+    if (zero && d->stage16) {
+        size_t Kt = 0;
+        for (int b = 0; b < d->nb; b++) Kt += d->bucket_k[b];
+        if (Kt > d->ez_cap || d->ez_cap > Kt + Kt / 2) { /* e_{t-1} is spent: c read it before this pass */
+            d->ez = xrealloc(d->ez, (Kt ? Kt : 1) * sizeof(float), "SCAPE residual on the mask");
+            d->ez_cap = Kt;
+        }
+        ez = d->ez;
+    }
     const float fN = (float)d->world;
     const uint8_t *M = d->mask_cur, *Mm = d->mask_m;
     const int have_m = d->have_m;
     /* the residual on M_t: 0, or with the bf16 payload what rounding lost (distopt_create's comment) */
 #define RESIDUAL_ON(j, q) (qe ? (c[j] - bf16_to_f32(bf16_from_f32(c[j]))) + fN * qe[q] : 0.0f)
+    /* r on M_t (pq: the coordinate's payload index, counted along) */
+#define PUT_R(j, q)                                                                                                   \
+    do {                                                                                                              \
+        float v_ = RESIDUAL_ON(j, q);                                                                                 \
+        if (ez) {                                                                                                     \
+            ez[pq] = v_;                                                                                              \
+            r[j] = 0.0f;                                                                                              \
+        } else {                                                                                                      \
+            r[j] = v_;                                                                                                \
+        }                                                                                                             \
+        pq++;                                                                                                         \
+    } while (0)
     #pragma omp parallel for schedule(dynamic, 4)
     for (size_t ch = 0; ch < d->nch; ch++) {
         const ParamSlice *s = &d->tab->slices[d->ch_slice[ch]];
         const float wd = s->decay ? d->cfg.opt.weight_decay : 0.0f;
-        size_t q = qb[ch], qm = d->ch_qm[ch], qn = q, hi = d->ch_hi[ch];
+        size_t q = qb[ch], qm = d->ch_qm[ch], qn = q, hi = d->ch_hi[ch], pq = d->ch_q[ch];
         if (zero && !dist_is_owned_slice(d, d->ch_slice[ch])) {
             /* another rank's slice: error feedback and decay here; its owner's m_t and p on M_t come with the sync,
-             * which also folds beta1 m_t into r there */
+             * which also folds beta1 m_t into r there (the bf16 payload's error is the owner's: none here) */
             for (size_t j = d->ch_lo[ch]; j < hi; j++) {
                 if (mask_get(M, j)) {
+                    float v = d->stage16 ? c[j] - bf16_to_f32(bf16_from_f32(c[j])) : 0.0f;
+                    if (ez) ez[pq++] = v;
                     r[j] = 0.0f;
                 } else {
                     r[j] = c[j];
@@ -421,7 +460,7 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
             if (w == full && wm == full) {
                 for (size_t i = 0; i < n; i++) {
                     float mv = m[qm + i];
-                    r[j + i] = RESIDUAL_ON(j + i, q + i);
+                    PUT_R(j + i, q + i);
                     scape_update_on(&p[j + i], &mv, bv[q + i], sc, clipped, b1, omb1, b2, eps, bc1, sqrt_bc2, lr, wd);
                     mn[qn + i] = mv;
                 }
@@ -431,7 +470,7 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
                 for (size_t i = 0; i < n; i++) {
                     if ((w >> i) & 1) {
                         float mv = m_prev_at(m, wm, qm, i);
-                        r[j + i] = RESIDUAL_ON(j + i, q);
+                        PUT_R(j + i, q);
                         scape_update_on(&p[j + i], &mv, bv[q++], sc, clipped, b1, omb1, b2, eps, bc1, sqrt_bc2, lr, wd);
                         mn[qn++] = mv;
                     } else {
@@ -444,6 +483,8 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
         }
     }
 #undef RESIDUAL_ON
+#undef PUT_R
+    if (ez) memcpy(d->ch_qe, d->ch_q, d->nch * sizeof(size_t));
     /* m_t is now the moment, on M_t */
     float *tm = d->m;
     d->m = d->m_new;
@@ -507,7 +548,7 @@ void scape_m_set_dense(DistOptim *d, const float *m, const uint8_t *mask, int ha
     memset(d->mask_m, 0, mask_bytes(d->P));
     if (!have) return;
     memcpy(d->mask_m, mask, mask_bytes(d->P));
-    d->m_n = chunk_offsets(d, d->mask_m, d->ch_qm);
+    d->m_n = scape_chunk_offsets(d, d->mask_m, d->ch_qm);
     if (d->cfg.zero) { /* the owned chunks only, in chunk order */
         size_t q = 0;
         for (size_t ch = 0; ch < d->nch; ch++) {
@@ -561,7 +602,13 @@ int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
     for (int b = 0; b < d->nb; b++) {
         comm_wait(d->bh[b]);
         K += d->bucket_k[b];
-        if (d->stage16) {
+        if (d->stage16 && d->cfg.zero) { /* the owned part of b in bf16 -> fp32 */
+            float *bv = d->rs_out + d->rs_off[b];
+            const uint16_t *b16 = d->rs16 + d->rs_off[b];
+            size_t Kb = d->rs_k[(size_t)b * (size_t)d->world + (size_t)d->rank];
+            #pragma omp parallel for schedule(static) if (Kb > 65536)
+            for (size_t q = 0; q < Kb; q++) bv[q] = bf16_to_f32(b16[q]);
+        } else if (d->stage16) {
             /* b in bf16 -> the fp32 payload buffer the passes below read */
             float *bv = d->stage + d->pay_off[b];
             const uint16_t *b16 = d->stage16 + d->pay_off[b];

@@ -23,8 +23,12 @@
  * The owners alone compute g_hat, the clip norm's terms and the masked AdamS update; everyone applies weight decay
  * off the mask and error feedback to its own r_i. Checkpoints keep the unsharded layout (dist_state.c): m is
  * gathered at the save and r is saved without the fold, so either layout resumes from the other, on any world.
- * Not built here: the bf16 payload (its rounding error sits in r_i on the mask, where the fold would need a second
- * rounding), the device update (cuda/).
+ * The bf16 payload: the owners reduce in bf16 exactly as comm_iallreduce_avg_bf16 does (comm_ireduce_scatter_avg_bf16),
+ * so b has the unsharded bits; the mean's rounding error goes to the owner's residual instead of the all-reduce
+ * part's owner (the mean residual, all the algorithm sees, is the same), so runs match the unsharded one only on
+ * one rank. What the unsharded r holds on the mask (this rank's rounding losses) is kept apart in ez, so that the
+ * fold stays exact; that costs 4 K bytes per rank.
+ * Not built here: the device update (cuda/).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +42,7 @@ void scape_zero_init(DistOptim *d) {
     d->ch_qs = xcalloc(nch, sizeof(size_t), "SCAPE sync offsets");
     d->rs_k = xcalloc((size_t)(d->nb ? d->nb : 1) * (size_t)d->world, sizeof(size_t), "SCAPE reduce-scatter counts");
     d->zred = xmalloc((d->nch + 1) * sizeof(double), "SCAPE norm partials");
+    if (d->cfg.payload_bf16) d->ch_qe = xcalloc(nch, sizeof(size_t), "SCAPE residual offsets");
 }
 
 /* The rank whose part of the owner table holds slice i. */
@@ -78,6 +83,10 @@ void scape_zero_layout(DistOptim *d, size_t K) {
     }
     if (d->rs_out && q <= d->rs_cap && d->rs_cap <= q + q / 2) return;
     d->rs_out = xrealloc(d->rs_out, (q ? q : 1) * sizeof(float), "SCAPE owned payload");
+    if (d->cfg.payload_bf16) {
+        d->rs16 = xrealloc(d->rs16, (q ? q : 1) * sizeof(uint16_t), "SCAPE owned bf16 payload");
+        d->rs_err = xrealloc(d->rs_err, (q ? q : 1) * sizeof(float), "SCAPE owned rounding errors");
+    }
     d->rs_cap = q;
 }
 
@@ -175,13 +184,33 @@ size_t scape_zero_m_memory_order(const DistOptim *d, float *out) {
 void scape_zero_r_unfold(const DistOptim *d, float *out) {
     memcpy(out, d->r, d->P * sizeof(float));
     if (!d->have_m) return;
-    for (size_t j = 0; j < d->P; j++)
-        if (mask_get(d->mask_m, j)) out[j] = 0.0f;
+    #pragma omp parallel for schedule(dynamic, 4)
+    for (size_t c = 0; c < d->nch; c++) {
+        size_t q = d->ez ? d->ch_qe[c] : 0;
+        for (size_t j = d->ch_lo[c]; j < d->ch_hi[c]; j++)
+            if (mask_get(d->mask_m, j)) out[j] = d->ez ? d->ez[q++] : 0.0f;
+    }
 }
 
 void scape_zero_r_fold(DistOptim *d, const float *m) {
     if (!d->have_m) return;
     const float b1 = d->cfg.opt.beta1;
+    if (d->cfg.payload_bf16) { /* r on mask_m (the rounding losses) -> ez, in mask_m's payload order */
+        size_t n = scape_chunk_offsets(d, d->mask_m, d->ch_qe);
+        if (n > d->ez_cap || !d->ez) {
+            d->ez = xrealloc(d->ez, (n ? n : 1) * sizeof(float), "SCAPE residual on the mask");
+            d->ez_cap = n;
+        }
+        for (size_t c = 0; c < d->nch; c++) {
+            size_t q = d->ch_qe[c];
+            for (size_t j = d->ch_lo[c]; j < d->ch_hi[c]; j++)
+                if (mask_get(d->mask_m, j)) {
+                    d->ez[q++] = d->r[j];
+                    d->r[j] = b1 * m[j];
+                }
+        }
+        return;
+    }
     for (size_t j = 0; j < d->P; j++)
         if (mask_get(d->mask_m, j)) d->r[j] += b1 * m[j];
 }

@@ -122,6 +122,38 @@ TEST(reduce_scatter_avg_gives_each_rank_its_part_of_the_mean) {
     free(in); free(out); free(counts);
 }
 
+/* comm.h's comm_ireduce_scatter_avg_bf16, recomputed from every rank's inputs: each owner's part (uneven counts,
+ * one rank empty) is the fp32 rank-order mean rounded to bf16, the bits comm_iallreduce_avg_bf16 gives, and err the
+ * exact rounding error of the owner's part. */
+TEST(reduce_scatter_avg_bf16_gives_each_owner_the_rounded_rank_order_mean_and_its_error) {
+    size_t *counts = xmalloc((size_t)N * sizeof(size_t), "counts");
+    size_t total = 0, off = 0;
+    for (int r = 0; r < N; r++) {
+        counts[r] = (size_t)(r * 7 % 5) * 300 + (r == 1 ? 0 : 11);
+        if (r < R) off += counts[r];
+        total += counts[r];
+    }
+    uint16_t *in = xmalloc(total * sizeof(uint16_t) + 2, "in"), *out = xmalloc(counts[R] * sizeof(uint16_t) + 2, "out");
+    float *err = xmalloc(counts[R] * sizeof(float) + 4, "err");
+    for (size_t i = 0; i < total; i++) in[i] = bf16_input(R, i);
+    for (size_t i = 0; i < counts[R]; i++) err[i] = 12345.0f;
+    comm_wait(comm_ireduce_scatter_avg_bf16(in, out, err, counts));
+    size_t bad = 0;
+    for (size_t i = 0; i < counts[R]; i++) {
+        float s = 0.0f;
+        for (int r = 0; r < N; r++) s += bf16_to_f32(bf16_input(r, off + i));
+        float mean = s / (float)N;
+        uint16_t want = bf16_from_f32(mean);
+        float want_err = N == 1 ? 0.0f : mean - bf16_to_f32(want);
+        if (out[i] != want || err[i] != want_err) {
+            if (!bad) CHECK(0, "part value %zu: %#06x err %.9g, expected %#06x err %.9g", i, out[i], err[i], want, want_err);
+            bad++;
+        }
+    }
+    CHECK(bad == 0, "%zu of %zu values or errors differ", bad, counts[R]);
+    free(in); free(out); free(err); free(counts);
+}
+
 TEST(allgatherv_in_place_fills_every_part) {
     size_t *counts = xmalloc((size_t)N * sizeof(size_t), "counts");
     size_t total = 0, off = 0;
@@ -235,6 +267,7 @@ int main(int argc, char **argv) {
     MPI_RUN_TEST(allreduce_avg_bf16_is_the_rounded_rank_order_mean_with_its_error_on_the_owner);
     MPI_RUN_TEST(queued_jobs_run_in_order_and_one_wait_covers_earlier_ones);
     MPI_RUN_TEST(reduce_scatter_avg_gives_each_rank_its_part_of_the_mean);
+    MPI_RUN_TEST(reduce_scatter_avg_bf16_gives_each_owner_the_rounded_rank_order_mean_and_its_error);
     MPI_RUN_TEST(allgatherv_in_place_fills_every_part);
     MPI_RUN_TEST(bcast_and_control_helpers_agree_everywhere);
     MPI_RUN_TEST(byte_counters_follow_the_ring_formulas);
