@@ -63,7 +63,7 @@ void scape_zero_layout(DistOptim *d, size_t K) {
             int i = d->bslices[b][k];
             const ParamSlice *s = &d->tab->slices[i];
             size_t c0 = (size_t)d->slice_ch0[i], c1 = c0 + (s->numel + SCAPE_CHUNK - 1) / SCAPE_CHUNK;
-            size_t n = (c1 < d->nch ? d->ch_q[c1] : K) - d->ch_q[c0];
+            size_t n = c1 == c0 ? 0 : (c1 < d->nch ? d->ch_q[c1] : K) - d->ch_q[c0];
             int r = slice_owner(d, i);
             d->rs_k[(size_t)b * W + (size_t)r] += n;
             if (r != d->rank) continue;
@@ -78,6 +78,7 @@ void scape_zero_layout(DistOptim *d, size_t K) {
     for (int i = 0; i < d->tab->n; i++) {
         const ParamSlice *s = &d->tab->slices[i];
         size_t c0 = (size_t)d->slice_ch0[i], c1 = c0 + (s->numel + SCAPE_CHUNK - 1) / SCAPE_CHUNK;
+        if (c1 == c0) continue; /* an empty slice */
         for (size_t c = c0; c < c1; c++) d->ch_qs[c] = qs + (d->ch_q[c] - d->ch_q[c0]);
         qs += (c1 < d->nch ? d->ch_q[c1] : K) - d->ch_q[c0];
     }
@@ -173,6 +174,7 @@ size_t scape_zero_m_memory_order(const DistOptim *d, float *out) {
         for (int i = d->own.first[d->rank]; i < d->own.first[d->rank + 1]; i++) {
             const ParamSlice *s = &d->tab->slices[i];
             size_t n = mask_count(d->mask_m, s->offset, s->offset + s->numel);
+            if (!n) continue; /* (an empty slice has no chunk) */
             memcpy(out + mine + o, d->m + d->ch_qm[d->slice_ch0[i]], n * sizeof(float));
             o += n;
         }
