@@ -537,6 +537,7 @@ void scape_m_memory_order(const DistOptim *d, float *out) {
     for (int i = 0; i < d->tab->n; i++) {
         const ParamSlice *s = &d->tab->slices[i];
         size_t n = mask_count(d->mask_m, s->offset, s->offset + s->numel);
+        if (!n) continue; /* (an empty slice has no chunk) */
         memcpy(out + o, d->m + d->ch_qm[d->slice_ch0[i]], n * sizeof(float));
         o += n;
     }
