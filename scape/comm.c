@@ -224,6 +224,21 @@ static void run_allreduce_avg(float *buf, size_t n) {
     free(dsp);
 }
 
+/* The owner's part of a bf16 average (comm.h): recv holds every rank's `mine` values, rank after rank; out gets the
+ * fp32 sum in rank order divided by N, rounded to bf16, and err (may be NULL) the exact rounding error. Shared by
+ * the all-reduce and the reduce-scatter, so both give the same bits. */
+static void bf16_mean_of_parts(const uint16_t *recv, size_t mine, int N, uint16_t *out, float *err) {
+    const float fN = (float)N;
+    for (size_t i = 0; i < mine; i++) {
+        float s = 0.0f;
+        for (int r = 0; r < N; r++) s += bf16_to_f32(recv[(size_t)r * mine + i]);
+        float mean = s / fN;
+        uint16_t b = bf16_from_f32(mean);
+        out[i] = b;
+        if (err) err[i] = mean - bf16_to_f32(b);
+    }
+}
+
 /* comm_iallreduce_avg_bf16 (comm.h gives the exact arithmetic): an all-to-all of the parts, the owner's fp32 sum in
  * rank order, bf16 rounding of the mean, an all-gather of the rounded parts. */
 static void run_allreduce_avg_bf16(uint16_t *buf, float *err, size_t n) {
@@ -248,16 +263,7 @@ static void run_allreduce_avg_bf16(uint16_t *buf, float *err, size_t n) {
     MPI_Request rq;
     MPI_Ialltoallv(buf, cnt, dsp, MPI_UINT16_T, C.scratch16, rcnt, rdsp, MPI_UINT16_T, MPI_COMM_WORLD, &rq);
     wait_req(&rq);
-    const float fN = (float)N;
-    uint16_t *own = buf + dsp[C.rank];
-    for (size_t i = 0; i < mine; i++) {
-        float s = 0.0f;
-        for (int r = 0; r < N; r++) s += bf16_to_f32(C.scratch16[(size_t)r * mine + i]);
-        float mean = s / fN;
-        uint16_t b = bf16_from_f32(mean);
-        own[i] = b;
-        if (err) err[(size_t)dsp[C.rank] + i] = mean - bf16_to_f32(b);
-    }
+    bf16_mean_of_parts(C.scratch16, mine, N, buf + dsp[C.rank], err ? err + dsp[C.rank] : NULL);
     MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, cnt, dsp, MPI_UINT16_T, MPI_COMM_WORLD, &rq);
     wait_req(&rq);
     free(cnt);
@@ -296,15 +302,7 @@ static void run_reduce_scatter_avg_bf16(const uint16_t *in, uint16_t *out, float
     MPI_Request rq;
     MPI_Ialltoallv(in, scnt, sdsp, MPI_UINT16_T, C.scratch16, rcnt, rdsp, MPI_UINT16_T, MPI_COMM_WORLD, &rq);
     wait_req(&rq);
-    const float fN = (float)N;
-    for (size_t i = 0; i < mine; i++) {
-        float s = 0.0f;
-        for (int r = 0; r < N; r++) s += bf16_to_f32(C.scratch16[(size_t)r * mine + i]);
-        float mean = s / fN;
-        uint16_t b = bf16_from_f32(mean);
-        out[i] = b;
-        if (err) err[i] = mean - bf16_to_f32(b);
-    }
+    bf16_mean_of_parts(C.scratch16, mine, N, out, err);
     free(scnt);
     free(sdsp);
     free(rcnt);
