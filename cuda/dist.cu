@@ -6,6 +6,7 @@
  *   cuda/dist_scape.cuh        SCAPE                                         (scape/dist_scape.c)
  *   cuda/dist_scape_state.cuh  SCAPE's create, free, sync check, checkpoint  (scape/dist_state.c, dist.c)
  *   cuda/dist_mask_stats.cuh   mask statistics of the device SCAPE           (scape/dist_mask_stats.c)
+ *   cuda/dist_scape_zero.cuh   SCAPE with ZeRO-1: reduce-scatter, sparse sync (scape/dist_scape_zero.c)
  * The rule files are included below: one translation unit per precision (floatX), compiled by cuda/mk/dist.mk.
  * topk-ef has no device update (create returns NULL: the host path runs it). Kernels: cuda/optimizer.cuh
  * (scape/optim.c's formulas) and cuda/scape.cuh (scape/scape.c's).
@@ -135,6 +136,7 @@ static void nccl_allreduce_avg_bf16(ncclComm_t nc, cudaStream_t cs, int rank, in
 #include "cuda/dist_dense.cuh"
 #include "cuda/dist_scape.cuh"
 #include "cuda/dist_mask_stats.cuh"
+#include "cuda/dist_scape_zero.cuh"
 #include "cuda/dist_scape_state.cuh"
 
 Updater *device_updater_create(const DeviceModel *dm, const UpdaterConfig *cfg) {

@@ -6,7 +6,8 @@
  * shards, the sharded update, then a parameter all-gather. Norm, clipping, skip-on-non-finite, moments and the
  * checkpoint blob are bit-identical to scape/dist_dense.c (the CPU trainers' update). SCAPE has its own
  * device update (cuda/dist_scape.cuh, compiled into cuda/dist.cu), bit-identical to scape/dist_scape.c's in
- * fp32, optionally with the residual in pinned host memory (UpdaterConfig.scape_offload_residual); topk-ef stays on
+ * fp32, optionally with the residual in pinned host memory (UpdaterConfig.scape_offload_residual) or with ZeRO-1
+ * (cuda/dist_scape_zero.cuh, bit-identical to scape/dist_scape_zero.c and to the unsharded SCAPE); topk-ef stays on
  * the host path (create returns NULL for it).
  * Build: cuda/dist.cu once per precision (floatX); -DENABLE_NCCL with NCCL (cuda/mk/dist.mk).
  */

@@ -57,6 +57,11 @@
  * communication stream and averaged exactly as comm_iallreduce_avg_bf16 does (host-staged: that function; NCCL:
  * scape_nccl_allreduce_bf16, an all-to-all, the owner's mean kernel, broadcasts of the parts), the rounding errors
  * go to r in the update (cuda/scape.cuh); one rank rounds in place. Bitwise the host's in fp32.
+ * ZeRO-1 (--zero 1, cuda/dist_scape_zero.cuh): m over this rank's owned range only, beta1 m folded into r, the
+ * payload reduce-scattered to the owners instead of all-reduced, the owners' norm sums in one control all-reduce,
+ * the owners' masked update, then their m_t and p on M_t synchronised (two all-gathers of K values) before the next
+ * mask's top-k is queued on cs (the next forward waits for the sync, not for the top-k); the branches below call it
+ * where the step differs.
  * Mask statistics (sd_mask_stats_enable, sd_mask_stats: distopt_mask_stats_enable / distopt_mask_stats of
  * scape/dist.h, same values): rank 0 copies g_i per bucket while enabled, and at the step computes G_t (the top-k
  * of scape.cuh) and the per-slice popcounts and energies on the device (scape_mask_stats); the host only divides.
@@ -123,6 +128,24 @@ typedef struct {
     cudaEvent_t ev_c;      /* compute stream, once c in dm.grads is final: cs waits for it before the owners' top-k */
     cudaEvent_t ev_gather; /* cs, after the owners' top-k (and NCCL's broadcasts): d_seg holds M_{t+1}'s segments */
     cudaEvent_t ev_used;   /* compute stream, after the step's last read of dm.grads: cs waits before zeroing it */
+    /* SCAPE with ZeRO-1 (--zero 1; scape/dist_scape_zero.c, see the top of this file) */
+    int zero;
+    size_t mlo, mhi;       /* this rank's owned range: d_m holds m there only (mhi - mlo values) */
+    int *bt0, *bt1;        /* per bucket: this rank's tiles in plan[b], [bt0, bt1) */
+    int *tile_base, ntiles_all; /* per bucket: its first tile among all buckets' tiles; their number */
+    int *tile_chunk;       /* (ntiles_all) the host's chunk (scape/dist_scape.c) of each tile */
+    size_t nch;            /* the host's number of chunks */
+    double *d_tpart, *h_tpart; /* (ntiles_all) per-tile sums of g_hat^2: device, pinned */
+    double *zred;          /* (nch + 1) the control all-reduce: per-chunk sums, then the bad-c flag */
+    long long *h_sk;       /* (tab->n) M_t's count per slice */
+    size_t *rs_k;          /* (nb * world) payload values per bucket and owner */
+    size_t *rs_pre;        /* (nb) where this rank's values start in the bucket's payload */
+    size_t *rs_off;        /* (nb) where the bucket's owned part goes in h_rs */
+    float *h_rs;           /* pinned (MPI, world > 1): the owned parts the reduce-scatters deliver */
+    size_t *kr;            /* (world) M_t's values per owner: the sync's counts */
+    ScapeBucketPlan mo;    /* every slice in memory order: the sync's layout (rank r's values after the earlier ranks') */
+    int *mo_t0;            /* (world + 1) rank r's tiles in mo: [mo_t0[r], mo_t0[r + 1]) */
+    cudaEvent_t ev_zsync;  /* NCCL: compute -> cs before a sync all-gather, cs -> compute after it */
 #ifdef ENABLE_NCCL
     ncclComm_t nc;
 #endif
@@ -183,10 +206,12 @@ static void scape_predict_counts(ScapeDev *u, double dens) {
 /* payload offsets of M_t in every bucket, and K_b on the host for the collectives: predicted from the density
  * the mask was made with (no synchronisation in backward; sd_step checks the prediction against the device's
  * counts at its one synchronisation), or for a mask loaded from a checkpoint, counted (one stream sync) */
+static void scape_zero_counts(ScapeDev *u);
 static void scape_offsets(ScapeDev *u) {
     for (int b = 0; b < u->nb; b++) scape_payload_offsets(&u->plan[b], u->d_cur, u->dm.stream);
     u->kb_predicted = u->cur_dens >= 0;
-    if (u->kb_predicted) scape_predict_counts(u, u->cur_dens);
+    if (u->zero) scape_zero_counts(u); /* per slice: the owners' counts too */
+    else if (u->kb_predicted) scape_predict_counts(u, u->cur_dens);
     else if (u->world > 1) scape_fetch_counts(u, u->h_kb, 1);
 }
 
@@ -270,6 +295,14 @@ static void scape_dev_make_mask(ScapeDev *u, double dens) {
     cudaCheck(cudaEventRecord(u->ev_gather, cs));
 }
 
+/* cuda/dist_scape_zero.cuh, read after this file: SCAPE with ZeRO-1 */
+static void scape_zero_comm_bucket(ScapeDev *u, int b, size_t K);
+static void scape_zero_receive(ScapeDev *u);
+static void scape_zero_norm_enqueue(ScapeDev *u);
+static double scape_zero_norm_finish(ScapeDev *u, int *bad);
+static void scape_zero_update(ScapeDev *u, int b, const ScapeUpdateArgs *step_args);
+static void scape_zero_sync(ScapeDev *u, const ScapeUpdateArgs *a);
+
 /* elements of bucket b (the most payload values it can have) */
 static size_t scape_bucket_numel(const ScapeDev *u, int b) {
     return (b + 1 < u->nb ? u->bucket_off[b + 1] : u->P) - u->bucket_off[b];
@@ -302,13 +335,18 @@ static void scape_dev_comm_bucket(ScapeDev *u, int b) {
         if (u->bf16 && u->plan[b].ntiles)
             scape_bf16_round(NULL, u->d_payload + u->bucket_off[b], scape_plan_count_ptr(&u->plan[b]), 0,
                              (long long)scape_bucket_numel(u, b), 1, u->dm.stream);
-        comm_stats_add(COMM_ALLREDUCE, 0, 0.0); /* dist.c's one-rank all-reduce: a call, no bytes */
+        /* dist.c's one-rank all-reduce (reduce-scatter with ZeRO-1): a call, no bytes */
+        comm_stats_add(u->zero ? COMM_REDUCE_SCATTER : COMM_ALLREDUCE, 0, 0.0);
         return;
     }
     const size_t K = (size_t)u->h_kb[b];
     float *pay = u->d_payload + u->bucket_off[b];
     cudaCheck(cudaEventRecord(u->ev_ready[b], u->dm.stream));
     cudaCheck(cudaStreamWaitEvent(u->cs, u->ev_ready[b], 0));
+    if (u->zero) {
+        scape_zero_comm_bucket(u, b, K);
+        return;
+    }
     if (u->bf16) {
         scape_dev_comm_bucket_bf16(u, b, K);
         return;
@@ -343,8 +381,8 @@ static void scape_dev_momentum(ScapeDev *u, int b, const uint32_t *mask) {
                                           cudaMemcpyDeviceToDevice, s));
         }
     if (!u->offload) {
-        scape_momentum_compact<float>(u->dm.grads, payload, &u->d_ctl->bad, pl, u->dm.grads, u->d_m, u->d_r, mask,
-                                      u->opt.beta1, s);
+        scape_momentum_compact<float>(u->dm.grads, payload, &u->d_ctl->bad, pl, u->dm.grads, u->zero ? NULL : u->d_m,
+                                      u->d_r, mask, u->opt.beta1, s);
         return;
     }
     for (int k = 0; k < pl->nslices; k++) {
@@ -497,6 +535,8 @@ static int sd_step(Updater *base, int t, float lr, float *grad_norm) {
     if (u->world > 1 && u->nccl) {
         cudaCheck(cudaEventRecord(u->ev_comm, u->cs));
         cudaCheck(cudaStreamWaitEvent(s, u->ev_comm, 0));
+    } else if (u->world > 1 && u->zero) {
+        scape_zero_receive(u);
     } else if (u->world > 1) {
         for (int b = 0; b < u->nb; b++) {
             comm_wait(u->bh[b]);
@@ -516,10 +556,14 @@ static int sd_step(Updater *base, int t, float lr, float *grad_norm) {
             scape_bf16_widen(u->d_payload + u->bucket_off[b], u->d_payload16 + u->bucket_off[b], u->h_kb[b], s);
 
     /* g_hat = (m_t - beta1 m_{t-1}) / (1 - beta1) on M_t; the sum of its squares (scape_norm_pass) */
-    for (int b = 0; b < u->nb; b++)
-        scape_norm_partial(u->d_part + u->part_off[b], &u->plan[b], u->d_payload + u->bucket_off[b], u->d_m, u->d_cur,
-                           b1, s);
-    if (u->npart) scape_norm_finish(&u->d_ctl->ss, u->d_part, u->npart, s);
+    if (u->zero) { /* the owners' tiles, summed per chunk on the host (cuda/dist_scape_zero.cuh) */
+        scape_zero_norm_enqueue(u);
+    } else {
+        for (int b = 0; b < u->nb; b++)
+            scape_norm_partial(u->d_part + u->part_off[b], &u->plan[b], u->d_payload + u->bucket_off[b], u->d_m,
+                               u->d_cur, b1, s);
+        if (u->npart) scape_norm_finish(&u->d_ctl->ss, u->d_part, u->npart, s);
+    }
     cudaCheck(cudaMemcpyAsync(u->h_ctl, u->d_ctl, sizeof(ScapeCtl), cudaMemcpyDeviceToHost, s));
     if (u->kb_predicted) scape_fetch_counts(u, u->h_kb_dev, 0);
     else if (u->world == 1) scape_fetch_counts(u, u->h_kb, 0);
@@ -532,10 +576,18 @@ static int sd_step(Updater *base, int t, float lr, float *grad_norm) {
                   u->h_kb_dev[b], b, u->cur_dens, u->h_kb[b]);
         K += (size_t)u->h_kb[b];
     }
-    float norm = (float)sqrt(u->h_ctl->ss);
-    /* a non-finite c anywhere (any rank) skips the step, as dist.c's control all-reduce decides */
+    /* a non-finite c anywhere (any rank) skips the step, as dist.c's control all-reduce decides (with ZeRO-1 the
+     * same all-reduce brings the owners' norm sums) */
+    float norm;
     int64_t bad = u->h_ctl->bad ? 1 : 0;
-    comm_allreduce_max_i64(&bad, 1);
+    if (u->zero) {
+        int zbad = 0;
+        norm = (float)sqrt(scape_zero_norm_finish(u, &zbad));
+        bad = zbad;
+    } else {
+        norm = (float)sqrt(u->h_ctl->ss);
+        comm_allreduce_max_i64(&bad, 1);
+    }
     if (bad) norm = NAN;
     *grad_norm = norm;
     if (!isfinite(norm)) {
@@ -558,7 +610,13 @@ static int sd_step(Updater *base, int t, float lr, float *grad_norm) {
     /* error feedback, then AdamS on M_t and decay only elsewhere (SCAPE.md section 3 items 3-7) */
     ScapeUpdateArgs a = scape_update_args(t, lr, b1, u->opt.beta2, u->opt.eps, u->opt.weight_decay, clipped, sc,
                                           u->cfg.seed);
-    for (int b = 0; b < u->nb; b++) scape_dev_update(u, b, &a);
+    for (int b = 0; b < u->nb; b++) {
+        if (u->zero) scape_zero_update(u, b, &a);
+        else scape_dev_update(u, b, &a);
+    }
+    /* ZeRO-1: the owners' m_t and p on M_t to every rank, queued on cs before the top-k below so that the next
+     * forward waits for the sync only, not for the top-k */
+    if (u->zero) scape_zero_sync(u, &a);
     /* next mask from |c| (c stays in dm.grads until end_step zeroes it after the top-k) on the communication
      * stream, after ev_c: it overlaps the update, and its all-gather the next forward/backward */
     scape_dev_make_mask(u, scape_density(dc->density, dc->density_start, dc->density_warmup, t + 1));

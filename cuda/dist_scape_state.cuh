@@ -23,6 +23,17 @@ static size_t sd_state_bytes(const Updater *base) {
     return distopt_scape_blob_bytes(u->P, u->have_cur, u->have_next, (size_t)scape_dev_count_cur(u));
 }
 
+/* Bytes of SCAPE state this rank holds (Updater.memory_bytes, distopt_state_memory's measure): m (dense, or the
+ * owned range with ZeRO-1), r (on the device or in pinned host memory), the three masks (M_t, M_{t+1}, the owner
+ * segments); not the payload and staging buffers. */
+static size_t sd_memory_bytes(const Updater *base) {
+    const ScapeDev *u = sdu(base);
+    const size_t m_n = u->zero ? u->mhi - u->mlo : u->P;
+    size_t seg_words = 0;
+    for (int r = 0; r < u->world; r++) seg_words += (size_t)scape_mask_words((long long)(u->own.hi[r] - u->own.lo[r]));
+    return (m_n + u->P) * sizeof(float) + (2 * (size_t)scape_mask_words((long long)u->P) + seg_words) * sizeof(uint32_t);
+}
+
 /* host copy of a device mask in scape.h's byte layout (little-endian words are its bytes), MASK_PAD slack */
 static uint8_t *scape_dev_download_mask(const ScapeDev *u, const uint32_t *d) {
     uint8_t *h = (uint8_t *)xcalloc(mask_bytes(u->P) + MASK_PAD, 1, "mask download");
@@ -42,7 +53,8 @@ static void sd_save(const Updater *base, void *blob) {
     } else {
         cudaCheck(cudaMemcpy(r, u->d_r, u->P * sizeof(float), cudaMemcpyDeviceToHost));
     }
-    cudaCheck(cudaMemcpy(m, u->d_m, u->P * sizeof(float), cudaMemcpyDeviceToHost));
+    if (u->zero) scape_zero_save_state(u, m, r); /* m from the owners (a collective), r unfolded */
+    else cudaCheck(cudaMemcpy(m, u->d_m, u->P * sizeof(float), cudaMemcpyDeviceToHost));
     uint8_t *mc = u->have_cur ? scape_dev_download_mask(u, u->d_cur) : NULL;
     uint8_t *mn = u->have_next ? scape_dev_download_mask(u, u->d_next) : NULL;
     distopt_scape_blob_save(blob, u->world, u->rank, u->last_t, u->P, r, mc, mn, m);
@@ -61,13 +73,14 @@ static void sd_load(Updater *base, const void *const *blobs, const size_t *sizes
     int last_t = distopt_scape_blob_load(u->P, u->world, u->rank, r, mc, mn, &hc, &hn, m, blobs, sizes, n_blobs);
     const size_t wb = (size_t)scape_mask_words((long long)u->P) * sizeof(uint32_t);
     cudaCheck(cudaStreamSynchronize(u->dm.stream));
+    if (u->zero) scape_zero_load_state(u, m, r, mc, hc); /* this rank's m, beta1 m folded into r */
+    else cudaCheck(cudaMemcpy(u->d_m, m, u->P * sizeof(float), cudaMemcpyHostToDevice));
     if (u->offload) {
         cudaCheck(cudaStreamSynchronize(u->cps)); /* no copy in flight touches h_r */
         memcpy(u->h_r, r, u->P * sizeof(float));
     } else {
         cudaCheck(cudaMemcpy(u->d_r, r, u->P * sizeof(float), cudaMemcpyHostToDevice));
     }
-    cudaCheck(cudaMemcpy(u->d_m, m, u->P * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemset(u->d_cur, 0, wb));
     cudaCheck(cudaMemset(u->d_next, 0, wb));
     cudaCheck(cudaMemcpy(u->d_cur, mc, mask_bytes(u->P), cudaMemcpyHostToDevice));
@@ -93,7 +106,8 @@ static void sd_load(Updater *base, const void *const *blobs, const size_t *sizes
     cudaCheck(cudaStreamSynchronize(u->dm.stream));
 }
 
-/* SCAPE_CHECK_SYNC=1: master, floatX copy, m and masks hashed on every rank and compared (dist.c's sync check). */
+/* SCAPE_CHECK_SYNC=1: master, floatX copy, m (not with ZeRO-1: each rank holds its own part) and masks hashed on
+ * every rank and compared (dist.c's sync check). */
 static void scape_dev_sync_check(ScapeDev *u) {
     const char *e = getenv("SCAPE_CHECK_SYNC");
     if (!e || strcmp(e, "1") != 0) return;
@@ -102,8 +116,10 @@ static void scape_dev_sync_check(ScapeDev *u) {
     float *h = (float *)xmalloc(u->P * sizeof(float), "sync check");
     cudaCheck(cudaMemcpy(h, u->dm.master, u->P * sizeof(float), cudaMemcpyDeviceToHost));
     uint64_t hash = fnv1a(1469598103934665603ull, h, u->P * sizeof(float));
-    cudaCheck(cudaMemcpy(h, u->d_m, u->P * sizeof(float), cudaMemcpyDeviceToHost));
-    hash = fnv1a(hash, h, u->P * sizeof(float));
+    if (!u->zero) {
+        cudaCheck(cudaMemcpy(h, u->d_m, u->P * sizeof(float), cudaMemcpyDeviceToHost));
+        hash = fnv1a(hash, h, u->P * sizeof(float));
+    }
     if (u->copy) {
         cudaCheck(cudaMemcpy(h, u->copy, u->P * sizeof(floatX), cudaMemcpyDeviceToHost));
         hash = fnv1a(hash, h, u->P * sizeof(floatX));
@@ -139,6 +155,7 @@ static void sd_free(Updater *base) {
     cudaCheck(cudaStreamSynchronize(u->cs));
     cudaCheck(cudaStreamSynchronize(u->dm.stream));
     scape_dev_stats_free(u); /* after the stream: its g copies and statistics kernels are done */
+    scape_zero_free(u);
     if (u->offload) {
         cudaCheck(cudaStreamSynchronize(u->cps));
         cudaCheck(cudaStreamDestroy(u->cps));
@@ -195,9 +212,11 @@ static Updater *scape_updater_create(const DeviceModel *dm, const UpdaterConfig 
     if (!(dc->density > 0 && dc->density <= 1)) fatal("--density %g is outside (0, 1]; 0.1 means 90%% sparsity", dc->density);
     if (!(dc->density_start > 0 && dc->density_start <= 1))
         fatal("density start %g is outside (0, 1]; use 1 for the default warm-up from dense", dc->density_start);
-    if (dc->zero)
-        fatal("--zero 1 with scape is built for the CPU trainers' host update, not yet for the device SCAPE of the CUDA "
-              "trainers; drop --zero");
+    if (dc->zero && dc->payload_bf16)
+        fatal("--zero 1 with --scape-payload bf16 runs on the host update only (--update host), not yet on the device "
+              "SCAPE; drop one of them or add --update host");
+    if (dc->zero && cfg->scape_offload_residual)
+        fatal("--zero 1 with --scape-offload-residual is not built for the device SCAPE; drop one of them");
     ScapeDev *u = (ScapeDev *)xcalloc(1, sizeof *u, "device SCAPE");
     u->dm = *dm;
     u->cfg = *cfg;
@@ -210,6 +229,7 @@ static Updater *scape_updater_create(const DeviceModel *dm, const UpdaterConfig 
     u->nccl = u->world > 1 && nccl;
     u->offload = cfg->scape_offload_residual != 0;
     u->bf16 = dc->payload_bf16 != 0;
+    u->zero = dc->zero != 0;
     const ParamTable *tab = u->tab;
     owner_table_build(&u->own, tab, u->world);
 
@@ -250,7 +270,9 @@ static Updater *scape_updater_create(const DeviceModel *dm, const UpdaterConfig 
 
     /* state and scratch */
     const size_t wb = (size_t)scape_mask_words((long long)u->P) * sizeof(uint32_t);
-    u->d_m = (float *)dmalloc(u->P * sizeof(float), "the SCAPE first moment");
+    /* m: dense over the parameters, or with ZeRO-1 over this rank's owned range only */
+    const size_t m_n = u->zero ? u->own.hi[u->rank] - u->own.lo[u->rank] : u->P;
+    u->d_m = (float *)dmalloc((m_n ? m_n : 1) * sizeof(float), "the SCAPE first moment");
     size_t max_slice = 1;
     for (int i = 0; i < tab->n; i++)
         if (tab->slices[i].numel > max_slice) max_slice = tab->slices[i].numel;
@@ -272,7 +294,7 @@ static Updater *scape_updater_create(const DeviceModel *dm, const UpdaterConfig 
     u->d_payload = (float *)dmalloc(u->P * sizeof(float), "the SCAPE payload");
     u->d_part = (double *)dmalloc((size_t)(u->npart ? u->npart : 1) * sizeof(double), "norm partials");
     u->d_ctl = (ScapeCtl *)dmalloc(sizeof(ScapeCtl), "the step's control values");
-    cudaCheck(cudaMemset(u->d_m, 0, u->P * sizeof(float)));
+    cudaCheck(cudaMemset(u->d_m, 0, (m_n ? m_n : 1) * sizeof(float)));
     if (u->d_r) cudaCheck(cudaMemset(u->d_r, 0, u->P * sizeof(float)));
     cudaCheck(cudaMemset(u->d_cur, 0, wb));
     cudaCheck(cudaMemset(u->d_next, 0, wb));
@@ -304,6 +326,7 @@ static Updater *scape_updater_create(const DeviceModel *dm, const UpdaterConfig 
         }
     }
     scape_topk_work_create(&u->topk, (long long)maxn);
+    if (u->zero) scape_zero_setup(u);
     cudaCheck(cudaStreamCreateWithFlags(&u->cs, cudaStreamNonBlocking));
     for (int b = 0; b < u->nb; b++) cudaCheck(cudaEventCreateWithFlags(&u->ev_ready[b], cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&u->ev_comm, cudaEventDisableTiming));
@@ -334,12 +357,13 @@ static Updater *scape_updater_create(const DeviceModel *dm, const UpdaterConfig 
     cudaCheck(cudaStreamSynchronize(dm->stream));
 
     Updater *b = &u->base;
-    snprintf(b->desc, sizeof b->desc, "device SCAPE (%s%s%s)", u->world == 1 ? "1 rank" : u->nccl ? "NCCL" : "MPI, host-staged",
-             u->offload ? ", residual offloaded" : "", u->bf16 ? ", bf16 payload" : "");
+    snprintf(b->desc, sizeof b->desc, "device SCAPE (%s%s%s%s)", u->world == 1 ? "1 rank" : u->nccl ? "NCCL" : "MPI, host-staged",
+             u->offload ? ", residual offloaded" : "", u->bf16 ? ", bf16 payload" : "", u->zero ? ", ZeRO-1" : "");
     b->bucket_ready = sd_bucket_ready;
     b->step = sd_step;
     b->density = sd_density;
     b->state_bytes = sd_state_bytes;
+    b->memory_bytes = sd_memory_bytes;
     b->save = sd_save;
     b->load = sd_load;
     b->mask_stats_enable = sd_mask_stats_enable;

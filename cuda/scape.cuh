@@ -290,8 +290,10 @@ __global__ static void scape_momentum_compact_kernel(float *c, float *payload, i
         float cj = 0.0f;
         int on = 0;
         if (e < t.len) {
-            /* scape_corrected_momentum: beta1 * m[j] + omb1 * g[j] + r[j], left to right */
-            cj = __fadd_rn(__fadd_rn(__fmul_rn(b1, m[j]), __fmul_rn(omb1, to_float(grad[j]))), r[j - rc_origin]);
+            /* scape_corrected_momentum: beta1 * m[j] + omb1 * g[j] + r[j], left to right; with ZeRO-1 (m NULL) r
+             * holds beta1 m_{t-1} already (the fold, scape/dist_scape_zero.c): (omb1 * g[j] + r[j]) + 0 */
+            if (m) cj = __fadd_rn(__fadd_rn(__fmul_rn(b1, m[j]), __fmul_rn(omb1, to_float(grad[j]))), r[j - rc_origin]);
+            else cj = __fadd_rn(__fadd_rn(__fmul_rn(omb1, to_float(grad[j])), r[j - rc_origin]), 0.0f);
             c[j - rc_origin] = cj; /* after this thread's read of r: c may be r itself */
             on = (int)scape_mask_bit(mask, j);
             bad |= !isfinite(cj);
@@ -310,6 +312,8 @@ __global__ static void scape_momentum_compact_kernel(float *c, float *payload, i
  * payload: the bucket's part of the payload buffer (K_b floats). c may be r itself (in place: r then holds c,
  * which is the new residual off the mask; scape_update zeroes it on the mask). nonfinite (device int, may be
  * NULL) is ORed with 1 if any c is NaN or inf (the CPU norm pass's check; the caller clears it each step).
+ * m NULL (SCAPE with ZeRO-1, whose r holds fl(b1 m_{t-1}) on the mask m is on): c[j] = ((1 - b1) * grad[j] + r[j])
+ * + 0, scape/dist_scape.c's scape_c_chunk under cfg.zero, the same bits as the dense expression.
  * Needs scape_payload_offsets for this mask first. grad: floatX or float. */
 template <typename Tg>
 static void scape_momentum_compact(float *c, float *payload, int *nonfinite, const ScapeBucketPlan *pl, const Tg *grad,
@@ -337,7 +341,7 @@ static void scape_momentum_compact_slice(float *c_slice, float *payload, int *no
  * half of scape_momentum_compact, for step 1 whose mask is made after c (scape/dist_scape.c: scape_c_bucket for all buckets,
  * then the mask, then scape_queue_bucket). One block per tile. */
 __global__ static void scape_gather_kernel(float *payload, const ScapeTile *tiles, const long long *q, const float *c,
-                                           const uint32_t *mask) {
+                                           long long c_origin, const uint32_t *mask) {
     __shared__ int sh[32];
     const ScapeTile t = tiles[blockIdx.x];
     long long base = q[blockIdx.x];
@@ -347,13 +351,21 @@ __global__ static void scape_gather_kernel(float *payload, const ScapeTile *tile
         const int on = e < t.len ? (int)scape_mask_bit(mask, j) : 0;
         int tot;
         const int pos = scape_block_exclusive_count(on, &tot, sh);
-        if (on) payload[base + pos] = c[j];
+        if (on) payload[base + pos] = c[j - c_origin];
         base += tot;
     }
 }
 static void scape_gather(float *payload, const ScapeBucketPlan *pl, const float *c, const uint32_t *mask, cudaStream_t s) {
     if (pl->ntiles == 0) return;
-    scape_gather_kernel<<<pl->ntiles, SCAPE_THREADS, 0, s>>>(payload, pl->tiles, pl->q, c, mask);
+    scape_gather_kernel<<<pl->ntiles, SCAPE_THREADS, 0, s>>>(payload, pl->tiles, pl->q, c, 0, mask);
+    cudaCheckLaunch();
+}
+/* The same over the plan's tiles [t0, t1) alone, reading element j at src[j - src_origin] (src may cover only
+ * those tiles' elements: ZeRO-1's owned first moment). payload is the plan's whole buffer. */
+static void scape_gather_tiles(float *payload, const ScapeBucketPlan *pl, int t0, int t1, const float *src,
+                               long long src_origin, const uint32_t *mask, cudaStream_t s) {
+    if (t1 <= t0) return;
+    scape_gather_kernel<<<t1 - t0, SCAPE_THREADS, 0, s>>>(payload, pl->tiles + t0, pl->q + t0, src, src_origin, mask);
     cudaCheckLaunch();
 }
 
@@ -365,8 +377,8 @@ static __device__ inline float scape_ghat(float mt, float mp, float b1, float om
 }
 
 __global__ static void scape_norm_partial_kernel(double *partial, const ScapeTile *tiles, int ntiles, const long long *q,
-                                                 const float *payload, const float *m, const uint32_t *mask, float b1,
-                                                 float omb1) {
+                                                 const float *payload, const float *m, long long m_origin,
+                                                 const uint32_t *mask, float b1, float omb1) {
     __shared__ int sh[32];
     double ss = 0.0;
     for (int ti = blockIdx.x; ti < ntiles; ti += gridDim.x) {
@@ -379,7 +391,7 @@ __global__ static void scape_norm_partial_kernel(double *partial, const ScapeTil
             int tot;
             const int pos = scape_block_exclusive_count(on, &tot, sh);
             if (on) {
-                const double gh = (double)scape_ghat(payload[base + pos], m[j], b1, omb1);
+                const double gh = (double)scape_ghat(payload[base + pos], m[j - m_origin], b1, omb1);
                 ss = __dadd_rn(ss, __dmul_rn(gh, gh));
             }
             base += tot;
@@ -400,8 +412,18 @@ static void scape_norm_partial(double *partial, const ScapeBucketPlan *pl, const
                                const uint32_t *mask, float b1, cudaStream_t s) {
     int np = scape_norm_partials(pl);
     if (np == 0) return;
-    scape_norm_partial_kernel<<<np, SCAPE_THREADS, 0, s>>>(partial, pl->tiles, pl->ntiles, pl->q, payload, m, mask, b1,
-                                                           1.0f - b1);
+    scape_norm_partial_kernel<<<np, SCAPE_THREADS, 0, s>>>(partial, pl->tiles, pl->ntiles, pl->q, payload, m, 0, mask,
+                                                           b1, 1.0f - b1);
+    cudaCheckLaunch();
+}
+/* One partial sum per tile of the plan's tiles [t0, t1): partial[i] = the sum of g_hat^2 over tile t0 + i's masked
+ * coordinates (double), m_{t-1} of element j at m[j - m_origin]. SCAPE with ZeRO-1: each owner sums its own tiles,
+ * and the host adds them up per 16384-element chunk of scape/dist_scape.c (a chunk is whole tiles). */
+static void scape_norm_tiles(double *partial, const ScapeBucketPlan *pl, int t0, int t1, const float *payload,
+                             const float *m, long long m_origin, const uint32_t *mask, float b1, cudaStream_t s) {
+    if (t1 <= t0) return;
+    scape_norm_partial_kernel<<<t1 - t0, SCAPE_THREADS, 0, s>>>(partial, pl->tiles + t0, t1 - t0, pl->q + t0, payload, m,
+                                                                m_origin, mask, b1, 1.0f - b1);
     cudaCheckLaunch();
 }
 __global__ static void scape_norm_finish_kernel(double *out, const double *partial, int np) {
@@ -428,6 +450,12 @@ typedef struct {
     int payload_bf16;
     float fN;
     const float *qerr;
+    /* SCAPE with ZeRO-1 (scape/dist_scape_zero.c), set per launch: zero 1 = an owner's tiles, m_{t-1} and m_t of
+     * element j at m[j - m_origin] and r = fl(b1 m_t) on M_t (the fold) instead of 0; zero 2 = another rank's
+     * tiles: off M_t error feedback and decay as usual, on M_t only r = 0 (m, params and the copy there come with
+     * the sync, scape_zero_fold / scape_zero_scatter). 0: unsharded. */
+    int zero;
+    long long m_origin;
 } ScapeUpdateArgs;
 
 /* Constants of step t >= 1 exactly as scape_update_pass derives them: bc1 = 1 - b1^t and sqrt_bc2 =
@@ -453,6 +481,8 @@ static ScapeUpdateArgs scape_update_args(int t, float lr, float b1, float b2, fl
     a.payload_bf16 = 0;
     a.fN = 1.0f;
     a.qerr = NULL;
+    a.zero = 0;
+    a.m_origin = 0;
     return a;
 }
 
@@ -493,17 +523,20 @@ __global__ static void scape_update_kernel(float *params, floatX *copy, float *m
         const int on = e < t.len ? (int)scape_mask_bit(mask, j) : 0;
         int tot;
         const int pos = scape_block_exclusive_count(on, &tot, sh);
-        if (e < t.len) {
+        if (e < t.len && on && a.zero == 2) {
+            r[j - rc_origin] = 0.0f; /* another rank's coordinate on M_t: its owner's m_t and p come with the sync */
+        } else if (e < t.len) {
             float pj = params[j];
             if (on) {
-                float mj = m[j];
+                float mj = m[j - a.m_origin];
                 r[j - rc_origin] = a.payload_bf16 ? scape_bf16_residual(c[j - rc_origin], a.qerr ? a.qerr[base + pos] : 0.0f, a.fN)
                                                   : 0.0f;
                 scape_update_on_dev(&pj, &mj, payload[base + pos], a, wd);
-                m[j] = mj;
+                m[j - a.m_origin] = mj;
+                if (a.zero == 1) r[j - rc_origin] = __fmul_rn(a.b1, mj); /* the fold (fp32 payload: r was 0) */
             } else {
                 r[j - rc_origin] = c[j - rc_origin]; /* a no-op when c is r */
-                m[j] = 0.0f;
+                if (a.zero != 2) m[j - a.m_origin] = 0.0f;
                 pj = __fsub_rn(pj, __fmul_rn(a.lr, __fmul_rn(wd, pj)));
             }
             params[j] = pj;
@@ -525,6 +558,16 @@ static void scape_update(float *params, floatX *copy, float *m, float *r, const 
     scape_update_kernel<<<pl->ntiles, SCAPE_THREADS, 0, s>>>(params, copy, m, r, c, 0, pl->tiles, pl->q, payload, mask, *a);
     cudaCheckLaunch();
 }
+/* The same over the plan's tiles [t0, t1) alone (SCAPE with ZeRO-1: an owner's tiles with a->zero = 1, the
+ * others' with a->zero = 2); r, c and payload are the (P) / whole-bucket buffers as in scape_update. */
+static void scape_update_tiles(float *params, floatX *copy, float *m, float *r, const float *c, const ScapeBucketPlan *pl,
+                               int t0, int t1, const float *payload, const uint32_t *mask, const ScapeUpdateArgs *a,
+                               cudaStream_t s) {
+    if (t1 <= t0) return;
+    scape_update_kernel<<<t1 - t0, SCAPE_THREADS, 0, s>>>(params, copy, m, r, c, 0, pl->tiles + t0, pl->q + t0, payload,
+                                                          mask, *a);
+    cudaCheckLaunch();
+}
 /* The same for the plan's k-th slice alone with its residual and c in staging buffers of that slice (see
  * scape_momentum_compact_slice); payload is the whole bucket's averaged payload. */
 static void scape_update_slice(float *params, floatX *copy, float *m, float *r_slice, const float *c_slice,
@@ -534,6 +577,52 @@ static void scape_update_slice(float *params, floatX *copy, float *m, float *r_s
     if (nt == 0) return;
     scape_update_kernel<<<nt, SCAPE_THREADS, 0, s>>>(params, copy, m, r_slice, c_slice, pl->slice_off[k], pl->tiles + t0,
                                                      pl->q + t0, payload, mask, *a);
+    cudaCheckLaunch();
+}
+
+/* ---- SCAPE with ZeRO-1: the sparse synchronisation (scape/dist_scape_zero.c's sync_values) ----
+ * The owners' values on M_t travel in memory order (all masked coordinates, ascending: a plan over every slice in
+ * memory order, whose payload offsets q number them); after the all-gather every rank writes them back. */
+
+/* One block per tile; mode 'm': r[j] = b1 * v[q] (the fold of the owners' m_t); mode 'p': params[j] = v[q] and the
+ * floatX copy rounded as scape_update_kernel rounds it (seed: sr_seed(seed, step, slice) from a). */
+__global__ static void scape_zero_scatter_kernel(float *dst, floatX *copy, const ScapeTile *tiles, const long long *q,
+                                                 const float *v, const uint32_t *mask, int mode_p, ScapeUpdateArgs a) {
+    __shared__ int sh[32];
+    const ScapeTile t = tiles[blockIdx.x];
+    const uint32_t seed = hash_u32((uint32_t)t.slice * 0x27D4EB2Fu + (uint32_t)a.step, a.seed_mix);
+    long long base = q[blockIdx.x];
+    for (int e0 = 0; e0 < t.len; e0 += blockDim.x) {
+        const int e = e0 + threadIdx.x;
+        const long long j = t.start + e;
+        const int on = e < t.len ? (int)scape_mask_bit(mask, j) : 0;
+        int tot;
+        const int pos = scape_block_exclusive_count(on, &tot, sh);
+        if (on) {
+            const float x = v[base + pos];
+            if (!mode_p) {
+                dst[j] = __fmul_rn(a.b1, x);
+            } else {
+                dst[j] = x;
+                if (copy) store_rounded(copy + j, x, hash_u32((uint32_t)(j - t.slice_off), seed));
+            }
+        }
+        base += tot;
+    }
+}
+/* Over the plan's tiles [t0, t1) (another rank's), v the gathered values by the plan's payload index:
+ *   scape_zero_fold:    r[j] = b1 * v[q] on M_t (r then holds fl(b1 m_t), the fold)
+ *   scape_zero_scatter: params[j] = v[q] on M_t, and the floatX copy (may be NULL) rounded from it */
+static void scape_zero_fold(float *r, const ScapeBucketPlan *pl, int t0, int t1, const float *v, const uint32_t *mask,
+                            const ScapeUpdateArgs *a, cudaStream_t s) {
+    if (t1 <= t0) return;
+    scape_zero_scatter_kernel<<<t1 - t0, SCAPE_THREADS, 0, s>>>(r, NULL, pl->tiles + t0, pl->q + t0, v, mask, 0, *a);
+    cudaCheckLaunch();
+}
+static void scape_zero_scatter(float *params, floatX *copy, const ScapeBucketPlan *pl, int t0, int t1, const float *v,
+                               const uint32_t *mask, const ScapeUpdateArgs *a, cudaStream_t s) {
+    if (t1 <= t0) return;
+    scape_zero_scatter_kernel<<<t1 - t0, SCAPE_THREADS, 0, s>>>(params, copy, pl->tiles + t0, pl->q + t0, v, mask, 1, *a);
     cudaCheckLaunch();
 }
 

@@ -3,9 +3,11 @@
  * without ZeRO-1 (issue 17), computed and measured.
  *
  *   build/bench_zero computed [density...]   the full-size tables (GPT-2 d12: L12 C768 Vp 50304 maxT 1024; Llama
- *                                            500m: L16 C1536 F4096 NH16 NKV8 Vp 32000), for N = 1, 2, 4, 8: the
- *                                            largest rank's state bytes (also in units of P) and bytes sent per step
- *                                            (ring model, SCAPE.md section 6 and its sharded extension, below)
+ *                                            500m: L16 C1536 F4096 NH16 NKV8 Vp 32000; Llama 1.8b: L24 C2560 F6912
+ *                                            NH32 NKV8 Vp 128256), for N = 1, 2, 4, 8: the largest rank's state
+ *                                            bytes (also in units of P) and bytes sent per step (ring model,
+ *                                            SCAPE.md section 6 and its sharded extension, below); then the device
+ *                                            SCAPE's state, unsharded 8P + masks, ZeRO-1 4P + 4 P_r + masks
  *   build/bench_zero measured [density]      under mpirun -np N: a small GPT-2-shaped table (d2 C64 Vp 512) trained
  *                                            6 steps with random gradients by scape/dist.c in each of the 4 settings;
  *                                            the logged state (distopt_state_memory, largest rank) and the bytes sent
@@ -67,6 +69,7 @@ static void llama_table(ParamTable *t, size_t L, size_t C, size_t F, size_t NH, 
 
 typedef struct {
     double state[4], bytes[4]; /* AdamS, AdamS ZeRO-1, SCAPE, SCAPE ZeRO-1: largest rank */
+    double dev[2];             /* the device SCAPE (cuda/), unsharded and ZeRO-1: largest rank's state */
 } Figures;
 
 /* The formulas of the header for table t on N ranks at density d (norm gains and biases dense, the default). */
@@ -88,8 +91,11 @@ static Figures formulas(const ParamTable *t, int N, double d) {
     }
     owner_table_free(&o);
     double masks = 3.0 * (double)mask_bytes(t->total);
+    /* the device keeps m dense (over the owned range with ZeRO-1) and r (cuda/dist_scape_state.cuh's
+     * sd_memory_bytes, masks as 32-bit words: within a few bytes of the host's) */
     Figures x = {{4 * P, 4 * Pr, 4 * P + 8 * K + masks, 4 * P + 8 * Kr + masks},
-                 {8 * P * f, 8 * P * f, 8 * K * f + S * f, 12 * K * f + S * f}};
+                 {8 * P * f, 8 * P * f, 8 * K * f + S * f, 12 * K * f + S * f},
+                 {8 * P + masks, 4 * P + 4 * Pr + masks}};
     return x;
 }
 
@@ -102,12 +108,13 @@ static void computed(int argc, char **argv) {
         nd = 0;
         for (int i = 2; i < argc && nd < 8; i++) dens[nd++] = atof(argv[i]);
     }
-    ParamTable g, l;
+    ParamTable g, l, l18;
     gpt2_table(&g, 12, 768, 50304, 1024);
     llama_table(&l, 16, 1536, 4096, 16, 8, 32000);
-    const ParamTable *tabs[2] = {&g, &l};
-    const char *tn[2] = {"GPT-2 d12", "Llama 500m"};
-    for (int k = 0; k < 2; k++)
+    llama_table(&l18, 24, 2560, 6912, 32, 8, 128256);
+    const ParamTable *tabs[3] = {&g, &l, &l18};
+    const char *tn[3] = {"GPT-2 d12", "Llama 500m", "Llama 1.8b"};
+    for (int k = 0; k < 3; k++)
         for (int di = 0; di < nd; di++) {
             double P = (double)tabs[k]->total;
             printf("\n%s, P = %.0f, density %g: per-rank state (bytes, P units) and bytes sent per step\n", tn[k], P, dens[di]);
@@ -122,9 +129,16 @@ static void computed(int argc, char **argv) {
                 printf(" | %s (%.2fP vs %.2fP)\n", x.state[3] <= x.state[1] + 4 * P ? "yes" : "NO", x.state[3] / P,
                        (x.state[1] + 4 * P) / P);
             }
+            printf("device SCAPE (cuda/: m dense over P, or over the owned range with ZeRO-1), largest rank's state:\n");
+            for (int N = 1; N <= 8; N *= 2) {
+                Figures x = formulas(tabs[k], N, dens[di]);
+                printf("%3d | device SCAPE %14.0f (%5.2fP)   device SCAPE ZeRO-1 %14.0f (%5.2fP)   saved %.2f GB a rank\n",
+                       N, x.dev[0], x.dev[0] / P, x.dev[1], x.dev[1] / P, (x.dev[0] - x.dev[1]) / 1e9);
+            }
         }
     param_table_free(&g);
     param_table_free(&l);
+    param_table_free(&l18);
 }
 
 static void measured(int argc, char **argv) {

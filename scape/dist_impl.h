@@ -115,9 +115,6 @@ struct DistOptim {
     uint32_t *st_tmp;      /* top-k scratch, max slice numel */
 };
 
-/* SCAPE's step passes cut the slices into chunks of at most this many elements (dist_scape.c) */
-#define SCAPE_CHUNK 16384
-
 /* A slice SCAPE and topk-ef sparsify: all of them, or all but the norm gains and biases (exclude_norms). */
 static inline int dist_slice_sparse(const DistOptim *d, const ParamSlice *s) {
     return !(d->cfg.exclude_norms && s->dense_only);

@@ -28,7 +28,7 @@
  * part's owner (the mean residual, all the algorithm sees, is the same), so runs match the unsharded one only on
  * one rank. What the unsharded r holds on the mask (this rank's rounding losses) is kept apart in ez, so that the
  * fold stays exact; that costs 4 K bytes per rank.
- * Not built here: the device update (cuda/).
+ * The device counterpart, with the same arithmetic: cuda/dist_scape_zero.cuh.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -108,6 +108,10 @@ static inline void scape_update_on(float *p, float *m, float mt, float sc, int c
 #define SCAPE_TOPK_BINS 2048   /* bins of the widest digit */
 #define SCAPE_TOPK_GROUPS 256  /* the select step's groups of bins (one per thread of its block) */
 #define SCAPE_TOPK_CHUNK 4096  /* elements per block of the tie-count and marking passes */
+/* SCAPE's host step passes cut each slice into chunks of at most this many elements (scape/dist_scape.c); with
+ * ZeRO-1 the per-chunk norm sums travel in the control all-reduce, so the device SCAPE (cuda/dist_scape.cuh)
+ * cuts the same chunks (whole tiles of cuda/scape.cuh) */
+#define SCAPE_CHUNK 16384
 
 /* The radix key of a float's bits: |c| (for non-negative floats unsigned order is numeric; NaN above inf). */
 static inline SCAPE_HD uint32_t scape_topk_key(uint32_t float_bits) { return float_bits & 0x7FFFFFFFu; }

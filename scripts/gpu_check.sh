@@ -28,7 +28,9 @@
 # d12 and Llama-500M throughput and peak memory with cuDNN against without, at the same batch. A cuDNN run that fell back to cuBLAS is a FAIL; a cuDNN trainer that did not build
 # makes both NOT RUN. SCAPE benchmarks (one rank): Llama-500M T=2048 step time with SCAPE d=0.01 (fp32 and bf16
 # payload) against dense AdamS at the same batch, and Llama-1.8B's peak GPU memory with the residual resident and
-# offloaded. Top-k GB/s against the memory bandwidth: the kernel test dev/cuda/scape.cu's "time topk" lines.
+# offloaded; with ZeRO-1 (--zero): 2 ranks sharing the GPU against no ZeRO (losses bitwise in fp32, ranks in sync,
+# optim_state_bytes smaller), and Llama-1.8B's peak GPU memory on 2 ranks with and without it. Top-k GB/s against
+# the memory bandwidth: the kernel test dev/cuda/scape.cu's "time topk" lines.
 set -u
 cd "$(dirname "$0")/.."
 REPORT=${1:-out/gpu_check/report.txt}
@@ -326,6 +328,18 @@ if [ $TRAIN_OK = 1 ]; then
             compare_losses scape_offload_vs_resident_fp32 "$WORK/scape_offload_fp32/log.jsonl" "$WORK/scape_device_fp32/log.jsonl" 0
         run_test scape_updater_2_ranks_one_gpu 300 env OMP_NUM_THREADS=2 "${MPI[@]}" -np 2 build/cuda-fp32/test_scape_updater
     fi
+    # SCAPE with ZeRO-1 on the device (cuda/dist_scape_zero.cuh), 2 ranks sharing the GPU: the same losses as
+    # without it to the printed digit (bitwise in fp32 on 2 ranks), ranks in sync, and a smaller optim_state_bytes
+    if trun scape_two_ranks_fp32 env OMP_NUM_THREADS=2 "${MPI[@]}" -np 2 $GT32 "${COMMON[@]}" --batch 4 "${SC[@]}" &&
+       trun scape_two_ranks_zero_fp32 env OMP_NUM_THREADS=2 SCAPE_CHECK_SYNC=1 "${MPI[@]}" -np 2 $GT32 "${COMMON[@]}" --batch 4 "${SC[@]}" --zero; then
+        compare_losses scape_zero1_vs_no_zero_fp32 "$WORK/scape_two_ranks_zero_fp32/log.jsonl" "$WORK/scape_two_ranks_fp32/log.jsonl" 0
+        if grep -q "sync check: .*identical on 2 ranks" "$WORK/scape_two_ranks_zero_fp32.out"; then pass "${DRY}scape_zero1_ranks_in_sync"
+        else fail "${DRY}scape_zero1_ranks_in_sync" "no 'identical on 2 ranks' sync line in $WORK/scape_two_ranks_zero_fp32.out"; fi
+        sb0=$(grep -o '"optim_state_bytes": [0-9]*' "$WORK/scape_two_ranks_fp32/log.jsonl" | tail -1 | grep -o '[0-9]*$')
+        sb1=$(grep -o '"optim_state_bytes": [0-9]*' "$WORK/scape_two_ranks_zero_fp32/log.jsonl" | tail -1 | grep -o '[0-9]*$')
+        if [ -n "$sb0" ] && [ -n "$sb1" ] && [ "$sb1" -lt "$sb0" ]; then pass "${DRY}scape_zero1_state_smaller" "optim_state_bytes rank 0: $sb1 with --zero, $sb0 without"
+        else fail "${DRY}scape_zero1_state_smaller" "optim_state_bytes rank 0: '${sb1:-none}' with --zero, '${sb0:-none}' without"; fi
+    fi
     # a non-finite gradient at step 3 is skipped, every other step trained
     if trun gpu_nan env SCAPE_TEST_INJECT_NAN=3 $GT32 "${COMMON[@]}" --batch 4; then
         ns=$(grep -c '"skipped": 1' "$WORK/gpu_nan/log.jsonl")
@@ -452,6 +466,36 @@ if [ $TRAIN_OK = 1 ]; then
         SEQ=2048 STEPS=4 EXTRA="$SCB --scape-offload-residual" TR=$LTR VA=$LVA throughput memory_llama_1.8B_scape_offload $LT 1.8b 1
         [ -n "$THR_B" ] && log "        | Llama-1.8B B=1 T=2048 SCAPE d=0.01: peak GPU memory $m0 MiB resident vs $THR_MEM MiB offloaded: $(awk -v a="$m0" -v b="$THR_MEM" 'BEGIN { printf "%.0f", a - b }') MiB saved (4P = 4 x 1.8e9 B, about 6900 MiB, expected); step $ms0 vs $THR_MS ms"
     else notrun memory_llama_1.8B_scape_offload "the resident run it compares with did not pass"; fi
+    # SCAPE with ZeRO-1 on Llama-1.8B: 2 ranks sharing the GPU (host-staged MPI), B=1 T=2048, d=0.01, with and
+    # without --zero: the peak GPU memory of both processes together (nvidia-smi, device-wide) and rank 0's
+    # optim_state_bytes; with --zero each rank holds m for its half of the tensors (expected saving about 4P = 7 GB
+    # in all, less where the halves are uneven)
+    mem2() { # mem2 NAME EXTRA...: sets M2_MEM (MiB) and M2_STATE (bytes) on PASS
+        local name=$1 smi=""; shift
+        M2_MEM=""; M2_STATE=""
+        if [ -n "$DRY" ]; then notrun "$name" "CPU_DRY=1"; return; fi
+        if [ $(( $(date +%s) - START )) -gt "${BUDGET_S:-420}" ]; then notrun "$name" "time budget spent"; return; fi
+        rm -rf "$WORK/$name"; : > "$WORK/mem_$name.txt"
+        if have nvidia-smi; then
+            nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 > "$WORK/mem_$name.txt" 2>/dev/null &
+            smi=$!
+        fi
+        timeout 300 env OMP_NUM_THREADS=2 "${MPI[@]}" -np 2 $LT --model 1.8b --train "$LTR" --val "$LVA" --data "$DATA" \
+            --seq 2048 --batch 1 --steps 4 --warmup 2 --eval-every 0 --eval-batches 1 --sample-every 0 --comm mpi \
+            --optimizer scape --density 0.01 --density-start 0.01 "$@" --out "$WORK/$name" > "$WORK/$name.out" 2>&1
+        local rc=$?
+        [ -n "$smi" ] && { kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null; }
+        if [ $rc -ne 0 ]; then fail "$name" "run failed: $(tail -2 "$WORK/$name.out" | tr '\n' ' ')"; return; fi
+        M2_MEM=$(grep -E '^[0-9]+$' "$WORK/mem_$name.txt" | sort -n | tail -1)
+        M2_STATE=$(grep -o '"optim_state_bytes": [0-9]*' "$WORK/$name/log.jsonl" | tail -1 | grep -o '[0-9]*$')
+        pass "$name" "2 ranks on one GPU, B=1 T=2048 SCAPE d=0.01 $*: peak GPU memory ${M2_MEM:-?} MiB (both processes), rank 0 optim_state_bytes ${M2_STATE:-?}"
+    }
+    mem2 memory_llama_1.8B_scape_2_ranks
+    if [ -n "$M2_MEM" ]; then
+        m0=$M2_MEM; s0=$M2_STATE
+        mem2 memory_llama_1.8B_scape_2_ranks_zero --zero
+        [ -n "$M2_MEM" ] && log "        | Llama-1.8B, 2 ranks sharing the GPU, SCAPE d=0.01: peak GPU memory $m0 MiB without --zero vs $M2_MEM MiB with it ($(awk -v a="$m0" -v b="$M2_MEM" 'BEGIN { printf "%.0f", a - b }') MiB saved); rank 0's optim_state_bytes $s0 vs $M2_STATE"
+    else notrun memory_llama_1.8B_scape_2_ranks_zero "the run without --zero it compares with did not pass"; fi
     throughput throughput_gpt2_350M_d24 ./train_gptcu d24
     TR=$LTR VA=$LVA throughput throughput_llama_500M $LT 500m
     # Llama-500M with cuDNN attention at the batch the cuBLAS run used (issue 9's tokens/s and MFU, faster path)
@@ -472,7 +516,8 @@ else
              throughput_llama_500M throughput_llama_500M_cudnn throughput_gpt2_124M_d12 throughput_gpt2_350M_d24 \
              cudnn_vs_cublas_bf16_10_steps cudnn_identical_runs_bitwise throughput_gpt2_124M_d12_cudnn \
              throughput_llama_500M_adams throughput_llama_500M_scape throughput_llama_500M_scape_bf16 \
-             memory_llama_1.8B_scape memory_llama_1.8B_scape_offload; do notrun $c "$reason"; done
+             memory_llama_1.8B_scape memory_llama_1.8B_scape_offload memory_llama_1.8B_scape_2_ranks \
+             memory_llama_1.8B_scape_2_ranks_zero scape_zero1_vs_no_zero_fp32; do notrun $c "$reason"; done
 fi
 
 log "== $npass passed, $nfail failed, $nnot not run ($(( $(date +%s) - START )) s); report: $REPORT"

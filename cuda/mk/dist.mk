@@ -17,12 +17,13 @@ NCCL_LIBS :=
 endif
 UPDATER_NVCC := $(filter-out -DENABLE_FP32,$(NVCC_FLAGS)) $(UPDATER_NVCC_FLAGS)
 
+# -ffp-contract=off: the host code of the update (the sharded SCAPE's fold at a load) must round as scape/'s does
 $(BUILD)/cuda/dist.o: cuda/dist.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(UPDATER_NVCC) -MMD -MP -c $< -o $@
+	$(NVCC) $(UPDATER_NVCC) -Xcompiler -ffp-contract=off -MMD -MP -c $< -o $@
 $(BUILD)/cuda-fp32/dist.o: cuda/dist.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(UPDATER_NVCC) -DENABLE_FP32 -MMD -MP -c $< -o $@
+	$(NVCC) $(UPDATER_NVCC) -DENABLE_FP32 -Xcompiler -ffp-contract=off -MMD -MP -c $< -o $@
 
 # the trainers link the update of their precision (cuda/module.mk's recipes link every prerequisite) and NCCL
 train_gptcu: $(BUILD)/cuda/dist.o

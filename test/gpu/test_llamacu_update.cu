@@ -3,7 +3,7 @@
  * (Model.create_updater -> cuda/dist.h) against the same model trained through the loop's host update
  * (scape/dist.h on the host buffers, what train_llamacu does for scape/topk-ef and with --update host): same spec,
  * seed and tokens, 4 steps of 2 micro-steps each with clipping at 1.0 (clipping is active: the printed norms exceed
- * it), as trainer/train.c drives them, with AdamW, with AdamS and with SCAPE at density 0.05.
+ * it), as trainer/train.c drives them, with AdamW, with AdamS and with SCAPE at density 0.05 (also with --zero 1).
  *   fp32 build: every micro-step's loss, every gradient norm and the final master weights bitwise equal (the
  *     forward reads the same fp32 weights, gradients are summed alike, the update is bit-identical), and so are the
  *     logits of a forward without targets afterwards (what the sampler reads);
@@ -37,6 +37,8 @@ static void record_bucket(void *ctx, int b) {
     u->bucket_ready(u, b);
 }
 
+static int zero_ = 0; /* DistConfig.zero (--zero 1) of the following cases */
+
 static UpdaterConfig config(OptimizerKind kind) {
     UpdaterConfig c;
     memset(&c, 0, sizeof c);
@@ -51,6 +53,7 @@ static UpdaterConfig config(OptimizerKind kind) {
     c.dist.exclude_norms = 1;
     c.comm = COMM_BACKEND_MPI;
     c.seed = 1337;
+    c.dist.zero = zero_;
     return c;
 }
 
@@ -215,6 +218,14 @@ TEST(adams_device_update_matches_host_update) { device_update_matches_host_updat
 /* SCAPE at density 0.05 from step 1: its top-k and the zeroing of the gradients run on the update's communication
  * stream, so the trainer's first gradient write of each step must wait for DeviceModel.grads_free */
 TEST(scape_device_update_matches_host_update) { device_update_matches_host_update(test_name_, OPT_SCAPE, 0.05, "scape"); }
+/* SCAPE with --zero 1 on both sides (cuda/dist_scape_zero.cuh against scape/dist_scape_zero.c): the fold of beta1 m
+ * into r, the owners' update and the sparse sync through the model's buffers (one rank owns every tensor here;
+ * test_scape_updater runs it on two ranks) */
+TEST(scape_zero_device_update_matches_host_update) {
+    zero_ = 1;
+    device_update_matches_host_update(test_name_, OPT_SCAPE, 0.05, "scape zero");
+    zero_ = 0;
+}
 
 /* topk-ef (no device implementation; SCAPE has one) keeps the host path: create_updater declines, allocates nothing,
  * and the model keeps uploading the host weights each forward */
@@ -240,6 +251,7 @@ int main(int argc, char **argv) {
     RUN_TEST(adamw_device_update_matches_host_update);
     RUN_TEST(adams_device_update_matches_host_update);
     RUN_TEST(scape_device_update_matches_host_update);
+    RUN_TEST(scape_zero_device_update_matches_host_update);
     RUN_TEST(topk_ef_keeps_the_host_update);
     comm_finalize();
     TEST_EXIT();

@@ -24,6 +24,10 @@
  *     with a gap (step 4 off), a skipped step and a bootstrap with the residual offloaded: present on the same
  *     steps, Jaccards (and NAN where the previous mask is missing) bitwise, energies within 2 * numel *
  *     DBL_EPSILON relative; and enabling them leaves master, floatX copy and blob bitwise unchanged;
+ *   --zero 1 (cuda/dist_scape_zero.cuh) against the host's sharded SCAPE: the d = 0.1 case, both bootstraps and a
+ *     NaN step as above (the collectives per kind included: reduce-scatters, control all-reduce, the sync's
+ *     all-gathers); and against the unsharded device SCAPE: master, floatX copy and blob bitwise after every step,
+ *     the state smaller with 2 ranks, and a checkpoint of either layout at step 5 resumed by the other bitwise;
  *   save at step 5, a new update + load, steps 6-10: master and blob bitwise equal to the uninterrupted run, also
  *     with the resumed run offloading its residual (offload on == off); and the host's blob of step 5 loaded by
  *     the device continues bitwise like the host (checkpoints interchange).
@@ -49,6 +53,7 @@
 
 static int offload_ = 0; /* UpdaterConfig.scape_offload_residual of the following cases */
 static int bf16_payload_ = 0; /* DistConfig.payload_bf16 (--scape-payload bf16) of the following cases */
+static int zero_ = 0; /* DistConfig.zero (--zero 1) of the following cases */
 static CommBackend comm_ = COMM_BACKEND_MPI; /* COMM_BACKEND_NCCL with the argument `nccl` */
 
 static UpdaterConfig config(float density, int warmup, float clip) {
@@ -68,6 +73,7 @@ static UpdaterConfig config(float density, int warmup, float clip) {
     c.seed = SEED;
     c.scape_offload_residual = offload_;
     c.dist.payload_bf16 = bf16_payload_;
+    c.dist.zero = zero_;
     return c;
 }
 
@@ -264,6 +270,27 @@ TEST(scape_bf16_payload_nonfinite_skips_like_host) {
     bf16_payload_ = 1;
     vs_host(test_name_, 0.1f, 4, 3);
     bf16_payload_ = 0;
+}
+
+/* --zero 1 (cuda/dist_scape_zero.cuh) against the host's sharded SCAPE (scape/dist_scape_zero.c): master, blob
+ * (the unsharded layout: m gathered, r unfolded), norm and the collectives per kind (reduce-scatters, the control
+ * all-reduce of the chunk sums, the sync's two all-gathers) as in vs_host; with warm-up and clipping, the step-1
+ * bootstraps, and a NaN step */
+TEST(scape_zero_matches_host_zero_bitwise) {
+    zero_ = 1;
+    vs_host(test_name_, 0.1f, 4, 0);
+    zero_ = 0;
+}
+TEST(scape_zero_bootstraps_match_host_zero_bitwise) {
+    zero_ = 1;
+    vs_host(test_name_, 0.1f, 0, 0);
+    vs_host(test_name_, 1.0f, 0, 0);
+    zero_ = 0;
+}
+TEST(scape_zero_nonfinite_gradient_skips_like_host) {
+    zero_ = 1;
+    vs_host(test_name_, 0.1f, 4, 5);
+    zero_ = 0;
 }
 
 /* ---- mask statistics (DistMaskStats) on the device against the host's distopt_mask_stats ---- */
@@ -545,6 +572,80 @@ static void save_load_continue(const char *test_name_, int resumed_offload) {
     dev_free(&resumed);
 }
 TEST(save_load_continue_is_bitwise) { save_load_continue(test_name_, 0); }
+
+/* --zero 1 on the device against the unsharded device SCAPE over 10 steps, and checkpoints across the layouts:
+ * the sharded run equals the unsharded one bit for bit (master, floatX copy, blob after every step; the payload's
+ * sums are added in the same order by the MPI reduce-scatter and all-reduce, and by NCCL's reduce and all-reduce
+ * here), its state is smaller with several ranks, and a checkpoint of either at step 5 resumed by the other
+ * continues bitwise like the uninterrupted unsharded run */
+TEST(scape_zero_equals_unsharded_device_and_resumes_across_layouts) {
+    float *init = initial_params();
+    UpdaterConfig cu = config(0.1f, 4, 1.0f), cz = cu;
+    cz.dist.zero = 1;
+    Dev xu, xz;
+    dev_init(&xu, init, &cu);
+    dev_init(&xz, init, &cz);
+    const size_t mem_u = xu.u->memory_bytes(xu.u), mem_z = xz.u->memory_bytes(xz.u);
+    if (world_ > 1) CHECK(mem_z < mem_u, "sharded state %zu bytes, not below the unsharded %zu", mem_z, mem_u);
+    else CHECK(mem_z == mem_u, "one rank: sharded state %zu bytes, unsharded %zu", mem_z, mem_u);
+    void *blob_u5 = NULL, *blob_z5 = NULL;
+    size_t nu5 = 0, nz5 = 0, bad_total = 0;
+    float *master5 = NULL;
+    for (int t = 1; t <= STEPS; t++) {
+        dev_run(&xu, t, t);
+        dev_run(&xz, t, t);
+        float *mu = download_master(&xu), *mz = download_master(&xz);
+        void *cpu_ = download_copy(&xu), *cpz = download_copy(&xz);
+        double w;
+        size_t first = 0, bad = diff_floats(mu, mz, P, &w, &first);
+        bad_total += bad;
+        CHECK(bad == 0, "step %d: %zu master weights differ between sharded and unsharded, worst %.3g, first [%zu]", t,
+              bad, w, first);
+        CHECK(memcmp(cpu_, cpz, P * sizeof(floatX)) == 0, "step %d: the floatX copies differ", t);
+        size_t nu, nz;
+        void *bu = save_blob(xu.u, &nu), *bz = save_blob(xz.u, &nz);
+        size_t fb = nu == nz ? first_diff_byte(bu, bz, nu) : 0;
+        CHECK(nu == nz && fb == nu, "step %d: sharded and unsharded blobs differ (%zu vs %zu bytes, first byte %zu in "
+              "%s)", t, nu, nz, fb, blob_section(bu, fb));
+        if (t == 5) {
+            blob_u5 = bu;
+            blob_z5 = bz;
+            nu5 = nu;
+            nz5 = nz;
+            master5 = mu;
+        } else {
+            free(bu); free(bz); free(mu);
+        }
+        free(mz); free(cpu_); free(cpz);
+    }
+    /* unsharded checkpoint -> sharded run, and sharded checkpoint -> unsharded run, steps 6..10 */
+    for (int dir = 0; dir < 2; dir++) {
+        Dev y;
+        dev_init(&y, master5, dir == 0 ? &cz : &cu);
+        const void *blobs[1] = {dir == 0 ? blob_u5 : blob_z5};
+        size_t n = dir == 0 ? nu5 : nz5;
+        y.u->load(y.u, blobs, &n, 1);
+        dev_run(&y, 6, STEPS);
+        float *ma = download_master(&xu), *mb = download_master(&y);
+        double w;
+        size_t first = 0, bad = diff_floats(ma, mb, P, &w, &first);
+        CHECK(bad == 0, "%s checkpoint at 5 resumed %s: %zu master weights differ at step %d, worst %.3g, first [%zu]",
+              dir == 0 ? "an unsharded" : "a sharded", dir == 0 ? "sharded" : "unsharded", bad, STEPS, w, first);
+        size_t na, nb;
+        void *ba = save_blob(xu.u, &na), *bb = save_blob(y.u, &nb);
+        size_t fb = na == nb ? first_diff_byte(ba, bb, na) : 0;
+        CHECK(na == nb && fb == na, "%s checkpoint resumed: blobs differ at step %d (first byte %zu in %s)",
+              dir == 0 ? "unsharded" : "sharded", STEPS, fb, blob_section(ba, fb));
+        free(ma); free(mb); free(ba); free(bb);
+        dev_free(&y);
+    }
+    if (rank_ == 0)
+        printf("  zero vs unsharded, %d ranks, %d steps: %zu master weights differ; state %zu vs %zu bytes; both "
+               "checkpoint directions resumed\n", world_, STEPS, bad_total, mem_z, mem_u);
+    free(blob_u5); free(blob_z5); free(master5); free(init);
+    dev_free(&xu);
+    dev_free(&xz);
+}
 TEST(offload_resume_equals_no_offload_bitwise) { save_load_continue(test_name_, 1); }
 
 /* a CPU checkpoint resumed on the GPU: the host DistOptim's blob and params at step 5 loaded into a new device
@@ -706,12 +807,16 @@ int main(int argc, char **argv) {
     RUN_TEST(scape_bf16_payload_matches_host_bitwise);
     RUN_TEST(scape_bf16_payload_offload_matches_host_bitwise);
     RUN_TEST(scape_bf16_payload_nonfinite_skips_like_host);
+    RUN_TEST(scape_zero_matches_host_zero_bitwise);
+    RUN_TEST(scape_zero_bootstraps_match_host_zero_bitwise);
+    RUN_TEST(scape_zero_nonfinite_gradient_skips_like_host);
     RUN_TEST(mask_stats_match_host_warmup_gap_and_skip);
     RUN_TEST(mask_stats_match_host_bootstrap_offload);
     RUN_TEST(inv1_density_one_equals_device_adams_residual_zero);
     if (world_ == 1) RUN_TEST(inv2_conservation_on_device);
     RUN_TEST(save_load_continue_is_bitwise);
     RUN_TEST(offload_resume_equals_no_offload_bitwise);
+    RUN_TEST(scape_zero_equals_unsharded_device_and_resumes_across_layouts);
     RUN_TEST(host_checkpoint_resumed_on_device_is_bitwise);
 #ifdef CUDA_EMU
     if (world_ == 1) printf("emu: not checked: time device_scape_*_gpt2_124m (GPU timing)\n");
