@@ -135,6 +135,10 @@ typedef struct {
     int *tile_base, ntiles_all; /* per bucket: its first tile among all buckets' tiles; their number */
     int *tile_chunk;       /* (ntiles_all) the host's chunk (scape/dist_scape.c) of each tile */
     size_t nch;            /* the host's number of chunks */
+    float *d_ez;           /* (P) bf16 payload: what the unsharded r holds on m's mask (the rounding losses), 0 off it */
+    uint16_t *h_rs16;      /* pinned (bf16, MPI, world > 1): the owned bf16 means the reduce-scatters deliver */
+    float *h_rs_err;       /* pinned (bf16, MPI, world > 1): their rounding errors */
+    uint16_t *d_zrecv16;   /* (bf16, NCCL) the owner's receive buffer: world * the largest owned part of a bucket */
     double *d_tpart, *h_tpart; /* (ntiles_all) per-tile sums of g_hat^2: device, pinned */
     double *zred;          /* (nch + 1) the control all-reduce: per-chunk sums, then the bad-c flag */
     long long *h_sk;       /* (tab->n) M_t's count per slice */
@@ -297,6 +301,7 @@ static void scape_dev_make_mask(ScapeDev *u, double dens) {
 
 /* cuda/dist_scape_zero.cuh, read after this file: SCAPE with ZeRO-1 */
 static void scape_zero_comm_bucket(ScapeDev *u, int b, size_t K);
+static void scape_zero_comm_bucket_bf16(ScapeDev *u, int b, size_t K);
 static void scape_zero_receive(ScapeDev *u);
 static void scape_zero_norm_enqueue(ScapeDev *u);
 static double scape_zero_norm_finish(ScapeDev *u, int *bad);
@@ -344,7 +349,8 @@ static void scape_dev_comm_bucket(ScapeDev *u, int b) {
     cudaCheck(cudaEventRecord(u->ev_ready[b], u->dm.stream));
     cudaCheck(cudaStreamWaitEvent(u->cs, u->ev_ready[b], 0));
     if (u->zero) {
-        scape_zero_comm_bucket(u, b, K);
+        if (u->bf16) scape_zero_comm_bucket_bf16(u, b, K);
+        else scape_zero_comm_bucket(u, b, K);
         return;
     }
     if (u->bf16) {
@@ -382,7 +388,7 @@ static void scape_dev_momentum(ScapeDev *u, int b, const uint32_t *mask) {
         }
     if (!u->offload) {
         scape_momentum_compact<float>(u->dm.grads, payload, &u->d_ctl->bad, pl, u->dm.grads, u->zero ? NULL : u->d_m,
-                                      u->d_r, mask, u->opt.beta1, s);
+                                      u->d_r, mask, u->opt.beta1, s, u->d_ez);
         return;
     }
     for (int k = 0; k < pl->nslices; k++) {
@@ -551,9 +557,12 @@ static int sd_step(Updater *base, int t, float lr, float *grad_norm) {
             }
         }
     }
-    if (u->world > 1 && u->bf16) /* b in bf16 -> the fp32 payload the norm and the update read */
-        for (int b = 0; b < u->nb; b++)
-            scape_bf16_widen(u->d_payload + u->bucket_off[b], u->d_payload16 + u->bucket_off[b], u->h_kb[b], s);
+    if (u->world > 1 && u->bf16) /* b in bf16 -> the fp32 payload the norm and the update read (ZeRO-1: the owned part) */
+        for (int b = 0; b < u->nb; b++) {
+            const size_t o = u->bucket_off[b] + (u->zero ? u->rs_pre[b] : 0);
+            const long long n = u->zero ? (long long)u->rs_k[(size_t)b * (size_t)u->world + (size_t)u->rank] : u->h_kb[b];
+            scape_bf16_widen(u->d_payload + o, u->d_payload16 + o, n, s);
+        }
 
     /* g_hat = (m_t - beta1 m_{t-1}) / (1 - beta1) on M_t; the sum of its squares (scape_norm_pass) */
     if (u->zero) { /* the owners' tiles, summed per chunk on the host (cuda/dist_scape_zero.cuh) */

@@ -31,7 +31,9 @@ static size_t sd_memory_bytes(const Updater *base) {
     const size_t m_n = u->zero ? u->mhi - u->mlo : u->P;
     size_t seg_words = 0;
     for (int r = 0; r < u->world; r++) seg_words += (size_t)scape_mask_words((long long)(u->own.hi[r] - u->own.lo[r]));
-    return (m_n + u->P) * sizeof(float) + (2 * (size_t)scape_mask_words((long long)u->P) + seg_words) * sizeof(uint32_t);
+    const size_t ez_n = u->zero && u->bf16 ? u->P : 0; /* the bf16 payload's residual on the mask (ZeRO-1) */
+    return (m_n + u->P + ez_n) * sizeof(float) +
+           (2 * (size_t)scape_mask_words((long long)u->P) + seg_words) * sizeof(uint32_t);
 }
 
 /* host copy of a device mask in scape.h's byte layout (little-endian words are its bytes), MASK_PAD slack */
@@ -212,9 +214,6 @@ static Updater *scape_updater_create(const DeviceModel *dm, const UpdaterConfig 
     if (!(dc->density > 0 && dc->density <= 1)) fatal("--density %g is outside (0, 1]; 0.1 means 90%% sparsity", dc->density);
     if (!(dc->density_start > 0 && dc->density_start <= 1))
         fatal("density start %g is outside (0, 1]; use 1 for the default warm-up from dense", dc->density_start);
-    if (dc->zero && dc->payload_bf16)
-        fatal("--zero 1 with --scape-payload bf16 runs on the host update only (--update host), not yet on the device "
-              "SCAPE; drop one of them or add --update host");
     if (dc->zero && cfg->scape_offload_residual)
         fatal("--zero 1 with --scape-offload-residual is not built for the device SCAPE; drop one of them");
     ScapeDev *u = (ScapeDev *)xcalloc(1, sizeof *u, "device SCAPE");

@@ -30,8 +30,12 @@
  * Checkpoints keep the unsharded layout (scape/dist_state.c): m gathered from the owners at the save (a
  * collective: every rank saves), r saved unfolded; a load folds beta1 m into r. So either path, sharded or
  * not, resumes the other's checkpoints, on any number of ranks.
- * Not built: the bf16 payload and the residual offload with --zero (scape_updater_create refuses them, naming the
- * host path that runs them); the device memory a rank saves is m's 4 P (N - 1) / N bytes.
+ * The bf16 payload (--scape-payload bf16): the owners reduce in bf16 as comm_ireduce_scatter_avg_bf16 does (NCCL:
+ * grouped send/recv to the owner, scape_bf16_mean), the mean's error goes to the owner's residual, and what the
+ * unsharded r holds on the mask (this rank's rounding losses) lives in d_ez (P floats) so that the fold stays
+ * exact, as the host's ez: bitwise the host's sharded bf16 path (which tracks the unsharded one on > 1 rank).
+ * Not built: the residual offload with --zero (scape_updater_create refuses it). The device memory a rank saves is
+ * m's 4 P (N - 1) / N bytes (the bf16 payload's ez costs 4P).
  */
 
 /* cuda/dist_scape_state.cuh, read after this file */
@@ -101,9 +105,27 @@ static void scape_zero_setup(ScapeDev *u) {
     free(all);
     u->mo_t0 = (int *)xcalloc((size_t)W + 1, sizeof(int), "sync tiles");
     for (int r = 0; r <= W; r++) u->mo_t0[r] = u->mo.slice_tile[u->own.first[r]];
+    const size_t n_own = u->mhi - u->mlo;
     if (W > 1 && !u->nccl) {
-        size_t n_own = u->mhi - u->mlo;
         u->h_rs = (float *)hmalloc_pinned((n_own ? n_own : 1) * sizeof(float), "the owned payload");
+        if (u->bf16) {
+            u->h_rs16 = (uint16_t *)hmalloc_pinned((n_own ? n_own : 1) * sizeof(uint16_t), "the owned bf16 payload");
+            u->h_rs_err = (float *)hmalloc_pinned((n_own ? n_own : 1) * sizeof(float), "the owned rounding errors");
+        }
+    }
+    if (u->bf16) {
+        u->d_ez = (float *)dmalloc(u->P * sizeof(float), "the bf16 payload's residual on the mask");
+        cudaCheck(cudaMemset(u->d_ez, 0, u->P * sizeof(float)));
+        if (W > 1 && u->nccl) {
+            size_t most = 1; /* the largest owned part of a bucket */
+            for (int b = 0; b < u->nb; b++) {
+                size_t n = 0;
+                for (int k = 0; k < u->bn[b]; k++)
+                    if (scape_zero_owner(u, u->bslices[b][k]) == u->rank) n += tab->slices[u->bslices[b][k]].numel;
+                if (n > most) most = n;
+            }
+            u->d_zrecv16 = (uint16_t *)dmalloc((size_t)W * most * sizeof(uint16_t), "the owner's bf16 receive buffer");
+        }
     }
     cudaCheck(cudaEventCreateWithFlags(&u->ev_zsync, cudaEventDisableTiming));
 }
@@ -115,6 +137,10 @@ static void scape_zero_free(ScapeDev *u) {
     cudaCheck(cudaFree(u->d_tpart));
     cudaCheck(cudaFreeHost(u->h_tpart));
     if (u->h_rs) cudaCheck(cudaFreeHost(u->h_rs));
+    if (u->h_rs16) cudaCheck(cudaFreeHost(u->h_rs16));
+    if (u->h_rs_err) cudaCheck(cudaFreeHost(u->h_rs_err));
+    if (u->d_ez) cudaCheck(cudaFree(u->d_ez));
+    if (u->d_zrecv16) cudaCheck(cudaFree(u->d_zrecv16));
     free(u->bt0); free(u->bt1); free(u->tile_base); free(u->tile_chunk); free(u->zred); free(u->h_sk);
     free(u->rs_k); free(u->rs_pre); free(u->rs_off); free(u->kr); free(u->mo_t0);
 }
@@ -186,15 +212,64 @@ static void scape_zero_comm_bucket(ScapeDev *u, int b, size_t K) {
     u->bh[b] = comm_ireduce_scatter_avg_f32(h, u->h_rs + u->rs_off[b], rk);
 }
 
+/* The bf16 payload of bucket b (scape_zero_comm_bucket with --scape-payload bf16), as comm_ireduce_scatter_avg_bf16
+ * reduces it: rounded to bf16 on cs; each owner receives every rank's bf16 values of its part (NCCL: grouped
+ * send/recv into d_zrecv16, its own part by a device copy), sums them in fp32 in rank order, divides by N and
+ * rounds (scape_bf16_mean) into d_payload16 at its place, the error into d_qerr there; MPI: the host's function
+ * from h_payload16 into h_rs16 / h_rs_err, uploaded by scape_zero_receive. world > 1. */
+static void scape_zero_comm_bucket_bf16(ScapeDev *u, int b, size_t K) {
+    const size_t W = (size_t)u->world, *rk = u->rs_k + (size_t)b * W;
+    float *pay = u->d_payload + u->bucket_off[b];
+    uint16_t *p16 = u->d_payload16 + u->bucket_off[b];
+    scape_bf16_round(p16, pay, NULL, (long long)K, (long long)K, 0, u->cs);
+    if (u->nccl) {
+#ifdef ENABLE_NCCL
+        const size_t mine = rk[u->rank];
+        if (K) {
+            size_t off = 0;
+            ncclCheck(ncclGroupStart());
+            for (int r = 0; r < u->world; r++) {
+                if (r != u->rank) {
+                    if (rk[r]) ncclCheck(ncclSend(p16 + off, rk[r] * sizeof(uint16_t), ncclUint8, r, u->nc, u->cs));
+                    if (mine)
+                        ncclCheck(ncclRecv(u->d_zrecv16 + (size_t)r * mine, mine * sizeof(uint16_t), ncclUint8, r, u->nc,
+                                           u->cs));
+                } else if (mine) {
+                    cudaCheck(cudaMemcpyAsync(u->d_zrecv16 + (size_t)r * mine, p16 + off, mine * sizeof(uint16_t),
+                                              cudaMemcpyDeviceToDevice, u->cs));
+                }
+                off += rk[r];
+            }
+            ncclCheck(ncclGroupEnd());
+            scape_bf16_mean(p16 + u->rs_pre[b], u->d_qerr + u->bucket_off[b] + u->rs_pre[b], u->d_zrecv16,
+                            (long long)mine, u->world, u->cs);
+        }
+        comm_stats_add(COMM_REDUCE_SCATTER, 2ull * K, 0.0);
+#endif
+        return;
+    }
+    uint16_t *h = u->h_payload16 + u->bucket_off[b];
+    if (K) cudaCheck(cudaMemcpyAsync(h, p16, K * sizeof(uint16_t), cudaMemcpyDeviceToHost, u->cs));
+    cudaCheck(cudaStreamSynchronize(u->cs)); /* the job reads h as soon as it is queued */
+    u->bh[b] = comm_ireduce_scatter_avg_bf16(h, u->h_rs16 + u->rs_off[b], u->h_rs_err + u->rs_off[b], rk);
+}
+
 /* MPI: waits for every bucket's reduce-scatter and uploads this rank's averaged part to where the unsharded
- * all-reduce leaves it in d_payload (compute stream). */
+ * all-reduce leaves it in d_payload (bf16: d_payload16, its errors to d_qerr) (compute stream). */
 static void scape_zero_receive(ScapeDev *u) {
     for (int b = 0; b < u->nb; b++) {
         comm_wait(u->bh[b]);
-        const size_t n = u->rs_k[(size_t)b * (size_t)u->world + (size_t)u->rank];
-        if (n)
-            cudaCheck(cudaMemcpyAsync(u->d_payload + u->bucket_off[b] + u->rs_pre[b], u->h_rs + u->rs_off[b],
-                                      n * sizeof(float), cudaMemcpyHostToDevice, u->dm.stream));
+        const size_t n = u->rs_k[(size_t)b * (size_t)u->world + (size_t)u->rank], o = u->bucket_off[b] + u->rs_pre[b];
+        if (!n) continue;
+        if (u->bf16) {
+            cudaCheck(cudaMemcpyAsync(u->d_payload16 + o, u->h_rs16 + u->rs_off[b], n * sizeof(uint16_t),
+                                      cudaMemcpyHostToDevice, u->dm.stream));
+            cudaCheck(cudaMemcpyAsync(u->d_qerr + o, u->h_rs_err + u->rs_off[b], n * sizeof(float),
+                                      cudaMemcpyHostToDevice, u->dm.stream));
+        } else {
+            cudaCheck(cudaMemcpyAsync(u->d_payload + o, u->h_rs + u->rs_off[b], n * sizeof(float),
+                                      cudaMemcpyHostToDevice, u->dm.stream));
+        }
     }
 }
 
@@ -230,6 +305,12 @@ static void scape_zero_update(ScapeDev *u, int b, const ScapeUpdateArgs *step_ar
     const ScapeBucketPlan *pl = &u->plan[b];
     const float *payload = u->d_payload + u->bucket_off[b];
     ScapeUpdateArgs a = *step_args;
+    if (u->bf16) { /* the residual on M_t into ez (scape_dev_update's bf16 arguments otherwise) */
+        a.payload_bf16 = 1;
+        a.fN = (float)u->world;
+        a.qerr = u->world > 1 ? u->d_qerr + u->bucket_off[b] : NULL;
+        a.ez = u->d_ez;
+    }
     a.zero = 2;
     scape_update_tiles(u->dm.master, u->copy, u->d_m, u->d_r, u->dm.grads, pl, 0, u->bt0[b], payload, u->d_cur, &a,
                        u->dm.stream);
@@ -296,7 +377,8 @@ static void scape_zero_sync(ScapeDev *u, const ScapeUpdateArgs *a) {
 }
 
 /* The checkpoint's dense m (P floats, 0 off the mask) from the owners (a collective: every rank calls it) and
- * r without the fold (0 on M_t, as unsharded in fp32). Compute stream synchronised by the caller. */
+ * r without the fold (on M_t 0 with the fp32 payload, ez with bf16: what the unsharded r holds). Compute stream
+ * synchronised by the caller. */
 static void scape_zero_save_state(ScapeDev *u, float *m, float *r) {
     memset(m, 0, u->P * sizeof(float));
     if (u->mhi > u->mlo)
@@ -307,8 +389,14 @@ static void scape_zero_save_state(ScapeDev *u, float *m, float *r) {
     free(cnt);
     if (!u->have_cur) return;
     uint8_t *mc = scape_dev_download_mask(u, u->d_cur);
+    float *ez = NULL;
+    if (u->d_ez) {
+        ez = (float *)xmalloc(u->P * sizeof(float), "residual download");
+        cudaCheck(cudaMemcpy(ez, u->d_ez, u->P * sizeof(float), cudaMemcpyDeviceToHost));
+    }
     for (size_t j = 0; j < u->P; j++)
-        if (mask_get(mc, j)) r[j] = 0.0f;
+        if (mask_get(mc, j)) r[j] = ez ? ez[j] : 0.0f;
+    free(ez);
     free(mc);
 }
 
@@ -317,8 +405,20 @@ static void scape_zero_save_state(ScapeDev *u, float *m, float *r) {
 static void scape_zero_load_state(ScapeDev *u, const float *m, float *r, const uint8_t *mc, int hc) {
     if (u->mhi > u->mlo)
         cudaCheck(cudaMemcpy(u->d_m, m + u->mlo, (u->mhi - u->mlo) * sizeof(float), cudaMemcpyHostToDevice));
+    if (u->d_ez) cudaCheck(cudaMemset(u->d_ez, 0, u->P * sizeof(float)));
     if (!hc) return;
     const float b1 = u->opt.beta1;
+    if (u->d_ez) { /* bf16: r on the mask (the rounding losses) -> ez, r = beta1 m there */
+        float *ez = (float *)xcalloc(u->P, sizeof(float), "residual upload");
+        for (size_t j = 0; j < u->P; j++)
+            if (mask_get(mc, j)) {
+                ez[j] = r[j];
+                r[j] = b1 * m[j];
+            }
+        cudaCheck(cudaMemcpy(u->d_ez, ez, u->P * sizeof(float), cudaMemcpyHostToDevice));
+        free(ez);
+        return;
+    }
     for (size_t j = 0; j < u->P; j++)
         if (mask_get(mc, j)) r[j] += b1 * m[j];
 }

@@ -279,7 +279,7 @@ template <typename Tg>
 __global__ static void scape_momentum_compact_kernel(float *c, float *payload, int *nonfinite, const ScapeTile *tiles,
                                                      const long long *q, const Tg *grad, const float *m,
                                                      const float *r, long long rc_origin, const uint32_t *mask,
-                                                     float b1, float omb1) {
+                                                     float b1, float omb1, const float *ez) {
     __shared__ int sh[32];
     const ScapeTile t = tiles[blockIdx.x];
     long long base = q[blockIdx.x];
@@ -293,7 +293,7 @@ __global__ static void scape_momentum_compact_kernel(float *c, float *payload, i
             /* scape_corrected_momentum: beta1 * m[j] + omb1 * g[j] + r[j], left to right; with ZeRO-1 (m NULL) r
              * holds beta1 m_{t-1} already (the fold, scape/dist_scape_zero.c): (omb1 * g[j] + r[j]) + 0 */
             if (m) cj = __fadd_rn(__fadd_rn(__fmul_rn(b1, m[j]), __fmul_rn(omb1, to_float(grad[j]))), r[j - rc_origin]);
-            else cj = __fadd_rn(__fadd_rn(__fmul_rn(omb1, to_float(grad[j])), r[j - rc_origin]), 0.0f);
+            else cj = __fadd_rn(__fadd_rn(__fmul_rn(omb1, to_float(grad[j])), r[j - rc_origin]), ez ? ez[j] : 0.0f);
             c[j - rc_origin] = cj; /* after this thread's read of r: c may be r itself */
             on = (int)scape_mask_bit(mask, j);
             bad |= !isfinite(cj);
@@ -313,14 +313,16 @@ __global__ static void scape_momentum_compact_kernel(float *c, float *payload, i
  * which is the new residual off the mask; scape_update zeroes it on the mask). nonfinite (device int, may be
  * NULL) is ORed with 1 if any c is NaN or inf (the CPU norm pass's check; the caller clears it each step).
  * m NULL (SCAPE with ZeRO-1, whose r holds fl(b1 m_{t-1}) on the mask m is on): c[j] = ((1 - b1) * grad[j] + r[j])
- * + 0, scape/dist_scape.c's scape_c_chunk under cfg.zero, the same bits as the dense expression.
+ * + ez[j], scape/dist_scape.c's scape_c_chunk under cfg.zero, the same bits as the dense expression; ez (P, may
+ * be NULL for 0) is what the unsharded r holds on that mask (the bf16 payload's rounding losses), 0 elsewhere.
  * Needs scape_payload_offsets for this mask first. grad: floatX or float. */
 template <typename Tg>
 static void scape_momentum_compact(float *c, float *payload, int *nonfinite, const ScapeBucketPlan *pl, const Tg *grad,
-                                   const float *m, const float *r, const uint32_t *mask, float b1, cudaStream_t s) {
+                                   const float *m, const float *r, const uint32_t *mask, float b1, cudaStream_t s,
+                                   const float *ez = NULL) {
     if (pl->ntiles == 0) return;
     scape_momentum_compact_kernel<Tg><<<pl->ntiles, SCAPE_THREADS, 0, s>>>(c, payload, nonfinite, pl->tiles, pl->q, grad,
-                                                                          m, r, 0, mask, b1, 1.0f - b1);
+                                                                          m, r, 0, mask, b1, 1.0f - b1, ez);
     cudaCheckLaunch();
 }
 /* The same for the plan's k-th slice alone, its residual and c in staging buffers of that slice (residual
@@ -333,7 +335,8 @@ static void scape_momentum_compact_slice(float *c_slice, float *payload, int *no
     const int t0 = pl->slice_tile[k], nt = pl->slice_tile[k + 1] - t0;
     if (nt == 0) return;
     scape_momentum_compact_kernel<Tg><<<nt, SCAPE_THREADS, 0, s>>>(c_slice, payload, nonfinite, pl->tiles + t0, pl->q + t0,
-                                                                  grad, m, r_slice, pl->slice_off[k], mask, b1, 1.0f - b1);
+                                                                  grad, m, r_slice, pl->slice_off[k], mask, b1, 1.0f - b1,
+                                                                  NULL);
     cudaCheckLaunch();
 }
 
@@ -456,6 +459,10 @@ typedef struct {
      * the sync, scape_zero_fold / scape_zero_scatter). 0: unsharded. */
     int zero;
     long long m_origin;
+    /* ZeRO-1 with the bf16 payload: (P) what the unsharded r would hold, written here instead of r (whose place on
+     * M_t the fold takes): the residual above on M_t (the owner's mean error for its own tiles, c - bf16(c) for
+     * the others'), 0 off it. NULL otherwise. */
+    float *ez;
 } ScapeUpdateArgs;
 
 /* Constants of step t >= 1 exactly as scape_update_pass derives them: bc1 = 1 - b1^t and sqrt_bc2 =
@@ -483,6 +490,7 @@ static ScapeUpdateArgs scape_update_args(int t, float lr, float b1, float b2, fl
     a.qerr = NULL;
     a.zero = 0;
     a.m_origin = 0;
+    a.ez = NULL;
     return a;
 }
 
@@ -524,18 +532,29 @@ __global__ static void scape_update_kernel(float *params, floatX *copy, float *m
         int tot;
         const int pos = scape_block_exclusive_count(on, &tot, sh);
         if (e < t.len && on && a.zero == 2) {
-            r[j - rc_origin] = 0.0f; /* another rank's coordinate on M_t: its owner's m_t and p come with the sync */
+            /* another rank's coordinate on M_t: its owner's m_t and p come with the sync (the bf16 payload's mean
+             * error is the owner's: this rank lost only its own rounding) */
+            const float cj = c[j - rc_origin];
+            if (a.ez) a.ez[j] = __fsub_rn(cj, bf16_to_f32(bf16_from_f32(cj)));
+            r[j - rc_origin] = 0.0f;
         } else if (e < t.len) {
             float pj = params[j];
             if (on) {
                 float mj = m[j - a.m_origin];
-                r[j - rc_origin] = a.payload_bf16 ? scape_bf16_residual(c[j - rc_origin], a.qerr ? a.qerr[base + pos] : 0.0f, a.fN)
-                                                  : 0.0f;
+                const float ron = a.payload_bf16
+                                      ? scape_bf16_residual(c[j - rc_origin], a.qerr ? a.qerr[base + pos] : 0.0f, a.fN)
+                                      : 0.0f;
                 scape_update_on_dev(&pj, &mj, payload[base + pos], a, wd);
                 m[j - a.m_origin] = mj;
-                if (a.zero == 1) r[j - rc_origin] = __fmul_rn(a.b1, mj); /* the fold (fp32 payload: r was 0) */
+                if (a.zero == 1) { /* the fold; what the unsharded r holds here goes to ez (fp32 payload: 0) */
+                    r[j - rc_origin] = __fmul_rn(a.b1, mj);
+                    if (a.ez) a.ez[j] = ron;
+                } else {
+                    r[j - rc_origin] = ron;
+                }
             } else {
                 r[j - rc_origin] = c[j - rc_origin]; /* a no-op when c is r */
+                if (a.ez) a.ez[j] = 0.0f;
                 if (a.zero != 2) m[j - a.m_origin] = 0.0f;
                 pj = __fsub_rn(pj, __fmul_rn(a.lr, __fmul_rn(wd, pj)));
             }

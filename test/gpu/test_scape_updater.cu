@@ -26,7 +26,8 @@
  *     DBL_EPSILON relative; and enabling them leaves master, floatX copy and blob bitwise unchanged;
  *   --zero 1 (cuda/dist_scape_zero.cuh) against the host's sharded SCAPE: the d = 0.1 case, both bootstraps and a
  *     NaN step as above (the collectives per kind included: reduce-scatters, control all-reduce, the sync's
- *     all-gathers); and against the unsharded device SCAPE: master, floatX copy and blob bitwise after every step,
+ *     all-gathers), also with the bf16 payload; save/resume bitwise (fp32 and bf16); and against the unsharded
+ *     device SCAPE: master, floatX copy and blob bitwise after every step,
  *     the state smaller with 2 ranks, and a checkpoint of either layout at step 5 resumed by the other bitwise;
  *   save at step 5, a new update + load, steps 6-10: master and blob bitwise equal to the uninterrupted run, also
  *     with the resumed run offloading its residual (offload on == off); and the host's blob of step 5 loaded by
@@ -291,6 +292,14 @@ TEST(scape_zero_nonfinite_gradient_skips_like_host) {
     zero_ = 1;
     vs_host(test_name_, 0.1f, 4, 5);
     zero_ = 0;
+}
+/* --zero 1 with the bf16 payload: the owners' bf16 means (send/recv to the owner under NCCL), the mean's error in
+ * the owner's residual, the rounding losses kept apart (ez) so that the fold and the blob stay exact */
+TEST(scape_zero_bf16_payload_matches_host_zero_bitwise) {
+    zero_ = bf16_payload_ = 1;
+    vs_host(test_name_, 0.1f, 4, 0);
+    vs_host(test_name_, 0.1f, 0, 3);
+    zero_ = bf16_payload_ = 0;
 }
 
 /* ---- mask statistics (DistMaskStats) on the device against the host's distopt_mask_stats ---- */
@@ -647,6 +656,15 @@ TEST(scape_zero_equals_unsharded_device_and_resumes_across_layouts) {
     dev_free(&xz);
 }
 TEST(offload_resume_equals_no_offload_bitwise) { save_load_continue(test_name_, 1); }
+/* the same save at 5, load, steps 6-10 with --zero 1, fp32 and bf16 payloads (the sharded blob: m gathered, r
+ * unfolded, folded again at the load) */
+TEST(scape_zero_save_load_continue_is_bitwise) {
+    zero_ = 1;
+    save_load_continue(test_name_, 0);
+    bf16_payload_ = 1;
+    save_load_continue(test_name_, 0);
+    zero_ = bf16_payload_ = 0;
+}
 
 /* a CPU checkpoint resumed on the GPU: the host DistOptim's blob and params at step 5 loaded into a new device
  * update, steps 6-10 on both: bitwise equal (and the device blob equals distopt_save's) */
@@ -810,12 +828,14 @@ int main(int argc, char **argv) {
     RUN_TEST(scape_zero_matches_host_zero_bitwise);
     RUN_TEST(scape_zero_bootstraps_match_host_zero_bitwise);
     RUN_TEST(scape_zero_nonfinite_gradient_skips_like_host);
+    RUN_TEST(scape_zero_bf16_payload_matches_host_zero_bitwise);
     RUN_TEST(mask_stats_match_host_warmup_gap_and_skip);
     RUN_TEST(mask_stats_match_host_bootstrap_offload);
     RUN_TEST(inv1_density_one_equals_device_adams_residual_zero);
     if (world_ == 1) RUN_TEST(inv2_conservation_on_device);
     RUN_TEST(save_load_continue_is_bitwise);
     RUN_TEST(offload_resume_equals_no_offload_bitwise);
+    RUN_TEST(scape_zero_save_load_continue_is_bitwise);
     RUN_TEST(scape_zero_equals_unsharded_device_and_resumes_across_layouts);
     RUN_TEST(host_checkpoint_resumed_on_device_is_bitwise);
 #ifdef CUDA_EMU
