@@ -57,7 +57,7 @@
  * communication stream and averaged exactly as comm_iallreduce_avg_bf16 does (host-staged: that function; NCCL:
  * scape_nccl_allreduce_bf16, an all-to-all, the owner's mean kernel, broadcasts of the parts), the rounding errors
  * go to r in the update (cuda/scape.cuh); one rank rounds in place. Bitwise the host's in fp32.
- * ZeRO-1 (--zero 1, cuda/dist_scape_zero.cuh): m over this rank's owned range only, beta1 m folded into r, the
+ * ZeRO-1 (--zero 1, cuda/dist_scape_zero.cuh): m compact on this rank's part of the mask, beta1 m folded into r, the
  * payload reduce-scattered to the owners instead of all-reduced, the owners' norm sums in one control all-reduce,
  * the owners' masked update, then their m_t and p on M_t synchronised (two all-gathers of K values) before the next
  * mask's top-k is queued on cs (the next forward waits for the sync, not for the top-k); the branches below call it
@@ -90,7 +90,7 @@ typedef struct {
     size_t *bucket_off;    /* per bucket: first payload index (elements of the earlier buckets) */
     ScapeBucketPlan *plan; /* per bucket */
     int *part_off, npart;  /* per bucket: its norm partials in d_part; total */
-    float *d_m, *d_r;      /* (P) first moment (0 off M_t), residual (NULL with offload) */
+    float *d_m, *d_r;      /* (P) first moment (0 off M_t; NULL with ZeRO-1), residual (NULL with offload) */
     int offload;           /* residual offload: r in h_r, staged per slice through d_stage */
     float *h_r;            /* pinned (P) residual (offload) */
     float *d_stage[2];     /* (largest slice) staging buffers (offload) */
@@ -130,7 +130,14 @@ typedef struct {
     cudaEvent_t ev_used;   /* compute stream, after the step's last read of dm.grads: cs waits before zeroing it */
     /* SCAPE with ZeRO-1 (--zero 1; scape/dist_scape_zero.c, see the top of this file) */
     int zero;
-    size_t mlo, mhi;       /* this rank's owned range: d_m holds m there only (mhi - mlo values) */
+    size_t mlo, mhi;       /* this rank's owned range */
+    /* m compact (as the host's): this rank's m_{t-1} on its mask in memory order; see ScapeCompactM (scape.cuh) */
+    float *d_mc, *d_mc_new; /* m, and the buffer the update writes m_t into */
+    size_t mc_cap, mc_new_cap; /* their capacities (values) */
+    int have_m;            /* m exists (after the first update or a load) */
+    long long *d_mq;       /* (mo tiles + 1) mo's payload offsets for m's mask */
+    long long Qm, Qcur;    /* where this rank's values start in memory order: m's mask, M_t */
+    int *d_tile_mo;        /* (ntiles_all) each bucket tile's index in mo */
     int *bt0, *bt1;        /* per bucket: this rank's tiles in plan[b], [bt0, bt1) */
     int *tile_base, ntiles_all; /* per bucket: its first tile among all buckets' tiles; their number */
     int *tile_chunk;       /* (ntiles_all) the host's chunk (scape/dist_scape.c) of each tile */
@@ -305,7 +312,7 @@ static void scape_zero_comm_bucket_bf16(ScapeDev *u, int b, size_t K);
 static void scape_zero_receive(ScapeDev *u);
 static void scape_zero_norm_enqueue(ScapeDev *u);
 static double scape_zero_norm_finish(ScapeDev *u, int *bad);
-static void scape_zero_update(ScapeDev *u, int b, const ScapeUpdateArgs *step_args);
+static void scape_zero_update(ScapeDev *u, const ScapeUpdateArgs *step_args);
 static void scape_zero_sync(ScapeDev *u, const ScapeUpdateArgs *a);
 
 /* elements of bucket b (the most payload values it can have) */
@@ -619,10 +626,9 @@ static int sd_step(Updater *base, int t, float lr, float *grad_norm) {
     /* error feedback, then AdamS on M_t and decay only elsewhere (SCAPE.md section 3 items 3-7) */
     ScapeUpdateArgs a = scape_update_args(t, lr, b1, u->opt.beta2, u->opt.eps, u->opt.weight_decay, clipped, sc,
                                           u->cfg.seed);
-    for (int b = 0; b < u->nb; b++) {
-        if (u->zero) scape_zero_update(u, b, &a);
-        else scape_dev_update(u, b, &a);
-    }
+    if (u->zero) scape_zero_update(u, &a);
+    else
+        for (int b = 0; b < u->nb; b++) scape_dev_update(u, b, &a);
     /* ZeRO-1: the owners' m_t and p on M_t to every rank, queued on cs before the top-k below so that the next
      * forward waits for the sync only, not for the top-k */
     if (u->zero) scape_zero_sync(u, &a);

@@ -23,12 +23,12 @@ static size_t sd_state_bytes(const Updater *base) {
     return distopt_scape_blob_bytes(u->P, u->have_cur, u->have_next, (size_t)scape_dev_count_cur(u));
 }
 
-/* Bytes of SCAPE state this rank holds (Updater.memory_bytes, distopt_state_memory's measure): m (dense, or the
- * owned range with ZeRO-1), r (on the device or in pinned host memory), the three masks (M_t, M_{t+1}, the owner
- * segments); not the payload and staging buffers. */
+/* Bytes of SCAPE state this rank holds (Updater.memory_bytes, distopt_state_memory's measure): m (dense, or with
+ * ZeRO-1 compact on the owned part of the mask, its two buffers), r (on the device or in pinned host memory), the
+ * three masks (M_t, M_{t+1}, the owner segments); not the payload and staging buffers. */
 static size_t sd_memory_bytes(const Updater *base) {
     const ScapeDev *u = sdu(base);
-    const size_t m_n = u->zero ? u->mhi - u->mlo : u->P;
+    const size_t m_n = u->zero ? u->mc_cap + u->mc_new_cap : u->P;
     size_t seg_words = 0;
     for (int r = 0; r < u->world; r++) seg_words += (size_t)scape_mask_words((long long)(u->own.hi[r] - u->own.lo[r]));
     const size_t ez_n = u->zero && u->bf16 ? u->P : 0; /* the bf16 payload's residual on the mask (ZeRO-1) */
@@ -87,6 +87,7 @@ static void sd_load(Updater *base, const void *const *blobs, const size_t *sizes
     cudaCheck(cudaMemset(u->d_next, 0, wb));
     cudaCheck(cudaMemcpy(u->d_cur, mc, mask_bytes(u->P), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(u->d_next, mn, mask_bytes(u->P), cudaMemcpyHostToDevice));
+    if (u->zero) scape_zero_load_m(u, m, mc, hc); /* m compact on mc, this rank's part */
     free(r); free(m); free(mc); free(mn);
     u->have_cur = hc;
     u->have_next = hn;
@@ -181,7 +182,7 @@ static void sd_free(Updater *base) {
     cudaCheck(cudaEventDestroy(u->ev_used));
     cudaCheck(cudaStreamDestroy(u->cs));
     scape_topk_work_free(&u->topk);
-    cudaCheck(cudaFree(u->d_m));
+    if (u->d_m) cudaCheck(cudaFree(u->d_m));
     if (u->d_r) cudaCheck(cudaFree(u->d_r));
     cudaCheck(cudaFree(u->d_cur));
     cudaCheck(cudaFree(u->d_next));
@@ -269,9 +270,8 @@ static Updater *scape_updater_create(const DeviceModel *dm, const UpdaterConfig 
 
     /* state and scratch */
     const size_t wb = (size_t)scape_mask_words((long long)u->P) * sizeof(uint32_t);
-    /* m: dense over the parameters, or with ZeRO-1 over this rank's owned range only */
-    const size_t m_n = u->zero ? u->own.hi[u->rank] - u->own.lo[u->rank] : u->P;
-    u->d_m = (float *)dmalloc((m_n ? m_n : 1) * sizeof(float), "the SCAPE first moment");
+    /* m: dense over the parameters (with ZeRO-1 compact on the owners instead, cuda/dist_scape_zero.cuh) */
+    if (!u->zero) u->d_m = (float *)dmalloc(u->P * sizeof(float), "the SCAPE first moment");
     size_t max_slice = 1;
     for (int i = 0; i < tab->n; i++)
         if (tab->slices[i].numel > max_slice) max_slice = tab->slices[i].numel;
@@ -293,7 +293,7 @@ static Updater *scape_updater_create(const DeviceModel *dm, const UpdaterConfig 
     u->d_payload = (float *)dmalloc(u->P * sizeof(float), "the SCAPE payload");
     u->d_part = (double *)dmalloc((size_t)(u->npart ? u->npart : 1) * sizeof(double), "norm partials");
     u->d_ctl = (ScapeCtl *)dmalloc(sizeof(ScapeCtl), "the step's control values");
-    cudaCheck(cudaMemset(u->d_m, 0, (m_n ? m_n : 1) * sizeof(float)));
+    if (u->d_m) cudaCheck(cudaMemset(u->d_m, 0, u->P * sizeof(float)));
     if (u->d_r) cudaCheck(cudaMemset(u->d_r, 0, u->P * sizeof(float)));
     cudaCheck(cudaMemset(u->d_cur, 0, wb));
     cudaCheck(cudaMemset(u->d_next, 0, wb));

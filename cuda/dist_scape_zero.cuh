@@ -6,7 +6,10 @@
  *
  * What each rank holds on the device (the owner table of SCAPE.md section 4 is the shard layout):
  *   r       (P)          its residual, with fl(beta1 m_{t-1}) folded in on the mask m is on (M_t after a step)
- *   m       owned range  the first moment over [own.lo, own.hi) only: 4 P / N bytes instead of 4 P
+ *   m       K_r values   the first moment of its owned coordinates on that mask, compact in memory order (d_mc;
+ *                        the update writes m_t into d_mc_new, resized as the density falls, then they swap): the
+ *                        kernels find m_{t-1} of a tile from the memory-order plan's offsets of m's mask (d_mq) and
+ *                        a second block count over that mask (ScapeCompactM, cuda/scape.cuh)
  *   masks, payload       as unsharded
  * The step, per rank (cuda/dist_scape.cuh runs the rest as unsharded):
  *   c          (omb1 g + r) + 0 (scape_momentum_compact with m NULL): the unsharded bits (the fold's argument)
@@ -15,10 +18,10 @@
  *              them in place with one ncclReduce per owner in a group (ncclReduceScatter needs equal counts),
  *              host-staged MPI with comm_ireduce_scatter_avg_f32 into h_rs, uploaded back to the same place;
  *              the averaged values then sit where the unsharded all-reduce leaves them, on this rank's part only
- *   norm       the owners' tiles only, one sum per tile (scape_norm_tiles); the host adds a chunk's tiles in order
+ *   norm       the owners' tiles only, one sum per tile (scape_zero_norm); the host adds a chunk's tiles in order
  *              into the host's per-chunk layout (a chunk of SCAPE_CHUNK is whole tiles) and sends the chunk sums
  *              and the bad-c flag in the one control all-reduce scape_zero_reduce_norm makes: the same bytes
- *   update     the owned tiles: masked AdamS with m at m[j - own.lo], r = fl(beta1 m_t) on M_t; the others'
+ *   update     the owned tiles: masked AdamS from the compact m_{t-1}, m_t compact, r = fl(beta1 m_t) on M_t; the others'
  *              tiles: error feedback and decay off the mask, r = 0 on it (ScapeUpdateArgs.zero)
  *   sync       right after the update, before the next mask's top-k is queued on cs (so the next forward waits
  *              for the sync alone; the host queues its mask all-gather first, which changes no value): the owners' m_t
@@ -34,8 +37,8 @@
  * grouped send/recv to the owner, scape_bf16_mean), the mean's error goes to the owner's residual, and what the
  * unsharded r holds on the mask (this rank's rounding losses) lives in d_ez (P floats) so that the fold stays
  * exact, as the host's ez: bitwise the host's sharded bf16 path (which tracks the unsharded one on > 1 rank).
- * Not built: the residual offload with --zero (scape_updater_create refuses it). The device memory a rank saves is
- * m's 4 P (N - 1) / N bytes (the bf16 payload's ez costs 4P).
+ * Not built: the residual offload with --zero (scape_updater_create refuses it). The state per rank is the host's:
+ * 4P of r, 8 K_r of m, the masks (with the bf16 payload ez: 4P more here, 4K on the host).
  */
 
 /* cuda/dist_scape_state.cuh, read after this file */
@@ -105,6 +108,19 @@ static void scape_zero_setup(ScapeDev *u) {
     free(all);
     u->mo_t0 = (int *)xcalloc((size_t)W + 1, sizeof(int), "sync tiles");
     for (int r = 0; r <= W; r++) u->mo_t0[r] = u->mo.slice_tile[u->own.first[r]];
+    /* each bucket tile's index in mo (the same tiles: both cut every slice from its start) */
+    int *tm = (int *)xcalloc((size_t)(nt ? nt : 1), sizeof(int), "tile map");
+    for (int b = 0; b < u->nb; b++) {
+        const ScapeBucketPlan *pl = &u->plan[b];
+        for (int k = 0; k < pl->nslices; k++)
+            for (int t = pl->slice_tile[k]; t < pl->slice_tile[k + 1]; t++)
+                tm[u->tile_base[b] + t] = u->mo.slice_tile[u->bslices[b][k]] + (t - pl->slice_tile[k]);
+    }
+    u->d_tile_mo = (int *)dmalloc((size_t)(nt ? nt : 1) * sizeof(int), "the tile map");
+    cudaCheck(cudaMemcpy(u->d_tile_mo, tm, (size_t)(nt ? nt : 1) * sizeof(int), cudaMemcpyHostToDevice));
+    free(tm);
+    u->d_mq = (long long *)dmalloc(((size_t)u->mo.ntiles + 1) * sizeof(long long), "the first moment's offsets");
+    cudaCheck(cudaMemset(u->d_mq, 0, ((size_t)u->mo.ntiles + 1) * sizeof(long long)));
     const size_t n_own = u->mhi - u->mlo;
     if (W > 1 && !u->nccl) {
         u->h_rs = (float *)hmalloc_pinned((n_own ? n_own : 1) * sizeof(float), "the owned payload");
@@ -135,6 +151,11 @@ static void scape_zero_free(ScapeDev *u) {
     cudaCheck(cudaEventDestroy(u->ev_zsync));
     scape_plan_free(&u->mo);
     cudaCheck(cudaFree(u->d_tpart));
+    cudaCheck(cudaFree(u->d_tile_mo));
+    cudaCheck(cudaFree(u->d_mq));
+    if (u->d_mc) cudaCheck(cudaFreeAsync(u->d_mc, u->dm.stream));
+    if (u->d_mc_new) cudaCheck(cudaFreeAsync(u->d_mc_new, u->dm.stream));
+    cudaCheck(cudaStreamSynchronize(u->dm.stream));
     cudaCheck(cudaFreeHost(u->h_tpart));
     if (u->h_rs) cudaCheck(cudaFreeHost(u->h_rs));
     if (u->h_rs16) cudaCheck(cudaFreeHost(u->h_rs16));
@@ -181,7 +202,24 @@ static void scape_zero_counts(ScapeDev *u) {
         ro += rk[u->rank];
         for (size_t r = 0; r < W; r++) u->kr[r] += rk[r];
     }
+    u->Qcur = 0;
+    for (int r = 0; r < u->rank; r++) u->Qcur += (long long)u->kr[r];
     scape_payload_offsets(&u->mo, u->d_cur, u->dm.stream);
+}
+
+/* The compact first moment as the kernels of bucket b's owned tiles see it: m_{t-1} on its mask (M_{t-1}: d_next
+ * once the step swapped its masks, else d_cur, which is then both) and m_t into d_mc_new on M_t. */
+static ScapeCompactM scape_zero_cm(const ScapeDev *u, int b) {
+    ScapeCompactM cm;
+    cm.mc = u->have_m ? u->d_mc : NULL;
+    cm.mmask = u->swapped ? u->d_next : u->d_cur;
+    cm.mq = u->d_mq;
+    cm.Qm = u->Qm;
+    cm.mc_new = u->d_mc_new;
+    cm.mq_new = u->mo.q;
+    cm.Qn = u->Qcur;
+    cm.tile_mo = u->d_tile_mo + u->tile_base[b] + u->bt0[b];
+    return cm;
 }
 
 /* The payload of bucket b (K_b values at bucket_off[b], c compacted on the compute stream, which cs waits for)
@@ -279,9 +317,11 @@ static void scape_zero_receive(ScapeDev *u) {
  * chunk sums in chunk order, *bad = some rank saw a non-finite c. */
 static void scape_zero_norm_enqueue(ScapeDev *u) {
     cudaStream_t s = u->dm.stream;
-    for (int b = 0; b < u->nb; b++)
-        scape_norm_tiles(u->d_tpart + u->tile_base[b] + u->bt0[b], &u->plan[b], u->bt0[b], u->bt1[b],
-                         u->d_payload + u->bucket_off[b], u->d_m, (long long)u->mlo, u->d_cur, u->opt.beta1, s);
+    for (int b = 0; b < u->nb; b++) {
+        const ScapeCompactM cm = scape_zero_cm(u, b);
+        scape_zero_norm(u->d_tpart + u->tile_base[b] + u->bt0[b], &u->plan[b], u->bt0[b], u->bt1[b],
+                        u->d_payload + u->bucket_off[b], u->d_cur, &cm, u->opt.beta1, s);
+    }
     if (u->ntiles_all)
         cudaCheck(cudaMemcpyAsync(u->h_tpart, u->d_tpart, (size_t)u->ntiles_all * sizeof(double), cudaMemcpyDeviceToHost, s));
 }
@@ -300,26 +340,57 @@ static double scape_zero_norm_finish(ScapeDev *u, int *bad) {
     return ss;
 }
 
-/* The update of bucket b: AdamS on the owned tiles (the fold into r), error feedback and decay on the others. */
-static void scape_zero_update(ScapeDev *u, int b, const ScapeUpdateArgs *step_args) {
-    const ScapeBucketPlan *pl = &u->plan[b];
-    const float *payload = u->d_payload + u->bucket_off[b];
-    ScapeUpdateArgs a = *step_args;
-    if (u->bf16) { /* the residual on M_t into ez (scape_dev_update's bf16 arguments otherwise) */
-        a.payload_bf16 = 1;
-        a.fN = (float)u->world;
-        a.qerr = u->world > 1 ? u->d_qerr + u->bucket_off[b] : NULL;
-        a.ez = u->d_ez;
+/* K floats (at least 1) for the compact first moment, stream-ordered on s; fatal() naming the size if the device
+ * is out of memory. */
+static float *scape_zero_alloc_m(size_t K, cudaStream_t s) {
+    void *p = NULL;
+    const size_t bytes = (K ? K : 1) * sizeof(float);
+    cudaError_t e = cudaMallocAsync(&p, bytes, s);
+    if (e != cudaSuccess)
+        fatal("out of GPU memory allocating the SCAPE first moment (%.1f MiB): %s", (double)bytes / 1048576.0,
+              cudaGetErrorString(e));
+    return (float *)p;
+}
+
+/* The step's update (every bucket): AdamS on the owned tiles (m_t compact into d_mc_new, the fold into r), error
+ * feedback and decay on the others; then m_t becomes m (its mask M_t). d_mc_new grows to K_r, or shrinks by a
+ * third or more as the density falls (as the host's m_new), stream-ordered (cudaMallocAsync / cudaFreeAsync). */
+static void scape_zero_update(ScapeDev *u, const ScapeUpdateArgs *step_args) {
+    cudaStream_t s = u->dm.stream;
+    const size_t K = u->kr[u->rank];
+    if (!u->d_mc_new || K > u->mc_new_cap || u->mc_new_cap > K + K / 2) {
+        /* stream-ordered: its last readers (the step before last) are on this stream; no device synchronisation */
+        if (u->d_mc_new) cudaCheck(cudaFreeAsync(u->d_mc_new, s));
+        u->d_mc_new = scape_zero_alloc_m(K, s);
+        u->mc_new_cap = K;
     }
-    a.zero = 2;
-    scape_update_tiles(u->dm.master, u->copy, u->d_m, u->d_r, u->dm.grads, pl, 0, u->bt0[b], payload, u->d_cur, &a,
-                       u->dm.stream);
-    scape_update_tiles(u->dm.master, u->copy, u->d_m, u->d_r, u->dm.grads, pl, u->bt1[b], pl->ntiles, payload, u->d_cur,
-                       &a, u->dm.stream);
-    a.zero = 1;
-    a.m_origin = (long long)u->mlo;
-    scape_update_tiles(u->dm.master, u->copy, u->d_m, u->d_r, u->dm.grads, pl, u->bt0[b], u->bt1[b], payload, u->d_cur,
-                       &a, u->dm.stream);
+    for (int b = 0; b < u->nb; b++) {
+        const ScapeBucketPlan *pl = &u->plan[b];
+        const float *payload = u->d_payload + u->bucket_off[b];
+        ScapeUpdateArgs a = *step_args;
+        if (u->bf16) { /* the residual on M_t into ez (scape_dev_update's bf16 arguments otherwise) */
+            a.payload_bf16 = 1;
+            a.fN = (float)u->world;
+            a.qerr = u->world > 1 ? u->d_qerr + u->bucket_off[b] : NULL;
+            a.ez = u->d_ez;
+        }
+        a.zero = 1;
+        scape_update_tiles(u->dm.master, u->copy, NULL, u->d_r, u->dm.grads, pl, 0, u->bt0[b], payload, u->d_cur, &a, s);
+        scape_update_tiles(u->dm.master, u->copy, NULL, u->d_r, u->dm.grads, pl, u->bt1[b], pl->ntiles, payload,
+                           u->d_cur, &a, s);
+        const ScapeCompactM cm = scape_zero_cm(u, b);
+        scape_zero_update_owned(u->dm.master, u->copy, u->d_r, u->dm.grads, pl, u->bt0[b], u->bt1[b], payload, u->d_cur,
+                                &a, &cm, s);
+    }
+    float *tm = u->d_mc;
+    u->d_mc = u->d_mc_new;
+    u->d_mc_new = tm;
+    const size_t tc = u->mc_cap;
+    u->mc_cap = u->mc_new_cap;
+    u->mc_new_cap = tc;
+    cudaCheck(cudaMemcpyAsync(u->d_mq, u->mo.q, ((size_t)u->mo.ntiles + 1) * sizeof(long long), cudaMemcpyDeviceToDevice, s));
+    u->Qm = u->Qcur;
+    u->have_m = 1;
 }
 
 /* One all-gather of the sync, in place in d_payload (M_t's values in memory order, rank r's kr[r] after the
@@ -366,11 +437,13 @@ static void scape_zero_allgather(ScapeDev *u) {
 static void scape_zero_sync(ScapeDev *u, const ScapeUpdateArgs *a) {
     cudaStream_t s = u->dm.stream;
     const int t0 = u->mo_t0[u->rank], t1 = u->mo_t0[u->rank + 1], nt = u->mo.ntiles;
-    scape_gather_tiles(u->d_payload, &u->mo, t0, t1, u->d_m, (long long)u->mlo, u->d_cur, s);
+    if (u->kr[u->rank]) /* m_t is already this rank's part of the layout */
+        cudaCheck(cudaMemcpyAsync(u->d_payload + u->Qcur, u->d_mc, u->kr[u->rank] * sizeof(float),
+                                  cudaMemcpyDeviceToDevice, s));
     scape_zero_allgather(u);
     scape_zero_fold(u->d_r, &u->mo, 0, t0, u->d_payload, u->d_cur, a, s);
     scape_zero_fold(u->d_r, &u->mo, t1, nt, u->d_payload, u->d_cur, a, s);
-    scape_gather_tiles(u->d_payload, &u->mo, t0, t1, u->dm.master, 0, u->d_cur, s);
+    scape_gather_tiles(u->d_payload, &u->mo, t0, t1, u->dm.master, u->d_cur, s);
     scape_zero_allgather(u);
     scape_zero_scatter(u->dm.master, u->copy, &u->mo, 0, t0, u->d_payload, u->d_cur, a, s);
     scape_zero_scatter(u->dm.master, u->copy, &u->mo, t1, nt, u->d_payload, u->d_cur, a, s);
@@ -381,14 +454,27 @@ static void scape_zero_sync(ScapeDev *u, const ScapeUpdateArgs *a) {
  * synchronised by the caller. */
 static void scape_zero_save_state(ScapeDev *u, float *m, float *r) {
     memset(m, 0, u->P * sizeof(float));
-    if (u->mhi > u->mlo)
-        cudaCheck(cudaMemcpy(m + u->mlo, u->d_m, (u->mhi - u->mlo) * sizeof(float), cudaMemcpyDeviceToHost));
-    size_t *cnt = (size_t *)xmalloc((size_t)u->world * sizeof(size_t), "gather counts");
-    for (int q = 0; q < u->world; q++) cnt[q] = u->own.hi[q] - u->own.lo[q];
-    comm_wait(comm_iallgatherv(m, cnt, sizeof(float)));
+    /* m's mask is d_cur between steps; every rank's values in memory order, then spread over it */
+    uint8_t *mc = u->have_m ? scape_dev_download_mask(u, u->d_cur) : NULL;
+    size_t *cnt = (size_t *)xcalloc((size_t)u->world, sizeof(size_t), "gather counts"), total = 0, mine = 0;
+    for (int q = 0; q < u->world; q++) {
+        if (mc) cnt[q] = mask_count(mc, u->own.lo[q], u->own.hi[q]);
+        if (q == u->rank) mine = total;
+        total += cnt[q];
+    }
+    float *v = (float *)xmalloc((total ? total : 1) * sizeof(float), "moment gather");
+    if (cnt[u->rank])
+        cudaCheck(cudaMemcpy(v + mine, u->d_mc, cnt[u->rank] * sizeof(float), cudaMemcpyDeviceToHost));
+    comm_wait(comm_iallgatherv(v, cnt, sizeof(float)));
     free(cnt);
-    if (!u->have_cur) return;
-    uint8_t *mc = scape_dev_download_mask(u, u->d_cur);
+    if (!mc) {
+        free(v);
+        return;
+    }
+    size_t q = 0;
+    for (size_t j = 0; j < u->P; j++)
+        if (mask_get(mc, j)) m[j] = v[q++];
+    free(v);
     float *ez = NULL;
     if (u->d_ez) {
         ez = (float *)xmalloc(u->P * sizeof(float), "residual download");
@@ -400,11 +486,9 @@ static void scape_zero_save_state(ScapeDev *u, float *m, float *r) {
     free(mc);
 }
 
-/* A loaded state into the sharded layout: this rank's range of m, and r += beta1 m on the mask m is on (mc, when
- * hc), scape/dist_scape_zero.c's scape_zero_r_fold. */
+/* A loaded state into the sharded layout, part 1 (before r is uploaded): r += beta1 m on the mask m is on (mc,
+ * when hc), scape/dist_scape_zero.c's scape_zero_r_fold (bf16: r there moves to ez, r = beta1 m). */
 static void scape_zero_load_state(ScapeDev *u, const float *m, float *r, const uint8_t *mc, int hc) {
-    if (u->mhi > u->mlo)
-        cudaCheck(cudaMemcpy(u->d_m, m + u->mlo, (u->mhi - u->mlo) * sizeof(float), cudaMemcpyHostToDevice));
     if (u->d_ez) cudaCheck(cudaMemset(u->d_ez, 0, u->P * sizeof(float)));
     if (!hc) return;
     const float b1 = u->opt.beta1;
@@ -421,4 +505,26 @@ static void scape_zero_load_state(ScapeDev *u, const float *m, float *r, const u
     }
     for (size_t j = 0; j < u->P; j++)
         if (mask_get(mc, j)) r[j] += b1 * m[j];
+}
+
+/* Part 2 (after d_cur holds the loaded mc): this rank's m compact on mc over its owned range, and its layout (mo's
+ * offsets for mc, where this rank's values start). Synchronous. */
+static void scape_zero_load_m(ScapeDev *u, const float *m, const uint8_t *mc, int hc) {
+    u->have_m = hc;
+    if (!hc) return;
+    const size_t n = mask_count(mc, u->mlo, u->mhi);
+    float *v = (float *)xmalloc((n ? n : 1) * sizeof(float), "moment upload");
+    size_t q = 0;
+    for (size_t j = u->mlo; j < u->mhi; j++)
+        if (mask_get(mc, j)) v[q++] = m[j];
+    if (u->d_mc) cudaCheck(cudaFreeAsync(u->d_mc, u->dm.stream));
+    u->d_mc = scape_zero_alloc_m(n, u->dm.stream);
+    u->mc_cap = n;
+    if (n) cudaCheck(cudaMemcpyAsync(u->d_mc, v, n * sizeof(float), cudaMemcpyHostToDevice, u->dm.stream));
+    u->Qm = (long long)mask_count(mc, 0, u->mlo);
+    scape_payload_offsets(&u->mo, u->d_cur, u->dm.stream);
+    cudaCheck(cudaMemcpyAsync(u->d_mq, u->mo.q, ((size_t)u->mo.ntiles + 1) * sizeof(long long), cudaMemcpyDeviceToDevice,
+                              u->dm.stream));
+    cudaCheck(cudaStreamSynchronize(u->dm.stream)); /* before v goes */
+    free(v);
 }

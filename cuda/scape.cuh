@@ -13,6 +13,8 @@
  *   update            scatter of the averaged payload, g_hat, optional clip, AdamS on the mask, weight decay off
  *                     it, r = c off the mask and 0 on it (scape/dist_scape.c's scape_update_pass / scape_update_on); per
  *                     bucket or per slice, like momentum_compact
+ *   ZeRO-1            the owners' norm and update with m compact in memory order (ScapeCompactM), the others'
+ *                     off-mask update, and the sparse sync's fold and scatter (scape/dist_scape_zero.c)
  *   top-k             exact per-slice top-k of |c| by radix select, many blocks per slice (scape_topk_mask;
  *                     in cuda/scape_mask.cuh, included at the end, with the segment OR and the statistics)
  *   masks             pack from bytes, unpack, set a range, count a range (mask_or_bits, mask_set_range,
@@ -344,7 +346,7 @@ static void scape_momentum_compact_slice(float *c_slice, float *payload, int *no
  * half of scape_momentum_compact, for step 1 whose mask is made after c (scape/dist_scape.c: scape_c_bucket for all buckets,
  * then the mask, then scape_queue_bucket). One block per tile. */
 __global__ static void scape_gather_kernel(float *payload, const ScapeTile *tiles, const long long *q, const float *c,
-                                           long long c_origin, const uint32_t *mask) {
+                                           const uint32_t *mask) {
     __shared__ int sh[32];
     const ScapeTile t = tiles[blockIdx.x];
     long long base = q[blockIdx.x];
@@ -354,21 +356,21 @@ __global__ static void scape_gather_kernel(float *payload, const ScapeTile *tile
         const int on = e < t.len ? (int)scape_mask_bit(mask, j) : 0;
         int tot;
         const int pos = scape_block_exclusive_count(on, &tot, sh);
-        if (on) payload[base + pos] = c[j - c_origin];
+        if (on) payload[base + pos] = c[j];
         base += tot;
     }
 }
 static void scape_gather(float *payload, const ScapeBucketPlan *pl, const float *c, const uint32_t *mask, cudaStream_t s) {
     if (pl->ntiles == 0) return;
-    scape_gather_kernel<<<pl->ntiles, SCAPE_THREADS, 0, s>>>(payload, pl->tiles, pl->q, c, 0, mask);
+    scape_gather_kernel<<<pl->ntiles, SCAPE_THREADS, 0, s>>>(payload, pl->tiles, pl->q, c, mask);
     cudaCheckLaunch();
 }
-/* The same over the plan's tiles [t0, t1) alone, reading element j at src[j - src_origin] (src may cover only
- * those tiles' elements: ZeRO-1's owned first moment). payload is the plan's whole buffer. */
-static void scape_gather_tiles(float *payload, const ScapeBucketPlan *pl, int t0, int t1, const float *src,
-                               long long src_origin, const uint32_t *mask, cudaStream_t s) {
+/* The same over the plan's tiles [t0, t1) alone (ZeRO-1's sync: an owner's parameters); payload is the plan's whole
+ * buffer. */
+static void scape_gather_tiles(float *payload, const ScapeBucketPlan *pl, int t0, int t1, const float *c,
+                               const uint32_t *mask, cudaStream_t s) {
     if (t1 <= t0) return;
-    scape_gather_kernel<<<t1 - t0, SCAPE_THREADS, 0, s>>>(payload, pl->tiles + t0, pl->q + t0, src, src_origin, mask);
+    scape_gather_kernel<<<t1 - t0, SCAPE_THREADS, 0, s>>>(payload, pl->tiles + t0, pl->q + t0, c, mask);
     cudaCheckLaunch();
 }
 
@@ -380,8 +382,8 @@ static __device__ inline float scape_ghat(float mt, float mp, float b1, float om
 }
 
 __global__ static void scape_norm_partial_kernel(double *partial, const ScapeTile *tiles, int ntiles, const long long *q,
-                                                 const float *payload, const float *m, long long m_origin,
-                                                 const uint32_t *mask, float b1, float omb1) {
+                                                 const float *payload, const float *m, const uint32_t *mask, float b1,
+                                                 float omb1) {
     __shared__ int sh[32];
     double ss = 0.0;
     for (int ti = blockIdx.x; ti < ntiles; ti += gridDim.x) {
@@ -394,7 +396,7 @@ __global__ static void scape_norm_partial_kernel(double *partial, const ScapeTil
             int tot;
             const int pos = scape_block_exclusive_count(on, &tot, sh);
             if (on) {
-                const double gh = (double)scape_ghat(payload[base + pos], m[j - m_origin], b1, omb1);
+                const double gh = (double)scape_ghat(payload[base + pos], m[j], b1, omb1);
                 ss = __dadd_rn(ss, __dmul_rn(gh, gh));
             }
             base += tot;
@@ -415,18 +417,8 @@ static void scape_norm_partial(double *partial, const ScapeBucketPlan *pl, const
                                const uint32_t *mask, float b1, cudaStream_t s) {
     int np = scape_norm_partials(pl);
     if (np == 0) return;
-    scape_norm_partial_kernel<<<np, SCAPE_THREADS, 0, s>>>(partial, pl->tiles, pl->ntiles, pl->q, payload, m, 0, mask,
-                                                           b1, 1.0f - b1);
-    cudaCheckLaunch();
-}
-/* One partial sum per tile of the plan's tiles [t0, t1): partial[i] = the sum of g_hat^2 over tile t0 + i's masked
- * coordinates (double), m_{t-1} of element j at m[j - m_origin]. SCAPE with ZeRO-1: each owner sums its own tiles,
- * and the host adds them up per 16384-element chunk of scape/dist_scape.c (a chunk is whole tiles). */
-static void scape_norm_tiles(double *partial, const ScapeBucketPlan *pl, int t0, int t1, const float *payload,
-                             const float *m, long long m_origin, const uint32_t *mask, float b1, cudaStream_t s) {
-    if (t1 <= t0) return;
-    scape_norm_partial_kernel<<<t1 - t0, SCAPE_THREADS, 0, s>>>(partial, pl->tiles + t0, t1 - t0, pl->q + t0, payload, m,
-                                                                m_origin, mask, b1, 1.0f - b1);
+    scape_norm_partial_kernel<<<np, SCAPE_THREADS, 0, s>>>(partial, pl->tiles, pl->ntiles, pl->q, payload, m, mask, b1,
+                                                           1.0f - b1);
     cudaCheckLaunch();
 }
 __global__ static void scape_norm_finish_kernel(double *out, const double *partial, int np) {
@@ -453,12 +445,11 @@ typedef struct {
     int payload_bf16;
     float fN;
     const float *qerr;
-    /* SCAPE with ZeRO-1 (scape/dist_scape_zero.c), set per launch: zero 1 = an owner's tiles, m_{t-1} and m_t of
-     * element j at m[j - m_origin] and r = fl(b1 m_t) on M_t (the fold) instead of 0; zero 2 = another rank's
-     * tiles: off M_t error feedback and decay as usual, on M_t only r = 0 (m, params and the copy there come with
-     * the sync, scape_zero_fold / scape_zero_scatter). 0: unsharded. */
+    /* SCAPE with ZeRO-1 (scape/dist_scape_zero.c): zero 1 = another rank's tiles: off M_t error feedback and
+     * decay as usual (m is not touched: this rank holds none there), on M_t only r = 0 (m_t, params and the copy
+     * there come with the sync, scape_zero_fold / scape_zero_scatter); the owner's tiles run
+     * scape_zero_update_owned. 0: unsharded. */
     int zero;
-    long long m_origin;
     /* ZeRO-1 with the bf16 payload: (P) what the unsharded r would hold, written here instead of r (whose place on
      * M_t the fold takes): the residual above on M_t (the owner's mean error for its own tiles, c - bf16(c) for
      * the others'), 0 off it. NULL otherwise. */
@@ -489,7 +480,6 @@ static ScapeUpdateArgs scape_update_args(int t, float lr, float b1, float b2, fl
     a.fN = 1.0f;
     a.qerr = NULL;
     a.zero = 0;
-    a.m_origin = 0;
     a.ez = NULL;
     return a;
 }
@@ -531,7 +521,7 @@ __global__ static void scape_update_kernel(float *params, floatX *copy, float *m
         const int on = e < t.len ? (int)scape_mask_bit(mask, j) : 0;
         int tot;
         const int pos = scape_block_exclusive_count(on, &tot, sh);
-        if (e < t.len && on && a.zero == 2) {
+        if (e < t.len && on && a.zero) {
             /* another rank's coordinate on M_t: its owner's m_t and p come with the sync (the bf16 payload's mean
              * error is the owner's: this rank lost only its own rounding) */
             const float cj = c[j - rc_origin];
@@ -540,22 +530,15 @@ __global__ static void scape_update_kernel(float *params, floatX *copy, float *m
         } else if (e < t.len) {
             float pj = params[j];
             if (on) {
-                float mj = m[j - a.m_origin];
-                const float ron = a.payload_bf16
-                                      ? scape_bf16_residual(c[j - rc_origin], a.qerr ? a.qerr[base + pos] : 0.0f, a.fN)
-                                      : 0.0f;
+                float mj = m[j];
+                r[j - rc_origin] = a.payload_bf16 ? scape_bf16_residual(c[j - rc_origin], a.qerr ? a.qerr[base + pos] : 0.0f, a.fN)
+                                                  : 0.0f;
                 scape_update_on_dev(&pj, &mj, payload[base + pos], a, wd);
-                m[j - a.m_origin] = mj;
-                if (a.zero == 1) { /* the fold; what the unsharded r holds here goes to ez (fp32 payload: 0) */
-                    r[j - rc_origin] = __fmul_rn(a.b1, mj);
-                    if (a.ez) a.ez[j] = ron;
-                } else {
-                    r[j - rc_origin] = ron;
-                }
+                m[j] = mj;
             } else {
                 r[j - rc_origin] = c[j - rc_origin]; /* a no-op when c is r */
                 if (a.ez) a.ez[j] = 0.0f;
-                if (a.zero != 2) m[j - a.m_origin] = 0.0f;
+                if (!a.zero) m[j] = 0.0f;
                 pj = __fsub_rn(pj, __fmul_rn(a.lr, __fmul_rn(wd, pj)));
             }
             params[j] = pj;
@@ -577,8 +560,8 @@ static void scape_update(float *params, floatX *copy, float *m, float *r, const 
     scape_update_kernel<<<pl->ntiles, SCAPE_THREADS, 0, s>>>(params, copy, m, r, c, 0, pl->tiles, pl->q, payload, mask, *a);
     cudaCheckLaunch();
 }
-/* The same over the plan's tiles [t0, t1) alone (SCAPE with ZeRO-1: an owner's tiles with a->zero = 1, the
- * others' with a->zero = 2); r, c and payload are the (P) / whole-bucket buffers as in scape_update. */
+/* The same over the plan's tiles [t0, t1) alone (SCAPE with ZeRO-1: the other ranks' tiles, a->zero = 1); r, c and
+ * payload are the (P) / whole-bucket buffers as in scape_update. */
 static void scape_update_tiles(float *params, floatX *copy, float *m, float *r, const float *c, const ScapeBucketPlan *pl,
                                int t0, int t1, const float *payload, const uint32_t *mask, const ScapeUpdateArgs *a,
                                cudaStream_t s) {
@@ -602,6 +585,117 @@ static void scape_update_slice(float *params, floatX *copy, float *m, float *r_s
 /* ---- SCAPE with ZeRO-1: the sparse synchronisation (scape/dist_scape_zero.c's sync_values) ----
  * The owners' values on M_t travel in memory order (all masked coordinates, ascending: a plan over every slice in
  * memory order, whose payload offsets q number them); after the all-gather every rank writes them back. */
+
+/* The owner's first moment, compact (SCAPE with ZeRO-1, like the host's): m_{t-1} of this rank's coordinates on
+ * its mask Mm, in memory order, element j's at mc[mq[tile_mo] - Qm + its rank among Mm's bits in its tile]; mq is
+ * the memory-order plan's (mo) payload offsets for Mm, tile_mo maps the launched bucket tiles to mo's, Qm is where
+ * this rank's values start in that order. The update writes m_t the same way for M_t into mc_new (mq_new, Qn). */
+typedef struct {
+    const float *mc;          /* m_{t-1}, NULL: none yet (m = 0) */
+    const uint32_t *mmask;    /* Mm */
+    const long long *mq;      /* (mo tiles + 1) */
+    long long Qm;
+    float *mc_new;            /* m_t (update only) */
+    const long long *mq_new;  /* mo's offsets for M_t */
+    long long Qn;
+    const int *tile_mo;       /* per launched tile: its index in mo */
+} ScapeCompactM;
+
+/* m_{t-1} at element j of the round: old = j on Mm, pos_old its rank among the round's Mm bits; mb the tile's
+ * running index (advanced by the caller) */
+static __device__ inline float scape_compact_m_at(const ScapeCompactM &cm, int old, long long mb, int pos_old) {
+    return old ? cm.mc[mb + pos_old] : 0.0f;
+}
+
+__global__ static void scape_zero_norm_kernel(double *partial, const ScapeTile *tiles, const long long *q,
+                                              const float *payload, const uint32_t *mask, ScapeCompactM cm, float b1,
+                                              float omb1) {
+    __shared__ int sh[32];
+    const ScapeTile t = tiles[blockIdx.x];
+    long long base = q[blockIdx.x];
+    long long mb = cm.mc ? cm.mq[cm.tile_mo[blockIdx.x]] - cm.Qm : 0;
+    double ss = 0.0;
+    for (int e0 = 0; e0 < t.len; e0 += blockDim.x) {
+        const int e = e0 + threadIdx.x;
+        const long long j = t.start + e;
+        const int on = e < t.len ? (int)scape_mask_bit(mask, j) : 0;
+        const int old = cm.mc && e < t.len ? (int)scape_mask_bit(cm.mmask, j) : 0;
+        int tot, tot_old;
+        const int pos = scape_block_exclusive_count(on, &tot, sh);
+        const int pos_old = scape_block_exclusive_count(old, &tot_old, sh);
+        if (on) {
+            const double gh = (double)scape_ghat(payload[base + pos], scape_compact_m_at(cm, old, mb, pos_old), b1, omb1);
+            ss = __dadd_rn(ss, __dmul_rn(gh, gh));
+        }
+        base += tot;
+        mb += tot_old;
+    }
+    ss = scape_block_sum(ss);
+    if (threadIdx.x == 0) partial[blockIdx.x] = ss;
+}
+/* One sum of g_hat^2 per tile of the plan's tiles [t0, t1) (an owner's) into partial[0 .. t1 - t0), m_{t-1} compact
+ * (cm.tile_mo for those tiles): the terms and order of scape_norm_partial's one-tile blocks. The host adds them per
+ * 16384-element chunk of scape/dist_scape.c (a chunk is whole tiles). */
+static void scape_zero_norm(double *partial, const ScapeBucketPlan *pl, int t0, int t1, const float *payload,
+                            const uint32_t *mask, const ScapeCompactM *cm, float b1, cudaStream_t s) {
+    if (t1 <= t0) return;
+    scape_zero_norm_kernel<<<t1 - t0, SCAPE_THREADS, 0, s>>>(partial, pl->tiles + t0, pl->q + t0, payload, mask, *cm, b1,
+                                                             1.0f - b1);
+    cudaCheckLaunch();
+}
+
+__global__ static void scape_zero_update_owned_kernel(float *params, floatX *copy, float *r, const float *c,
+                                                      const ScapeTile *tiles, const long long *q, const float *payload,
+                                                      const uint32_t *mask, ScapeUpdateArgs a, ScapeCompactM cm) {
+    __shared__ int sh[32];
+    const ScapeTile t = tiles[blockIdx.x];
+    const float wd = t.decay ? a.wd : 0.0f;
+    const uint32_t seed = hash_u32((uint32_t)t.slice * 0x27D4EB2Fu + (uint32_t)a.step, a.seed_mix);
+    long long base = q[blockIdx.x];
+    long long mb = cm.mc ? cm.mq[cm.tile_mo[blockIdx.x]] - cm.Qm : 0;
+    long long nb = cm.mq_new[cm.tile_mo[blockIdx.x]] - cm.Qn;
+    for (int e0 = 0; e0 < t.len; e0 += blockDim.x) {
+        const int e = e0 + threadIdx.x;
+        const long long j = t.start + e;
+        const int on = e < t.len ? (int)scape_mask_bit(mask, j) : 0;
+        const int old = cm.mc && e < t.len ? (int)scape_mask_bit(cm.mmask, j) : 0;
+        int tot, tot_old;
+        const int pos = scape_block_exclusive_count(on, &tot, sh);
+        const int pos_old = scape_block_exclusive_count(old, &tot_old, sh);
+        if (e < t.len) {
+            float pj = params[j];
+            if (on) {
+                float mj = scape_compact_m_at(cm, old, mb, pos_old);
+                const float ron = a.payload_bf16 ? scape_bf16_residual(c[j], a.qerr ? a.qerr[base + pos] : 0.0f, a.fN)
+                                                 : 0.0f;
+                scape_update_on_dev(&pj, &mj, payload[base + pos], a, wd);
+                cm.mc_new[nb + pos] = mj;
+                r[j] = __fmul_rn(a.b1, mj); /* the fold; what the unsharded r holds here goes to ez (fp32 payload: 0) */
+                if (a.ez) a.ez[j] = ron;
+            } else {
+                r[j] = c[j];
+                if (a.ez) a.ez[j] = 0.0f;
+                pj = __fsub_rn(pj, __fmul_rn(a.lr, __fmul_rn(wd, pj)));
+            }
+            params[j] = pj;
+            if (copy) store_rounded(copy + j, pj, hash_u32((uint32_t)(j - t.slice_off), seed));
+        }
+        base += tot;
+        mb += tot_old;
+        nb += tot;
+    }
+}
+/* scape_update over an owner's tiles [t0, t1) of the plan with m compact (cm): on M_t AdamS from m_{t-1}, m_t into
+ * cm.mc_new, r = fl(b1 m_t) (the fold; with a->ez the unsharded r's value there into ez); off M_t r = c and the
+ * decay. r, c: (P) buffers. */
+static void scape_zero_update_owned(float *params, floatX *copy, float *r, const float *c, const ScapeBucketPlan *pl,
+                                    int t0, int t1, const float *payload, const uint32_t *mask, const ScapeUpdateArgs *a,
+                                    const ScapeCompactM *cm, cudaStream_t s) {
+    if (t1 <= t0) return;
+    scape_zero_update_owned_kernel<<<t1 - t0, SCAPE_THREADS, 0, s>>>(params, copy, r, c, pl->tiles + t0, pl->q + t0,
+                                                                     payload, mask, *a, *cm);
+    cudaCheckLaunch();
+}
 
 /* One block per tile; mode 'm': r[j] = b1 * v[q] (the fold of the owners' m_t); mode 'p': params[j] = v[q] and the
  * floatX copy rounded as scape_update_kernel rounds it (seed: sr_seed(seed, step, slice) from a). */

@@ -7,7 +7,7 @@
  *                                            NH32 NKV8 Vp 128256), for N = 1, 2, 4, 8: the largest rank's state
  *                                            bytes (also in units of P) and bytes sent per step (ring model,
  *                                            SCAPE.md section 6 and its sharded extension, below); then the device
- *                                            SCAPE's state, unsharded 8P + masks, ZeRO-1 4P + 4 P_r + masks
+ *                                            SCAPE's state, unsharded 8P + masks, ZeRO-1 as the host's
  *   build/bench_zero measured [density]      under mpirun -np N: a small GPT-2-shaped table (d2 C64 Vp 512) trained
  *                                            6 steps with random gradients by scape/dist.c in each of the 4 settings;
  *                                            the logged state (distopt_state_memory, largest rank) and the bytes sent
@@ -91,11 +91,11 @@ static Figures formulas(const ParamTable *t, int N, double d) {
     }
     owner_table_free(&o);
     double masks = 3.0 * (double)mask_bytes(t->total);
-    /* the device keeps m dense (over the owned range with ZeRO-1) and r (cuda/dist_scape_state.cuh's
+    /* the device keeps m dense over P, or with ZeRO-1 compact like the host's, and r (cuda/dist_scape_state.cuh's
      * sd_memory_bytes, masks as 32-bit words: within a few bytes of the host's) */
     Figures x = {{4 * P, 4 * Pr, 4 * P + 8 * K + masks, 4 * P + 8 * Kr + masks},
                  {8 * P * f, 8 * P * f, 8 * K * f + S * f, 12 * K * f + S * f},
-                 {8 * P + masks, 4 * P + 4 * Pr + masks}};
+                 {8 * P + masks, 4 * P + 8 * Kr + masks}};
     return x;
 }
 
@@ -129,7 +129,7 @@ static void computed(int argc, char **argv) {
                 printf(" | %s (%.2fP vs %.2fP)\n", x.state[3] <= x.state[1] + 4 * P ? "yes" : "NO", x.state[3] / P,
                        (x.state[1] + 4 * P) / P);
             }
-            printf("device SCAPE (cuda/: m dense over P, or over the owned range with ZeRO-1), largest rank's state:\n");
+            printf("device SCAPE (cuda/: m dense over P; with ZeRO-1 compact, as above), largest rank's state:\n");
             for (int N = 1; N <= 8; N *= 2) {
                 Figures x = formulas(tabs[k], N, dens[di]);
                 printf("%3d | device SCAPE %14.0f (%5.2fP)   device SCAPE ZeRO-1 %14.0f (%5.2fP)   saved %.2f GB a rank\n",

@@ -468,8 +468,8 @@ if [ $TRAIN_OK = 1 ]; then
     else notrun memory_llama_1.8B_scape_offload "the resident run it compares with did not pass"; fi
     # SCAPE with ZeRO-1 on Llama-1.8B: 2 ranks sharing the GPU (host-staged MPI), B=1 T=2048, d=0.01, with and
     # without --zero: the peak GPU memory of both processes together (nvidia-smi, device-wide) and rank 0's
-    # optim_state_bytes; with --zero each rank holds m for its half of the tensors (expected saving about 4P = 7 GB
-    # in all, less where the halves are uneven)
+    # optim_state_bytes; with --zero each rank holds m compact on its part of the mask instead of dense over P
+    # (scripts/bench_zero.sh computes 8.38P -> 4.42P a rank: about 9.2 GB each, 18 GB for both)
     mem2() { # mem2 NAME EXTRA...: sets M2_MEM (MiB) and M2_STATE (bytes) on PASS
         local name=$1 smi=""; shift
         M2_MEM=""; M2_STATE=""

@@ -586,6 +586,14 @@ cudaError_t cudaFree(void *p) {
     run_all(0);
     return do_free(p, 0, "cudaFree");
 }
+cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s) {
+    (void)s;
+    return do_alloc(p, n, 0);
+}
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
+    enqueue(s, "cudaFreeAsync", [p]() { do_free(p, 0, "cudaFreeAsync"); });
+    return cudaSuccess;
+}
 cudaError_t cudaMallocHost(void **p, size_t n) { return do_alloc(p, n, 1); }
 cudaError_t cudaFreeHost(void *p) {
     run_all(0);

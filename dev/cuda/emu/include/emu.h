@@ -249,6 +249,13 @@ cudaError_t cudaFree(void *p);
 cudaError_t cudaMallocHost(void **p, size_t n);
 template <typename T> static inline cudaError_t cudaMallocHost(T **p, size_t n) { return cudaMallocHost((void **)p, n); }
 cudaError_t cudaFreeHost(void *p);
+/* stream-ordered allocation: the memory exists at once (usable by work enqueued on s after the call); the free runs
+ * when s reaches it, so work queued before it on s may still use the memory */
+cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s);
+template <typename T> static inline cudaError_t cudaMallocAsync(T **p, size_t n, cudaStream_t s) {
+    return cudaMallocAsync((void **)p, n, s);
+}
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k);
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st = 0);
 cudaError_t cudaMemset(void *d, int v, size_t n);
