@@ -145,7 +145,8 @@ typedef struct {
     float *d_ez;           /* (P) bf16 payload: what the unsharded r holds on m's mask (the rounding losses), 0 off it */
     uint16_t *h_rs16;      /* pinned (bf16, MPI, world > 1): the owned bf16 means the reduce-scatters deliver */
     float *h_rs_err;       /* pinned (bf16, MPI, world > 1): their rounding errors */
-    uint16_t *d_zrecv16;   /* (bf16, NCCL) the owner's receive buffer: world * the largest owned part of a bucket */
+    uint16_t *d_zrecv16;   /* (bf16, NCCL) the owner's receive buffer: world * min(zchunk, largest owned part) */
+    size_t zchunk;         /* (bf16, NCCL) values of each owner's part reduced per round */
     double *d_tpart, *h_tpart; /* (ntiles_all) per-tile sums of g_hat^2: device, pinned */
     double *zred;          /* (nch + 1) the control all-reduce: per-chunk sums, then the bad-c flag */
     long long *h_sk;       /* (tab->n) M_t's count per slice */

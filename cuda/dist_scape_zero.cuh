@@ -133,6 +133,11 @@ static void scape_zero_setup(ScapeDev *u) {
         u->d_ez = (float *)dmalloc(u->P * sizeof(float), "the bf16 payload's residual on the mask");
         cudaCheck(cudaMemset(u->d_ez, 0, u->P * sizeof(float)));
         if (W > 1 && u->nccl) {
+            /* the owner's receive buffer: per round, world parts of at most zchunk values (4 Mi: 8 MiB a rank;
+             * SCAPE_TEST_ZERO_CHUNK sets it, for tests of several rounds) */
+            u->zchunk = (size_t)1 << 22;
+            const char *e = getenv("SCAPE_TEST_ZERO_CHUNK");
+            if (e && atol(e) > 0) u->zchunk = (size_t)atol(e);
             size_t most = 1; /* the largest owned part of a bucket */
             for (int b = 0; b < u->nb; b++) {
                 size_t n = 0;
@@ -140,6 +145,7 @@ static void scape_zero_setup(ScapeDev *u) {
                     if (scape_zero_owner(u, u->bslices[b][k]) == u->rank) n += tab->slices[u->bslices[b][k]].numel;
                 if (n > most) most = n;
             }
+            if (most > u->zchunk) most = u->zchunk;
             u->d_zrecv16 = (uint16_t *)dmalloc((size_t)W * most * sizeof(uint16_t), "the owner's bf16 receive buffer");
         }
     }
@@ -253,7 +259,8 @@ static void scape_zero_comm_bucket(ScapeDev *u, int b, size_t K) {
 /* The bf16 payload of bucket b (scape_zero_comm_bucket with --scape-payload bf16), as comm_ireduce_scatter_avg_bf16
  * reduces it: rounded to bf16 on cs; each owner receives every rank's bf16 values of its part (NCCL: grouped
  * send/recv into d_zrecv16, its own part by a device copy), sums them in fp32 in rank order, divides by N and
- * rounds (scape_bf16_mean) into d_payload16 at its place, the error into d_qerr there; MPI: the host's function
+ * rounds (scape_bf16_mean) into d_payload16 at its place, the error into d_qerr there, in rounds of zchunk values
+ * so the receive buffer stays small; MPI: the host's function
  * from h_payload16 into h_rs16 / h_rs_err, uploaded by scape_zero_receive. world > 1. */
 static void scape_zero_comm_bucket_bf16(ScapeDev *u, int b, size_t K) {
     const size_t W = (size_t)u->world, *rk = u->rs_k + (size_t)b * W;
@@ -262,25 +269,33 @@ static void scape_zero_comm_bucket_bf16(ScapeDev *u, int b, size_t K) {
     scape_bf16_round(p16, pay, NULL, (long long)K, (long long)K, 0, u->cs);
     if (u->nccl) {
 #ifdef ENABLE_NCCL
-        const size_t mine = rk[u->rank];
-        if (K) {
+        /* in rounds of at most zchunk values of each owner's part, so the receive buffer stays world * zchunk
+         * values whatever the tensors' sizes; every value's N terms still meet in one place, summed in rank order */
+        const size_t mine = rk[u->rank], CH = u->zchunk;
+        size_t most = 0;
+        for (size_t r = 0; r < W; r++)
+            if (rk[r] > most) most = rk[r];
+        for (size_t c0 = 0; c0 < most; c0 += CH) {
+            const size_t mc = mine > c0 ? (mine - c0 < CH ? mine - c0 : CH) : 0;
             size_t off = 0;
             ncclCheck(ncclGroupStart());
             for (int r = 0; r < u->world; r++) {
+                const size_t rc = rk[r] > c0 ? (rk[r] - c0 < CH ? rk[r] - c0 : CH) : 0;
                 if (r != u->rank) {
-                    if (rk[r]) ncclCheck(ncclSend(p16 + off, rk[r] * sizeof(uint16_t), ncclUint8, r, u->nc, u->cs));
-                    if (mine)
-                        ncclCheck(ncclRecv(u->d_zrecv16 + (size_t)r * mine, mine * sizeof(uint16_t), ncclUint8, r, u->nc,
+                    if (rc) ncclCheck(ncclSend(p16 + off + c0, rc * sizeof(uint16_t), ncclUint8, r, u->nc, u->cs));
+                    if (mc)
+                        ncclCheck(ncclRecv(u->d_zrecv16 + (size_t)r * mc, mc * sizeof(uint16_t), ncclUint8, r, u->nc,
                                            u->cs));
-                } else if (mine) {
-                    cudaCheck(cudaMemcpyAsync(u->d_zrecv16 + (size_t)r * mine, p16 + off, mine * sizeof(uint16_t),
+                } else if (mc) {
+                    cudaCheck(cudaMemcpyAsync(u->d_zrecv16 + (size_t)r * mc, p16 + off + c0, mc * sizeof(uint16_t),
                                               cudaMemcpyDeviceToDevice, u->cs));
                 }
                 off += rk[r];
             }
             ncclCheck(ncclGroupEnd());
-            scape_bf16_mean(p16 + u->rs_pre[b], u->d_qerr + u->bucket_off[b] + u->rs_pre[b], u->d_zrecv16,
-                            (long long)mine, u->world, u->cs);
+            if (mc)
+                scape_bf16_mean(p16 + u->rs_pre[b] + c0, u->d_qerr + u->bucket_off[b] + u->rs_pre[b] + c0,
+                                u->d_zrecv16, (long long)mc, u->world, u->cs);
         }
         comm_stats_add(COMM_REDUCE_SCATTER, 2ull * K, 0.0);
 #endif
