@@ -60,11 +60,7 @@ typedef struct {
 
 static DevUpdater *du(const void *p) { return (DevUpdater *)p; }
 
-static int owner_of(const DevUpdater *u, int slice) {
-    for (int r = 0; r < u->world; r++)
-        if (slice >= u->own.first[r] && slice < u->own.first[r + 1]) return r;
-    return -1;
-}
+static int owner_of(const DevUpdater *u, int slice) { return owner_table_owner(&u->own, slice); }
 static int owned(const DevUpdater *u, int slice) { return owner_of(u, slice) == u->rank; }
 
 /* ---- buckets ---- */

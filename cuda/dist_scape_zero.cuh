@@ -45,11 +45,7 @@
 static uint8_t *scape_dev_download_mask(const ScapeDev *u, const uint32_t *d);
 
 /* The rank owning slice i. */
-static int scape_zero_owner(const ScapeDev *u, int i) {
-    int r = 0;
-    while (r + 1 < u->world && i >= u->own.first[r + 1]) r++;
-    return r;
-}
+static int scape_zero_owner(const ScapeDev *u, int i) { return owner_table_owner(&u->own, i); }
 
 /* Tables and buffers of the sharded step; called by scape_updater_create once the plans exist. */
 static void scape_zero_setup(ScapeDev *u) {

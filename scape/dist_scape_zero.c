@@ -45,13 +45,6 @@ void scape_zero_init(DistOptim *d) {
     if (d->cfg.payload_bf16) d->ch_qe = xcalloc(nch, sizeof(size_t), "SCAPE residual offsets");
 }
 
-/* The rank whose part of the owner table holds slice i. */
-static int slice_owner(const DistOptim *d, int i) {
-    int r = 0;
-    while (r + 1 < d->world && i >= d->own.first[r + 1]) r++;
-    return r;
-}
-
 void scape_zero_layout(DistOptim *d, size_t K) {
     const size_t W = (size_t)d->world;
     memset(d->rs_k, 0, (size_t)d->nb * W * sizeof(size_t));
@@ -64,7 +57,7 @@ void scape_zero_layout(DistOptim *d, size_t K) {
             const ParamSlice *s = &d->tab->slices[i];
             size_t c0 = (size_t)d->slice_ch0[i], c1 = c0 + (s->numel + SCAPE_CHUNK - 1) / SCAPE_CHUNK;
             size_t n = c1 == c0 ? 0 : (c1 < d->nch ? d->ch_q[c1] : K) - d->ch_q[c0];
-            int r = slice_owner(d, i);
+            int r = owner_table_owner(&d->own, i);
             d->rs_k[(size_t)b * W + (size_t)r] += n;
             if (r != d->rank) continue;
             for (size_t c = c0; c < c1; c++) d->ch_qo[c] = q + (d->ch_q[c] - d->ch_q[c0]);

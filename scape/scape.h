@@ -30,6 +30,12 @@ typedef struct {
 
 void owner_table_build(OwnerTable *o, const ParamTable *tab, int world);
 void owner_table_free(OwnerTable *o);
+/* The rank owning slice i (0 <= i < the table's slice count). */
+static inline int owner_table_owner(const OwnerTable *o, int i) {
+    int r = 0;
+    while (r + 1 < o->world && i >= o->first[r + 1]) r++;
+    return r;
+}
 
 /* Density at step t >= 1 (SCAPE.md section 5 as the authors' reducer runs it): d_start * (d / d_start)^min(1,
  * (t - 1) / W), in double, so step 1 runs at d_start and steps t > W at exactly d; W <= 0 gives d throughout. */
