@@ -4,7 +4,8 @@
  * Shard format (llm.c's, so its prepared data sets load unchanged): a header of 256 little-endian int32,
  *   header[0] = magic, header[1] = version, header[2] = number of tokens n,
  *   magic 20240520 version 1: n uint16 tokens (GPT-2),  magic 20240801 version 7: n uint32 tokens (Llama 2/3);
- *   header[3] = SHARD_TOKENIZER_MARK and header[4] = the tokenizer (1 gpt2, 2 llama2, 3 llama3) in shards this
+ *   header[3] = SHARD_TOKENIZER_MARK and header[4] = the tokenizer (1 gpt2, 2 llama2, 3 llama3, 4 bpe4k, 5 bpe: a
+ *   vocabulary learned by `tok train`, whose folder is not recorded; the loader checks ids against V) in shards this
  *   runtime writes (`tok shards`), so a trainer can refuse data made for another vocabulary; llm.c's shards have
  *   zeros there and load as before (no tokenizer known);
  * then exactly n tokens (file length = 1024 + n * token size, checked).
@@ -33,10 +34,10 @@
 /* Writes a shard atomically (temp file in the same directory, fsync, rename): version 1 (uint16) if token_bytes
  * is 2, version 7 (uint32) if 4. tokens holds n ints; fatal() if an id does not fit the token size. */
 void shard_write(const char *path, const int32_t *tokens, size_t n, int token_bytes);
-/* The same, recording in the header which tokenizer ("gpt2", "llama2", "llama3", "bpe4k"; NULL: none) made the
- * tokens (header int 3 = SHARD_TOKENIZER_MARK, int 4 = its code 1, 2, 3, 4). */
+/* The same, recording in the header which tokenizer ("gpt2", "llama2", "llama3", "bpe4k", "bpe"; NULL: none) made
+ * the tokens (header int 3 = SHARD_TOKENIZER_MARK, int 4 = its code 1, 2, 3, 4, 5). */
 void shard_write_tokenizer(const char *path, const int32_t *tokens, size_t n, int token_bytes, const char *tokenizer);
-/* The tokenizer a shard records ("gpt2", "llama2", "llama3", "bpe4k"), or NULL when it records none (llm.c's shards, or
+/* The tokenizer a shard records ("gpt2", "llama2", "llama3", "bpe4k", "bpe"), or NULL when it records none (llm.c's shards, or
  * shards written before the field existed). fatal() naming the file on an unreadable header or an unknown code. */
 const char *shard_tokenizer(const char *path);
 

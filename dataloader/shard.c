@@ -68,7 +68,7 @@ static void write_failed(int fd, const char *tmp, const char *path, const char *
           strerror(err));
 }
 
-static const char *const TOKENIZER_CODES[] = {NULL, "gpt2", "llama2", "llama3", "bpe4k"};
+static const char *const TOKENIZER_CODES[] = {NULL, "gpt2", "llama2", "llama3", "bpe4k", "bpe"};
 
 void shard_write(const char *path, const int32_t *tokens, size_t n, int token_bytes) {
     shard_write_tokenizer(path, tokens, n, token_bytes, NULL);
@@ -78,7 +78,7 @@ void shard_write_tokenizer(const char *path, const int32_t *tokens, size_t n, in
     uint32_t code = 0;
     for (uint32_t c = 1; tokenizer && c < sizeof TOKENIZER_CODES / sizeof TOKENIZER_CODES[0]; c++)
         if (!strcmp(tokenizer, TOKENIZER_CODES[c])) code = c;
-    if (tokenizer && !code) fatal("%s: unknown tokenizer '%s' for the shard header; use gpt2, bpe4k, llama2 or llama3", path, tokenizer);
+    if (tokenizer && !code) fatal("%s: unknown tokenizer '%s' for the shard header; use gpt2, bpe4k, llama2, llama3 or bpe", path, tokenizer);
     if (token_bytes != 2 && token_bytes != 4)
         fatal("%s: token size %d bytes is not supported; use 2 (uint16, GPT-2) or 4 (uint32, Llama)", path,
               token_bytes);
@@ -95,8 +95,12 @@ void shard_write_tokenizer(const char *path, const int32_t *tokens, size_t n, in
 
     size_t tlen = strlen(path) + 32;
     char *tmp = xmalloc(tlen, "shard temp path");
-    snprintf(tmp, tlen, "%s.tmp.%d", path, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fd = open_temp_beside(path, tmp, tlen); /* a new unique name: never a planted link */
+    if (fd >= 0 && fchmod(fd, 0644) != 0) {
+        close(fd);
+        unlink(tmp);
+        fd = -1;
+    }
     if (fd < 0) {
         int err = errno;
         fatal("cannot open %s for writing: %s; check that the directory exists and is writable", tmp,

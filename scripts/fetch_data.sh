@@ -29,6 +29,9 @@ done
 data="${data:-data}"
 npmdir="$data/npm"
 mkdir -p "$npmdir"
+# one at a time per data cache: a second run waits here, then finds everything cached (its temp names are fixed)
+exec 9>"$data/.fetch.lock"
+flock 9
 
 die() { echo "error: $*" >&2; exit 1; }
 

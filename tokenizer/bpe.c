@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/util.h"
 #include "tokenizer/bpe_internal.h"
@@ -634,6 +635,21 @@ Tokenizer *tokenizer_load_llama(const char *kind, const char *dir) {
     return t;
 }
 
+int tokenizer_is_dir(const char *kind) {
+    if (!strcmp(kind, "gpt2") || !strcmp(kind, "bpe4k") || !strcmp(kind, "llama2") || !strcmp(kind, "llama3"))
+        return 0;
+    struct stat st;
+    if (stat(kind, &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
+    size_t n = strlen(kind) + 32;
+    char *p = xmalloc(n, "path");
+    snprintf(p, n, "%s/encoder.json", kind);
+    int ok = stat(p, &st) == 0;
+    snprintf(p, n, "%s/vocab.bpe", kind);
+    ok = ok && stat(p, &st) == 0;
+    free(p);
+    return ok;
+}
+
 Tokenizer *tokenizer_load(const char *kind, const char *data_dir) {
     size_t n = strlen(data_dir) + 32;
     char *a = xmalloc(n, "path"), *b = xmalloc(n, "path");
@@ -653,8 +669,20 @@ Tokenizer *tokenizer_load(const char *kind, const char *data_dir) {
     } else if (!strcmp(kind, "llama2") || !strcmp(kind, "llama3")) {
         snprintf(a, n, "%s/%s", data_dir, kind);
         t = tokenizer_load_llama(kind, a);
+    } else if (tokenizer_is_dir(kind)) {
+        /* a vocabulary learned by `tok train --out DIR`: GPT-2's files and pre-tokenizer, any size */
+        free(a);
+        free(b);
+        n = strlen(kind) + 32;
+        a = xmalloc(n, "path");
+        b = xmalloc(n, "path");
+        snprintf(a, n, "%s/encoder.json", kind);
+        snprintf(b, n, "%s/vocab.bpe", kind);
+        t = tokenizer_load_gpt2(a, b);
+        t->name = "bpe";
     } else {
-        fatal("unknown tokenizer kind '%s'; use gpt2, bpe4k, llama2 or llama3", kind);
+        fatal("unknown tokenizer '%s'; use gpt2, bpe4k, llama2, llama3 or the folder of a vocabulary learned by `tok "
+              "train --out DIR` (it holds encoder.json and vocab.bpe)", kind);
     }
     free(a);
     free(b);

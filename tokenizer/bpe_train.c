@@ -284,11 +284,14 @@ static void spell(FILE *f, const unsigned char *p, size_t n, const int cp_of[256
     }
 }
 
-/* Opens dir/name.tmp.PID for writing; the caller passes it to finish_file. */
+/* Opens a new temp file beside dir/name (open_temp_beside) for writing; the caller passes it to finish_file. */
 static FILE *start_file(const char *dir, const char *name, char *tmp, size_t cap) {
-    snprintf(tmp, cap, "%s/%s.tmp.%d", dir, name, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) fatal("cannot create %s: %s; check that the directory is writable", tmp, strerror(errno));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int fd = open_temp_beside(path, tmp, cap);
+    FILE *f = fd >= 0 && fchmod(fd, 0644) == 0 ? fdopen(fd, "wb") : NULL;
+    if (!f) fatal("cannot create a temp file beside %s: %s; check that the directory is writable", path,
+                  strerror(errno));
     return f;
 }
 

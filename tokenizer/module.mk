@@ -14,8 +14,14 @@ PROGRAMS += tok
 SOTU_SHARDS := $(DATA)/sotu/gpt2/.stamp
 BPE4K_SHARDS := $(DATA)/sotu/bpe4k/.stamp
 
-.PHONY: data tokenizer bench-tokenizer
-data: $(SOTU_SHARDS) $(BPE4K_SHARDS)
+# Two at once (two trainers started together on a fresh checkout each prepare the corpus on first use) must not
+# race on the same files: each `make data` / `make data-llama` takes an exclusive lock on $(DATA)/.make-data.lock
+# (flock(1), util-linux) and runs the real targets under it; the second waits and then finds them up to date.
+.PHONY: data data-unlocked tokenizer bench-tokenizer
+data:
+	@mkdir -p $(DATA)
+	@flock $(DATA)/.make-data.lock $(MAKE) --no-print-directory data-unlocked
+data-unlocked: $(SOTU_SHARDS) $(BPE4K_SHARDS)
 
 $(DATA)/gpt2/.fetched: scripts/fetch_data.sh
 	scripts/fetch_data.sh $(DATA)
@@ -40,8 +46,11 @@ $(BPE4K_SHARDS): $(DATA)/bpe4k/.stamp tok
 
 # `make data-llama`: the same corpus as uint32 shards for Llama 2 (<s> before each document) and Llama 3
 # (<|begin_of_text|> before each document), in DATA/sotu/llama2/ and DATA/sotu/llama3/.
-.PHONY: data-llama
-data-llama: $(DATA)/sotu/llama2/.stamp $(DATA)/sotu/llama3/.stamp
+.PHONY: data-llama data-llama-unlocked
+data-llama:
+	@mkdir -p $(DATA)
+	@flock $(DATA)/.make-data.lock $(MAKE) --no-print-directory data-llama-unlocked
+data-llama-unlocked: $(DATA)/sotu/llama2/.stamp $(DATA)/sotu/llama3/.stamp
 
 $(DATA)/sotu/llama%/.stamp: $(DATA)/gpt2/.fetched tok
 	@rm -f $@

@@ -1,7 +1,7 @@
 /*
  * tokenizer/tok.c - the `tok` program: encode / decode on stdin, and `tok shards`, which turns text files,
  * directories of them, or .jsonl files into llm.c token shards (dataloader/dataloader.h's format). Every command
- * takes --model gpt2|bpe4k|llama2|llama3 (default gpt2).
+ * takes --model gpt2|bpe4k|llama2|llama3 or the folder of a vocabulary learned by `tok train --out DIR` (default gpt2).
  *
  *   tok encode [--model M] [--allow-special] [--bos] [--eos] [--data DIR]   stdin (any bytes) -> ids, one line
  *   tok decode [--model M] [--data DIR]          ids (whitespace or comma separated) on stdin -> bytes
@@ -114,12 +114,14 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-#define MODEL_HELP "tokenizer: gpt2, bpe4k, llama2 or llama3"
+#define MODEL_HELP "tokenizer: gpt2, bpe4k, llama2, llama3, or the folder of a vocabulary learned by `tok train --out DIR`"
 #define DATA_HELP "data cache holding gpt2/, bpe4k/ (encoder.json, vocab.bpe) and llama2/, llama3/ (vocab.txt, merges.txt)"
 
 static void check_model(const char *model) {
-    if (strcmp(model, "gpt2") && strcmp(model, "bpe4k") && strcmp(model, "llama2") && strcmp(model, "llama3"))
-        fatal("--model: '%s' is not a tokenizer; use gpt2, bpe4k, llama2 or llama3", model);
+    if (strcmp(model, "gpt2") && strcmp(model, "bpe4k") && strcmp(model, "llama2") && strcmp(model, "llama3") &&
+        !tokenizer_is_dir(model))
+        fatal("--model: '%s' is not a tokenizer; use gpt2, bpe4k, llama2, llama3 or the folder of a vocabulary "
+              "learned by `tok train --out DIR` (holding encoder.json and vocab.bpe)", model);
 }
 
 static int cmd_encode(int argc, char **argv) {
@@ -268,25 +270,42 @@ static void add_file(DocList *l, const char *path) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* A file is added as it is; a directory adds its regular files (not hidden, sorted by name, not recursive). */
-static void add_input(DocList *l, const char *path) {
-    struct stat st;
-    if (stat(path, &st) != 0) fatal("tok: input %s: %s; give text files, directories or .jsonl files", path, strerror(errno));
-    if (!S_ISDIR(st.st_mode)) { add_file(l, path); return; }
+/* Every regular file under path (not hidden; subfolders followed to any depth), into *names (full paths). */
+static void collect_files(const char *path, char ***names, size_t *n, size_t *cap, int depth) {
+    if (depth > 64) fatal("tok: %s: folders nested deeper than 64 (a loop of links?)", path);
     DIR *d = opendir(path);
     if (!d) fatal("tok: cannot open directory %s: %s", path, strerror(errno));
-    char **names = NULL;
-    size_t n = 0, cap = 0;
     for (struct dirent *e; (e = readdir(d));) {
         if (e->d_name[0] == '.') continue;
         size_t pl = strlen(path) + strlen(e->d_name) + 2;
         char *full = xmalloc(pl, "path");
         snprintf(full, pl, "%s/%s", path, e->d_name);
-        if (stat(full, &st) != 0 || !S_ISREG(st.st_mode)) { free(full); continue; }
-        if (n == cap) names = xrealloc(names, (cap = cap ? 2 * cap : 256) * sizeof(char *), "tok buffers");
-        names[n++] = full;
+        struct stat st;
+        if (stat(full, &st) != 0) {
+            free(full);
+            continue;
+        }
+        if (S_ISDIR(st.st_mode)) {
+            collect_files(full, names, n, cap, depth + 1);
+            free(full);
+            continue;
+        }
+        if (!S_ISREG(st.st_mode)) { free(full); continue; }
+        if (*n == *cap) *names = xrealloc(*names, (*cap = *cap ? 2 * *cap : 256) * sizeof(char *), "tok buffers");
+        (*names)[(*n)++] = full;
     }
     closedir(d);
+}
+
+/* A file is added as it is; a directory adds its regular files and those of its subfolders, at any depth (not
+ * hidden ones), sorted by path. */
+static void add_input(DocList *l, const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) fatal("tok: input %s: %s; give text files, directories or .jsonl files", path, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) { add_file(l, path); return; }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    collect_files(path, &names, &n, &cap, 0);
     if (n == 0) fatal("tok: directory %s holds no files", path);
     qsort(names, n, sizeof(char *), cmp_str);
     for (size_t i = 0; i < n; i++) {
@@ -607,7 +626,9 @@ static int cmd_shards(int argc, char **argv) {
     if (docs.n == 0) fatal("tok shards: the inputs hold no documents");
     size_t n_val = choose_val(&docs, percent);
     Tokenizer *tok = tokenizer_load(model, data);
-    int token_bytes = strncmp(model, "llama", 5) ? 2 : 4; /* llm.c's layouts: uint16 GPT-2 style, uint32 Llama */
+    /* llm.c's layouts: uint16 GPT-2 style, uint32 Llama and any vocabulary beyond 65536 tokens */
+    int token_bytes = strncmp(model, "llama", 5) && tokenizer_vocab_size(tok) <= 65536 ? 2 : 4;
+    const char *kind = tokenizer_kind(tok); /* recorded in each shard's header ("bpe" for a learned folder) */
     make_dirs(out);
 
     Pool pool = {.tok = tok, .docs = &docs, .field = field, .window = (size_t)threads * 8 + 16};
@@ -619,8 +640,8 @@ static int cmd_shards(int argc, char **argv) {
         if (pthread_create(&tids[i], NULL, worker, &pool) != 0) fatal("tok shards: cannot start thread %d", i);
 
     Writer wt = {out, name, "train", xmalloc(per_shard * sizeof(int32_t), "shard buffer"), 0, per_shard, 0, 0,
-                 token_bytes, model};
-    Writer wv = {out, name, "val", NULL, 0, per_shard, 0, 0, token_bytes, model};
+                 token_bytes, kind};
+    Writer wv = {out, name, "val", NULL, 0, per_shard, 0, 0, token_bytes, kind};
     if (n_val) wv.buf = xmalloc(per_shard * sizeof(int32_t), "shard buffer");
     double last = t0;
     for (size_t i = 0; i < docs.n; i++) {

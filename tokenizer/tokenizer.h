@@ -9,6 +9,8 @@
  *   "llama3" byte-level BPE, 128256 tokens: 128000 merge-built + 256 specials (<|begin_of_text|> = 128000,
  *            <|end_of_text|> = 128001, ...). Equals llama3-tokenizer-js 1.2.0 (see bpe.c for the few characters
  *            where that package's JavaScript regex differs from tiktoken's).
+ *   "bpe"    a vocabulary learned by `tok train --out DIR` (any size, <|endoftext|> last), named by its folder:
+ *            `tok --model DIR`, the trainers' and the exporter's --tokenizer DIR.
  *   "llama2" SentencePiece BPE, 32000 tokens (<unk> 0, <s> 1, </s> 2, byte fallback <0x00>..<0xFF> = 3..258).
  *            Equals llama-tokenizer-js 1.2.2.
  * Not for: shard files (dataloader/), sampling.
@@ -28,9 +30,14 @@ Tokenizer *tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe);
  * kind "llama2" or "llama3". fatal() naming the file and `make data` if missing or malformed. */
 Tokenizer *tokenizer_load_llama(const char *kind, const char *dir);
 /* Loads a tokenizer by kind ("gpt2", "bpe4k", "llama2", "llama3") from the data cache directory (e.g. "data"):
- * i.e. data/gpt2/encoder.json + vocab.bpe (data/bpe4k/ likewise), or data/llama3/vocab.txt + merges.txt. fatal()
- * on an unknown kind, and for bpe4k on a vocabulary that is not 4096 tokens with <|endoftext|> last. */
+ * i.e. data/gpt2/encoder.json + vocab.bpe (data/bpe4k/ likewise), or data/llama3/vocab.txt + merges.txt; or, when
+ * kind is the folder of a vocabulary learned by `tok train --out DIR` (its encoder.json and vocab.bpe, any size),
+ * that vocabulary, of kind "bpe" (GPT-2's format and pre-tokenizer). fatal() on an unknown kind, and for bpe4k on
+ * a vocabulary that is not 4096 tokens with <|endoftext|> last. */
 Tokenizer *tokenizer_load(const char *kind, const char *data_dir);
+/* 1 if kind names a folder holding encoder.json and vocab.bpe (a learned vocabulary), not one of the built-in
+ * names. */
+int tokenizer_is_dir(const char *kind);
 /* Frees the tokenizer and this thread's cache; other threads must be done with it (their per-thread caches
  * are freed when they exit). */
 void tokenizer_free(Tokenizer *tok);
@@ -40,7 +47,7 @@ int tokenizer_eot(const Tokenizer *tok); /* end of text: 50256 GPT-2, 4095 bpe4k
 /* The id that starts every document (what `tok shards` puts before each one): 1 Llama 2 (<s>), 128000 Llama 3
  * (<|begin_of_text|>), and for GPT-2 and bpe4k, which have no BOS, their EOT (50256, 4095), as llm.c does. */
 int tokenizer_bos(const Tokenizer *tok);
-const char *tokenizer_kind(const Tokenizer *tok); /* "gpt2", "bpe4k", "llama2" or "llama3" */
+const char *tokenizer_kind(const Tokenizer *tok); /* "gpt2", "bpe4k", "llama2", "llama3", or "bpe" (learned) */
 
 /* Token id spelled as the vocabulary files spell it (the inverse of loading them), into out (room for 3 x its byte
  * length + 8): GPT-2 and Llama 3 in GPT-2's printable byte alphabet (encoder.json's bytes_to_unicode), their
