@@ -485,27 +485,44 @@ static void gpt2_init_params(GPT2 *m, uint64_t seed) {
 }
 
 /* Carves the activations for Bmax x Tmax out of one allocation. */
+/* Floats of the activations for Bmax x Tmax (sizes[] as gpt2_alloc_acts carves them, if non-NULL, 26 entries). */
+static size_t gpt2_act_floats(const GPT2Config *c, int Bmax, int Tmax, int nthreads, size_t *sizes) {
+    size_t L = c->L, C = c->C, N = (size_t)Bmax * Tmax, NH = c->NH, Vp = c->Vp;
+    size_t att_max = (size_t)Bmax * NH * Tmax * Tmax;
+    size_t s[] = {N * C, L * N * C, L * N, L * N, L * N * 3 * C, L * N * C, L * att_max,
+                  L * N * C, L * N * C, L * N * C, L * N, L * N, L * N * 4 * C, L * N * 4 * C,
+                  L * N * C, L * N * C, N * C, N, N, N * Vp, N,
+                  N * C, N * C, N * 4 * C, (size_t)nthreads * 2 * C, (size_t)nthreads * Tmax * Tmax};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
+        total += s[i];
+        if (sizes) sizes[i] = s[i];
+    }
+    return total;
+}
+
+static int gpt2_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
 static void gpt2_alloc_acts(GPT2 *m, int Bmax, int Tmax) {
     const GPT2Config *c = &m->cfg;
-    size_t L = c->L, C = c->C, N = (size_t)Bmax * Tmax, NH = c->NH, Vp = c->Vp;
+    size_t N = (size_t)Bmax * Tmax;
     m->Bmax = Bmax;
     m->Tmax = Tmax;
-    m->att_max = (size_t)Bmax * NH * Tmax * Tmax;
-    m->nthreads = 1;
-#ifdef _OPENMP
-    m->nthreads = omp_get_max_threads();
-#endif
+    m->att_max = (size_t)Bmax * c->NH * Tmax * Tmax;
+    m->nthreads = gpt2_threads();
     GPT2Acts *a = &m->a;
     float **ptrs[] = {&a->encoded, &a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->att,
                       &a->attproj, &a->residual2, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch, &a->fch_gelu,
                       &a->fcproj, &a->residual3, &a->lnf, &a->lnf_mean, &a->lnf_rstd, &a->logits, &a->lse,
                       &a->dresidual, &a->dbuf_c, &a->dbuf_4c, &a->ln_scratch, &a->att_scratch};
-    size_t sizes[] = {N * C, L * N * C, L * N, L * N, L * N * 3 * C, L * N * C, L * m->att_max,
-                      L * N * C, L * N * C, L * N * C, L * N, L * N, L * N * 4 * C, L * N * 4 * C,
-                      L * N * C, L * N * C, N * C, N, N, N * Vp, N,
-                      N * C, N * C, N * 4 * C, (size_t)m->nthreads * 2 * C, (size_t)m->nthreads * Tmax * Tmax};
-    size_t n = sizeof sizes / sizeof sizes[0], total = 0;
-    for (size_t i = 0; i < n; i++) total += sizes[i];
+    size_t sizes[sizeof ptrs / sizeof ptrs[0]];
+    size_t n = sizeof sizes / sizeof sizes[0], total = gpt2_act_floats(c, Bmax, Tmax, m->nthreads, sizes);
     m->acts_memory = xmalloc(total * sizeof(float), "GPT-2 activations (reduce --batch or --seq)");
     float *p = m->acts_memory;
     for (size_t i = 0; i < n; i++) {
@@ -672,7 +689,7 @@ static void gpt2_free(Model *model) {
  * then every parameter in table order, fp32 (version 3) or bf16 (version 5, upper 16 bits of the fp32).
  * ---------------------------------------------------------------------------------------------------------- */
 
-/* Writes the model file (version 3, fp32) atomically: to "<path>.tmp", fsync, rename. fatal() on I/O errors
+/* Writes the model file (version 3, fp32) atomically (write_file_atomic: a new temp file, fsync, rename). fatal() on I/O errors
  * naming the path; on failure the temporary file is removed and `path` is untouched. */
 static void gpt2_save(const Model *model, const char *path) {
     const GPT2 *m = (const GPT2 *)model;
@@ -685,7 +702,10 @@ static Model *gpt2_new(const GPT2Config *cfg, int B, int T);
 
 /* Reads a llm.c GPT-2 model file (version 3 fp32 or 5 bf16). Checks magic, version, hyper-parameters and the
  * exact file length; fatal() naming the file and the fix. Activations sized for B x T. */
-static Model *gpt2_load(const char *path, int B, int T) {
+/* Reads and checks a model file's header (magic, version, hyper-parameters, the exact file length); fatal() naming
+ * the file and the fix. *elem: bytes per stored parameter (4 fp32, 2 bf16). The file is left open after the
+ * header in *fp (NULL: closed). */
+static GPT2Config gpt2_read_config(const char *path, int T, size_t *elem, FILE **fp) {
     FILE *f = xfopen(path, "rb", "Pass an existing GPT-2 model file (llm.c layout) with --init");
     int32_t h[GPT2_HEADER_INTS];
     int64_t size = file_size(path);
@@ -709,12 +729,21 @@ static Model *gpt2_load(const char *path, int B, int T) {
     /* check the length before allocating anything: a corrupt header must not turn into a huge allocation */
     ParamTable table;
     gpt2_build_table(&table, &cfg);
-    size_t elem = h[1] == GPT2_VERSION_FP32 ? 4 : 2;
-    int64_t want = (int64_t)sizeof h + (int64_t)(table.total * elem);
+    *elem = h[1] == GPT2_VERSION_FP32 ? 4 : 2;
+    int64_t want = (int64_t)sizeof h + (int64_t)(table.total * *elem);
     param_table_free(&table);
     if (size != want)
         fatal("%s: %lld bytes but a version %d model with these hyper-parameters has %lld; the file is truncated "
               "or corrupt, re-export it", path, (long long)size, h[1], (long long)want);
+    if (fp) *fp = f;
+    else fclose(f);
+    return cfg;
+}
+
+static Model *gpt2_load(const char *path, int B, int T) {
+    FILE *f;
+    size_t elem;
+    GPT2Config cfg = gpt2_read_config(path, T, &elem, &f);
     Model *model = gpt2_new(&cfg, B, T);
     if (elem == 4) {
         xfread(model->params, model->table.total * 4, f, path, "the parameters");
@@ -838,12 +867,29 @@ static Model *gpt2_create(const char *spec, const char *init_path, uint64_t seed
     return m;
 }
 
+/* ModelFamily.memory_bytes for GPT-2: what gpt2_create allocates (parameters, gradients, activations for B x T),
+ * from the spec or the model file's header, without allocating; the model's parameter count in *num_params and
+ * its canonical spec (d<L>c<C>h<NH>t<maxT>v<V>, which gpt2_parse_spec reads back to the same model) in spec_out. */
+static double gpt2_memory_bytes(const char *spec, const char *init_path, int B, int T, size_t *num_params,
+                                char *spec_out, size_t cap) {
+    size_t elem;
+    GPT2Config c = init_path ? gpt2_read_config(init_path, T, &elem, NULL) : gpt2_parse_spec(spec);
+    ParamTable table;
+    gpt2_build_table(&table, &c);
+    *num_params = table.total;
+    param_table_free(&table);
+    snprintf(spec_out, cap, "d%dc%dh%dt%dv%d", c.L, c.C, c.NH, c.maxT, c.V);
+    return 4.0 * (2.0 * (double)*num_params + (double)gpt2_act_floats(&c, B, T, gpt2_threads(), NULL)) +
+           8.0 * B * T;
+}
+
 const ModelFamily gpt2_family = {
     .family = "gpt2",
     .tokenizer = "gpt2",
     .default_model = "d4c128h4",
     .model_help = GPT2_MODEL_HELP,
     .create = gpt2_create,
+    .memory_bytes = gpt2_memory_bytes,
 };
 
 #ifndef TESTING

@@ -461,28 +461,44 @@ static void llama_init_params(Llama *m, uint64_t seed) {
 }
 
 /* Carves the activations for Bmax x Tmax out of one allocation and fills the RoPE table. */
+/* Floats of the activations for Bmax x Tmax (sizes[] as llama_alloc_acts carves them, if non-NULL, 30 entries). */
+static size_t llama_act_floats(const LlamaConfig *c, int Bmax, int Tmax, int nthreads, size_t *sizes) {
+    size_t L = c->L, C = c->C, N = (size_t)Bmax * Tmax, NH = c->NH, Vp = c->Vp, F = c->F;
+    size_t hd = C / NH, KVC = (size_t)c->NKV * hd, att_max = (size_t)Bmax * NH * Tmax * Tmax;
+    size_t s[] = {N * C, L * N * C, L * N, L * N * C, L * N * KVC, L * N * KVC, L * att_max, L * N * C,
+                  L * N * C, L * N * C, L * N, L * N * F, L * N * F, L * N * F, L * N * C, N * C, N, N * Vp, N,
+                  N * C, N * C, N * C, N * C, N * KVC, N * KVC, N * F, N * F,
+                  (size_t)nthreads * C, (size_t)c->maxT * hd / 2, (size_t)c->maxT * hd / 2};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
+        total += s[i];
+        if (sizes) sizes[i] = s[i];
+    }
+    return total;
+}
+
+static int llama_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
 static void llama_alloc_acts(Llama *m, int Bmax, int Tmax) {
     const LlamaConfig *c = &m->cfg;
-    size_t L = c->L, C = c->C, N = (size_t)Bmax * Tmax, NH = c->NH, Vp = c->Vp, F = c->F;
-    size_t hd = C / NH, KVC = (size_t)c->NKV * hd;
+    size_t N = (size_t)Bmax * Tmax, hd = (size_t)c->C / c->NH;
     m->Bmax = Bmax;
     m->Tmax = Tmax;
-    m->att_max = (size_t)Bmax * NH * Tmax * Tmax;
-    m->nthreads = 1;
-#ifdef _OPENMP
-    m->nthreads = omp_get_max_threads();
-#endif
+    m->att_max = (size_t)Bmax * c->NH * Tmax * Tmax;
+    m->nthreads = llama_threads();
     LlamaActs *a = &m->a;
     float **ptrs[] = {&a->x0, &a->h1, &a->rstd1, &a->q, &a->k, &a->v, &a->att, &a->atty, &a->x2, &a->h2,
                       &a->rstd2, &a->gate, &a->up, &a->swi, &a->x3, &a->hf, &a->rstdf, &a->logits, &a->lse,
                       &a->proj, &a->dres, &a->dbuf_c, &a->dq, &a->dk, &a->dv, &a->dgate, &a->dup,
                       &a->norm_scratch, &a->rope_cos, &a->rope_sin};
-    size_t sizes[] = {N * C, L * N * C, L * N, L * N * C, L * N * KVC, L * N * KVC, L * m->att_max, L * N * C,
-                      L * N * C, L * N * C, L * N, L * N * F, L * N * F, L * N * F, L * N * C, N * C, N, N * Vp, N,
-                      N * C, N * C, N * C, N * C, N * KVC, N * KVC, N * F, N * F,
-                      (size_t)m->nthreads * C, (size_t)c->maxT * hd / 2, (size_t)c->maxT * hd / 2};
-    size_t n = sizeof sizes / sizeof sizes[0], total = 0;
-    for (size_t i = 0; i < n; i++) total += sizes[i];
+    size_t sizes[sizeof ptrs / sizeof ptrs[0]];
+    size_t n = sizeof sizes / sizeof sizes[0], total = llama_act_floats(c, Bmax, Tmax, m->nthreads, sizes);
     m->acts_memory = xmalloc(total * sizeof(float), "Llama activations (reduce --batch or --seq)");
     float *p = m->acts_memory;
     for (size_t i = 0; i < n; i++) {
@@ -674,7 +690,7 @@ static float bits_float(int32_t i) {
     return f;
 }
 
-/* Writes the model file (version 3, fp32) atomically: to "<path>.tmp", fsync, rename. fatal() on I/O errors
+/* Writes the model file (version 3, fp32) atomically (write_file_atomic: a new temp file, fsync, rename). fatal() on I/O errors
  * naming the path; on failure the temporary file is removed and `path` is untouched. */
 static void llama_save(const Model *model, const char *path) {
     const Llama *m = (const Llama *)model;
@@ -709,7 +725,9 @@ static Model *llama_new(const LlamaConfig *cfg, int B, int T);
 
 /* Reads a Llama model file (version 3, fp32; layout above). Checks magic, version, hyper-parameters and the exact
  * file length; fatal() with one line naming the file and the fix. Activations sized for B x T. */
-static Model *llama_load(const char *path, int B, int T) {
+/* Reads and checks a model file's header (magic, version, hyper-parameters, the exact file length); fatal() naming
+ * the file and the fix. The file is left open after the header in *fp (NULL: closed). */
+static LlamaConfig llama_read_config(const char *path, int T, FILE **fp) {
     int64_t size = file_size(path);
     FILE *f = xfopen(path, "rb", "Pass an existing Llama model file (written by train_llama) with --init");
     int32_t h[LLAMA_HEADER_INTS];
@@ -737,6 +755,14 @@ static Model *llama_load(const char *path, int B, int T) {
     if (size != want)
         fatal("%s: %lld bytes but a version 3 Llama model with these hyper-parameters has %lld; the file is "
               "truncated or corrupt, re-save it", path, (long long)size, (long long)want);
+    if (fp) *fp = f;
+    else fclose(f);
+    return cfg;
+}
+
+static Model *llama_load(const char *path, int B, int T) {
+    FILE *f;
+    LlamaConfig cfg = llama_read_config(path, T, &f);
     Model *model = llama_new(&cfg, B, T);
     xfread(model->params, model->table.total * sizeof(float), f, path, "the parameters");
     fclose(f);
@@ -861,12 +887,30 @@ static Model *llama_create(const char *spec, const char *init_path, uint64_t see
     return m;
 }
 
+/* ModelFamily.memory_bytes for Llama: what llama_create allocates (parameters, gradients, activations for B x T),
+ * from the spec or the model file's header, without allocating; the parameter count in *num_params and the
+ * canonical spec (l<L>c<C>h<NH>kv<NKV>f<F>v<V>t<maxT>r<theta>e<eps>, read back by llama_parse_spec to the same
+ * model) in spec_out. */
+static double llama_memory_bytes(const char *spec, const char *init_path, int B, int T, size_t *num_params,
+                                 char *spec_out, size_t cap) {
+    LlamaConfig c = init_path ? llama_read_config(init_path, T, NULL) : llama_parse_spec(spec);
+    ParamTable table;
+    llama_build_table(&table, &c);
+    *num_params = table.total;
+    param_table_free(&table);
+    snprintf(spec_out, cap, "l%dc%dh%dkv%df%dv%dt%dr%.9ge%.9g", c.L, c.C, c.NH, c.NKV, c.F, c.V, c.maxT,
+             (double)c.rope_theta, (double)c.norm_eps);
+    return 4.0 * (2.0 * (double)*num_params + (double)llama_act_floats(&c, B, T, llama_threads(), NULL)) +
+           8.0 * B * T;
+}
+
 const ModelFamily llama_family = {
     .family = "llama",
     .tokenizer = "llama2",
     .default_model = LLAMA_DEFAULT_MODEL,
     .model_help = LLAMA_MODEL_HELP,
     .create = llama_create,
+    .memory_bytes = llama_memory_bytes,
 };
 
 #ifndef TESTING

@@ -110,7 +110,7 @@ void args_parse(ArgSpec *specs, int n, int argc, char **argv, const char *usage,
     struct option *opts = xcalloc((size_t)n + 2, sizeof(struct option), "option table");
     for (int i = 0; i < n; i++) {
         opts[i].name = specs[i].name;
-        opts[i].has_arg = specs[i].type == ARG_FLAG ? no_argument : required_argument;
+        opts[i].has_arg = specs[i].type == ARG_FLAG ? optional_argument : required_argument; /* --zero, --zero=0 */
         opts[i].val = 256 + i;
     }
     opts[n].name = "help";
@@ -130,7 +130,7 @@ void args_parse(ArgSpec *specs, int n, int argc, char **argv, const char *usage,
             args_error("unknown option %s; see --help", bad);
         } else {
             ArgSpec *s = &specs[c - 256];
-            set_value(s, s->type == ARG_FLAG ? "1" : optarg);
+            set_value(s, s->type == ARG_FLAG && !optarg ? "1" : optarg);
             s->given = 1;
         }
     }
@@ -147,7 +147,7 @@ void args_print_help(FILE *out, const ArgSpec *specs, int n, const char *usage, 
         const char *meta = s->type == ARG_INT || s->type == ARG_U64 ? " N"
                            : s->type == ARG_FLOAT || s->type == ARG_DOUBLE ? " X"
                            : s->type == ARG_STRING                  ? " S"
-                                                                    : "";
+                                                                    : "[=0|1]";
         char left[64];
         snprintf(left, sizeof left, "--%s%s", s->name, meta);
         fprintf(out, "  %-24s %s", left, s->help);

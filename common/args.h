@@ -1,7 +1,8 @@
 /*
  * common/args.h - command-line options from ONE table: the getopt_long parser and the --help text are both
  * generated from it, so the help can never disagree with the parser.
- * Every option is a long option taking a value ("--lr 3e-4" or "--lr=3e-4"), except flags ("--zero").
+ * Every option is a long option taking a value ("--lr 3e-4" or "--lr=3e-4"), except flags: "--zero" sets one,
+ * "--zero=0" clears it (so a resumed run can turn off what its checkpoint recorded), "--zero=1" sets it.
  * Errors (unknown option, missing value, malformed number, out of range, not one of the choices) print one line
  * "error: --lr: 5 is out of range [0, 1]" on stderr and exit with status 2.
  * Not for: what the options mean (trainer/train.c owns the training table).
@@ -19,7 +20,7 @@ typedef enum {
     ARG_FLOAT,  /* float field; min/max apply */
     ARG_DOUBLE, /* double field; min/max apply (values whose decimal spelling matters, e.g. densities) */
     ARG_STRING, /* const char * field; `choices` ("adamw|adams|scape") restricts it when non-NULL */
-    ARG_FLAG    /* int field set to 1 when present; takes no value; default 0 */
+    ARG_FLAG    /* int field: 1 when present as --name or --name=1, 0 with --name=0; default 0 */
 } ArgType;
 
 typedef struct {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/util.h"
@@ -77,7 +78,17 @@ void json_escape(char *buf, size_t cap, size_t *len, const char *s) {
 
 JsonLog *jlog_open(const char *path) {
     JsonLog *l = xcalloc(1, sizeof *l, "log");
-    l->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    /* never through a link to a file (one planted in a shared --out would have the run append to, and cut, a file
+     * of someone else's); a link to a character device (/dev/null, /dev/full: a discarded log, the tests' full
+     * disk) is followed, since nothing there can be cut */
+    l->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    struct stat st;
+    if (l->fd < 0 && errno == ELOOP) {
+        if (stat(path, &st) != 0 || !S_ISCHR(st.st_mode))
+            fatal("%s is a symbolic link; the run writes (and may cut) its log only in a file of its own: remove the "
+                  "link", path);
+        l->fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    }
     if (l->fd < 0) fatal("cannot open %s: %s; check that --out is a writable directory", path, strerror(errno));
     l->path = strdup(path);
     if (!l->path) fatal("out of memory opening %s", path);
@@ -85,7 +96,7 @@ JsonLog *jlog_open(const char *path) {
      * stays one whole JSON object */
     off_t end = lseek(l->fd, 0, SEEK_END);
     if (end > 0) {
-        int rd = open(path, O_RDONLY | O_CLOEXEC);
+        int rd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         off_t keep = end;
         char buf[4096];
         while (rd >= 0 && keep > 0) {

@@ -1,4 +1,5 @@
 /* common/util.c - see util.h. */
+#define _GNU_SOURCE /* mkostemp */
 #include "util.h"
 
 #include <errno.h>
@@ -6,6 +7,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -122,21 +124,36 @@ void fsync_parent_dir(const char *path) {
     }
 }
 
+int open_temp_beside(const char *path, char *tmp, size_t cap) {
+    if ((size_t)snprintf(tmp, cap, "%s.tmp.XXXXXX", path) >= cap) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return mkostemp(tmp, O_CLOEXEC); /* O_CREAT | O_EXCL: a name that exists, a planted link included, is skipped */
+}
+
 void write_file_atomic(const char *path, const void *head, size_t head_bytes, const void *body, size_t body_bytes) {
     char tmp[4200];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) fatal("path too long: %s", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) fatal("cannot open %s for writing: %s; check that the directory exists and is writable", tmp,
-                  strerror(errno));
+    int fd = open_temp_beside(path, tmp, sizeof tmp);
+    if (fd < 0) fatal("cannot create a temp file beside %s: %s; check that the directory exists and is writable",
+                      path, strerror(errno));
+    FILE *f = fdopen(fd, "wb");
+    if (!f) {
+        int err = errno;
+        close(fd);
+        unlink(tmp);
+        fatal("cannot write %s: %s", path, strerror(err));
+    }
     /* no xfwrite: a failed write must remove the temp file before fatal(), so nothing half-written is left */
     int ok = (!head_bytes || fwrite(head, 1, head_bytes, f) == head_bytes) &&
              (!body_bytes || fwrite(body, 1, body_bytes, f) == body_bytes) && fflush(f) == 0 &&
-             fsync(fileno(f)) == 0;
+             fchmod(fd, 0644) == 0 && fsync(fd) == 0;
     int err = errno;
     if (fclose(f) != 0 && ok) {
         ok = 0;
         err = errno;
     }
+    /* rename replaces a link at path itself, never the file it points to */
     if (ok && rename(tmp, path) != 0) {
         ok = 0;
         err = errno;
@@ -146,6 +163,71 @@ void write_file_atomic(const char *path, const void *head, size_t head_bytes, co
         fatal("cannot write %s: %s; check free disk space and permissions", path, strerror(err));
     }
     fsync_parent_dir(path);
+}
+
+/* The first number in file path (for /proc and cgroup files), or -1. */
+static double read_number(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[256];
+    double v = -1;
+    while (fgets(line, sizeof line, f)) {
+        const char *p = line;
+        if (key) {
+            if (strncmp(line, key, strlen(key)) != 0) continue;
+            p += strlen(key);
+        }
+        char *end;
+        double x = strtod(p, &end);
+        if (end != p) v = x;
+        break;
+    }
+    fclose(f);
+    return v;
+}
+
+double mem_available_bytes(char *source, size_t cap) {
+    double best = -1;
+    const char *why = "unknown";
+    double kb = read_number("/proc/meminfo", "MemAvailable:");
+    if (kb > 0) {
+        best = kb * 1024;
+        why = "MemAvailable in /proc/meminfo";
+    }
+    /* cgroup v2 (memory.max is "max" when unlimited: no number) and v1 */
+    double lim = read_number("/sys/fs/cgroup/memory.max", NULL), cur = read_number("/sys/fs/cgroup/memory.current", NULL);
+    if (lim > 0 && cur >= 0 && (best < 0 || lim - cur < best)) {
+        best = lim - cur;
+        why = "the cgroup's memory.max";
+    }
+    lim = read_number("/sys/fs/cgroup/memory/memory.limit_in_bytes", NULL);
+    cur = read_number("/sys/fs/cgroup/memory/memory.usage_in_bytes", NULL);
+    if (lim > 0 && lim < 1e18 && cur >= 0 && (best < 0 || lim - cur < best)) {
+        best = lim - cur;
+        why = "the cgroup's memory limit";
+    }
+    /* an address-space limit (ulimit -v) less what this process has mapped already */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        double pages = read_number("/proc/self/statm", NULL);
+        double room = (double)rl.rlim_cur - (pages > 0 ? pages * (double)sysconf(_SC_PAGESIZE) : 0);
+        if (best < 0 || room < best) {
+            best = room;
+            why = "the address-space limit (ulimit -v)";
+        }
+    }
+    if (source) snprintf(source, cap, "%s", why);
+    return best;
+}
+
+int is_symlink(const char *path) {
+    struct stat st;
+    return lstat(path, &st) == 0 && S_ISLNK(st.st_mode);
+}
+
+int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 void fp_flush_denormals(void) {

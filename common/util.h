@@ -38,10 +38,21 @@ FILE *xfopen(const char *path, const char *mode, const char *hint);
 /* fread/fwrite of exactly `bytes` bytes or fatal() naming the path and what was being read. */
 void xfread(void *dst, size_t bytes, FILE *f, const char *path, const char *what);
 void xfwrite(const void *src, size_t bytes, FILE *f, const char *path, const char *what);
-/* Writes head then body (either may be empty) to `path` atomically: a temp file beside it, fsync, rename, fsync of
- * the directory. On any failure (disk full, permissions) the temp file is removed, the old `path` is left as it
+/* Writes head then body (either may be empty) to `path` atomically: a new temp file beside it (open_temp_beside),
+ * fsync, rename (which replaces a link at `path`, never the file it points to), fsync of the directory. On any failure (disk full, permissions) the temp file is removed, the old `path` is left as it
  * was, and fatal() names `path` and says to check free space and permissions. */
 void write_file_atomic(const char *path, const void *head, size_t head_bytes, const void *body, size_t body_bytes);
+/* Creates a new file "<path>.tmp.XXXXXX" (a unique name, mkostemp: mode 0600, O_EXCL so an existing name or a
+ * planted symbolic link is never opened) and returns its descriptor, its name in tmp; -1 with errno on failure. */
+int open_temp_beside(const char *path, char *tmp, size_t cap);
+/* Bytes this process can still allocate and touch: the least of MemAvailable (/proc/meminfo), a cgroup memory limit
+ * less its usage, and an address-space limit (RLIMIT_AS) less what is mapped; which one in source (cap bytes).
+ * -1 if none can be read. */
+double mem_available_bytes(char *source, size_t cap);
+/* 1 if path itself is a symbolic link (lstat). */
+int is_symlink(const char *path);
+/* 1 if both paths exist and name the same file (device and inode, links followed). */
+int same_file(const char *a, const char *b);
 /* fsync of the directory holding `path` (best effort): makes a rename or unlink in it durable. */
 void fsync_parent_dir(const char *path);
 /* Size of a file in bytes, or -1 if it cannot be stat'ed. */

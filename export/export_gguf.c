@@ -32,6 +32,7 @@
 #include "common/args.h"
 #include "common/params.h"
 #include "common/util.h"
+#include "trainer/ckpt.h"
 #include "cuda/gpt2_host.h"
 #include "cuda/llama_host.h"
 #include "export/gguf.h"
@@ -183,8 +184,10 @@ int main(int argc, char **argv) {
         {"model", ARG_STRING, &model_path, "", 0, 0, NULL, "model file (model.bin, --init file) or checkpoint folder (out/ckpt_<step>)", 0},
         {"out", ARG_STRING, &out, "", 0, 0, NULL, "GGUF file to write (its folder must exist)", 0},
         {"type", ARG_STRING, &type, "f32", 0, 0, "f32|f16|bf16", "type of the weight matrices (vectors stay f32)", 0},
-        {"tokenizer", ARG_STRING, &tok_kind, "auto", 0, 0, "auto|gpt2|bpe4k|llama2|llama3",
-         "vocabulary to embed; auto: the model's (GPT-2: gpt2; Llama: llama3 when V is 128256, else llama2)", 0},
+        {"tokenizer", ARG_STRING, &tok_kind, "auto", 0, 0, NULL,
+         "vocabulary to embed: auto (the model's: GPT-2 gpt2, or bpe4k when V is 4096; Llama llama3 when V is "
+         "128256, else llama2), gpt2, bpe4k, llama2, llama3, or the folder of one learned by `tok train --out DIR`",
+         0},
         {"data", ARG_STRING, &data, "data", 0, 0, NULL, "data cache holding the vocabularies (make data, make data-llama)", 0},
         {"name", ARG_STRING, &name, "", 0, 0, NULL, "general.name in the file (default: the model's description)", 0},
     };
@@ -213,6 +216,32 @@ int main(int argc, char **argv) {
     } else {
         snprintf(path, sizeof path, "%s", model_path);
     }
+    /* a model.bin beside a manifest is a checkpoint's: exported only once it verifies (trainer/ckpt.h) */
+    {
+        char *dir_copy = strdup(path), man[4200];
+        const char *dir = dirname(dir_copy);
+        snprintf(man, sizeof man, "%s/manifest.json", dir);
+        if (file_exists(man)) {
+            char why[512];
+            CkptInfo info;
+            if (!ckpt_verify(dir, &info, why, sizeof why))
+                fatal("%s: its checkpoint %s does not verify (%s); export a checkpoint that does (train_* "
+                      "--verify-ckpt <out> lists them)", path, dir, why);
+        }
+        free(dir_copy);
+    }
+    /* never write over the input, whatever path names it, nor over a file that is not a GGUF export */
+    if (same_file(out, path))
+        fatal("--out %s is the model file being exported (%s); pass another --out, e.g. model.gguf", out, path);
+    if (stat(out, &st) == 0) {
+        char head[4] = {0};
+        FILE *g = fopen(out, "rb");
+        size_t got = g ? fread(head, 1, 4, g) : 0;
+        if (g) fclose(g);
+        if (!S_ISREG(st.st_mode) || got != 4 || memcmp(head, "GGUF", 4) != 0)
+            fatal("--out %s exists and is not a GGUF file; it is left as it is: remove it first or pass another "
+                  "--out", out);
+    }
     int magic = read_magic(path);
     if (magic != GPT2_MAGIC && magic != LLAMA_MAGIC)
         fatal("%s is not a model file of this runtime (magic %d; GPT-2 files start with %d, Llama files with %d)", path,
@@ -221,9 +250,13 @@ int main(int argc, char **argv) {
     Model *m = llama ? llama_host_create(NULL, path, 0, 1, 1) : gpt2_host_create(NULL, path, 0, 1, 1);
     const ModelFamily *fam = llama ? llama_host_family() : gpt2_host_family();
     const char *kind = strcmp(tok_kind, "auto") ? tok_kind : m->tokenizer ? m->tokenizer : fam->tokenizer;
-    if (!llama && strcmp(kind, "gpt2") != 0 && strcmp(kind, "bpe4k") != 0)
-        fatal("--tokenizer %s: a GPT-2 model takes the gpt2 or bpe4k tokenizer (llama.cpp's gpt2 architecture); drop "
-              "--tokenizer", kind);
+    int learned = tokenizer_is_dir(kind);
+    if (strcmp(kind, "gpt2") && strcmp(kind, "bpe4k") && strcmp(kind, "llama2") && strcmp(kind, "llama3") && !learned)
+        fatal("--tokenizer %s: not a tokenizer; use auto, gpt2, bpe4k, llama2, llama3 or the folder of a vocabulary "
+              "learned by `tok train --out DIR` (holding encoder.json and vocab.bpe)", kind);
+    if (!llama && strcmp(kind, "gpt2") != 0 && strcmp(kind, "bpe4k") != 0 && !learned)
+        fatal("--tokenizer %s: a GPT-2 model takes a byte-level BPE (gpt2, bpe4k or a learned one; llama.cpp's gpt2 "
+              "architecture); drop --tokenizer", kind);
     Tokenizer *tok = tokenizer_load(kind, data);
     if (tokenizer_vocab_size(tok) != m->vocab_size)
         fatal("%s has V = %d but the %s tokenizer has %d tokens; pass the --tokenizer the model was trained with",

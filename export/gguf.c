@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "common/bf16.h"
+#include <sys/stat.h>
+
 #include "common/util.h"
 
 #define GGUF_MAGIC "GGUF"
@@ -189,8 +191,8 @@ static void out_pad(Out *o) {
 uint64_t gguf_write(GgufWriter *w, const char *path) {
     size_t plen = strlen(path) + 32;
     char *tmp = xmalloc(plen, "path");
-    snprintf(tmp, plen, "%s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
+    int fd = open_temp_beside(path, tmp, plen); /* a new unique name: never a planted link */
+    FILE *f = fd >= 0 && fchmod(fd, 0644) == 0 ? fdopen(fd, "wb") : NULL;
     if (!f) fatal("cannot write %s: %s; check that its folder exists and is writable", path, strerror(errno));
     Out o = {f, 0, 0};
     out(&o, GGUF_MAGIC, 4);

@@ -6,8 +6,8 @@
 # main, as the CUDA trainers use them; plain C, no CUDA needed).
 EXPORT_MODEL_OBJ := $(BUILD)/cuda/gpt2_host.o $(BUILD)/cuda/llama_host.o $(BUILD)/scape/optim.o
 export_gguf: $(BUILD)/export/export_gguf.o $(BUILD)/export/gguf.o $(EXPORT_MODEL_OBJ) $(BUILD)/common/args.o \
-		$$(TOKENIZER_OBJ) $(COMMON_OBJ)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(BLAS_LIBS) $(PCRE2_LIBS) -lpthread
+		$(BUILD)/trainer/ckpt.o $(BUILD)/common/log.o $$(TOKENIZER_OBJ) $(COMMON_OBJ)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(BLAS_LIBS) $(PCRE2_LIBS) -lpthread -lxxhash
 PROGRAMS += export_gguf
 
 # the runtime's side of the comparison: tokens, logits and greedy continuation of a model file

@@ -133,7 +133,7 @@ static void write_manifest(void *p) {
     CkptFile files[N];
     for (int i = 0; i < N; i++)
         files[i] = (CkptFile){"state_rank_with_a_long_name_to_fill_the_manifest.bin", i, 0x0123456789abcdefull};
-    ckpt_write_manifest(dir, N, 5, N, files, 0, NULL, NULL, NULL);
+    ckpt_write_manifest(dir, N, 5, N, files, 0, NULL, NULL, NULL, NULL, NULL);
 }
 
 TEST(full_disk_while_writing_manifest_leaves_no_manifest) {
@@ -219,7 +219,7 @@ static void checkpoint_forever(const char *out, int first_step) {
             snprintf(path, sizeof path, "%s/%s", dir, files[r].name);
             if (!ckpt_file_hash(path, &files[r].bytes, &files[r].xxh3)) fatal("cannot hash %s", path);
         }
-        ckpt_write_manifest(dir, KILL_RANKS, step, KILL_RANKS, files, 0, NULL, NULL, NULL);
+        ckpt_write_manifest(dir, KILL_RANKS, step, KILL_RANKS, files, 0, NULL, NULL, NULL, NULL, NULL);
     }
 }
 

@@ -227,13 +227,14 @@ if [ $st = 1 ] && [ $st1 = 0 ] && [ "$(wc -l < "$TMP/v.out")" = 3 ] \
 else fail verify_ckpt_reports_each_checkpoint "status $st/$st1: $(cat "$TMP/v.out" "$TMP/v1.out")"; fi
 
 # --- retention never deletes the checkpoint just written (the newest that verified), even when older steps are
-#     resumed into a directory that holds newer checkpoints of an earlier run
+#     resumed into a directory that holds newer checkpoints of an earlier branch: those are moved aside, kept
 cp -r "$TMP/b" "$TMP/rt"
 rm -rf "$TMP/rt/ckpt_5" "$TMP/rt/ckpt_8" # ckpt_8 lost its manifest above
 "${RUN[@]}" --out "$TMP/rt" --resume "$TMP/rt/ckpt_4" --steps 6 --keep-ckpts 1 > "$TMP/rt.out" 2>&1
 left=$(cd "$TMP/rt" && ls -d ckpt_* | sort -t_ -k2 -n | tr '\n' ' ')
-if [ "$left" = "ckpt_6 ckpt_12 " ] && "$TOY" --verify-ckpt "$TMP/rt/ckpt_6" > /dev/null; then ok retention_keeps_the_checkpoint_just_written
-else fail retention_keeps_the_checkpoint_just_written "left: '$left', expected 'ckpt_6 ckpt_12 '"; fi
+if [ "$left" = "ckpt_6 " ] && "$TOY" --verify-ckpt "$TMP/rt/ckpt_6" > /dev/null \
+   && "$TOY" --verify-ckpt "$TMP/rt/abandoned/after_ckpt_4/ckpt_12" > /dev/null; then ok retention_keeps_the_checkpoint_just_written
+else fail retention_keeps_the_checkpoint_just_written "left: '$left', expected 'ckpt_6 ' and ckpt_12 under abandoned/after_ckpt_4/"; fi
 
 # --- no checkpoint of a state reached through a skipped (non-finite) step
 SCAPE_TEST_INJECT_NAN=4 "${RUN[@]}" --out "$TMP/ns" --ckpt-every 4 --keep-ckpts 0 > "$TMP/ns.out" 2>&1

@@ -189,7 +189,7 @@ TEST(args_errors_are_one_line_with_status_2) {
 static Model *never_create(const char *s, const char *i, uint64_t seed, int B, int T) { return NULL; }
 
 TEST(help_lists_every_option_of_the_trainer_table) {
-    ModelFamily fam = {"toy", NULL, "v8l1t8", "toy spec", never_create};
+    ModelFamily fam = {"toy", NULL, "v8l1t8", "toy spec", never_create, NULL};
     TrainConfig c;
     int n;
     ArgSpec *t = train_options(&c, &fam, &n);
@@ -208,7 +208,7 @@ TEST(help_lists_every_option_of_the_trainer_table) {
         CHECK(args_find(t, n, required[i]) != NULL, "option --%s missing from the table", required[i]);
     for (int i = 0; i < n; i++) {
         char key[64];
-        snprintf(key, sizeof key, "  --%s ", t[i].name);
+        snprintf(key, sizeof key, t[i].type == ARG_FLAG ? "  --%s[=0|1] " : "  --%s ", t[i].name);
         CHECK(strstr(buf, key) != NULL, "--help does not list --%s", t[i].name);
         /* every default must parse under its own rules (else the trainer could not start) */
     }
@@ -297,7 +297,8 @@ static void write_ckpt(const char *out, int step, int world) {
      * UTF-8 */
     const char *names[] = {"lr", "prompt", "train"};
     const char *values[] = {"0.00100000005", "say \"hi\"\\\n\tto \x01 caf\xc3\xa9", ""};
-    ckpt_write_manifest(dir, world, step, world + 1, files, 3, names, values, step == 10 ? "0123456789abcdef" : "");
+    ckpt_write_manifest(dir, world, step, world + 1, files, 3, names, values, step == 10 ? "0123456789abcdef" : "",
+                        "00000000000000aa", "");
 }
 
 TEST(manifest_checksums_options_and_verification) {
@@ -352,7 +353,7 @@ TEST(sample_context_has_one_bos_whatever_the_prompt) {
 }
 
 TEST(args_format_reads_back_to_the_same_value) {
-    ModelFamily fam = {"toy", NULL, "v8l1t8", "toy spec", never_create};
+    ModelFamily fam = {"toy", NULL, "v8l1t8", "toy spec", never_create, NULL};
     TrainConfig c;
     int n;
     ArgSpec *t = train_options(&c, &fam, &n);
@@ -456,6 +457,136 @@ TEST(corrupt_state_file_fails_with_one_line) {
     CHECK(count_lines(err) == 1 && strstr(err, "checksum") && strstr(err, path), "message: %s", err);
 }
 
+/* Issue 34, symptom 5: only canonical names are checkpoints (ckpt_010, ckpt_+10 and ckpt_4294967306 would each be
+ * read as step 10 by strtol); retention neither counts nor removes a linked-in checkpoint, removes nothing through
+ * a link, and finishes a removal that a killed run left half-done. */
+TEST(prune_counts_canonical_names_only_and_never_follows_links) {
+    int st = -1;
+    CHECK(ckpt_parse_name("ckpt_10", &st) && st == 10, "ckpt_10 -> %d", st);
+    CHECK(ckpt_parse_name("ckpt_0", &st) && st == 0, "ckpt_0 -> %d", st);
+    const char *bad[] = {"ckpt_010", "ckpt_+10", "ckpt_ 10", "ckpt_-1", "ckpt_4294967306", "ckpt_2147483648",
+                         "ckpt_", "ckpt_10x", "ckpt_10.bak"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK(!ckpt_parse_name(bad[i], &st), "%s was taken for a checkpoint name", bad[i]);
+    char out[300], other[300], dir[512], path[700], link[512];
+    snprintf(out, sizeof out, "%s/links", tmpdir);
+    snprintf(other, sizeof other, "%s/links_other", tmpdir);
+    for (int s = 2; s <= 6; s += 2) write_ckpt(out, s, 1);
+    write_ckpt(other, 1, 1);
+    /* look-alike folders of the same step, a link to another run's checkpoint named as the newest step */
+    snprintf(dir, sizeof dir, "%s/ckpt_004", out);
+    make_dirs(dir);
+    snprintf(dir, sizeof dir, "%s/ckpt_4294967302", out);
+    make_dirs(dir);
+    ckpt_dir(dir, sizeof dir, other, 1);
+    char target[600];
+    CHECK(realpath(dir, target) != NULL, "realpath");
+    snprintf(link, sizeof link, "%s/ckpt_9", out);
+    CHECK(symlink(target, link) == 0, "symlink");
+    int *steps;
+    int n = ckpt_list(out, &steps);
+    CHECK(n == 4 && steps[0] == 9 && steps[1] == 6 && steps[2] == 4 && steps[3] == 2, "listed %d entries", n);
+    free(steps);
+    ckpt_prune(out, 1, -1); /* keep 1 real one: ckpt_6; the link is not counted, the look-alikes are not ours */
+    ckpt_dir(dir, sizeof dir, out, 6);
+    CHECK(file_exists(dir), "ckpt_6, the newest real checkpoint, was removed");
+    ckpt_dir(dir, sizeof dir, out, 4);
+    CHECK(!file_exists(dir), "ckpt_4 should be pruned");
+    snprintf(path, sizeof path, "%s/model.bin", target);
+    CHECK(file_exists(path) && is_symlink(link), "retention removed the linked-in checkpoint or its files");
+    snprintf(dir, sizeof dir, "%s/ckpt_004", out);
+    CHECK(file_exists(dir), "ckpt_004 is no checkpoint and must be left alone");
+    /* a removal killed half-way: the renamed folder is finished by the next prune */
+    snprintf(dir, sizeof dir, "%s/.deleting-ckpt_2", out);
+    make_dirs(dir);
+    snprintf(path, sizeof path, "%s/state_rank0.bin", dir);
+    write_file_atomic(path, "x", 1, NULL, 0);
+    ckpt_prune(out, 1, -1);
+    CHECK(!file_exists(dir), "a half-removed checkpoint was left behind");
+}
+
+/* Issue 34, symptom 8: option values come back exactly: bytes that are not UTF-8 (a Latin-1 path), and values far
+ * longer than 64 KiB. */
+TEST(manifest_options_keep_any_bytes_at_any_length) {
+    char out[300], dir[512];
+    snprintf(out, sizeof out, "%s/optbytes", tmpdir);
+    write_ckpt(out, 3, 1);
+    ckpt_dir(dir, sizeof dir, out, 3);
+    size_t big_n = 200000;
+    char *big = xmalloc(big_n + 1, "big value");
+    for (size_t i = 0; i < big_n; i++) big[i] = (char)('a' + i % 26);
+    big[big_n] = '\0';
+    const char *names[] = {"train", "prompt", "out", "lr"};
+    const char *values[] = {"/data/caf\xe9/*.bin", big, "half \xe2\x82", "1e-3"};
+    CkptFile f = {"model.bin", 5, 0};
+    char mpath[600];
+    snprintf(mpath, sizeof mpath, "%s/model.bin", dir);
+    ckpt_file_hash(mpath, &f.bytes, &f.xxh3);
+    ckpt_write_manifest(dir, 1, 3, 1, &f, 4, names, values, "", "0123456789abcdef", "/old/caf\xe9/ckpt_2");
+    CkptOptions o;
+    CHECK(ckpt_read_options(dir, &o), "options did not parse");
+    CHECK(o.n == 4, "%d options", o.n);
+    for (int i = 0; i < o.n && i < 4; i++)
+        CHECK(strcmp(o.values[i], values[i]) == 0, "--%s came back as %zu bytes, not the %zu given", names[i],
+              strlen(o.values[i]), strlen(values[i]));
+    CHECK(strcmp(o.run_id, "0123456789abcdef") == 0, "run_id '%s'", o.run_id);
+    ckpt_options_free(&o);
+    free(big);
+    CHECK(utf8_valid("caf\xc3\xa9 \xf0\x9f\x98\x80") && !utf8_valid("\xc0\xaf") && !utf8_valid("\xed\xa0\x80") &&
+          !utf8_valid("\xf4\x90\x80\x80") && !utf8_valid("\xe2\x82"), "utf8_valid");
+}
+
+/* Issue 34, symptom 3: a roll-back moves the later checkpoints aside (kept), so latest and retention follow the new
+ * branch; a roll-back killed half-way is finished by the next run; unfinished later folders are removed. */
+TEST(rollback_moves_later_checkpoints_aside) {
+    char out[300], dir[512], dest[600], why[512], found[600];
+    snprintf(out, sizeof out, "%s/rollback", tmpdir);
+    for (int s = 2; s <= 8; s += 2) write_ckpt(out, s, 1);
+    ckpt_dir(dir, sizeof dir, out, 8);
+    ckpt_invalidate(dir); /* ckpt_8: a save that died */
+    int moved = ckpt_abandon_after(out, 2, dest, sizeof dest, why, sizeof why);
+    CHECK(moved == 2, "moved %d (%s), expected 2 (ckpt_4, ckpt_6)", moved, why);
+    CHECK(ckpt_find_latest(out, found, sizeof found) == 2, "latest after the roll-back is not ckpt_2");
+    CHECK(!file_exists(dir), "the unfinished ckpt_8 was kept");
+    char p[800];
+    snprintf(p, sizeof p, "%s/ckpt_6/manifest.json", dest);
+    CHECK(file_exists(p), "ckpt_6 not kept in %s", dest);
+    /* a second roll-back to the same step gets a folder of its own */
+    write_ckpt(out, 4, 1);
+    char dest2[600];
+    CHECK(ckpt_abandon_after(out, 2, dest2, sizeof dest2, why, sizeof why) == 1 && strcmp(dest, dest2) != 0,
+          "second roll-back: %s vs %s", dest, dest2);
+    /* killed between writing the intent and moving: the next run finishes it */
+    write_ckpt(out, 6, 1);
+    snprintf(p, sizeof p, "%s/.rollback", out);
+    write_file_atomic(p, "2 abandoned/after_ckpt_2.9\n", 27, NULL, 0);
+    CHECK(ckpt_finish_rollback(out, why, sizeof why) == 1, "pending roll-back not finished: %s", why);
+    CHECK(ckpt_find_latest(out, found, sizeof found) == 2 && !file_exists(p), "after finishing: latest not 2");
+    snprintf(p, sizeof p, "%s/abandoned/after_ckpt_2.9/ckpt_6/model.bin", out);
+    CHECK(file_exists(p), "%s missing", p);
+}
+
+/* Issue 34, symptom 6: the atomic write never opens a planted link: the temp name is new each time. */
+TEST(atomic_write_never_follows_a_planted_link) {
+    char victim[400], dir[300], link[600], path[500];
+    snprintf(dir, sizeof dir, "%s/planted", tmpdir);
+    make_dirs(dir);
+    snprintf(victim, sizeof victim, "%s/victim.txt", tmpdir);
+    write_file_atomic(victim, "precious", 8, NULL, 0);
+    snprintf(path, sizeof path, "%s/model.bin", dir);
+    snprintf(link, sizeof link, "%s.tmp", path);
+    char target[600];
+    CHECK(realpath(victim, target) != NULL, "realpath");
+    CHECK(symlink(target, link) == 0, "symlink");
+    snprintf(link, sizeof link, "%s/victim_link", dir);
+    CHECK(symlink(target, link) == 0, "symlink");
+    write_file_atomic(path, "MODEL", 5, NULL, 0);
+    write_file_atomic(link, "new", 3, NULL, 0); /* replaces the link itself */
+    CHECK(file_size(victim) == 8 && file_size(path) == 5, "victim %lld bytes, model %lld", (long long)file_size(victim),
+          (long long)file_size(path));
+    CHECK(!is_symlink(link) && file_size(link) == 3, "the link at the path was not replaced by a file");
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "build/test_train_units.%d", (int)getpid());
     make_dirs(tmpdir);
@@ -471,6 +602,10 @@ int main(void) {
     RUN_TEST(manifest_checksums_options_and_verification);
     RUN_TEST(args_format_reads_back_to_the_same_value);
     RUN_TEST(sample_context_has_one_bos_whatever_the_prompt);
+    RUN_TEST(prune_counts_canonical_names_only_and_never_follows_links);
+    RUN_TEST(manifest_options_keep_any_bytes_at_any_length);
+    RUN_TEST(rollback_moves_later_checkpoints_aside);
+    RUN_TEST(atomic_write_never_follows_a_planted_link);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) printf("note: could not remove %s\n", tmpdir);

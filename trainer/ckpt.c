@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -102,10 +103,44 @@ int ckpt_file_hash(const char *path, int64_t *bytes, uint64_t *hash) {
     return ok;
 }
 
+int utf8_valid(const char *str) {
+    const unsigned char *p = (const unsigned char *)str;
+    while (*p) {
+        unsigned c = *p, cp, k;
+        if (c < 0x80) { p++; continue; }
+        if (c >= 0xC2 && c <= 0xDF) { k = 1; cp = c & 0x1F; }
+        else if (c >= 0xE0 && c <= 0xEF) { k = 2; cp = c & 0x0F; }
+        else if (c >= 0xF0 && c <= 0xF4) { k = 3; cp = c & 0x07; }
+        else return 0;
+        for (unsigned i = 1; i <= k; i++) {
+            if ((p[i] & 0xC0) != 0x80) return 0;
+            cp = cp << 6 | (p[i] & 0x3F);
+        }
+        if ((k == 2 && cp < 0x800) || (k == 3 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0; /* overlong, beyond Unicode, or a surrogate */
+        p += k + 1;
+    }
+    return 1;
+}
+
+/* A value as the manifest records it: a JSON string when it is valid UTF-8, else {"hex": "<its bytes>"} so that
+ * any bytes (a Latin-1 path, a prompt cut mid-character) come back exactly. */
+static void put_value(char *buf, size_t cap, size_t *len, const char *v) {
+    if (utf8_valid(v)) {
+        json_escape(buf, cap, len, v);
+        return;
+    }
+    *len += (size_t)snprintf(buf + *len, cap - *len, "{\"hex\": \"");
+    for (const unsigned char *p = (const unsigned char *)v; *p; p++)
+        *len += (size_t)snprintf(buf + *len, cap - *len, "%02x", *p);
+    *len += (size_t)snprintf(buf + *len, cap - *len, "\"}");
+}
+
 void ckpt_write_manifest(const char *dir, int world, int step, int n_files, const CkptFile *files, int n_opts,
-                         const char *const *opt_names, const char *const *opt_values, const char *init_hash) {
-    size_t cap = 512 + (size_t)n_files * 400, len = 0;
-    for (int i = 0; i < n_opts; i++) cap += 6 * (strlen(opt_names[i]) + strlen(opt_values[i])) + 16;
+                         const char *const *opt_names, const char *const *opt_values, const char *init_hash,
+                         const char *run_id, const char *parent) {
+    size_t cap = 1024 + (size_t)n_files * 400 + 6 * strlen(parent ? parent : ""), len = 0;
+    for (int i = 0; i < n_opts; i++) cap += 6 * (strlen(opt_names[i]) + strlen(opt_values[i])) + 32;
     char *buf = xmalloc(cap, "manifest");
     len += (size_t)snprintf(buf, cap, "{\"format\": \"scape-ckpt\", \"version\": %d, \"world\": %d, \"step\": %d, "
                                       "\"files\": [", CKPT_MANIFEST_VERSION, world, step);
@@ -115,12 +150,15 @@ void ckpt_write_manifest(const char *dir, int world, int step, int n_files, cons
         len += (size_t)snprintf(buf + len, cap - len, ", \"bytes\": %lld, \"xxh3\": \"%016llx\"}",
                                 (long long)files[i].bytes, (unsigned long long)files[i].xxh3);
     }
-    len += (size_t)snprintf(buf + len, cap - len, "], \"init_xxh3\": \"%s\", \"options\": {", init_hash ? init_hash : "");
+    len += (size_t)snprintf(buf + len, cap - len, "], \"init_xxh3\": \"%s\", \"run_id\": \"%s\", \"parent\": ",
+                            init_hash ? init_hash : "", run_id ? run_id : "");
+    put_value(buf, cap, &len, parent ? parent : "");
+    len += (size_t)snprintf(buf + len, cap - len, ", \"options\": {");
     for (int i = 0; i < n_opts; i++) {
         if (i) len += (size_t)snprintf(buf + len, cap - len, ", ");
         json_escape(buf, cap, &len, opt_names[i]);
         len += (size_t)snprintf(buf + len, cap - len, ": ");
-        json_escape(buf, cap, &len, opt_values[i]);
+        put_value(buf, cap, &len, opt_values[i]);
     }
     len += (size_t)snprintf(buf + len, cap - len, "}}\n");
     if (len + 1 >= cap) fatal("%s: manifest longer than its buffer (internal error)", dir);
@@ -150,6 +188,10 @@ static int json_int_after(const char *s, const char *key, long long *v) {
     char *end;
     *v = strtoll(p, &end, 10);
     return end != p;
+}
+
+static int hexval(char h) {
+    return h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
 }
 
 static void put_utf8(char *out, size_t cap, size_t *n, unsigned cp) {
@@ -187,9 +229,7 @@ static int parse_json_string(const char **p, char *out, size_t cap) {
         case 'u': {
             unsigned cp = 0;
             for (int i = 1; i <= 4; i++) {
-                char h = s[i];
-                int v = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                        : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+                int v = hexval(s[i]);
                 if (v < 0) return 0;
                 cp = cp * 16 + (unsigned)v;
             }
@@ -216,7 +256,7 @@ static int check_dir(const char *dir, int hashes, CkptInfo *info, char *why, siz
     char path[4200];
     memset(info, 0, sizeof *info);
     snprintf(path, sizeof path, "%s/manifest.json", dir);
-    char *m = slurp(path, 1 << 22);
+    char *m = slurp(path, CKPT_MANIFEST_MAX);
     if (!m) {
         snprintf(why, why_cap, "no manifest.json (the run stopped while writing it)");
         return 0;
@@ -305,23 +345,48 @@ int ckpt_verify(const char *dir, CkptInfo *info, char *why, size_t why_cap) {
     return check_dir(dir, 1, info, why, why_cap);
 }
 
+/* Parses a value put_value wrote at *p into out (cap bytes with the NUL); 0 if malformed. */
+static int parse_value(const char **p, char *out, size_t cap) {
+    if (**p == '"') return parse_json_string(p, out, cap);
+    const char *s = *p;
+    if (strncmp(s, "{\"hex\": \"", 9) != 0) return 0;
+    s += 9;
+    size_t n = 0;
+    while (*s != '"') {
+        int hi = hexval(s[0]), lo = hi < 0 ? -1 : hexval(s[1]);
+        if (hi < 0 || lo < 0 || n + 1 >= cap || (hi == 0 && lo == 0)) return 0;
+        out[n++] = (char)(hi * 16 + lo);
+        s += 2;
+    }
+    if (strncmp(s, "\"}", 2) != 0) return 0;
+    out[n] = '\0';
+    *p = s + 2;
+    return 1;
+}
+
 int ckpt_read_options(const char *dir, CkptOptions *o) {
     memset(o, 0, sizeof *o);
     char path[4200];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
-    char *m = slurp(path, 1 << 22);
+    char *m = slurp(path, CKPT_MANIFEST_MAX);
     if (!m) return 0;
     const char *ih = strstr(m, "\"init_xxh3\": ");
     if (ih) {
         ih += 13;
         if (!parse_json_string(&ih, o->init_hash, sizeof o->init_hash)) o->init_hash[0] = '\0';
     }
+    const char *ri = strstr(m, "\"run_id\": ");
+    if (ri) {
+        ri += 10;
+        if (!parse_json_string(&ri, o->run_id, sizeof o->run_id)) o->run_id[0] = '\0';
+    }
     const char *p = strstr(m, "\"options\": {");
     int ok = p != NULL;
     if (ok) p += 12;
     /* every step checks before it moves, so p never passes the terminating NUL; values are parsed into one scratch
-     * buffer and kept at their own length */
-    char *value = xmalloc(CKPT_OPTION_MAX, "checkpoint option");
+     * buffer as long as the manifest (no value is cut) and kept at their own length */
+    size_t vcap = strlen(m) + 1;
+    char *value = xmalloc(vcap, "checkpoint option");
     while (ok) {
         skip_ws(&p);
         if (*p == '}') break;
@@ -338,7 +403,7 @@ int ckpt_read_options(const char *dir, CkptOptions *o) {
             p++;
             skip_ws(&p);
         }
-        ok = ok && parse_json_string(&p, value, CKPT_OPTION_MAX) && o->n < CKPT_MAX_OPTIONS;
+        ok = ok && parse_value(&p, value, vcap) && o->n < CKPT_MAX_OPTIONS;
         if (!ok) break;
         snprintf(o->names[o->n], sizeof o->names[o->n], "%s", name);
         o->values[o->n] = strdup(value);
@@ -355,6 +420,21 @@ void ckpt_options_free(CkptOptions *o) {
     o->n = 0;
 }
 
+int ckpt_parse_name(const char *name, int *step) {
+    if (strncmp(name, "ckpt_", 5) != 0) return 0;
+    const char *d = name + 5;
+    size_t n = strlen(d);
+    if (n == 0 || n > 10 || (d[0] == '0' && n > 1)) return 0; /* "ckpt_010" is not step 10's name */
+    long long v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (d[i] < '0' || d[i] > '9') return 0; /* no sign, space or suffix */
+        v = v * 10 + (d[i] - '0');
+    }
+    if (v > INT_MAX) return 0;
+    *step = (int)v;
+    return 1;
+}
+
 int ckpt_list(const char *out, int **steps_out) {
     DIR *d = opendir(out);
     int n = 0, cap = 16;
@@ -364,16 +444,13 @@ int ckpt_list(const char *out, int **steps_out) {
         /* readdir_r is deprecated in glibc; only the compute thread of rank 0 lists checkpoints */
         // cppcheck-suppress readdirCalled
         while ((e = readdir(d))) {
-            char *end;
-            if (strncmp(e->d_name, "ckpt_", 5) != 0) continue;
-            long v = strtol(e->d_name + 5, &end, 10);
-            if (end == e->d_name + 5 || *end != '\0' || v < 0) continue;
+            int v;
+            if (!ckpt_parse_name(e->d_name, &v)) continue;
             if (n == cap) {
                 cap *= 2;
-                steps = realloc(steps, (size_t)cap * sizeof(int));
-                if (!steps) fatal("out of memory listing checkpoints");
+                steps = xrealloc(steps, (size_t)cap * sizeof(int), "checkpoint list");
             }
-            steps[n++] = (int)v;
+            steps[n++] = v;
         }
         closedir(d);
     }
@@ -387,43 +464,126 @@ int ckpt_list(const char *out, int **steps_out) {
     return n;
 }
 
-int ckpt_find_latest(const char *out, char *buf, size_t cap) {
+int ckpt_find_latest_why(const char *out, char *buf, size_t cap, int *n_seen, char *why_all, size_t why_cap) {
     int *steps;
     int n = ckpt_list(out, &steps), found = -1;
+    size_t wl = 0;
+    if (why_all && why_cap) why_all[0] = '\0';
     for (int i = 0; i < n && found < 0; i++) {
         char dir[4200], why[512];
         CkptInfo info;
         ckpt_dir(dir, sizeof dir, out, steps[i]);
-        if (!ckpt_verify(dir, &info, why, sizeof why)) {
-            fprintf(stderr, "note: skipping checkpoint %s: %s\n", dir, why);
-        } else if (info.step != steps[i]) {
-            fprintf(stderr, "note: skipping checkpoint %s: its manifest says step %d\n", dir, info.step);
-        } else {
+        int ok = ckpt_verify(dir, &info, why, sizeof why);
+        if (ok && info.step != steps[i]) {
+            snprintf(why, sizeof why, "its manifest says step %d", info.step);
+            ok = 0;
+        }
+        if (ok) {
             snprintf(buf, cap, "%s", dir);
             found = info.step;
+        } else {
+            if (!why_all) fprintf(stderr, "note: skipping checkpoint %s: %s\n", dir, why);
+            else if (wl + 1 < why_cap)
+                wl += (size_t)snprintf(why_all + wl, why_cap - wl, "note: skipping checkpoint %s: %s\n", dir, why);
+            if (why_all && wl >= why_cap) wl = why_cap - 1;
         }
     }
+    if (n_seen) *n_seen = n;
     free(steps);
     return found;
 }
 
-static void remove_ckpt_dir(const char *dir) {
-    ckpt_invalidate(dir);
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    // cppcheck-suppress readdirCalled ; see ckpt_list
-    while ((e = readdir(d))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        char path[4500];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        unlink(path);
+int ckpt_find_latest(const char *out, char *buf, size_t cap) {
+    return ckpt_find_latest_why(out, buf, cap, NULL, NULL, 0);
+}
+
+/* Removes every entry of the directory open as dfd (never following a link: a link inside is removed itself), then
+ * the directory `name` under parent. Best effort. */
+static void remove_dir_at(int parent, const char *name) {
+    int dfd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd >= 0) {
+        DIR *d = fdopendir(dfd);
+        if (d) {
+            struct dirent *e;
+            // cppcheck-suppress readdirCalled ; see ckpt_list
+            while ((e = readdir(d))) {
+                if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+                if (unlinkat(dirfd(d), e->d_name, 0) != 0 && errno == EISDIR) remove_dir_at(dirfd(d), e->d_name);
+            }
+            closedir(d); /* closes dfd */
+        } else {
+            close(dfd);
+        }
     }
-    closedir(d);
-    rmdir(dir);
+    unlinkat(parent, name, AT_REMOVEDIR);
+}
+
+#define CKPT_DELETING ".deleting-" /* prefix of a checkpoint being removed: ".deleting-ckpt_<step>" */
+
+/* Removes <out>/ckpt_<step>: renamed first to .deleting-ckpt_<step> (atomic: from then on it is no checkpoint for
+ * anyone), then emptied and removed; a run killed half-way leaves the renamed folder, which the next prune
+ * finishes. A symbolic link is never followed: only real directories get here (ckpt_prune). */
+static void remove_ckpt_dir(const char *out, int step) {
+    int ofd = open(out, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (ofd < 0) return;
+    char name[64], gone[96];
+    snprintf(name, sizeof name, "ckpt_%d", step);
+    snprintf(gone, sizeof gone, CKPT_DELETING "%s", name);
+    if (renameat(ofd, name, ofd, gone) == 0) {
+        fsync(ofd);
+        remove_dir_at(ofd, gone);
+    }
+    close(ofd);
+}
+
+void ckpt_remove(const char *out, int step) {
+    char dir[4200];
+    ckpt_dir(dir, sizeof dir, out, step);
+    if (is_symlink(dir)) return;
+    remove_ckpt_dir(out, step);
+}
+
+int ckpt_recorded(const char *out, int *newest) {
+    int *steps;
+    int n = ckpt_list(out, &steps), count = 0;
+    *newest = -1;
+    for (int i = 0; i < n; i++) {
+        char path[4300];
+        ckpt_dir(path, sizeof path, out, steps[i]);
+        strncat(path, "/manifest.json", sizeof path - strlen(path) - 1);
+        if (file_exists(path)) {
+            if (!count) *newest = steps[i];
+            count++;
+        }
+    }
+    free(steps);
+    return count;
+}
+
+/* Finishes removals that a killed run left half-done (.deleting-ckpt_<step> folders). */
+static void finish_removals(const char *out) {
+    int ofd = open(out, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (ofd < 0) return;
+    DIR *d = fdopendir(dup(ofd));
+    if (d) {
+        struct dirent *e;
+        // cppcheck-suppress readdirCalled ; see ckpt_list
+        while ((e = readdir(d))) {
+            int v;
+            if (strncmp(e->d_name, CKPT_DELETING, strlen(CKPT_DELETING)) == 0 &&
+                ckpt_parse_name(e->d_name + strlen(CKPT_DELETING), &v)) {
+                struct stat st;
+                if (fstatat(ofd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
+                    remove_dir_at(ofd, e->d_name);
+            }
+        }
+        closedir(d);
+    }
+    close(ofd);
 }
 
 void ckpt_prune(const char *out, int keep, int verified_step) {
+    finish_removals(out);
     if (keep <= 0) return;
     int *steps;
     int n = ckpt_list(out, &steps), kept = 0;
@@ -431,9 +591,12 @@ void ckpt_prune(const char *out, int keep, int verified_step) {
         char dir[4200], why[512];
         int s, w;
         ckpt_dir(dir, sizeof dir, out, steps[i]);
+        struct stat st;
+        /* a link (another run's checkpoint linked in to continue from it) is not ours: neither counted nor removed */
+        if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) continue;
         if (!ckpt_is_complete(dir, &s, &w, why, sizeof why)) continue; /* never delete what we did not finish */
         if (kept < keep) kept++;
-        else if (steps[i] != verified_step) remove_ckpt_dir(dir);
+        else if (steps[i] != verified_step) remove_ckpt_dir(out, steps[i]);
     }
     free(steps);
 }
@@ -442,4 +605,100 @@ void ckpt_invalidate(const char *dir) {
     char path[4400];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     if (unlink(path) == 0) fsync_parent_dir(path);
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Lineage: one line of checkpoints per --out. */
+
+#define ROLLBACK_FILE ".rollback" /* "<step> <abandoned dir name>\n" while checkpoints are being moved aside */
+
+/* Moves every ckpt_<s> with s > step into <out>/<dest>/ (names kept); the intent is in <out>/.rollback first, so
+ * a run killed half-way is finished by the next ckpt_finish_rollback. 0 on success. */
+static int move_newer(const char *out, int step, const char *dest, char *why, size_t why_cap) {
+    char destdir[4400];
+    snprintf(destdir, sizeof destdir, "%s/%s", out, dest);
+    if (mkdir(destdir, 0755) != 0 && errno != EEXIST) {
+        snprintf(why, why_cap, "cannot create %s: %s", destdir, strerror(errno));
+        return -1;
+    }
+    int *steps;
+    int n = ckpt_list(out, &steps), rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (steps[i] <= step) continue;
+        char from[4200], to[4500], man[4300];
+        ckpt_dir(from, sizeof from, out, steps[i]);
+        snprintf(man, sizeof man, "%s/manifest.json", from);
+        if (!is_symlink(from) && !file_exists(man)) { /* never completed: an unfinished write, nothing to keep */
+            remove_ckpt_dir(out, steps[i]);
+            continue;
+        }
+        snprintf(to, sizeof to, "%s/ckpt_%d", destdir, steps[i]);
+        if (rename(from, to) != 0) { /* a link moves as a link */
+            snprintf(why, why_cap, "cannot move %s to %s: %s", from, to, strerror(errno));
+            rc = -1;
+        }
+    }
+    free(steps);
+    if (rc == 0) fsync_parent_dir(destdir);
+    return rc;
+}
+
+int ckpt_finish_rollback(const char *out, char *why, size_t why_cap) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/" ROLLBACK_FILE, out);
+    if (is_symlink(path)) {
+        snprintf(why, why_cap, "%s is a symbolic link; remove it", path);
+        return -1;
+    }
+    char *m = slurp(path, 4096);
+    if (!m) return 0;
+    int step;
+    char dest[256];
+    int ok = sscanf(m, "%d %255s", &step, dest) == 2 && step >= 0 && strncmp(dest, "abandoned/", 10) == 0 &&
+             !strstr(dest, "..");
+    free(m);
+    if (!ok) {
+        snprintf(why, why_cap, "%s is malformed; remove it after checking the ckpt_<step> folders", path);
+        return -1;
+    }
+    if (move_newer(out, step, dest, why, why_cap) != 0) return -1;
+    if (unlink(path) == 0) fsync_parent_dir(path);
+    return 1;
+}
+
+int ckpt_abandon_after(const char *out, int step, char *dest_out, size_t dest_cap, char *why, size_t why_cap) {
+    int *steps;
+    int n = ckpt_list(out, &steps), newer = 0;
+    for (int i = 0; i < n; i++) {
+        if (steps[i] <= step) continue;
+        char dir[4200], man[4300];
+        ckpt_dir(dir, sizeof dir, out, steps[i]);
+        snprintf(man, sizeof man, "%s/manifest.json", dir);
+        if (!is_symlink(dir) && !file_exists(man)) remove_ckpt_dir(out, steps[i]); /* an unfinished write */
+        else newer++;
+    }
+    free(steps);
+    if (!newer) return 0;
+    char abandoned[4400];
+    snprintf(abandoned, sizeof abandoned, "%s/abandoned", out);
+    if (mkdir(abandoned, 0755) != 0 && errno != EEXIST) {
+        snprintf(why, why_cap, "cannot create %s: %s", abandoned, strerror(errno));
+        return -1;
+    }
+    char dest[256];
+    for (int k = 1;; k++) { /* a name no earlier roll-back used */
+        if (k == 1) snprintf(dest, sizeof dest, "abandoned/after_ckpt_%d", step);
+        else snprintf(dest, sizeof dest, "abandoned/after_ckpt_%d.%d", step, k);
+        char full[4600];
+        snprintf(full, sizeof full, "%s/%s", out, dest);
+        struct stat st;
+        if (lstat(full, &st) != 0) break;
+    }
+    char line[300], path[4400];
+    int len = snprintf(line, sizeof line, "%d %s\n", step, dest);
+    snprintf(path, sizeof path, "%s/" ROLLBACK_FILE, out);
+    write_file_atomic(path, line, (size_t)len, NULL, 0);
+    if (ckpt_finish_rollback(out, why, why_cap) < 0) return -1;
+    snprintf(dest_out, dest_cap, "%s/%s", out, dest);
+    return newer;
 }

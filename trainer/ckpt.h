@@ -75,9 +75,15 @@ typedef struct {
 int ckpt_file_hash(const char *path, int64_t *bytes, uint64_t *hash);
 
 /* Writes <dir>/manifest.json atomically: world, step, the files with sizes and checksums, the --init file's hash
- * (16 hex digits, or "" / NULL) and n_opts option name/value pairs (strings as typed, any bytes but NUL). */
+ * (16 hex digits, or "" / NULL), the run's identity (run_id: 16 hex digits made when the run started at step 0,
+ * kept by every resume) and parent (the checkpoint directory this process resumed from, "" for a fresh run), and
+ * n_opts option name/value pairs, each as typed, whole, any bytes but NUL: a JSON string when it is valid UTF-8,
+ * else {"hex": "<bytes>"}. */
 void ckpt_write_manifest(const char *dir, int world, int step, int n_files, const CkptFile *files, int n_opts,
-                         const char *const *opt_names, const char *const *opt_values, const char *init_hash);
+                         const char *const *opt_names, const char *const *opt_values, const char *init_hash,
+                         const char *run_id, const char *parent);
+/* 1 if s is well-formed UTF-8 (no overlong forms, surrogates or code points above U+10FFFF). */
+int utf8_valid(const char *s);
 
 /* What a manifest says of its checkpoint. */
 typedef struct {
@@ -92,12 +98,14 @@ int ckpt_verify(const char *dir, CkptInfo *info, char *why, size_t why_cap);
 
 /* The options a checkpoint recorded (ckpt_write_manifest). */
 #define CKPT_MAX_OPTIONS 96
-#define CKPT_OPTION_MAX (1 << 16) /* bytes of one option value with its NUL, as recorded and as read back */
+#define CKPT_MANIFEST_MAX (16 << 20) /* a manifest longer than this is malformed (values are whole: a command line
+                                        is at most a few MiB) */
 typedef struct {
     int n;
     char names[CKPT_MAX_OPTIONS][64];
-    char *values[CKPT_MAX_OPTIONS]; /* malloc'd */
+    char *values[CKPT_MAX_OPTIONS]; /* malloc'd, whole */
     char init_hash[32];             /* "" when the run had no --init, or the manifest predates options */
+    char run_id[32];                /* "" when the manifest predates run identities */
 } CkptOptions;
 /* Reads <dir>/manifest.json's options into *o; 0 if the manifest has none (version 1) or they are malformed.
  * Free with ckpt_options_free. */
@@ -107,18 +115,42 @@ void ckpt_options_free(CkptOptions *o);
  * *world are set. 0 otherwise, with the reason in why (one line, e.g. "state_rank1.bin has 100 bytes, manifest
  * says 4196"). */
 int ckpt_is_complete(const char *dir, int *step, int *world, char *why, size_t why_cap);
-/* Steps of all ckpt_<step> directories under out (complete or not), newest first, into *steps (malloc'd, caller
- * frees); returns the count (0 when out does not exist). */
+/* 1 and *step if name is a checkpoint's: "ckpt_" and the step in canonical decimal (no sign, no leading zero, at
+ * most INT_MAX); "ckpt_010", "ckpt_+10" and "ckpt_4294967306" are not, so they are never counted or removed. */
+int ckpt_parse_name(const char *name, int *step);
+/* Steps of all ckpt_<step> entries under out (complete or not, links included), newest first, into *steps
+ * (malloc'd, caller frees); returns the count (0 when out does not exist). */
 int ckpt_list(const char *out, int **steps);
 /* Newest checkpoint under out that verifies (ckpt_verify): its directory into buf, returns its step; -1 if none.
  * Each newer one that is incomplete or damaged is reported on stderr ("note: skipping checkpoint DIR: why"). */
 int ckpt_find_latest(const char *out, char *buf, size_t cap);
+/* ckpt_find_latest, but quiet: the number of ckpt_<step> entries seen in *n_seen, and the notes on those passed
+ * over in why_all instead of on stderr, one line each ("note: skipping checkpoint DIR: why\n"). */
+int ckpt_find_latest_why(const char *out, char *buf, size_t cap, int *n_seen, char *why_all, size_t why_cap);
 /* Removes all but the newest `keep` complete checkpoints under out (keep <= 0: keep all), never the one of step
  * verified_step (the newest that verified: the one just written, checksummed from its files read back; -1: none).
- * Incomplete ones are left alone. The manifest goes first so a half-removed checkpoint never looks complete. */
+ * Incomplete ones are left alone, and so is a ckpt_<step> that is a symbolic link (it is not this run's: neither
+ * counted nor removed). A removal renames the folder to .deleting-ckpt_<step> first and removes what is in it
+ * without following links; such folders left by a run killed half-way are removed by the next prune. */
 void ckpt_prune(const char *out, int keep, int verified_step);
+/* Removes the real folder <out>/ckpt_<step> as a prune does (a link is left alone). */
+void ckpt_remove(const char *out, int step);
+/* How many ckpt_<step> entries under out have a manifest.json (checkpoints that were complete once, damaged or
+ * not); the newest of them in *newest (-1: none). */
+int ckpt_recorded(const char *out, int *newest);
 /* Removes <dir>/manifest.json if present, so rewriting files in an existing checkpoint dir is never seen as
  * complete until the new manifest lands. */
 void ckpt_invalidate(const char *dir);
+
+/* Lineage. An --out holds one line of checkpoints: a run continued from ckpt_<step> (a roll-back: --resume
+ * <out>/ckpt_4 while ckpt_8 exists) moves every later ckpt_<s> into <out>/abandoned/after_ckpt_<step>[.k]/ (kept,
+ * never deleted; nothing of this run sees them again), so "latest" and retention follow the new branch; a later
+ * one that never got its manifest (an unfinished write) is removed instead.
+ * ckpt_abandon_after does that and returns how many it moved (0: none were later), with the folder in dest;
+ * -1 with why on failure. The intent is written first (<out>/.rollback), so a run killed half-way is completed by
+ * ckpt_finish_rollback, which every run calls before choosing a checkpoint: 1 if it finished one, 0 if none was
+ * pending, -1 with why if it cannot. */
+int ckpt_abandon_after(const char *out, int step, char *dest, size_t dest_cap, char *why, size_t why_cap);
+int ckpt_finish_rollback(const char *out, char *why, size_t why_cap);
 
 #endif

@@ -66,6 +66,13 @@ typedef struct {
      * (e.g. "d12", "d6c384h6", family-specific) with seeded initialisation. Activations are sized for B x T
      * (T <= max_seq_len, else fatal() with the fix). */
     Model *(*create)(const char *spec, const char *init_path, uint64_t seed, int B, int T);
+    /* Optional (NULL: no memory check, --model compared as typed): the bytes create(spec, init_path, B, T) would
+     * allocate (parameters, gradients, activations), found without allocating (the spec parsed, or the file's
+     * header read and checked, fatal() as create); the parameter count in *num_params; the model's canonical
+     * spec into spec_out (cap bytes), which create reads back to the same architecture, so two specs (or a spec
+     * and a model file) describe the same model exactly when their canonical specs are equal. */
+    double (*memory_bytes)(const char *spec, const char *init_path, int B, int T, size_t *num_params,
+                           char *spec_out, size_t cap);
 } ModelFamily;
 
 #endif

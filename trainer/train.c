@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -204,7 +205,30 @@ typedef struct {
     char *restored[CKPT_MAX_OPTIONS]; /* option values taken from the checkpoint (string fields point here) */
     int n_restored;
     char init_hash[32];   /* XXH3 of the --init file (hex), carried forward from the checkpoint on resume; "" none */
+    char run_id[32];      /* the run's identity (16 hex digits): made at step 0, carried by every resume */
+    int data_changed;     /* resuming with another --train/--data: the saved data position does not apply */
+    char model_canon[256];/* canonical spec of the model this run trains (ModelFamily.memory_bytes), "" unknown */
 } Run;
+
+/* An option's value as the manifest records it (args_format, whole: a string option at its full length); malloc'd. */
+static char *option_text(const ArgSpec *s) {
+    char buf[64];
+    const char *v = buf;
+    if (s->type == ARG_STRING) v = *(const char *const *)s->field;
+    else args_format(s, buf, sizeof buf);
+    char *t = strdup(v);
+    if (!t) fatal("out of memory formatting --%s", s->name);
+    return t;
+}
+
+/* A fresh 64-bit identity for a run, as 16 hex digits (the kernel's random bytes; time and pid if unavailable). */
+static void new_run_id(char *hex) {
+    uint64_t v = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, &v, sizeof v) != (ssize_t)sizeof v) v = rng_mix((uint64_t)time(NULL), (uint64_t)getpid());
+    if (fd >= 0) close(fd);
+    snprintf(hex, 32, "%016llx", (unsigned long long)v);
+}
 
 /* One run per --out: rank 0 holds an exclusive flock on <out>/.lock for the run's lifetime (the descriptor is never
  * closed; the kernel drops the lock when the process ends, however it ends, so a killed run never blocks the next).
@@ -234,7 +258,9 @@ static void lock_out_dir(const Run *r, const char *out) {
     make_dirs(out);
     char path[4400];
     snprintf(path, sizeof path, "%s/.lock", out);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644); /* never through a planted link */
+    if (fd < 0 && errno == ELOOP)
+        fatal("%s is a symbolic link; the run locks only a file of its own: remove the link", path);
     if (fd < 0) fatal("cannot open %s: %s; check that --out %s is writable", path, strerror(errno), out);
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         char pid[32] = "";
@@ -384,8 +410,16 @@ static void save_checkpoint(Run *r, int step) {
     double t0 = now_seconds();
     char dir[4096], path[4400];
     ckpt_dir(dir, sizeof dir, r->c.out, step);
-    make_dirs(dir);
-    if (r->rank == 0) ckpt_invalidate(dir); /* rewriting an existing step: not complete until the new manifest */
+    if (r->rank == 0) {
+        /* the run writes only into folders of its own: never through a link planted (or left) at this name */
+        if (is_symlink(dir))
+            fatal("%s is a symbolic link; the run will not write its checkpoint through it: remove the link and "
+                  "continue with --resume latest --out %s", dir, r->c.out);
+        /* a folder of this step already there is an unfinished write of this line of checkpoints (a fresh run
+         * and a resume move every other one aside, choose_checkpoint): cleared, so no stale file stays in it */
+        if (file_exists(dir)) ckpt_remove(r->c.out, step);
+        make_dirs(dir);
+    }
     comm_barrier();
     if (r->rank == 0) {
         snprintf(path, sizeof path, "%s/model.bin", dir);
@@ -438,18 +472,15 @@ static void save_checkpoint(Run *r, int step) {
             files[i + 1] = (CkptFile){rank_names[i], all[2 * i], (uint64_t)all[2 * i + 1]};
         }
         const char *names[CKPT_MAX_OPTIONS];
-        char *values[CKPT_MAX_OPTIONS], *buf = xmalloc(CKPT_OPTION_MAX, "option value");
+        char *values[CKPT_MAX_OPTIONS];
         int n = 0;
         for (int i = 0; i < r->n_opts && n < CKPT_MAX_OPTIONS; i++) {
             if (IN_LIST(r->opts[i].name, options_not_recorded)) continue;
-            args_format(&r->opts[i], buf, CKPT_OPTION_MAX);
-            values[n] = strdup(buf);
-            if (!values[n]) fatal("out of memory recording the options of %s", dir);
+            values[n] = option_text(&r->opts[i]);
             names[n++] = r->opts[i].name;
         }
-        free(buf);
         ckpt_write_manifest(dir, r->world, step, r->world + 1, files, n, names, (const char *const *)values,
-                            r->init_hash);
+                            r->init_hash, r->run_id, r->ckpt_path);
         for (int i = 0; i < n; i++) free(values[i]);
         free(files);
         /* the checkpoint just written verified (its checksums are of its files read back): never pruned */
@@ -468,28 +499,101 @@ static void save_checkpoint(Run *r, int step) {
     comm_barrier(); /* nobody races ahead (and maybe dies) before the checkpoint is complete */
 }
 
-/* Rank 0 decides which checkpoint to resume (so every rank uses the same one) and broadcasts its directory. */
+/* 1 if the checkpoint directory ckpt lies directly in out (its parent is out's folder, links followed). */
+static int ckpt_in_out(const char *ckpt, const char *out) {
+    char parent[4200];
+    snprintf(parent, sizeof parent, "%s", ckpt);
+    size_t n = strlen(parent);
+    while (n > 1 && parent[n - 1] == '/') parent[--n] = '\0';
+    char *slash = strrchr(parent, '/');
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else if (slash == parent) parent[1] = '\0';
+    else *slash = '\0';
+    return same_file(parent, out);
+}
+
+/* Moves the checkpoints after `step` aside (ckpt_abandon_after: the new branch is the directory's line), saying so. */
+static void abandon_after(const char *out, int step, const char *from) {
+    char dest[4400], why[1024];
+    int moved = ckpt_abandon_after(out, step, dest, sizeof dest, why, sizeof why);
+    if (moved < 0) fatal("--out %s: cannot move the checkpoints after step %d aside: %s", out, step, why);
+    if (moved > 0)
+        printf("note: continuing from %s: the %d later checkpoint%s of this --out (another branch) moved to %s, "
+               "kept but no longer 'latest' nor pruned; delete %s when no longer needed\n", from, moved,
+               moved == 1 ? "" : "s", dest, moved == 1 ? "it" : "them");
+}
+
+/* Rank 0 decides which checkpoint to resume (so every rank uses the same one) and broadcasts its directory. An
+ * --out holds one line of checkpoints (trainer/ckpt.h "Lineage"):
+ *   a new run (no --resume) refuses an --out that holds another run's checkpoints;
+ *   --resume latest takes the newest that verifies; with checkpoints there and none verifying it refuses (a new
+ *     run there would overwrite them); with none at all it starts from step 0;
+ *   --resume DIR/ckpt_<s> inside --out continues that line from s, moving later checkpoints aside (a roll-back);
+ *     from another directory it needs an --out without checkpoints of its own.
+ * Folders that never got their manifest (a save that died) hold nothing to keep and are removed on the way. */
 static void choose_checkpoint(Run *r) {
     const TrainConfig *c = &r->c;
     r->ckpt_path[0] = '\0';
-    if (!c->resume[0]) return;
     if (r->rank == 0) {
-        if (strcmp(c->resume, "latest") == 0) {
-            int step = ckpt_find_latest(c->out, r->ckpt_path, sizeof r->ckpt_path);
+        char why[2048];
+        int newest;
+        if (ckpt_finish_rollback(c->out, why, sizeof why) < 0)
+            fatal("--out %s: an interrupted roll-back cannot be finished: %s", c->out, why);
+        if (!c->resume[0]) {
+            if (ckpt_recorded(c->out, &newest) > 0)
+                fatal("--out %s holds the checkpoints of an earlier run (newest %s/ckpt_%d); continue it with "
+                      "--resume latest, or pass another --out (a new run would overwrite them)", c->out, c->out,
+                      newest);
+            abandon_after(c->out, -1, "step 0"); /* unfinished first saves only: removed */
+        } else if (strcmp(c->resume, "latest") == 0) {
+            int seen = 0;
+            size_t cap = 16384;
+            char *all = xmalloc(cap, "checkpoint notes");
+            int step = ckpt_find_latest_why(c->out, r->ckpt_path, sizeof r->ckpt_path, &seen, all, cap);
+            if (step < 0 && ckpt_recorded(c->out, &newest) > 0) {
+                /* the notes as one line: "DIR/ckpt_8: why; DIR/ckpt_4: why" */
+                const char *pre = "note: skipping checkpoint ";
+                char *o = all;
+                for (const char *p = all; *p;) {
+                    if (strncmp(p, pre, strlen(pre)) == 0) p += strlen(pre);
+                    const char *e = strchr(p, '\n');
+                    size_t len = e ? (size_t)(e - p) : strlen(p);
+                    if (o != all) { *o++ = ';'; *o++ = ' '; }
+                    memmove(o, p, len);
+                    o += len;
+                    p += len + (e ? 1 : 0);
+                }
+                *o = '\0';
+                fatal("--resume latest: no checkpoint under %s verifies (%s); nothing was changed: name an older one "
+                      "with --resume, restore the damaged files, or pass another --out", c->out, all);
+            }
+            fputs(all, stderr); /* the newer ones passed over, one note each */
+            free(all);
             if (step < 0) {
                 printf("--resume latest: no complete checkpoint under %s, starting from step 0\n", c->out);
                 r->ckpt_path[0] = '\0';
+                abandon_after(c->out, -1, "step 0");
+            } else {
+                abandon_after(c->out, step, r->ckpt_path);
             }
         } else {
-            char why[512];
             CkptInfo info;
             if (!file_exists(c->resume))
                 fatal("--resume %s: no such checkpoint directory; pass <out>/ckpt_<step> or \"latest\"", c->resume);
             if (!ckpt_verify(c->resume, &info, why, sizeof why))
                 fatal("--resume %s: damaged or incomplete checkpoint (%s); use an older one, or --resume latest for "
                       "the newest that verifies", c->resume, why);
+            if (ckpt_in_out(c->resume, c->out)) {
+                abandon_after(c->out, info.step, c->resume);
+            } else {
+                if (ckpt_recorded(c->out, &newest) > 0)
+                    fatal("--out %s holds the checkpoints of another run (newest %s/ckpt_%d); continuing %s there "
+                          "would mix two runs: pass an --out of its own", c->out, c->out, newest, c->resume);
+                abandon_after(c->out, -1, "step 0");
+            }
             snprintf(r->ckpt_path, sizeof r->ckpt_path, "%s", c->resume);
         }
+        fflush(stdout);
     }
     comm_bcast(r->ckpt_path, sizeof r->ckpt_path, 0);
 }
@@ -515,12 +619,34 @@ static void apply_checkpoint_options(Run *r) {
         if (r->c.init[0]) init_file_hash(r->c.init, r->init_hash);
         return;
     }
-    char *now = xmalloc(CKPT_OPTION_MAX, "option value"); /* as long as a recorded one, so equal ones compare equal */
+    /* the model: a --model given again must describe the checkpoint's model.bin (compared by canonical spec, so
+     * "d12" and "d12c768h12" agree, and a run started from --init records what its file holds) */
+    char model_file[sizeof r->ckpt_path + 16];
+    if ((size_t)snprintf(model_file, sizeof model_file, "%s/model.bin", r->ckpt_path) >= sizeof model_file)
+        fatal("--resume %s: path too long", r->ckpt_path);
+    ArgSpec *model_opt = args_find(r->opts, r->n_opts, "model");
+    if (model_opt->given && r->fam->memory_bytes) {
+        char want[256], have[256];
+        size_t np;
+        r->fam->memory_bytes(r->c.model, NULL, 1, 1, &np, want, sizeof want);
+        r->fam->memory_bytes(NULL, model_file, 1, 1, &np, have, sizeof have);
+        if (strcmp(want, have) != 0)
+            fatal("--model %s (%s) contradicts the checkpoint %s, whose model.bin is %s; drop the flag (a resumed run "
+                  "keeps its model) or start a new --out", r->c.model, want, r->ckpt_path, have);
+    }
     for (int i = 0; i < o.n; i++) {
         const char *name = o.names[i], *saved = o.values[i];
         ArgSpec *s = args_find(r->opts, r->n_opts, name);
         if (!s || IN_LIST(name, options_not_recorded)) continue; /* an option this program no longer has */
-        args_format(s, now, CKPT_OPTION_MAX);
+        if (s == model_opt && r->fam->memory_bytes) {
+            if (!s->given) { /* the checkpoint's record, for the next manifest */
+                r->restored[r->n_restored] = strdup(saved);
+                if (!r->restored[r->n_restored]) fatal("out of memory restoring the options of %s", r->ckpt_path);
+                args_set(s, r->restored[r->n_restored++]);
+            }
+            continue; /* compared above, by what the spec describes */
+        }
+        char *now = option_text(s);
         if (!s->given) {
             r->restored[r->n_restored] = strdup(saved);
             if (!r->restored[r->n_restored]) fatal("out of memory restoring the options of %s", r->ckpt_path);
@@ -530,10 +656,13 @@ static void apply_checkpoint_options(Run *r) {
                 fatal("--%s %s contradicts the checkpoint %s, whose run has --%s %s; drop the flag (a resumed run "
                       "keeps its model, optimizer and batch shape) or start a new --out", name, now, r->ckpt_path,
                       name, saved);
+            int data = !strcmp(name, "train") || !strcmp(name, "data");
+            if (data) r->data_changed = 1;
             if (r->rank == 0)
                 printf("note: --%s %s applies from the resumed step on (the checkpoint's run had %s)\n", name, now,
                        saved);
         }
+        free(now);
     }
     if (r->c.init[0]) {
         char hex[32];
@@ -547,7 +676,7 @@ static void apply_checkpoint_options(Run *r) {
                   r->c.init, hex, r->ckpt_path, o.init_hash);
     }
     snprintf(r->init_hash, sizeof r->init_hash, "%s", o.init_hash);
-    free(now);
+    snprintf(r->run_id, sizeof r->run_id, "%s", o.run_id);
     ckpt_options_free(&o);
 }
 
@@ -673,12 +802,70 @@ static int restore(Run *r) {
         printf("note: --total-batch changed from %lld to %lld tokens on resume\n", (long long)mine.total_batch,
                (long long)r->tokens_per_step);
     r->u->load(r->u, (const void *const *)blobs, sizes, n_blobs);
-    dataloader_set_pos(r->dl, &mine.data);
+    /* other training data (--train/--data changed): the saved position is kept when it fits them (the same data
+     * under another path), else they are read from their first window in the order of the run's seed */
+    if (r->data_changed && mine.data.num_windows != dataloader_num_windows(r->dl)) {
+        if (r->rank == 0)
+            printf("note: the training data changed (%llu windows, the checkpoint's run read %llu): reading them from "
+                   "their first window\n", (unsigned long long)dataloader_num_windows(r->dl),
+                   (unsigned long long)mine.data.num_windows);
+    } else {
+        dataloader_set_pos(r->dl, &mine.data);
+    }
     r->sample_rng.s = mine.sample_rng;
     for (int i = 0; i < n_blobs; i++) free(blobs[i]);
     free(blobs);
     free(sizes);
     return step;
+}
+
+/* Bytes per parameter of the host update's state, a lower bound (scape/dist.h distopt_state_memory): the gradient
+ * staging buffer every rule packs buckets into (4), plus adamw m and v (8), adams m (4), SCAPE r (4) and m at the
+ * starting density (4 d_start), topk-ef e, m, v (12); ZeRO-1 shards the moments over the world. */
+static double optimizer_bytes_per_param(const TrainConfig *c, int world) {
+    double moments = !strcmp(c->optimizer, "adamw") ? 8 : !strcmp(c->optimizer, "adams") ? 4
+                     : !strcmp(c->optimizer, "scape") ? 4 + 4 * fmin(1.0, c->density_start) : 12;
+    if (c->zero && strcmp(c->optimizer, "topk-ef") != 0) moments /= world;
+    return 4 + moments;
+}
+
+/* Refuses, before anything is allocated or initialised, a model that cannot fit in this node's memory: the model's
+ * own bytes (ModelFamily.memory_bytes: parameters, gradients, activations for B x T) and the update's state, times
+ * the ranks on this node, against what the machine can give (mem_available_bytes: MemAvailable, a cgroup limit, an
+ * address-space limit). One line with both figures. Also keeps the model's canonical spec (r->model_canon). */
+static void check_memory(Run *r, const char *init) {
+    const TrainConfig *c = &r->c;
+    if (!r->fam->memory_bytes) return;
+    size_t np;
+    double model = r->fam->memory_bytes(c->model, init, c->B, c->T, &np, r->model_canon, sizeof r->model_canon);
+    double optim = optimizer_bytes_per_param(c, r->world) * (double)np;
+    int local = local_ranks();
+    char source[64];
+    double avail = mem_available_bytes(source, sizeof source);
+    double need = (model + optim) * local;
+    if (avail > 0 && need > avail) {
+        const double G = 1024.0 * 1024.0 * 1024.0;
+        fatal("--model %s (%zu parameters) with --batch %d --seq %d needs %.1f GiB per rank (model, gradients and "
+              "activations %.1f, %s state %.1f) x %d rank%s on this node = %.1f GiB, but %.1f GiB are available "
+              "(%s); use a smaller --model, --batch or --seq, or fewer ranks per node", init ? init : c->model, np,
+              c->B, c->T, (model + optim) / G, model / G, c->optimizer, optim / G, local, local == 1 ? "" : "s",
+              need / G, avail / G, source);
+    }
+}
+
+/* "the newest complete checkpoint is <out>/ckpt_<s>, kept" or "there is no complete checkpoint under <out>". */
+static void newest_complete(const char *out, char *buf, size_t cap) {
+    int *steps;
+    int n = ckpt_list(out, &steps), found = -1;
+    for (int i = 0; i < n && found < 0; i++) {
+        char dir[4200], why[512];
+        int s, w;
+        ckpt_dir(dir, sizeof dir, out, steps[i]);
+        if (ckpt_is_complete(dir, &s, &w, why, sizeof why)) found = steps[i];
+    }
+    free(steps);
+    if (found >= 0) snprintf(buf, cap, "the newest complete checkpoint, ckpt_%d, is kept", found);
+    else snprintf(buf, cap, "there is no complete checkpoint under --out");
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -750,7 +937,10 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         free(opts);
         return status;
     }
-    const char *conflict = options_conflict(c, floor_given);
+    /* options that contradict each other: a usage error now, before anything is set up; on resume only once the
+     * checkpoint's options are in (a --density given to resume a SCAPE run is not checked against the default
+     * optimizer) */
+    const char *conflict = c->resume[0] ? NULL : options_conflict(c, floor_given);
     if (conflict) {
         fprintf(stderr, "error: %s\n", conflict);
         exit(2);
@@ -771,6 +961,8 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     choose_checkpoint(r);
     apply_checkpoint_options(r);
     if (!r->ckpt_path[0] && c->init[0]) init_file_hash(c->init, r->init_hash);
+    if (!r->run_id[0]) new_run_id(r->run_id); /* a fresh run, or a checkpoint from before run identities */
+    comm_bcast(r->run_id, sizeof r->run_id, 0);
     if ((conflict = options_conflict(c, floor_given))) fatal("%s", conflict);
     int defaults_data = !c->train[0] && !c->val[0];
 
@@ -784,13 +976,17 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     r->accum = (int)(r->tokens_per_step / micro);
 
     /* model: from the checkpoint's model.bin when resuming, else --init or --model */
-    char model_file[4400];
+    char model_file[sizeof r->ckpt_path + 16];
     const char *init = c->init[0] ? c->init : NULL;
     if (r->ckpt_path[0]) {
-        snprintf(model_file, sizeof model_file, "%s/model.bin", r->ckpt_path);
+        if ((size_t)snprintf(model_file, sizeof model_file, "%s/model.bin", r->ckpt_path) >= sizeof model_file)
+            fatal("--resume %s: path too long", r->ckpt_path);
         init = model_file;
     }
+    check_memory(r, init);
     r->m = fam->create(c->model, init, c->seed, c->B, c->T);
+    /* a run started from --init records the model its file holds, not the unused --model default */
+    if (!r->ckpt_path[0] && c->init[0] && r->model_canon[0]) c->model = r->model_canon;
     if (strcmp(c->comm, "nccl") == 0 && !r->m->create_updater)
         fatal("--comm nccl: this trainer communicates through MPI only (NCCL needs a CUDA trainer such as "
               "train_gptcu); use --comm mpi or auto");
@@ -801,6 +997,24 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     /* data paths, after the model because its vocabulary picks the tokenizer (a Llama with V 128256 reads
      * Llama 3 shards, the others Llama 2's); the default corpus is prepared on first use */
     const char *tok_kind = r->m->tokenizer ? r->m->tokenizer : fam->tokenizer;
+    if (c->tokenizer[0]) tok_kind = c->tokenizer; /* a built-in name, or the folder of a learned vocabulary */
+    int learned = tok_kind && tokenizer_is_dir(tok_kind);
+    if (c->tokenizer[0] && !learned && strcmp(tok_kind, "gpt2") && strcmp(tok_kind, "bpe4k") &&
+        strcmp(tok_kind, "llama2") && strcmp(tok_kind, "llama3"))
+        fatal("--tokenizer %s: not a tokenizer; use gpt2, bpe4k, llama2, llama3 or the folder of a vocabulary learned "
+              "by `tok train --out DIR` (holding encoder.json and vocab.bpe)", c->tokenizer);
+    if (learned && defaults_data)
+        fatal("--tokenizer %s: a learned vocabulary has no default corpus; pass --train and --val (shards made with "
+              "`tok shards --model %s`)", tok_kind, tok_kind);
+    if (c->tokenizer[0] && tok_kind) {
+        Tokenizer *t = tokenizer_load(tok_kind, c->data);
+        if (tokenizer_vocab_size(t) != r->m->vocab_size)
+            fatal("--tokenizer %s has %d tokens but the model has V = %d; give the model v%d (e.g. --model ...v%d) or "
+                  "the tokenizer it was made for", c->tokenizer, tokenizer_vocab_size(t), r->m->vocab_size,
+                  tokenizer_vocab_size(t), tokenizer_vocab_size(t));
+        tokenizer_free(t);
+    }
+    const char *shard_kind = learned ? "bpe" : tok_kind; /* what `tok shards` records for it */
     const char *tokdir = tok_kind ? tok_kind : fam->family;
     char train_spec[4200], val_spec[4200];
     if (c->train[0]) snprintf(train_spec, sizeof train_spec, "%s", c->train);
@@ -816,8 +1030,8 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
                   tok_kind, tokenizer_vocab_size(r->tok), r->m->vocab_size);
     }
 
-    check_data_tokenizer(train_spec, tok_kind, r->m);
-    check_data_tokenizer(val_spec, tok_kind, r->m);
+    check_data_tokenizer(train_spec, shard_kind, r->m);
+    check_data_tokenizer(val_spec, shard_kind, r->m);
     r->dl = dataloader_open(train_spec, c->B, c->T, r->rank, r->world, rng_mix(c->seed, 0x64617461ull), c->shuffle,
                             r->m->vocab_size);
     r->vl = valloader_open(val_spec, c->B, c->T, r->rank, r->world, r->m->vocab_size);
@@ -1003,9 +1217,12 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         /* after sampling, so the saved sampler RNG is the one the next step would use */
         int saved = last || (c->ckpt_every > 0 && t % c->ckpt_every == 0);
         if (saved && bad_run && !inj.ckpt_skipped) { /* never a checkpoint of a state reached through skipped steps */
-            if (r->rank == 0)
-                printf("step %d: no checkpoint of this step, the last %d step%s skipped; the newest one under %s is "
-                       "kept\n", t, bad_run, bad_run == 1 ? " was" : "s were", c->out);
+            if (r->rank == 0) {
+                char newest[128];
+                newest_complete(c->out, newest, sizeof newest);
+                printf("step %d: no checkpoint of this step, the last %d step%s skipped; %s\n", t, bad_run,
+                       bad_run == 1 ? " was" : "s were", newest);
+            }
             saved = 0;
         }
         if (saved) save_checkpoint(r, t);
@@ -1031,6 +1248,25 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
             status = 128 + stop_at;
             break;
         }
+    }
+
+    /* the run reached --steps but its last step was skipped: its end was not saved, so it did not do what it says */
+    if (status == 0 && bad_run > 0 && start < c->steps) {
+        if (r->rank == 0) {
+            char newest[128];
+            newest_complete(c->out, newest, sizeof newest);
+            fflush(stdout);
+            fprintf(stderr, "error: the run ended with %d skipped step%s (non-finite loss or gradient norm) and so "
+                    "without a checkpoint of step %d; %s: lower --lr or check the data\n", bad_run,
+                    bad_run == 1 ? "" : "s", c->steps, newest);
+            fflush(stderr);
+        }
+        jlog_begin(r->log, "stop");
+        jlog_int(r->log, "step", c->steps);
+        jlog_str(r->log, "reason", "non-finite steps at the end");
+        jlog_int(r->log, "consecutive", bad_run);
+        jlog_end(r->log);
+        status = 1;
     }
 
     jlog_close(r->log);

@@ -14,7 +14,7 @@
 
 /* Every option of the trainer; filled by args_parse from train_options(). */
 typedef struct {
-    const char *model, *init, *train, *val, *out, *data, *resume, *optimizer, *prompt, *comm, *update, *scape_payload, *scape_mask_coding,
+    const char *model, *init, *tokenizer, *train, *val, *out, *data, *resume, *optimizer, *prompt, *comm, *update, *scape_payload, *scape_mask_coding,
         *verify_ckpt;
     int B, T, total_batch, steps, warmup;
     float lr, lr_floor, weight_decay, clip, beta1, beta2, eps;

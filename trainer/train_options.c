@@ -14,6 +14,10 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
         {"model", ARG_STRING, &c->model, fam->default_model, 0, 0, NULL, fam->model_help, 0},
         {"init", ARG_STRING, &c->init, "", 0, 0, NULL, "start from this model file instead of --model", 0},
         {"data", ARG_STRING, &c->data, "data", 0, 0, NULL, "data cache dir (corpus shards, tokenizer files)", 0},
+        {"tokenizer", ARG_STRING, &c->tokenizer, "", 0, 0, NULL,
+         "vocabulary of the data and samples: gpt2, bpe4k, llama2, llama3 or the folder of one learned by `tok train "
+         "--out DIR` (its V must be the model's; then pass --train/--val shards made with `tok shards --model DIR`) "
+         "[default: the model's, by its V]", 0},
         {"train", ARG_STRING, &c->train, "", 0, 0, NULL,
          "training shards: file, dir or glob (default <data>/sotu/<tok>/sotu_train_*.bin)", 0},
         {"val", ARG_STRING, &c->val, "", 0, 0, NULL,

@@ -1,0 +1,232 @@
+#!/usr/bin/env bash
+# test/test_rundir.sh TOY DATA - issue 34: no slip or fault damages a run directory. One case per symptom of the
+# issue (numbered as there), each failing on the code before the fix:
+#   1 --resume latest with checkpoints but none that verifies is refused, the trained model.bin left as it was;
+#   2 a new run on an --out that holds another run's checkpoints is refused;
+#   3 a roll-back (--resume <out>/ckpt_4 with another lr) makes the new branch the directory's line: latest, retention
+#     and the resume a SIGTERM advises follow it, the old branch is kept under abandoned/;
+#   4 export_gguf never writes over its input and refuses a checkpoint that does not verify;
+#   5 retention through a linked-in checkpoint leaves its target's files (unit cases in test_train_units too);
+#   6 a link planted at <out>/.lock or <out>/ckpt_N/model.bin.tmp never makes the run write through it;
+#   7 a run started with --init records its real model: a resume naming it is accepted, another model refused;
+#   8 a prompt that is not UTF-8 comes back from the checkpoint exactly;
+#   9 option checks on resume see the checkpoint's options (--density on a SCAPE run, --lr-floor under its lr),
+#     --zero=0 turns ZeRO-1 off, other --train data are read from their start;
+#  10 a run whose last steps were all skipped exits 1 and says there is no checkpoint;
+#  11 a model that cannot fit is refused at once with one line (need and available);
+#  12 two `make data` at once into one folder both succeed with the same files;
+#  13 a vocabulary learned by `tok train --out DIR` is usable by tok, the trainers and the exporter; `tok shards`
+#     reads subfolders.
+# The toy bigram model (test/test_train_toy.c) keeps the loop cases fast; the GPT-2 trainer is used where the
+# model matters (--init, memory, export, tokenizers), on data/sotu shards (make data).
+set -u
+TOY=${1:?usage: test/test_rundir.sh build/test_train_toy DATA}
+DATA=${2:-data}
+TMP=$(mktemp -d build/test_rundir.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+failures=0
+ok() { echo "ok $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+
+"$TOY" mkdata "$TMP/data" 32 || { echo "FAIL mkdata: could not write toy shards"; exit 1; }
+RUN=("$TOY" --model v32l2t64 --train "$TMP/data/train.bin" --val "$TMP/data/val.bin" --batch 4 --seq 16
+     --steps 8 --warmup 2 --lr 5e-2 --lr-floor 1e-3 --eval-every 0 --sample-every 0 --threads 1)
+# the lr a checkpoint's manifest records
+ckpt_lr() { sed -E 's/.*"lr": "([^"]*)".*/\1/' "$1/manifest.json"; }
+one_error_line() { [ "$(wc -l < "$1")" = 1 ] && grep -qE -- "$2" "$1"; }
+
+# --- 1
+"${RUN[@]}" --out "$TMP/s1" --ckpt-every 4 > /dev/null 2>&1
+cp "$TMP/s1/ckpt_8/model.bin" "$TMP/s1_model_before"
+printf '\x55' | dd of="$TMP/s1/ckpt_8/state_rank0.bin" bs=1 seek=300 conv=notrunc status=none
+printf '\x55' | dd of="$TMP/s1/ckpt_4/state_rank0.bin" bs=1 seek=300 conv=notrunc status=none
+"${RUN[@]}" --out "$TMP/s1" --resume latest --ckpt-every 1 > "$TMP/s1.out" 2> "$TMP/s1.err"
+st=$?
+if [ $st -ne 0 ] && one_error_line "$TMP/s1.err" "^error: --resume latest: no checkpoint under .*s1 verifies \(.*ckpt_8: state_rank0.bin fails its checksum.*ckpt_4: " \
+   && cmp -s "$TMP/s1/ckpt_8/model.bin" "$TMP/s1_model_before" && ! grep -q '"event": "start"' <(tail -1 "$TMP/s1/log.jsonl"); then
+    ok resume_latest_refuses_when_no_checkpoint_verifies
+else fail resume_latest_refuses_when_no_checkpoint_verifies "status $st: $(cat "$TMP/s1.err")"; fi
+
+# --- 2
+"${RUN[@]}" --out "$TMP/s2" --ckpt-every 4 > /dev/null 2>&1
+sum_before=$(cat "$TMP"/s2/ckpt_*/manifest.json | md5sum)
+"${RUN[@]}" --out "$TMP/s2" --lr 1e-2 > "$TMP/s2.out" 2> "$TMP/s2.err"
+st=$?
+if [ $st -ne 0 ] && one_error_line "$TMP/s2.err" "^error: --out .*s2 holds the checkpoints of an earlier run \(newest .*ckpt_8\); continue it with --resume latest" \
+   && [ "$(cat "$TMP"/s2/ckpt_*/manifest.json | md5sum)" = "$sum_before" ]; then ok new_run_refuses_an_out_with_checkpoints
+else fail new_run_refuses_an_out_with_checkpoints "status $st: $(cat "$TMP/s2.err")"; fi
+# a checkpoint of another directory may not be continued into it either (two runs would mix)
+"${RUN[@]}" --out "$TMP/s1" --resume "$TMP/s2/ckpt_4" > "$TMP/s2b.out" 2> "$TMP/s2b.err"
+st=$?
+if [ $st -ne 0 ] && one_error_line "$TMP/s2b.err" "holds the checkpoints of another run .*would mix two runs"; then
+    ok resume_of_another_directory_refuses_an_out_with_checkpoints
+else fail resume_of_another_directory_refuses_an_out_with_checkpoints "status $st: $(cat "$TMP/s2b.err")"; fi
+
+# --- 3: run A 0..8 (ckpt 4, 8); roll back to 4 with lr 2e-2, keep 2, stopped by SIGTERM-like early end at 6;
+#     then --resume latest must continue the new branch (lr 2e-2), never the abandoned ckpt_8 (lr 5e-2)
+"${RUN[@]}" --out "$TMP/s3" --ckpt-every 4 --keep-ckpts 0 > /dev/null 2>&1
+"${RUN[@]}" --out "$TMP/s3" --resume "$TMP/s3/ckpt_4" --lr 2e-2 --steps 6 --ckpt-every 1 --keep-ckpts 2 \
+    > "$TMP/s3.out" 2> "$TMP/s3.err"
+left=$(cd "$TMP/s3" && ls -d ckpt_* | sort -t_ -k2 -n | tr '\n' ' ')
+"$TOY" --out "$TMP/s3" --resume latest --steps 8 > "$TMP/s3b.out" 2> "$TMP/s3b.err" # as a SIGTERM advises
+if [ "$left" = "ckpt_5 ckpt_6 " ] && grep -q "resuming from $TMP/s3/ckpt_6 at step 6" "$TMP/s3b.out" \
+   && [ "$(ckpt_lr "$TMP/s3/ckpt_8")" = 0.0199999996 ] \
+   && [ "$(ckpt_lr "$TMP/s3/abandoned/after_ckpt_4/ckpt_8")" = 0.0500000007 ] \
+   && grep -q "later checkpoint of this --out (another branch) moved to $TMP/s3/abandoned/after_ckpt_4" "$TMP/s3.out"; then
+    ok rollback_makes_the_new_branch_latest_and_keeps_the_old
+else fail rollback_makes_the_new_branch_latest_and_keeps_the_old "left '$left'; $(cat "$TMP/s3.out" "$TMP/s3b.out" | grep -v '^step ' | head -5)"; fi
+
+# --- 5: a linked-in checkpoint of another run: resumed from, never pruned through
+"${RUN[@]}" --out "$TMP/s5src" --ckpt-every 4 > /dev/null 2>&1
+mkdir -p "$TMP/s5"
+ln -s "$(realpath "$TMP/s5src/ckpt_8")" "$TMP/s5/ckpt_8"
+"${RUN[@]}" --out "$TMP/s5" --resume latest --steps 12 --ckpt-every 1 --keep-ckpts 1 > "$TMP/s5.out" 2>&1
+if grep -q "resuming from $TMP/s5/ckpt_8 at step 8" "$TMP/s5.out" && [ -L "$TMP/s5/ckpt_8" ] \
+   && "$TOY" --verify-ckpt "$TMP/s5src/ckpt_8" > /dev/null && [ -d "$TMP/s5/ckpt_12" ] && [ ! -e "$TMP/s5/ckpt_10" ]; then
+    ok retention_never_deletes_through_a_linked_checkpoint
+else fail retention_never_deletes_through_a_linked_checkpoint "$(ls -la "$TMP/s5" "$TMP/s5src/ckpt_8" 2>&1 | head -12)"; fi
+
+# --- 6: planted links
+mkdir -p "$TMP/s6"
+echo precious > "$TMP/victim"
+ln -s "$(realpath "$TMP/victim")" "$TMP/s6/.lock"
+"${RUN[@]}" --out "$TMP/s6" > "$TMP/s6.out" 2> "$TMP/s6.err"
+st=$?
+if [ $st -ne 0 ] && one_error_line "$TMP/s6.err" "s6/.lock is a symbolic link" && [ "$(cat "$TMP/victim")" = precious ]; then
+    ok planted_lock_link_is_refused
+else fail planted_lock_link_is_refused "status $st, victim '$(cat "$TMP/victim")': $(cat "$TMP/s6.err")"; fi
+rm "$TMP/s6/.lock"
+mkdir -p "$TMP/s6/ckpt_8"
+ln -s "$(realpath "$TMP/victim")" "$TMP/s6/ckpt_8/model.bin.tmp"
+ln -s "$(realpath "$TMP/victim")" "$TMP/s6/ckpt_8/state_rank0.bin.tmp"
+"${RUN[@]}" --out "$TMP/s6" > "$TMP/s6b.out" 2> "$TMP/s6b.err"
+st=$?
+if [ $st = 0 ] && [ "$(cat "$TMP/victim")" = precious ] && "$TOY" --verify-ckpt "$TMP/s6/ckpt_8" > /dev/null; then
+    ok planted_temp_links_are_never_written_through
+else fail planted_temp_links_are_never_written_through "status $st, victim '$(cat "$TMP/victim")': $(cat "$TMP/s6b.err")"; fi
+
+# --- 9: option checks after the checkpoint's options are in
+"${RUN[@]}" --out "$TMP/s9" --optimizer scape --density 0.5 --density-start 1 --density-warmup 2 --lr 0.6 \
+    --lr-floor 0.001 --zero --steps 4 > /dev/null 2>&1
+"$TOY" --out "$TMP/s9" --resume latest --steps 6 --density 0.25 --lr-floor 0.5 --zero=0 > "$TMP/s9.out" 2> "$TMP/s9.err"
+st=$?
+if [ $st = 0 ] && grep -q "note: --density 0.25 applies from the resumed step on" "$TMP/s9.out" \
+   && grep -q '"zero": "0"' "$TMP/s9/ckpt_6/manifest.json" && grep -q '"lr-floor": "0.5"' "$TMP/s9/ckpt_6/manifest.json"; then
+    ok resume_checks_options_against_the_checkpoints_own
+else fail resume_checks_options_against_the_checkpoints_own "status $st: $(cat "$TMP/s9.err") $(grep note "$TMP/s9.out")"; fi
+"$TOY" --out "$TMP/s9" --resume latest --steps 8 --train "$TMP/data/val.bin" > "$TMP/s9b.out" 2> "$TMP/s9b.err"
+st=$?
+if [ $st = 0 ] && grep -q "note: the training data changed" "$TMP/s9b.out" && [ -d "$TMP/s9/ckpt_8" ]; then
+    ok resume_with_other_training_data_reads_them_from_the_start
+else fail resume_with_other_training_data_reads_them_from_the_start "status $st: $(cat "$TMP/s9b.err")"; fi
+
+# --- 10: every step skipped, fewer than --max-bad-steps
+SCAPE_TEST_INJECT_NAN=loss:1,loss:2,loss:3 "${RUN[@]}" --out "$TMP/s10" --steps 3 --max-bad-steps 5 \
+    > "$TMP/s10.out" 2> "$TMP/s10.err"
+st=$?
+if [ $st = 1 ] && one_error_line "$TMP/s10.err" "^error: the run ended with 3 skipped steps .* without a checkpoint of step 3; there is no complete checkpoint" \
+   && ! grep -q "is kept" "$TMP/s10.out" && [ ! -e "$TMP/s10/ckpt_3" ]; then ok all_skipped_run_exits_1_without_claiming_a_checkpoint
+else fail all_skipped_run_exits_1_without_claiming_a_checkpoint "status $st: $(cat "$TMP/s10.err"; grep skipped "$TMP/s10.out")"; fi
+
+# ---------------------------------------------------------------- the GPT-2 trainer
+GPT=(./train_gpt --batch 2 --seq 32 --eval-every 0 --sample-every 0 --threads 1 --data "$DATA")
+
+# --- 7: --init records the real model
+"${GPT[@]}" --model d2c32h4t32v4096 --steps 1 --out "$TMP/s7init" > /dev/null 2>&1
+"${GPT[@]}" --init "$TMP/s7init/ckpt_1/model.bin" --steps 2 --out "$TMP/s7" > /dev/null 2>&1
+"${GPT[@]}" --resume latest --out "$TMP/s7" --model d2c32h4t32v4096 --steps 3 > "$TMP/s7.out" 2> "$TMP/s7.err"
+st=$?
+"${GPT[@]}" --resume latest --out "$TMP/s7" --model d2c64h4t32v4096 --steps 4 > /dev/null 2> "$TMP/s7b.err"
+st2=$?
+if [ $st = 0 ] && grep -q '"model": "d2c32h4t32v4096"' "$TMP/s7/ckpt_2/manifest.json" && [ $st2 -ne 0 ] \
+   && one_error_line "$TMP/s7b.err" "^error: --model d2c64h4t32v4096 \(d2c64h4t32v4096\) contradicts the checkpoint .*whose model.bin is d2c32h4t32v4096"; then
+    ok init_run_records_its_real_model
+else fail init_run_records_its_real_model "status $st/$st2: $(cat "$TMP/s7.err" "$TMP/s7b.err")"; fi
+
+# --- 8: a prompt in Latin-1
+"${GPT[@]}" --model d2c32h4t32v4096 --steps 1 --sample-every 1 --sample-tokens 2 --prompt $'caf\xe9 \xff' \
+    --out "$TMP/s8" > /dev/null 2>&1
+if grep -q '"prompt": {"hex": "636166e920ff"}' "$TMP/s8/ckpt_1/manifest.json" \
+   && "${GPT[@]}" --resume latest --out "$TMP/s8" --steps 2 --sample-every 1 --sample-tokens 2 --prompt $'caf\xe9 \xff' \
+      > "$TMP/s8.out" 2>&1 && ! grep -q "note: --prompt" "$TMP/s8.out"; then ok non_utf8_prompt_comes_back_exactly
+else fail non_utf8_prompt_comes_back_exactly "$(grep -o '"prompt": [^,]*' "$TMP/s8/ckpt_1/manifest.json"; grep note "$TMP/s8.out")"; fi
+
+# --- 11: a model that cannot fit
+start=$(date +%s)
+"${GPT[@]}" --model d48 --batch 512 --seq 1024 --steps 1 --out "$TMP/s11" > /dev/null 2> "$TMP/s11.err"
+st=$?
+secs=$(( $(date +%s) - start ))
+( ulimit -v 1500000; exec "${GPT[@]}" --model d12 --batch 4 --seq 64 --steps 1 --out "$TMP/s11b" ) > /dev/null 2> "$TMP/s11b.err"
+st2=$?
+# the issue's case: Llama-1.8B (about 40 GiB with AdamW) where 20 GiB may be used; refused before any allocation
+start=$(date +%s)
+( ulimit -v 20000000; exec ./train_llama --model 1.8b --batch 1 --seq 64 --steps 1 --threads 1 --data "$DATA" \
+    --out "$TMP/s11c" ) > /dev/null 2> "$TMP/s11c.err"
+st3=$?
+secs3=$(( $(date +%s) - start ))
+if [ $st = 1 ] && [ $secs -lt 20 ] && one_error_line "$TMP/s11.err" "^error: --model d48 \(1557[0-9]{6} parameters\) with --batch 512 --seq 1024 needs [0-9.]+ GiB per rank .* but [0-9.]+ GiB are available" \
+   && [ $st2 = 1 ] && one_error_line "$TMP/s11b.err" "needs .* GiB are available \(the address-space limit" \
+   && [ $st3 = 1 ] && [ $secs3 -lt 20 ] && one_error_line "$TMP/s11c.err" "^error: --model 1.8b .* needs [0-9.]+ GiB per rank"; then
+    ok model_that_cannot_fit_is_refused_up_front
+else fail model_that_cannot_fit_is_refused_up_front "status $st/$st2/$st3 in ${secs}s/${secs3}s: $(cat "$TMP/s11.err" "$TMP/s11b.err" "$TMP/s11c.err")"; fi
+
+# --- 4: the exporter
+"${GPT[@]}" --model d2c32h4t32v4096 --steps 2 --ckpt-every 1 --out "$TMP/s4" > /dev/null 2>&1
+cp "$TMP/s4/ckpt_2/model.bin" "$TMP/s4_model"
+./export_gguf --model "$TMP/s4/ckpt_2/model.bin" --out "$TMP/s4/ckpt_2/model.bin" --data "$DATA" > /dev/null 2> "$TMP/s4.err"
+st=$?
+ln "$TMP/s4/ckpt_2/model.bin" "$TMP/s4_hardlink"
+./export_gguf --model "$TMP/s4/ckpt_2" --out "$TMP/s4_hardlink" --data "$DATA" > /dev/null 2> "$TMP/s4b.err"
+st2=$?
+printf '\x55' | dd of="$TMP/s4/ckpt_1/model.bin" bs=1 seek=2000 conv=notrunc status=none
+./export_gguf --model "$TMP/s4/ckpt_1/model.bin" --out "$TMP/s4.gguf" --data "$DATA" > /dev/null 2> "$TMP/s4c.err"
+st3=$?
+if [ $st = 1 ] && one_error_line "$TMP/s4.err" "^error: --out .* is the model file being exported" \
+   && [ $st2 = 1 ] && one_error_line "$TMP/s4b.err" "is the model file being exported" \
+   && [ $st3 = 1 ] && one_error_line "$TMP/s4c.err" "its checkpoint .*ckpt_1 does not verify \(model.bin fails its checksum" \
+   && [ ! -e "$TMP/s4.gguf" ] && cmp -s "$TMP/s4/ckpt_2/model.bin" "$TMP/s4_model" \
+   && ./export_gguf --model "$TMP/s4/ckpt_2" --out "$TMP/s4.gguf" --data "$DATA" > /dev/null 2>&1; then
+    ok exporter_never_writes_over_its_input_nor_reads_a_damaged_checkpoint
+else fail exporter_never_writes_over_its_input_nor_reads_a_damaged_checkpoint "status $st/$st2/$st3: $(cat "$TMP/s4.err" "$TMP/s4b.err" "$TMP/s4c.err")"; fi
+
+# --- 13: a learned vocabulary end to end; subfolders read
+mkdir -p "$TMP/txt/a/b"
+cp "$DATA"/sotu/txt/179*.txt "$TMP/txt/"
+cp "$DATA"/sotu/txt/180*.txt "$TMP/txt/a/"
+cp "$DATA"/sotu/txt/181*.txt "$TMP/txt/a/b/"
+want_docs=$(find "$TMP/txt" -type f | wc -l)
+./tok train --vocab 600 --out "$TMP/voc" --val-percent 10 "$TMP/txt" > /dev/null 2> "$TMP/s13t.err"
+./tok shards --model "$TMP/voc" --out "$TMP/vsh" --name v --val-percent 10 "$TMP/txt" > /dev/null 2> "$TMP/s13s.err"
+text="Fellow-Citizens of the Senate"
+back=$(printf '%s' "$text" | ./tok encode --model "$TMP/voc" | ./tok decode --model "$TMP/voc")
+"${GPT[@]}" --model d2c32h4t32v600 --tokenizer "$TMP/voc" --train "$TMP/vsh/v_train_*.bin" --val "$TMP/vsh/v_val_*.bin" \
+    --steps 2 --sample-every 2 --sample-tokens 4 --out "$TMP/s13" > "$TMP/s13.out" 2> "$TMP/s13.err"
+st=$?
+./export_gguf --model "$TMP/s13/ckpt_2" --tokenizer "$TMP/voc" --out "$TMP/s13.gguf" > /dev/null 2> "$TMP/s13e.err"
+st2=$?
+"${GPT[@]}" --model d2c32h4t32v4096 --train "$TMP/vsh/v_train_*.bin" --val "$TMP/vsh/v_val_*.bin" --steps 1 \
+    --out "$TMP/s13x" > /dev/null 2> "$TMP/s13x.err"
+st3=$?
+if [ "$back" = "$text" ] && grep -q "tok shards: $want_docs/$want_docs documents" "$TMP/s13s.err" && [ $st = 0 ] \
+   && grep -q '| sample: ' "$TMP/s13.out" && [ $st2 = 0 ] && [ -s "$TMP/s13.gguf" ] \
+   && [ $st3 = 1 ] && grep -q "was tokenized for bpe" "$TMP/s13x.err"; then ok learned_vocabulary_works_end_to_end
+else fail learned_vocabulary_works_end_to_end "back '$back', status $st/$st2/$st3: $(cat "$TMP/s13s.err" "$TMP/s13.err" "$TMP/s13e.err" "$TMP/s13x.err" | tail -5)"; fi
+
+# --- 12: two `make data` at once into one fresh folder (the npm tarballs copied in: no network)
+mkdir -p "$TMP/dd/npm"
+cp "$DATA"/npm/*.tgz "$TMP/dd/npm/"
+make -s data DATA="$TMP/dd" > "$TMP/dd1.log" 2>&1 &
+p1=$!
+make -s data DATA="$TMP/dd" > "$TMP/dd2.log" 2>&1 &
+p2=$!
+wait $p1; s1=$?
+wait $p2; s2=$?
+same=1
+for f in sotu/gpt2/sotu_train_000000.bin sotu/gpt2/sotu_val_000000.bin bpe4k/encoder.json bpe4k/vocab.bpe \
+         sotu/bpe4k/sotu_train_000000.bin; do
+    cmp -s "$DATA/$f" "$TMP/dd/$f" || same=0
+done
+if [ $s1 = 0 ] && [ $s2 = 0 ] && [ $same = 1 ]; then ok make_data_twice_at_once
+else fail make_data_twice_at_once "status $s1/$s2, same files $same: $(tail -n 3 "$TMP/dd1.log" "$TMP/dd2.log")"; fi
+
+[ "$failures" -eq 0 ]
