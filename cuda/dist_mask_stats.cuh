@@ -50,7 +50,7 @@ static void scape_dev_stats(ScapeDev *u, int t, int have_mprev) {
     cudaStream_t s = u->dm.stream;
     const DistConfig *dc = &u->cfg.dist;
     const int n = u->st_plan.nslices;
-    const double dens = scape_density(dc->density, dc->density_start, dc->density_warmup, t);
+    const double dens = dist_density(dc, t);
     cudaCheck(cudaMemsetAsync(u->d_st_gcur, 0, (size_t)scape_mask_words((long long)u->P) * sizeof(uint32_t), s));
     for (int k = 0; k < n; k++) {
         const ParamSlice *sl = &u->tab->slices[u->st_slice[k]];

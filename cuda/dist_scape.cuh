@@ -523,7 +523,7 @@ static int sd_step(Updater *base, int t, float lr, float *grad_norm) {
             scape_dev_momentum(u, b, u->d_cur);
             u->bstate[b] = 1;
         }
-        double d1 = scape_density(dc->density, dc->density_start, dc->density_warmup, t);
+        double d1 = dist_density(dc, t);
         if (d1 >= 1.0) {
             scape_mask_set_range(u->d_cur, 0, (long long)u->P, s);
             u->cur_dens = 1.0;
@@ -635,7 +635,7 @@ static int sd_step(Updater *base, int t, float lr, float *grad_norm) {
     if (u->zero) scape_zero_sync(u, &a);
     /* next mask from |c| (c stays in dm.grads until end_step zeroes it after the top-k) on the communication
      * stream, after ev_c: it overlaps the update, and its all-gather the next forward/backward */
-    scape_dev_make_mask(u, scape_density(dc->density, dc->density_start, dc->density_warmup, t + 1));
+    scape_dev_make_mask(u, dist_density(dc, t + 1));
     u->last_k = K;
     scape_dev_end_step(u);
     u->last_t = t;
@@ -644,5 +644,5 @@ static int sd_step(Updater *base, int t, float lr, float *grad_norm) {
 
 static float sd_density(const Updater *base, int t) {
     const DistConfig *dc = &sdu(base)->cfg.dist;
-    return (float)scape_density(dc->density, dc->density_start, dc->density_warmup, t);
+    return (float)dist_density(dc, t);
 }

@@ -35,6 +35,9 @@ DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, co
         fatal("--density %g is outside (0, 1]; 0.1 means 90%% sparsity", cfg->density);
     if (sparse && !(cfg->density_start > 0 && cfg->density_start <= 1))
         fatal("density start %g is outside (0, 1]; use 1 for the default warm-up from dense", cfg->density_start);
+    if (cfg->double_residual && (cfg->opt.kind != OPT_SCAPE || cfg->zero))
+        fatal("--scape-double-residual-defect reproduces the authors' SCAPE reducer: it needs --optimizer scape "
+              "without --zero");
     if (cfg->payload_bf16 && cfg->opt.kind != OPT_SCAPE)
         fatal("--scape-payload bf16 applies to --optimizer scape only; drop it or use --optimizer scape");
     if (cfg->opt.kind == OPT_TOPK_EF && cfg->zero)
@@ -147,7 +150,7 @@ void distopt_free(DistOptim *d) {
 
 float distopt_density(const DistOptim *d, int t) {
     if (d->cfg.opt.kind != OPT_SCAPE && d->cfg.opt.kind != OPT_TOPK_EF) return 1.0f;
-    return (float)scape_density(d->cfg.density, d->cfg.density_start, d->cfg.density_warmup, t);
+    return (float)dist_density(&d->cfg, t);
 }
 
 void distopt_bucket_ready(void *ctx, int bucket) {

@@ -18,6 +18,7 @@
 #include "common/params.h"
 #include "scape/comm.h"
 #include "scape/optim.h"
+#include "scape/scape.h"
 
 typedef struct {
     OptimConfig opt;       /* kind (adamw, adams, scape, topk-ef), beta1, beta2, eps, weight_decay */
@@ -26,6 +27,11 @@ typedef struct {
     double density;        /* SCAPE / topk-ef target density d in (0, 1] (double: k = floor(d n) in double) */
     double density_start;  /* d_start, default 1 */
     int density_warmup;    /* W steps of geometric warm-up, 0 = none */
+    int double_residual;   /* SCAPE, comparison only: reproduces a defect of the authors' two newest reducers, which
+                            * write the residual twice per step off the mask: r <- 2 c - r_old there, i.e.
+                            * r_old + 2 (beta1 m_{t-1} + (1 - beta1) g) instead of c (unsharded host update only) */
+    int density_dense;     /* S steps at d_start before the warm-up begins (the authors' --topk-adams-start-iter),
+                            * 0 = none; see dist_density */
     int exclude_norms;     /* 1 (default): norm gains and biases always dense */
     int payload_bf16;      /* SCAPE only: 1 sends the payload in bf16 (SCAPE.md section 7), see distopt_create */
     int mask_coding;       /* SCAPE only: 1 codes each owner's mask segment for the all-gather (scape/mask_code.h);
@@ -57,6 +63,14 @@ typedef struct DistOptim DistOptim;
  * where c_i - q_i is exact in fp32, so mean_i r_i + b = mean_i c_i up to fp32 rounding; off M_t r_i <- c_i as
  * always. m_t = b (bf16 values). Payload bytes halve: 2 * 2 K (N-1)/N. Density 1 no longer equals dense AdamS
  * exactly (it is within bf16 rounding of it), and r is not 0 on the mask. */
+/* Density in force at step t >= 1 under cfg's schedule (SCAPE.md section 5): d_start for t <= S (the dense phase),
+ * then scape_density's geometric warm-up shifted by S, d_start * (d / d_start)^min(1, (t - 1 - S) / W), so step
+ * S + 1 runs at d_start and steps t > S + W at exactly d. */
+static inline double dist_density(const DistConfig *cfg, int t) {
+    if (t <= cfg->density_dense) return cfg->density_start;
+    return scape_density(cfg->density, cfg->density_start, cfg->density_warmup, t - cfg->density_dense);
+}
+
 DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, const DistConfig *cfg);
 void distopt_free(DistOptim *d);
 

@@ -107,7 +107,7 @@ void stats_compute(DistOptim *d, int t, const uint8_t *gmask, const float *gvec,
 }
 
 void stats_scape(DistOptim *d, int t, int have_prev) {
-    double dens = scape_density(d->cfg.density, d->cfg.density_start, d->cfg.density_warmup, t);
+    double dens = dist_density(&d->cfg, t);
     memset(d->st_gcur, 0, mask_bytes(d->P));
     for (int i = 0; i < d->tab->n; i++) {
         const ParamSlice *s = &d->tab->slices[i];

@@ -12,7 +12,8 @@
  *           before the update so that it overlaps it and the next forward/backward; with cfg.mask_coding each
  *           owner's segment travels coded (scape/mask_code.h) against M_t and is decoded on collection
  *   item 3, 4, 7  error feedback r_i = c_i off M_t, m_t = b on M_t, the masked AdamS update and weight decay
- *           alone off the mask (scape_update_pass)
+ *           alone off the mask (scape_update_pass); cfg.double_residual, for comparison only, reproduces the
+ *           authors' newest reducers, which write it twice off the mask (r_i = 2 c_i - r_i,old)
  * State (dist_impl.h): m compact on the mask it was last updated on (mask_m: about d P values; issue 17), r (P),
  * mask_cur = M_t, mask_next = M_{t+1} once collected, the
  * owners' packed segments (seg), the payload in stage (K_t values, bucket after bucket from pay_off) and with the bf16 payload stage16 and
@@ -419,7 +420,7 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
     }
     const float fN = (float)d->world;
     const uint8_t *M = d->mask_cur, *Mm = d->mask_m;
-    const int have_m = d->have_m;
+    const int have_m = d->have_m, dbl = d->cfg.double_residual;
     /* the residual on M_t: 0, or with the bf16 payload what rounding lost (distopt_create's comment) */
 #define RESIDUAL_ON(j, q) (qe ? (c[j] - bf16_to_f32(bf16_from_f32(c[j]))) + fN * qe[q] : 0.0f)
     /* r on M_t (pq: the coordinate's payload index, counted along) */
@@ -474,7 +475,8 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
                         scape_update_on(&p[j + i], &mv, bv[q++], sc, clipped, b1, omb1, b2, eps, bc1, sqrt_bc2, lr, wd);
                         mn[qn++] = mv;
                     } else {
-                        r[j + i] = c[j + i];
+                        /* error feedback r = c; the authors' defect (cfg.double_residual) adds c - r_old again */
+                        r[j + i] = dbl ? c[j + i] + (c[j + i] - r[j + i]) : c[j + i];
                         p[j + i] -= lr * (wd * p[j + i]);
                     }
                 }

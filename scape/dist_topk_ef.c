@@ -32,7 +32,7 @@ void topk_init(DistOptim *d) {
 
 /* Start of step t's communication: K_b per bucket from the density at t, room for the all-gathers, S_t cleared. */
 static void topk_begin(DistOptim *d, int t) {
-    double dens = scape_density(d->cfg.density, d->cfg.density_start, d->cfg.density_warmup, t);
+    double dens = dist_density(&d->cfg, t);
     size_t K = 0;
     for (int b = 0; b < d->nb; b++) {
         d->pair_off[b] = K;
@@ -57,7 +57,7 @@ static void topk_begin(DistOptim *d, int t) {
 
 /* acc = e + g over bucket b into stage, S_t of its slices, this rank's pairs, and the bucket's all-gather. */
 static void topk_queue_bucket(DistOptim *d, int b) {
-    double dens = scape_density(d->cfg.density, d->cfg.density_start, d->cfg.density_warmup, d->cur_t);
+    double dens = dist_density(&d->cfg, d->cur_t);
     float *acc = d->stage;
     TopkPair *all = d->pairs + (size_t)d->world * d->pair_off[b];
     TopkPair *out = all + (size_t)d->rank * d->bucket_k[b];

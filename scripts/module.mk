@@ -20,3 +20,4 @@ TEST_CMDS += "test/test_reproduce.sh gpt $(DATA)"
 TEST_CMDS += "test/test_reproduce.sh llama $(DATA)"
 TEST_CMDS += test/test_reproduce_netem.sh
 TEST_CMDS += "/usr/bin/python3 test/test_reproduce_cost.py"
+TEST_CMDS += test/test_cluster_recipes.sh

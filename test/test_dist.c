@@ -199,6 +199,22 @@ TEST(density_schedule_is_geometric_warmup) {
     CHECK(scape_density(0.01, 1.0, 100, 100) > 0.01, "d(W) is already d: the schedule runs one step ahead");
     CHECK(scape_density(0.01, 1.0, 100, 101) == 0.01 && scape_density(0.01, 1.0, 100, 5000) == 0.01, "d(t > W) is not d");
     CHECK(scape_density(0.01, 1.0, 0, 1) == 0.01, "no warm-up: d(1) expected d");
+    /* a dense phase of S steps (the authors' --topk-adams-start-iter 2000, then 8000 warm-up steps, Llama-500M d 0.1):
+     * d_start through step S + 1, the warm-up's midpoint at S + W/2 + 1, d from S + W + 1 on */
+    DistConfig dc = {.density = 0.1, .density_start = 1.0, .density_warmup = 8000, .density_dense = 2000};
+    CHECK(dist_density(&dc, 1) == 1.0 && dist_density(&dc, 2000) == 1.0 && dist_density(&dc, 2001) == 1.0,
+          "dense phase: d(1), d(S), d(S+1) = %g %g %g, expected 1", dist_density(&dc, 1), dist_density(&dc, 2000),
+          dist_density(&dc, 2001));
+    CHECK(dist_density(&dc, 2002) < 1.0 && fabs(dist_density(&dc, 2002) - pow(0.1, 1.0 / 8000)) < 1e-15,
+          "d(S+2) = %.17g, expected 0.1^(1/8000)", dist_density(&dc, 2002));
+    CHECK(fabs(dist_density(&dc, 6001) - sqrt(0.1)) < 1e-12, "d(S + W/2 + 1) = %.17g, expected sqrt(0.1)",
+          dist_density(&dc, 6001));
+    CHECK(dist_density(&dc, 10000) > 0.1 && dist_density(&dc, 10001) == 0.1 && dist_density(&dc, 100000) == 0.1,
+          "d(S+W) must still be above d, d(S+W+1) and later exactly d: %.17g %.17g", dist_density(&dc, 10000),
+          dist_density(&dc, 10001));
+    dc.density_dense = 0;
+    for (int t = 1; t < 12000; t += 997)
+        CHECK(dist_density(&dc, t) == scape_density(0.1, 1.0, 8000, t), "S = 0 differs from scape_density at t %d", t);
     CHECK(scape_k(0.7, 10) == 7 && scape_k(0.01, 50) == 1 && scape_k(1.0, 9) == 9, "k: expected 7 1 9, got %zu %zu %zu",
           scape_k(0.7, 10), scape_k(0.01, 50), scape_k(1.0, 9));
     CHECK(scape_k(0.01, 32000u * 1536u) == 491520, "k(0.01, 32000 x 1536) expected 491520, got %zu (a float density "
@@ -310,6 +326,52 @@ TEST(scape_first_moment_is_held_compact) {
 
 /* SCAPE.md 9.2, 9.3, 9.5, 9.7 on one run: conservation bit for bit, identical shared state on every rank,
  * the mask in use at t is the one made at t-1, g_hat equals an explicit second reduction. */
+/* The authors'-residual ablation (cfg.double_residual, issue 29): off the mask the residual is written twice,
+ * r = c + (c - r_old) = r_old + 2 (beta1 m_{t-1} + (1 - beta1) g), bit for bit against that hand computation from
+ * the captured c and the previous r; on the mask it is 0 as in SCAPE; c itself is SCAPE's formula. */
+TEST(double_residual_defect_writes_the_residual_twice_off_the_mask) {
+    Toy m;
+    toy_build(&m);
+    size_t P = m.tab.total;
+    DistConfig cfg = sparse_config();
+    cfg.double_residual = 1;
+    DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
+    float *c = xmalloc(P * 4, "c"), *s = xmalloc(P * 4, "s"), *gh = xmalloc(P * 4, "gh");
+    float *mprev = xmalloc(P * 4, "mprev"), *rprev = xmalloc(P * 4, "rprev"), *g = xmalloc(P * 4, "g");
+    distopt_debug_capture(d, c, s, gh);
+    const float b1 = cfg.opt.beta1, omb1 = 1.0f - b1;
+    size_t off_total = 0, grown = 0;
+    for (int t = 1; t <= 6; t++) {
+        memcpy(mprev, distopt_moment(d), P * 4);
+        memcpy(rprev, distopt_residual(d), P * 4);
+        toy_grad(&m, m.g, t, R * B, B);
+        memcpy(g, m.g, P * 4);
+        for (int b = 0; b < m.tab.num_buckets; b++) distopt_bucket_ready(d, b);
+        float gn;
+        CHECK(distopt_step(d, t, LR, &gn) == 0, "step %d skipped", t);
+        const float *r = distopt_residual(d);
+        const uint8_t *M = distopt_mask(d, 0);
+        size_t badc = 0, badr = 0;
+        for (size_t j = 0; j < P; j++) {
+            float cj = b1 * mprev[j] + omb1 * g[j] + rprev[j];
+            if (memcmp(&cj, &c[j], 4)) badc++;
+            float want = mask_get(M, j) ? 0.0f : c[j] + (c[j] - rprev[j]);
+            if (memcmp(&want, &r[j], 4)) badr++;
+            if (!mask_get(M, j)) {
+                off_total++;
+                grown += fabsf(r[j]) > fabsf(c[j]);
+            }
+        }
+        CHECK(badc == 0, "step %d: %zu coordinates of c differ from beta1 m + (1-beta1) g + r", t, badc);
+        CHECK(badr == 0, "step %d: %zu coordinates of r differ from 0 on the mask, c + (c - r_old) off it", t, badr);
+    }
+    CHECK(off_total > 0 && grown > off_total / 2, "the doubled residual should exceed |c| at most coordinates off the "
+          "mask: %zu of %zu", grown, off_total);
+    distopt_free(d);
+    free(c), free(s), free(gh), free(mprev), free(rprev), free(g);
+    toy_free(&m);
+}
+
 TEST(inv2_3_5_7_conservation_identical_state_mask_lag_and_ghat) {
     Toy m;
     toy_build(&m);
@@ -382,7 +444,7 @@ TEST(inv4_owned_masks_are_exact_topk_and_norms_dense) {
     for (int t = 1; t <= 6; t++) {
         train_step(d, &m, t);
         const uint8_t *Mn = distopt_mask(d, 1);
-        double dens = scape_density(cfg.density, cfg.density_start, cfg.density_warmup, t + 1);
+        double dens = dist_density(&cfg, t + 1);
         for (int i = 0; i < m.tab.n; i++) {
             const ParamSlice *sl = &m.tab.slices[i];
             size_t n = sl->numel, cnt = mask_count(Mn, sl->offset, sl->offset + n);
@@ -435,7 +497,7 @@ TEST(inv6_one_payload_allreduce_and_one_mask_allgather_per_step_with_formula_byt
         uint64_t K = mask_count(distopt_mask(d, 0), 0, P);
         CHECK(distopt_payload_count(d) == K, "step %d: payload count %zu, mask has %llu", t, distopt_payload_count(d), (unsigned long long)K);
         /* step 1 gathers its own mask first when it starts below density 1 (here d(1) = d_start = 1: it does not) */
-        uint64_t ngather = t == 1 && scape_density(cfg.density, cfg.density_start, cfg.density_warmup, 1) < 1.0 ? 2 : 1;
+        uint64_t ngather = t == 1 && dist_density(&cfg, 1) < 1.0 ? 2 : 1;
         uint64_t ar = 2ull * 4 * K * (uint64_t)(N - 1) / (uint64_t)N, ag = ngather * seg * (uint64_t)(N - 1) / (uint64_t)N;
         CHECK(k[COMM_ALLREDUCE].calls == (uint64_t)m.tab.num_buckets, "step %d: %llu payload all-reduces, expected one per bucket (%d)", t,
               (unsigned long long)k[COMM_ALLREDUCE].calls, m.tab.num_buckets);
@@ -624,7 +686,7 @@ TEST(topk_ef_conservation_average_fill_in_identical_state_and_formula_bytes) {
         }
         CHECK(bada == 0, "step %d: %zu coordinates of acc differ from e + g", t, bada);
         CHECK(badc == 0, "step %d: selected + e != acc at %zu coordinates", t, badc);
-        double dens = scape_density(cfg.density, cfg.density_start, cfg.density_warmup, t);
+        double dens = dist_density(&cfg, t);
         uint64_t K = 0;
         for (int i = 0; i < m.tab.n; i++) {
             const ParamSlice *sl = &m.tab.slices[i];
@@ -1041,7 +1103,7 @@ static void mask_stats_case(const char *test_name_, DistConfig cfg) {
             CHECK(st == NULL, "step %d: statistics on rank %d or while off", t, R);
         } else {
             CHECK(st != NULL && st->step == t, "step %d: no statistics on rank 0", t);
-            double dens = scape_density(cfg.density, cfg.density_start, cfg.density_warmup, t);
+            double dens = dist_density(&cfg, t);
             /* the raw-gradient mask: SCAPE's hypothetical top-k of |g|, topk-ef's selection of |acc| */
             memset(gcur, 0, MB);
             int n = 0;
@@ -1241,6 +1303,7 @@ int main(int argc, char **argv) {
     MPI_RUN_TEST(density_schedule_is_geometric_warmup);
     MPI_RUN_TEST(inv1_density_one_equals_dense_adams_and_residual_stays_zero);
     MPI_RUN_TEST(inv2_3_5_7_conservation_identical_state_mask_lag_and_ghat);
+    MPI_RUN_TEST(double_residual_defect_writes_the_residual_twice_off_the_mask);
     MPI_RUN_TEST(scape_first_moment_is_held_compact);
     MPI_RUN_TEST(fused_dense_updates_equal_scale_update_clear);
     MPI_RUN_TEST(inv4_owned_masks_are_exact_topk_and_norms_dense);

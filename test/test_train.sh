@@ -133,6 +133,8 @@ expect_error error_bad_choice 2 "^error: --optimizer: 'sgd' is not one of adamw\
 expect_error error_lr_floor_above_lr 2 '^error: --lr-floor 0.5 is above --lr 0.1' "${RUN[@]}" --lr 0.1 --lr-floor 0.5
 expect_error error_density_without_scape 2 '^error: --density 0.1 applies only to --optimizer scape' \
     "${RUN[@]}" --density 0.1
+expect_error error_double_residual_needs_scape any "error: --scape-double-residual-defect reproduces the authors' SCAPE reducer: it needs --optimizer scape without --zero" \
+    "${RUN[@]}" --out "$TMP/x" --scape-double-residual-defect
 expect_error error_vocab_mismatch any 'bad.bin' "${RUN[@]}" --out "$TMP/x" --train "$TMP/data/bad.bin"
 expect_error error_missing_train_data any "error: --train $TMP/nothere.*make data" \
     "${RUN[@]}" --out "$TMP/x" --train "$TMP/nothere*.bin"
@@ -166,6 +168,14 @@ else fail plot_loss_writes_png "$(cat "$TMP/p.out")"; fi
 if "$TOY" --help > "$TMP/h.out" 2>&1 && grep -q -- '--resume S' "$TMP/h.out" && grep -q -- '--scape-exclude-norms N' "$TMP/h.out"; then
     ok help_exits_zero
 else fail help_exits_zero "$(head -3 "$TMP/h.out")"; fi
+
+# --- a dense phase (--density-dense-steps S, the authors' --topk-adams-start-iter): d_start through step S + 1, then
+#     the geometric warm-up: S 3, W 2, d 0.25 logs densities 1 1 1 1 0.5 0.25
+"${RUN[@]}" --out "$TMP/dp" --steps 6 --optimizer scape --density 0.25 --density-dense-steps 3 --density-warmup 2 \
+    --eval-every 0 --sample-every 0 > "$TMP/dp.out" 2>&1
+got=$(grep '"event": "train"' "$TMP/dp/log.jsonl" | sed -E 's/.*"density": ([^,]+),.*/\1/' | tr '\n' ' ')
+if [ "$got" = "1 1 1 1 0.5 0.25 " ]; then ok dense_phase_then_warmup_densities
+else fail dense_phase_then_warmup_densities "densities '$got', expected '1 1 1 1 0.5 0.25 '"; fi
 
 # --- a density warm-up longer than the run says so in one line (it would never reach --density); a shorter one does not
 if "${RUN[@]}" --out "$TMP/dw" --optimizer scape --density 0.1 --density-warmup 50 > "$TMP/dw.out" 2>&1 \

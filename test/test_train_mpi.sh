@@ -37,6 +37,9 @@ resume_bitwise() {
 resume_bitwise resume_2_ranks_adamw_bitwise
 resume_bitwise resume_2_ranks_scape_bitwise --optimizer scape --density 0.25 --density-start 1 --density-warmup 3
 resume_bitwise resume_2_ranks_zero_bitwise --zero
+# resumed at step 4, inside a dense phase that ends at step 5: the schedule continues across it bit for bit
+resume_bitwise resume_2_ranks_scape_across_dense_phase_bitwise --optimizer scape --density 0.25 --density-start 1 \
+    --density-dense-steps 5 --density-warmup 2
 
 # gradient accumulation: 256 tokens = 4 x 16 x 2 ranks x accum 2
 if "${MPI[@]}" -np 2 "${RUN[@]}" --out "$TMP/acc" --total-batch 256 > "$TMP/acc.out" 2>&1 \

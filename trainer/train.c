@@ -883,9 +883,10 @@ static void log_start(Run *r, int start_step) {
                    c->steps, c->lr);
         /* the density reaches --density at step W + 1 (scape/scape.h scape_density) */
         int sparse = !strcmp(c->optimizer, "scape") || !strcmp(c->optimizer, "topk-ef");
-        if (sparse && c->density < c->density_start && c->density_warmup >= c->steps)
-            printf("note: --density-warmup %d >= --steps %d, so the density never reaches --density %g (it ends at "
-                   "%.4g); shorten the warm-up or train longer\n", c->density_warmup, c->steps, c->density,
+        if (sparse && c->density < c->density_start && c->density_dense + c->density_warmup >= c->steps)
+            printf("note: %s--density-warmup %d >= --steps %d, so the density never reaches --density %g (it ends at "
+                   "%.4g); shorten the warm-up or train longer\n", c->density_dense ? "--density-dense-steps + " : "",
+                   c->density_dense + c->density_warmup, c->steps, c->density,
                    r->u->density(r->u, c->steps));
         if (strncmp(r->u->desc, "host", 4) != 0) printf("update: %s\n", r->u->desc);
         if (r->ckpt_path[0]) printf("resuming from %s at step %d\n", r->ckpt_path, start_step);
@@ -1049,6 +1050,8 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     dc.density = c->density;
     dc.density_start = c->density_start;
     dc.density_warmup = c->density_warmup;
+    dc.density_dense = c->density_dense;
+    dc.double_residual = c->scape_double_residual;
     dc.exclude_norms = c->scape_exclude_norms;
     dc.payload_bf16 = strcmp(c->scape_payload, "bf16") == 0;
     dc.mask_coding = strcmp(c->scape_mask_coding, "auto") == 0;
@@ -1058,7 +1061,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     uc.comm = comm_backend(c->comm);
     uc.seed = c->seed;
     uc.scape_offload_residual = c->scape_offload_residual;
-    int want_host = strcmp(c->update, "host") == 0;
+    int want_host = strcmp(c->update, "host") == 0 || c->scape_double_residual; /* the ablation is the host's */
     r->u = r->m->create_updater && !want_host ? r->m->create_updater(r->m, &uc) : NULL;
     if (!r->u) {
         if (strcmp(c->update, "device") == 0 && !r->m->create_updater)

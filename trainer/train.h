@@ -24,7 +24,7 @@ typedef struct {
     uint64_t seed;
     int threads, shuffle, zero;
     double density, density_start; /* double: k = floor(d n) must see the density as typed (0.01, not 0.01f) */
-    int density_warmup, scape_exclude_norms, scape_offload_residual;
+    int density_warmup, density_dense, scape_exclude_norms, scape_offload_residual, scape_double_residual;
     int mask_stats_every; /* log a "mask" event every N steps (scape/dist.h DistMaskStats), 0 = off */
     float peak_flops;
     int max_bad_steps; /* stop after this many consecutive non-finite steps, 0 = never */

@@ -78,6 +78,12 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
          "SCAPE / topk-ef density d_start at step 1 of the warm-up", 0},
         {"density-warmup", ARG_INT, &c->density_warmup, "0", 0, IMAX, NULL,
          "SCAPE / topk-ef geometric density warm-up steps", 0},
+        {"density-dense-steps", ARG_INT, &c->density_dense, "0", 0, IMAX, NULL,
+         "SCAPE / topk-ef: steps at --density-start before the warm-up begins (a dense phase; the authors' "
+         "--topk-adams-start-iter, 2000 in their Llama-500M d 0.1 run)", 0},
+        {"scape-double-residual-defect", ARG_FLAG, &c->scape_double_residual, NULL, 0, 1, NULL,
+         "comparison only: reproduces a defect of the authors' newest SCAPE reducer, which writes the residual twice "
+         "per step off the mask (r <- r + 2 (beta1 m + (1 - beta1) g) there); host update, no --zero", 0},
         {"scape-offload-residual", ARG_FLAG, &c->scape_offload_residual, NULL, 0, 1, NULL,
          "device SCAPE: keep the residual r in pinned host memory, staged through the GPU a slice at a time "
          "(SCAPE.md section 7; saves 4P bytes of GPU memory, results identical)", 0},
