@@ -44,10 +44,14 @@ int device_updater_has_nccl(void) {
 #endif
 }
 
-/* Ranks on this node (Open MPI's variable; without it, the whole world) - for --comm auto */
-static int node_ranks(int world) {
-    const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    return v && atoi(v) > 0 ? atoi(v) : world;
+/* 1 if every rank of this node computes on a GPU of its own (their PCI bus ids differ: a launcher's
+ * CUDA_VISIBLE_DEVICES per task counts, not the number of visible devices), for NCCL. A collective. */
+static int gpu_per_rank(void) {
+    int dev = 0;
+    char bus[64] = "";
+    cudaCheck(cudaGetDevice(&dev));
+    if (cudaDeviceGetPCIBusId(bus, (int)sizeof bus, dev) != cudaSuccess) snprintf(bus, sizeof bus, "device %d", dev);
+    return comm_node_keys_distinct(bus);
 }
 
 static void *dmalloc(size_t bytes, const char *what) {
@@ -76,16 +80,17 @@ static int choose_nccl(const UpdaterConfig *cfg, int world) {
         fatal("--comm nccl: this build has no NCCL (nccl.h was not found at build time); use --comm mpi, or rebuild "
               "with NCCL installed (cuda/mk/dist.mk: NCCL_HOME)");
     if (world > 1) {
+        int own = gpu_per_rank(); /* the same answer on every rank */
         if (cfg->comm == COMM_BACKEND_NCCL) nccl = 1;
         if (cfg->comm == COMM_BACKEND_AUTO) {
             /* the same choice on every rank (nodes may differ in GPUs): NCCL only if every rank can use it */
-            int64_t cannot = !(device_updater_has_nccl() && node_ranks(world) <= ndev);
+            int64_t cannot = !(device_updater_has_nccl() && own);
             comm_allreduce_max_i64(&cannot, 1);
             nccl = !cannot;
         }
-        if (nccl && node_ranks(world) > ndev)
-            fatal("--comm nccl: %d ranks on this node share %d GPU%s, and NCCL needs one GPU per rank; use --comm mpi "
-                  "(host-staged) or at most %d ranks per node", node_ranks(world), ndev, ndev == 1 ? "" : "s", ndev);
+        if (nccl && !own)
+            fatal("--comm nccl: %d ranks on this node share %d visible GPU%s, and NCCL needs one GPU per rank; use "
+                  "--comm mpi (host-staged) or at most one rank per GPU", comm_local_size(), ndev, ndev == 1 ? "" : "s");
     }
     return nccl;
 }

@@ -29,6 +29,7 @@ extern "C" {
 }
 #if !defined(TESTING) || defined(TESTING_DEVICE_UPDATE)
 #include "cuda/dist.h"
+#include "scape/comm.h"
 #endif
 
 /* cudaMalloc of `bytes`, or fatal() naming `what`, the size in GiB and the fix. */
@@ -41,17 +42,18 @@ static void *dalloc(size_t bytes, const char *what) {
     return p;
 }
 
-/* Picks this process's GPU: one per local rank when there are several, ranks sharing GPUs 0..ndev-1 round-robin
- * otherwise (Open MPI sets OMPI_COMM_WORLD_LOCAL_RANK; without it device 0). fatal() naming `trainer` and the
- * CPU trainer to use instead when no device is usable. */
+/* Picks this process's GPU by its node-local rank from MPI (scape/comm.h comm_gpu_for_rank: any launcher; with
+ * one visible device per task, that device). fatal() naming `trainer` and the CPU trainer to use instead when no
+ * device is usable. */
 static void select_gpu(const char *trainer, const char *cpu_trainer) {
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || ndev == 0)
         fatal("no CUDA device usable (%s); run %s on a machine with an NVIDIA GPU, or use %s",
               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", trainer, cpu_trainer);
-    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    cudaCheck(cudaSetDevice(lr ? atoi(lr) % ndev : 0));
+    int dev = comm_gpu_for_rank(comm_local_rank(), comm_local_size(), ndev);
+    cudaCheck(cudaSetDevice(dev));
+    comm_note_gpu(dev);
 }
 
 typedef struct {

@@ -75,6 +75,10 @@ static struct {
     JobOp cur_op;
     uint64_t cur_ticket;
     MPI_Comm wd_comm;
+    /* this rank's node (MPI_Comm_split_type shared): local rank and size, the node's lowest world rank, its name */
+    int local_rank, local_size, node_id;
+    char host[64];
+    int gpu; /* the device this rank computes on (comm_note_gpu), -1 none */
 } C;
 
 static const char *job_name(JobOp op) {
@@ -182,6 +186,52 @@ static void abort_hook(int status) {
 
 int comm_rank(void) { return C.inited ? C.rank : 0; }
 int comm_world(void) { return C.inited ? C.world : 1; }
+int comm_local_rank(void) { return C.inited ? C.local_rank : 0; }
+int comm_local_size(void) { return C.inited ? C.local_size : 1; }
+int comm_node_id(void) { return C.inited ? C.node_id : 0; }
+const char *comm_host(void) { return C.host[0] ? C.host : "?"; }
+void comm_note_gpu(int device) { C.gpu = device; }
+
+int comm_gpu_for_rank(int local_rank, int local_size, int visible) {
+    (void)local_size; /* ranks beyond the visible GPUs share them round-robin */
+    if (visible <= 1) return 0; /* one visible GPU (CUDA_VISIBLE_DEVICES per task): each rank takes it */
+    return local_rank % visible;
+}
+
+int comm_node_keys_distinct(const char *key) {
+    enum { KEY = 64 };
+    char mine[KEY + 8];
+    memset(mine, 0, sizeof mine);
+    int id = comm_node_id();
+    memcpy(mine, &id, sizeof id);
+    snprintf(mine + 8, KEY, "%s", key);
+    int world = comm_world();
+    char *all = xmalloc((size_t)world * sizeof mine, "node keys");
+    comm_allgather(mine, all, sizeof mine);
+    int distinct = 1;
+    for (int a = 0; a < world && distinct; a++)
+        for (int b = a + 1; b < world && distinct; b++)
+            if (!memcmp(all + (size_t)a * sizeof mine, all + (size_t)b * sizeof mine, sizeof mine)) distinct = 0;
+    free(all);
+    return distinct;
+}
+
+void comm_print_placement(int threads) {
+    enum { LINE = 160 };
+    char mine[LINE];
+    char gpu[24] = "";
+    if (C.gpu >= 0) snprintf(gpu, sizeof gpu, ", GPU %d", C.gpu);
+    snprintf(mine, sizeof mine, "rank %d on %s: local rank %d of %d, %d thread%s%s", comm_rank(), comm_host(),
+             comm_local_rank(), comm_local_size(), threads, threads == 1 ? "" : "s", gpu);
+    int world = comm_world();
+    char *all = xmalloc((size_t)world * LINE, "placement");
+    comm_allgather(mine, all, LINE);
+    if (comm_rank() == 0) {
+        for (int r = 0; r < world; r++) printf("placement: %s\n", all + (size_t)r * LINE);
+        fflush(stdout);
+    }
+    free(all);
+}
 int comm_using_mpi(void) { return C.use_mpi; }
 
 static int to_int(size_t n, const char *what) {
@@ -673,7 +723,23 @@ void comm_init(int *argc, char ***argv) {
         MPI_Comm_rank(MPI_COMM_WORLD, &C.rank);
         MPI_Comm_size(MPI_COMM_WORLD, &C.world);
         MPI_Comm_dup(MPI_COMM_WORLD, &C.wd_comm); /* the watchdog's messages never match a collective's */
+        /* the node from MPI itself, whatever launched the job (mpirun, srun, mpiexec.hydra): no launcher's
+         * environment variables */
+        MPI_Comm node;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, C.rank, MPI_INFO_NULL, &node);
+        MPI_Comm_rank(node, &C.local_rank);
+        MPI_Comm_size(node, &C.local_size);
+        C.node_id = C.rank;
+        MPI_Bcast(&C.node_id, 1, MPI_INT, 0, node); /* local rank 0's world rank names the node */
+        MPI_Comm_free(&node);
+    } else {
+        C.local_rank = 0;
+        C.local_size = 1;
+        C.node_id = 0;
     }
+    C.gpu = -1;
+    if (gethostname(C.host, sizeof C.host) != 0) snprintf(C.host, sizeof C.host, "?");
+    C.host[sizeof C.host - 1] = '\0';
     pthread_mutex_init(&C.mu, NULL);
     pthread_cond_init(&C.cv_job, NULL);
     pthread_cond_init(&C.cv_done, NULL);

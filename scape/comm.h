@@ -49,6 +49,25 @@ void comm_finalize(void);
 void comm_set_timeout(int seconds);
 int comm_rank(void);
 int comm_world(void);
+/* This rank's node, from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) at comm_init, so under any launcher (mpirun,
+ * srun, mpiexec.hydra): its rank among the node's ranks (0.. local size - 1, in world-rank order) and their number;
+ * 0 and 1 without MPI. comm_node_id: the node's lowest world rank (equal on a node, distinct across nodes). */
+int comm_local_rank(void);
+int comm_local_size(void);
+int comm_node_id(void);
+const char *comm_host(void); /* gethostname() of this rank */
+/* The GPU a rank takes among `visible` devices (after CUDA_VISIBLE_DEVICES): with one visible device, that one
+ * (SLURM's --gpus-per-task gives each task its own); otherwise local rank modulo visible (one each while there
+ * are enough, round-robin beyond). A pure function: test_comm checks it over (local rank, local size, visible). */
+int comm_gpu_for_rank(int local_rank, int local_size, int visible);
+/* Records the device this rank computes on, for comm_print_placement (-1: none). */
+void comm_note_gpu(int device);
+/* 1 if no two ranks of one node pass the same key (at most 63 bytes; e.g. a GPU's PCI bus id: then every rank has a
+ * GPU of its own). A collective: every rank calls it. */
+int comm_node_keys_distinct(const char *key);
+/* Rank 0 prints one line per rank, "placement: rank R on HOST: local rank L of N, T threads[, GPU g]". A
+ * collective. */
+void comm_print_placement(int threads);
 
 /* Blocking helpers for the compute thread (small control data: losses, norms, checksums, flags). */
 void comm_barrier(void);

@@ -7,6 +7,8 @@ export DEBIAN_FRONTEND=noninteractive
 pkgs="build-essential libopenblas-dev libopenblas0-openmp libopenmpi-dev openmpi-bin libpcre2-dev libxxhash-dev nodejs npm python3-torch python3-numpy gnuplot-nox"
 # hardening: clang + its run-time libraries for the libFuzzer harnesses (`make fuzz`), cppcheck for `make cppcheck`
 pkgs="$pkgs clang libclang-rt-14-dev cppcheck"
+# SLURM for test/test_slurm.sh: a real one-node cluster (scripts/slurm_local.sh) runs the batch job
+pkgs="$pkgs slurm-wlm munge"
 missing=""
 for p in $pkgs; do
     # nodejs may come from another source that also provides npm; accept any installed node + npm

@@ -248,6 +248,34 @@ TEST(comm_thread_busy_time_counted_and_waiting_does_not_spin) {
     free(buf);
 }
 
+/* issue 30: the node-local rank comes from MPI (MPI_Comm_split_type shared), not from a launcher's variables: on
+ * this one machine every rank shares the node, local rank = world rank (split keyed by world rank), size = world,
+ * node id 0; and keys are told apart per node (the NCCL check passes a GPU's bus id). */
+TEST(local_rank_and_size_come_from_mpi) {
+    CHECK(comm_local_rank() == R && comm_local_size() == N && comm_node_id() == 0,
+          "rank %d of %d: local rank %d of %d, node %d (expected %d of %d, node 0)", R, N, comm_local_rank(),
+          comm_local_size(), comm_node_id(), R, N);
+    CHECK(comm_host()[0] != '\0' && strcmp(comm_host(), "?") != 0, "host name '%s'", comm_host());
+    char key[32];
+    snprintf(key, sizeof key, "gpu-%d", R);
+    CHECK(comm_node_keys_distinct(key) == 1, "distinct keys reported as shared");
+    CHECK(comm_node_keys_distinct("same") == (N == 1), "a key every rank passes: %d with %d ranks",
+          comm_node_keys_distinct("same"), N);
+}
+
+/* The GPU choice over (local rank, local size, visible GPUs): one each while there are enough, round-robin past
+ * them, and the single visible device when a launcher gives each task its own (CUDA_VISIBLE_DEVICES per task). */
+TEST(gpu_choice_by_local_rank) {
+    static const int cases[][4] = {/* local rank, local size, visible, expected */
+                                   {0, 1, 1, 0}, {0, 4, 4, 0}, {3, 4, 4, 3}, {1, 2, 8, 1}, {5, 8, 4, 1},
+                                   {7, 8, 4, 3}, {0, 2, 1, 0}, {1, 2, 1, 0}, {3, 4, 1, 0}, {2, 3, 2, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int got = comm_gpu_for_rank(cases[i][0], cases[i][1], cases[i][2]);
+        CHECK(got == cases[i][3], "local rank %d of %d with %d visible: GPU %d, expected %d", cases[i][0], cases[i][1],
+              cases[i][2], got, cases[i][3]);
+    }
+}
+
 int main(int argc, char **argv) {
     comm_init(&argc, &argv);
     R = comm_rank();
@@ -272,6 +300,8 @@ int main(int argc, char **argv) {
     MPI_RUN_TEST(bcast_and_control_helpers_agree_everywhere);
     MPI_RUN_TEST(byte_counters_follow_the_ring_formulas);
     MPI_RUN_TEST(comm_thread_busy_time_counted_and_waiting_does_not_spin);
+    MPI_RUN_TEST(local_rank_and_size_come_from_mpi);
+    MPI_RUN_TEST(gpu_choice_by_local_rank);
     comm_finalize();
     TEST_EXIT();
 }

@@ -63,4 +63,22 @@ if "${RUN[@]}" --out "$TMP/w21" --resume "$TMP/resume_2_ranks_scape_bitwise.a/ck
     ok resume_2_rank_scape_checkpoint_on_1_rank
 else fail resume_2_rank_scape_checkpoint_on_1_rank "$(tail -3 "$TMP/w21.out")"; fi
 
+# --- issue 30: each rank's node-local rank and the threads default come from MPI (not from Open MPI's variables,
+#     which are unset here as under srun): on this machine of C cores, N ranks are local ranks 0..N-1 of N with
+#     max(1, C / N) threads each, one placement line per rank
+cores=$(nproc)
+for np in 2 4; do
+    name=placement_from_mpi_${np}_ranks
+    "${MPI[@]}" -np $np -x OMPI_COMM_WORLD_LOCAL_RANK=7 -x OMPI_COMM_WORLD_LOCAL_SIZE=9 \
+        "$TOY" --model v32l2t64 --train "$TMP/data/train.bin" --val "$TMP/data/val.bin" --batch 4 --seq 16 --steps 1 \
+        --eval-every 0 --sample-every 0 --out "$TMP/pl$np" > "$TMP/pl$np.out" 2>&1
+    threads=$(( cores / np > 0 ? cores / np : 1 ))
+    bad=""
+    for r in $(seq 0 $((np - 1))); do
+        grep -q "^placement: rank $r on $(hostname): local rank $r of $np, $threads thread" "$TMP/pl$np.out" || bad="$bad $r"
+    done
+    if [ -z "$bad" ] && [ "$(grep -c '^placement: ' "$TMP/pl$np.out")" = $np ]; then ok "$name"
+    else fail "$name" "ranks$bad: $(grep placement "$TMP/pl$np.out" | head -4; tail -n 2 "$TMP/pl$np.out")"; fi
+done
+
 [ "$failures" -eq 0 ]

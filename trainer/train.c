@@ -38,15 +38,8 @@
 /* ------------------------------------------------------------------------------------------------------------ */
 /* set-up helpers */
 
-/* Ranks sharing this node: the launcher tells us (Open MPI, MPICH); without one, the whole world is local. */
-static int local_ranks(void) {
-    const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_SIZE"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && atoi(v) > 0) return atoi(v);
-    }
-    return comm_world();
-}
+/* Ranks sharing this node, from MPI (scape/comm.h comm_local_size: any launcher), for the threads default. */
+static int local_ranks(void) { return comm_local_size(); }
 
 static int set_threads(int requested) {
     int threads = requested;
@@ -986,6 +979,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     }
     check_memory(r, init);
     r->m = fam->create(c->model, init, c->seed, c->B, c->T);
+    comm_print_placement(r->threads); /* after create: a CUDA model has chosen its GPU */
     /* a run started from --init records the model its file holds, not the unused --model default */
     if (!r->ckpt_path[0] && c->init[0] && r->model_canon[0]) c->model = r->model_canon;
     if (strcmp(c->comm, "nccl") == 0 && !r->m->create_updater)

@@ -27,6 +27,7 @@ SUFFIX=; [ "$OPTIMIZER" = scape ] && SUFFIX=_$DENSITY
 need DATA_DIR
 OUT=${OUT:-out/gpt345m_${OPTIMIZER}${SUFFIX}}
 # shellcheck disable=SC2046
+RANKS=${SLURM_NTASKS:-$RANKS}
 launch "$TRAINER" --model d24c1024h16t1024 --train "$DATA_DIR/*train*.bin" --val "$DATA_DIR/*val*.bin" \
     --seq 1024 --batch "$MICRO_BATCH" --total-batch $((512 * 1024)) --steps "$STEPS" \
     --lr 1.5e-4 --lr-floor 1e-5 --warmup "$WARMUP" --beta1 0.9 --beta2 0.999 --eps 1e-8 --weight-decay 0.01 \

@@ -27,6 +27,7 @@ SUFFIX=; [ "$OPTIMIZER" = scape ] && SUFFIX=_$DENSITY
 need DATA_DIR
 OUT=${OUT:-out/llama500m_${OPTIMIZER}${SUFFIX}}
 # shellcheck disable=SC2046
+RANKS=${SLURM_NTASKS:-$RANKS}
 launch "$TRAINER" --model 500mt4096 --train "$DATA_DIR/*train*.bin" --val "$DATA_DIR/*val*.bin" \
     --seq 4096 --batch "$MICRO_BATCH" --total-batch $((1024 * 4096)) --steps "$STEPS" \
     --lr 3e-4 --lr-floor 3e-5 --warmup "$WARMUP" --beta1 0.9 --beta2 0.95 --eps 1e-8 --weight-decay 0.1 --clip 1.0 \

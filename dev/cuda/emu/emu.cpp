@@ -709,6 +709,12 @@ cudaError_t cudaSetDevice(int d) {
     current_device = d;
     return cudaSuccess;
 }
+/* each emulated device its own bus id, so ranks on different devices count as owning a GPU each */
+cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int dev) {
+    if (dev < 0 || dev >= emu_devices()) return cudaErrorInvalidValue;
+    snprintf(bus, (size_t)len, "0000:%02x:00.0", dev + 1);
+    return cudaSuccess;
+}
 static int emu_sms() {
     const char *e = getenv("EMU_SMS");
     return e ? atoi(e) : 4; /* few SMs: grids sized by the SM count stay small */

@@ -269,6 +269,7 @@ cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaGetDeviceCount(int *n);
 cudaError_t cudaGetDevice(int *d);
 cudaError_t cudaSetDevice(int d);
+cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int dev);
 cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int dev);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev);
 cudaError_t cudaRuntimeGetVersion(int *v);
