@@ -189,6 +189,12 @@ static double read_number(const char *path, const char *key) {
 double mem_available_bytes(char *source, size_t cap) {
     double best = -1;
     const char *why = "unknown";
+    /* tests only (test/test_rundir.sh under the sanitizers, which cannot run under an address-space limit) */
+    const char *t = getenv("SCAPE_TEST_MEM_AVAILABLE");
+    if (t && atof(t) > 0) {
+        if (source) snprintf(source, cap, "SCAPE_TEST_MEM_AVAILABLE");
+        return atof(t);
+    }
     double kb = read_number("/proc/meminfo", "MemAvailable:");
     if (kb > 0) {
         best = kb * 1024;

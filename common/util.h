@@ -47,7 +47,8 @@ void write_file_atomic(const char *path, const void *head, size_t head_bytes, co
 int open_temp_beside(const char *path, char *tmp, size_t cap);
 /* Bytes this process can still allocate and touch: the least of MemAvailable (/proc/meminfo), a cgroup memory limit
  * less its usage, and an address-space limit (RLIMIT_AS) less what is mapped; which one in source (cap bytes).
- * -1 if none can be read. */
+ * -1 if none can be read. SCAPE_TEST_MEM_AVAILABLE=BYTES (tests only) replaces all of them.
+ */
 double mem_available_bytes(char *source, size_t cap);
 /* 1 if path itself is a symbolic link (lstat). */
 int is_symlink(const char *path);

@@ -29,7 +29,9 @@ extern "C" {
 }
 #if !defined(TESTING) || defined(TESTING_DEVICE_UPDATE)
 #include "cuda/dist.h"
+extern "C" {
 #include "scape/comm.h"
+}
 #endif
 
 /* cudaMalloc of `bytes`, or fatal() naming `what`, the size in GiB and the fix. */
@@ -51,9 +53,13 @@ static void select_gpu(const char *trainer, const char *cpu_trainer) {
     if (e != cudaSuccess || ndev == 0)
         fatal("no CUDA device usable (%s); run %s on a machine with an NVIDIA GPU, or use %s",
               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", trainer, cpu_trainer);
+#if !defined(TESTING) || defined(TESTING_DEVICE_UPDATE)
     int dev = comm_gpu_for_rank(comm_local_rank(), comm_local_size(), ndev);
     cudaCheck(cudaSetDevice(dev));
     comm_note_gpu(dev);
+#else
+    cudaCheck(cudaSetDevice(0)); /* the model tests: one process, no communication layer linked */
+#endif
 }
 
 typedef struct {
