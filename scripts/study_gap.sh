@@ -4,7 +4,8 @@
 #   length  the run length with the authors' warm-up fractions (lr 5% and density 10% of the run, as their
 #           5,000 / 10,000 of 100,000 steps), LENGTHS (default 200 400 800 2000: 10x) at 2,048 tokens per step;
 #           adams, scape_0.1, scape_0.01 with 3 seeds up to 800 steps (runs under 15 minutes here) and 2 at 2000,
-#           topk_ef_0.01 at the shortest and longest;
+#           topk_ef_0.01 at the shortest and longest; all at LR (default 1e-3, the issue-15 probe's), not the 2k
+#           probe's choice, so that every length shares one lr;
 #   batch   tokens per optimizer step at BATCH_STEPS steps (default 200): TOTAL_BATCHES (default 2048 8192 32768,
 #           by --total-batch: accumulation over micro-batches), 2 seeds, adams, scape_0.1, scape_0.01, and the
 #           authors'-residual ablation scape_0.01_dblres (--scape-double-residual-defect) at the smallest and
@@ -110,7 +111,7 @@ length)
         seeds=${SEEDS:-$([ "$L" -le 800 ] && echo "1 2 3" || echo "1 2")}
         names="adams scape_0.1 scape_0.01"
         { [ "$L" = "$shortest" ] || [ "$L" = "$longest" ]; } && names="$names topk_ef_0.01"
-        for seed in $seeds; do for run in $names; do train "tb2048_steps$L" "$run" "$seed" "$L" 2048 "$(lr_for 2048)"; done; done
+        for seed in $seeds; do for run in $names; do train "tb2048_steps$L" "$run" "$seed" "$L" 2048 "$LR"; done; done
     done ;;
 batch)
     tbs=($TOTAL_BATCHES)
