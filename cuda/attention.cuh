@@ -167,7 +167,8 @@ typedef struct {
     size_t att_max;          /* Bmax*NH*Tmax*Tmax */
     floatX *att;             /* (L,Bmax,NH,Tmax,Tmax) cuBLAS path; NULL while it has not been needed */
     floatX *scratch;         /* attention_backward_scratch_elems + Bmax*Tmax*C (a recomputed output); likewise */
-    float *stats;            /* (L,Bmax,NH,Tmax) cuDNN path; NULL in builds without it */
+    float *stats;            /* (L,stats_stride) cuDNN path, layer l's (Bmax,NH,Tmax) at l*stats_stride; NULL in builds without it */
+    size_t stats_stride;     /* cudnn_attention_stats_stride(Bmax, NH, Tmax) floats */
     floatX *infer_att;       /* cuDNN path, inference at other shapes: one layer's (B,NH,T,T), grown as needed */
     floatX *infer_scratch;   /* its scratch: attention_scratch_elems */
     size_t infer_att_elems, infer_scratch_elems;
@@ -237,13 +238,15 @@ static void attention_init(Attention *at, Blas *bl, int L, int B, int T, int C, 
     char why[CDNN_WHY];
     if (cudnn_attention_init(&at->cd, B, T, NH, C / NH, why)) {
         at->cudnn = 1;
-        at->stats = (float *)attention_alloc((size_t)L * B * NH * T * sizeof(float), "the attention statistics");
+        at->stats_stride = cudnn_attention_stats_stride(B, NH, T);
+        at->stats = (float *)attention_alloc((size_t)L * at->stats_stride * sizeof(float), "the attention statistics");
         size_t v = cudnnGetVersion();
         int det = cudnn_attention_deterministic(&at->cd, B, T);
         snprintf(at->desc, sizeof at->desc, "cuDNN %zu.%zu.%zu fused flash attention (saves (L,B,NH,T) fp32 "
-                 "statistics: %s, not %s of probabilities; backward %s)", v / 10000, v % 10000 / 100, v % 100,
-                 attention_size(sz, sizeof sz, (double)L * B * NH * T * 4), attention_size(sz2, sizeof sz2, att_bytes),
-                 det ? "deterministic" : "not bitwise reproducible");
+                 "statistics: %s, not %s of probabilities; backward %s; reshape mode %s)", v / 10000, v % 10000 / 100,
+                 v % 100, attention_size(sz, sizeof sz, (double)L * B * NH * T * 4),
+                 attention_size(sz2, sizeof sz2, att_bytes), det ? "deterministic" : "not bitwise reproducible",
+                 cdnn_reshape_mode_set() ? "view" : "the library's default");
         if (!det && verbose) fprintf(stderr, "note: cuDNN refused the deterministic attention backward (%s); its "
                                      "dQ is accumulated with atomics\n", at->cd.bwd_note);
     } else {
@@ -294,7 +297,7 @@ static void attention_layer_forward(Attention *at, int l, floatX *out, const flo
     }
     if (at->cudnn) {
         char why[CDNN_WHY];
-        float *stats = at->stats + (size_t)l * at->Bmax * at->NH * at->Tmax;
+        float *stats = at->stats + (size_t)l * at->stats_stride;
         if (cudnn_attention_forward(&at->cd, out, stats, qkv, B, T, s, why)) {
             at->by_cudnn[l] = 1;
             return;
@@ -314,7 +317,7 @@ static void attention_layer_backward(Attention *at, int l, floatX *dqkv, const f
 #ifdef ATTENTION_CUDNN
     if (at->by_cudnn[l] && at->cudnn) {
         char why[CDNN_WHY];
-        const float *stats = at->stats + (size_t)l * at->Bmax * at->NH * at->Tmax;
+        const float *stats = at->stats + (size_t)l * at->stats_stride;
         if (cudnn_attention_backward(&at->cd, dqkv, dout, out, stats, qkv, B, T, s, why)) return;
         attention_cudnn_failed(at, why);
     }

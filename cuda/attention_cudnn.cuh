@@ -210,11 +210,30 @@ static cudnnBackendDescriptor_t cdnn_reduce(CdnnBuild *b, cudnnReduceTensorOp_t 
     cdnn_finalize(b, op, "reduction operation finalize");
     return op;
 }
-/* y = x viewed with y's dimensions and strides (used for transposes) */
+/* whether this build and the loaded library set the reshape operations' mode (cdnn_reshape) */
+static int cdnn_reshape_mode_set(void) {
+#ifdef CDNN_RESHAPE_VIEW_ONLY
+    return cudnnGetVersion() >= 92200;
+#else
+    return 0;
+#endif
+}
+/* y = x viewed with y's dimensions and strides (used for transposes). cuDNN 9.22 added a mode to the reshape
+ * operation (a view of the same memory, or a logical reshape); cudnn-frontend sets the view for these
+ * transposes, and so do we where the headers have the attribute (cuda/mk/cudnn.mk probes for it and defines
+ * CDNN_RESHAPE_VIEW_ONLY) and the library loaded at run time is 9.22 or newer. Older libraries have one
+ * behaviour, the view. */
 static cudnnBackendDescriptor_t cdnn_reshape(CdnnBuild *b, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
     cudnnBackendDescriptor_t op = cdnn_new(b, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, "reshape operation");
     cdnn_set(b, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "reshape x");
     cdnn_set(b, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "reshape y");
+#ifdef CDNN_RESHAPE_VIEW_ONLY
+    if (cdnn_reshape_mode_set()) {
+        auto mode = CDNN_RESHAPE_VIEW_ONLY;
+        cdnn_set(b, op, (cudnnBackendAttributeName_t)CUDNN_ATTR_OPERATION_RESHAPE_MODE,
+                 (cudnnBackendAttributeType_t)CUDNN_TYPE_RESHAPE_MODE, 1, &mode, "reshape mode");
+    }
+#endif
     cdnn_finalize(b, op, "reshape operation finalize");
     return op;
 }
@@ -488,6 +507,16 @@ static int cdnn_execute(CudnnAttn *ca, CdnnPlan *p, const int64_t *uids, void **
 
 /* ---------------------------------------------------------------- public */
 
+/* 1 for the cuDNN releases whose bf16 fused attention forward is known to compute wrong results (9.10.0 and
+ * 9.10.1; issue 35); cudnn_attention_init refuses them, so a model on one of them runs cuBLAS attention.
+ * v is cudnnGetVersion()'s 9.x encoding, major*10000 + minor*100 + patch. */
+static inline int cudnn_version_known_bad(size_t v) { return v >= 91000 && v <= 91001; }
+
+/* Floats between two layers' statistics when a model keeps them in one buffer: B*NH*T rounded up to a multiple
+ * of 4, so every layer's pointer has the 16-byte alignment the stats tensor descriptor declares
+ * (CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT 16; B*NH*T alone is not a multiple of 4 when, say, B=1, NH=3, T=67). */
+static inline size_t cudnn_attention_stats_stride(int B, int NH, int T) { return ((size_t)B * NH * T + 3) / 4 * 4; }
+
 /* Releases everything cudnn_attention_init set up (safe on a failed or zeroed one). */
 static void cudnn_attention_free(CudnnAttn *ca) {
     for (int i = 0; i < ca->nplans; i++) cdnn_plan_free(&ca->plans[i]);
@@ -528,6 +557,12 @@ static int cudnn_attention_init(CudnnAttn *ca, int Bmax, int Tmax, int NH, int h
     ca->neg_big = -FLT_MAX; /* what cudnn-frontend uses for a masked score before cuDNN 9.10 (-inf after) */
     if (cudnnGetVersion() < 90000) {
         snprintf(why, CDNN_WHY, "cuDNN attention needs cuDNN >= 9.0 at run time, found %zu", cudnnGetVersion());
+        return 0;
+    }
+    if (cudnn_version_known_bad(cudnnGetVersion())) {
+        size_t v = cudnnGetVersion();
+        snprintf(why, CDNN_WHY, "cuDNN %zu.%zu.%zu is known to compute the bf16 attention forward wrongly (9.10.0 "
+                 "and 9.10.1); install another cuDNN 9 (9.10.2 or newer) for cuDNN attention", v / 10000, v % 10000 / 100, v % 100);
         return 0;
     }
     cudnnStatus_t st = cudnnCreate(&ca->handle);

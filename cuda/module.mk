@@ -1,7 +1,7 @@
 # cuda/module.mk - the CUDA build (CUDA engineer). Nothing here is part of `make` / `make test` (which must not
 # need nvcc): `make cuda` compiles every CUDA target (kernel tests in dev/cuda, train_gptcu), `make train_gptcu`
 # the trainer, `make test-gpu` builds and runs the GPU tests (fails, saying so, where no GPU is usable).
-#   GPU_ARCH="80 90"  compute capabilities of the fat binary (default: A100 and H100/H200)
+#   GPU_ARCH="80 90"  compute capabilities of the fat binary (default: A100 and H100/H200), plus PTX of the newest
 #   PRECISION=FP32    kernel tests in fp32 instead of bf16, under build/cuda-fp32 (the fp32 trainer is always
 #                     built as train_gptcu_fp32)
 #   USE_CUDNN=1       defines ENABLE_CUDNN and links cuDNN 9: the plain targets use cuDNN attention (cuda/mk/cudnn.mk)
@@ -12,13 +12,17 @@ ifeq ($(origin NVCC),undefined)
 NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(CUDA_HOME)/bin/nvcc)
 endif
 GPU_ARCH  ?= 80 90
+# PTX of the newest listed architecture rides along with the SASS, so a GPU newer than every entry (Blackwell, ...)
+# JIT-compiles it at start-up instead of failing with "no kernel image is available for execution on the device"
+GPU_PTX_ARCH := $(shell printf "%s\n" $(GPU_ARCH) | sort -n | tail -1)
 PRECISION ?= BF16
 USE_CUDNN ?= 0
 CUDA_BUILD := $(BUILD)/cuda$(if $(filter FP32,$(PRECISION)),-fp32)
 
 NVCC_FLAGS := -O3 -std=c++17 -I. -lineinfo --Werror all-warnings \
               -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Wno-unused-function,-Werror \
-              $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
+              $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
+              -gencode arch=compute_$(GPU_PTX_ARCH),code=compute_$(GPU_PTX_ARCH)
 ifeq ($(PRECISION),FP32)
 NVCC_FLAGS += -DENABLE_FP32
 endif

@@ -14,11 +14,18 @@
 # USE_CUDNN=1 (module.mk) makes the plain targets (train_gptcu, the kernel and model tests) use cuDNN too.
 # cuDNN's headers: CUDA_HOME/include, else a CUDA_LIB_DIRS entry's ../include (a Python env's nvidia/cudnn).
 CUDNN_INC_DIR := $(firstword $(foreach d,$(CUDA_HOME)/include $(foreach l,$(subst :, ,$(CUDA_LIB_DIRS)),$(l)/../include),$(if $(wildcard $(d)/cudnn.h),$(d))))
-CUDNN_NVCC_FLAGS := -DENABLE_CUDNN $(if $(CUDNN_INC_DIR),-I$(CUDNN_INC_DIR))
+# cuDNN 9.22 gave the reshape operation a mode (a view of the same memory, or a logical reshape); the graphs set
+# the view where the headers have it. The attribute's spelling is probed by compiling against the headers (an
+# enumerator cannot be tested by the preprocessor): CDNN_RESHAPE_VIEW_ONLY names the view's enumerator, or is
+# left undefined for older headers. Recursive (=): the probe runs only when a cuDNN object is compiled.
+cdnn_probe_view = $(shell printf '\043include <cudnn.h>\nint main(void) { cudnnBackendAttributeName_t a = CUDNN_ATTR_OPERATION_RESHAPE_MODE; cudnnBackendAttributeType_t t = CUDNN_TYPE_RESHAPE_MODE; return (int)a + (int)t + (int)$(1); }\n' | \
+    $(CC) -x c -fsyntax-only $(if $(CUDNN_INC_DIR),-I$(CUDNN_INC_DIR)) -I$(CUDA_HOME)/include - > /dev/null 2>&1 && echo $(1))
+CDNN_VIEW_ONLY = $(firstword $(foreach v,CUDNN_RESHAPE_MODE_VIEW_ONLY CUDNN_RESHAPE_VIEW_ONLY,$(call cdnn_probe_view,$(v))))
+CUDNN_NVCC_FLAGS = -DENABLE_CUDNN $(if $(CUDNN_INC_DIR),-I$(CUDNN_INC_DIR)) $(if $(CDNN_VIEW_ONLY),-DCDNN_RESHAPE_VIEW_ONLY=$(CDNN_VIEW_ONLY))
 # libcudnn.so.9 by name: a pip wheel ships no unversioned libcudnn.so
 CUDNN_LINK := -l:libcudnn.so.9
 ifeq ($(USE_CUDNN),1) # module.mk has added -DENABLE_CUDNN and -lcudnn
-NVCC_FLAGS += $(if $(CUDNN_INC_DIR),-I$(CUDNN_INC_DIR))
+NVCC_FLAGS += $(if $(CUDNN_INC_DIR),-I$(CUDNN_INC_DIR)) $(if $(CDNN_VIEW_ONLY),-DCDNN_RESHAPE_VIEW_ONLY=$(CDNN_VIEW_ONLY))
 endif
 
 # the trainer: bf16 only; links the bf16 device update (cuda/mk/dist.mk) and NCCL like train_gptcu

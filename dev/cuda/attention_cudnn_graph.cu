@@ -28,6 +28,28 @@ int main(void) {
     printf("cuDNN %zu; %s\n", cudnnGetVersion(),
            handle ? "a GPU and a cuDNN handle: full plans are built"
                   : "no usable GPU: descriptors only, the operation graph and plans are not checked");
+    /* host-side rules of attention_cudnn.cuh: the refused releases and the per-layer statistics stride */
+    {
+        const size_t vs[] = {90000, 90900, 91000, 91001, 91002, 91600, 91900, 92200};
+        const int bad[] = {0, 0, 1, 1, 0, 0, 0, 0};
+        int ok = 1;
+        for (int i = 0; i < 8; i++) ok &= cudnn_version_known_bad(vs[i]) == bad[i];
+        check_true("cudnn_known_bad_versions_are_9_10_0_and_9_10_1", ok, "cudnn_version_known_bad disagrees");
+        const int st[][3] = {{1, 3, 67}, {2, 4, 128}, {1, 1, 1}, {3, 5, 7}, {8, 12, 1024}};
+        ok = 1;
+        for (int i = 0; i < 5; i++) {
+            size_t n = (size_t)st[i][0] * st[i][1] * st[i][2], s = cudnn_attention_stats_stride(st[i][0], st[i][1], st[i][2]);
+            ok &= s % 4 == 0 && s >= n && s < n + 4;
+        }
+        check_true("cudnn_stats_stride_keeps_16_byte_alignment", ok, "a layer stride is not the least multiple of 4");
+        printf("reshape mode: %s\n", cdnn_reshape_mode_set() ? "view (set)" :
+#ifdef CDNN_RESHAPE_VIEW_ONLY
+               "not set (the loaded cuDNN is older than 9.22)"
+#else
+               "not set (these headers have no reshape-mode attribute)"
+#endif
+        );
+    }
     const int shapes[][4] = {{2, 128, 4, 64}, {1, 256, 4, 64}, {4, 1024, 12, 64}, {2, 512, 16, 96}, {2, 256, 8, 128}};
     int det_ok = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
