@@ -88,12 +88,30 @@ static __device__ inline float warp_max(float v) {
 }
 
 /* Exits with one line if no CUDA device is usable: GPU tests must fail, never pass, on a machine without one. */
+/* Why no device is usable, as one phrase for an error line: cudaGetDeviceCount's error, with the versions and the
+ * fix when the driver is older than the runtime this program was built with (the CUDA 13 runtime needs a driver
+ * of the 580 series or newer; an older one fails every call with "CUDA driver version is insufficient").
+ * Versions are CUDA's encoding, 1000 * major + 10 * minor. */
+static inline const char *cuda_no_device_why(cudaError_t err, int ndev, char *buf, size_t n) {
+    if (err == cudaSuccess && ndev == 0) return "0 devices";
+    int drv = 0, rt = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    if (err == cudaErrorInsufficientDriver || (drv > 0 && rt > drv))
+        snprintf(buf, n, "%s: the driver supports CUDA %d.%d, this build's runtime is CUDA %d.%d (CUDA 13 needs an "
+                 "NVIDIA driver >= 580); update the driver, or build with an older toolkit (CUDA_HOME)",
+                 cudaGetErrorString(err), drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+    else snprintf(buf, n, "%s", cudaGetErrorString(err));
+    return buf;
+}
+
 static inline void cuda_require_device(const char *who) {
     int n = 0;
     cudaError_t err = cudaGetDeviceCount(&n);
     if (err != cudaSuccess || n == 0) {
+        char why[320];
         printf("FAIL %s: no CUDA device usable (%s); run on a machine with an NVIDIA GPU and driver\n", who,
-               err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+               cuda_no_device_why(err, n, why, sizeof why));
         exit(1);
     }
 }

@@ -50,9 +50,10 @@ static void *dalloc(size_t bytes, const char *what) {
 static void select_gpu(const char *trainer, const char *cpu_trainer) {
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
+    char why[320];
     if (e != cudaSuccess || ndev == 0)
         fatal("no CUDA device usable (%s); run %s on a machine with an NVIDIA GPU, or use %s",
-              e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", trainer, cpu_trainer);
+              cuda_no_device_why(e, ndev, why, sizeof why), trainer, cpu_trainer);
 #if !defined(TESTING) || defined(TESTING_DEVICE_UPDATE)
     int dev = comm_gpu_for_rank(comm_local_rank(), comm_local_size(), ndev);
     cudaCheck(cudaSetDevice(dev));
@@ -72,6 +73,7 @@ typedef struct {
     float *grad32;           /* (P) fp32 accumulator over micro-steps of the device update, else NULL */
     cudaEvent_t grads_free;  /* with grad32: the update records it once grad32 is zeroed (cuda/device_model.h) */
     floatX *h_grads;         /* (P) pinned staging of the host update's download; NULL once the device update runs */
+    int host_pinned;         /* 1 while host_params is page-locked (cudaHostRegister) for the host update's upload */
     int device_update;       /* 1 once an Updater owns the parameters on the GPU */
     int *bucket_n;           /* (num_buckets) slices per bucket */
     int **bucket_slices;     /* (num_buckets)(bucket_n[b]) table indices of each bucket's slices, memory order */
@@ -107,10 +109,31 @@ __global__ static void to_floatx_kernel(floatX *dst, const float *src, long n) {
 }
 #endif
 
+/* Page-locks host_params (the model's own allocation) for the host update's upload, once, on its first use: a
+ * copy from pageable memory is staged by the driver through a bounce buffer while the host waits; from
+ * page-locked memory it is one DMA at the bus's rate, and the host goes on at once. The copy then reads
+ * host_params when it runs, not at the call, so the host must not write them until the stream has passed it:
+ * the loop writes them only in its update, after device_params_add_to_host synchronised the stream. A refusal
+ * (RLIMIT_MEMLOCK, a driver without the call) keeps the pageable copy, with one note on stderr. */
+static void device_params_pin_host(DeviceParams *dp) {
+    if (dp->host_pinned) return;
+    dp->host_pinned = -1; /* tried */
+    cudaError_t e = cudaHostRegister(dp->host_params, dp->table->total * sizeof(float), cudaHostRegisterDefault);
+    if (e == cudaSuccess) { dp->host_pinned = 1; return; }
+    cudaGetLastError(); /* not sticky: clear it for the next cudaCheckLaunch */
+    fprintf(stderr, "note: cannot page-lock the host parameters (%s); the host update uploads them from pageable "
+            "memory (slower, same results)\n", cudaGetErrorString(e));
+}
+static void device_params_unpin_host(DeviceParams *dp) {
+    if (dp->host_pinned == 1) cudaCheck(cudaHostUnregister(dp->host_params));
+    dp->host_pinned = 0;
+}
+
 /* Host update, before each forward: the loop may have changed host_params since the last one; upload them into
  * master and convert to params. Does nothing under the device update (it keeps master and params current). */
 static void device_params_upload(DeviceParams *dp) {
     if (dp->device_update) return;
+    device_params_pin_host(dp);
     size_t P = dp->table->total;
     cudaCheck(cudaMemcpyAsync(dp->master, dp->host_params, P * sizeof(float), cudaMemcpyHostToDevice, dp->s));
 #ifndef ENABLE_FP32
@@ -180,6 +203,7 @@ static Updater *device_params_create_updater(DeviceParams *dp, const UpdaterConf
     cudaCheck(cudaStreamSynchronize(dp->s));
     cudaCheck(cudaFreeHost(dp->h_grads));
     dp->h_grads = NULL;
+    device_params_unpin_host(dp); /* the device update never uploads host_params */
     return u;
 }
 #endif
@@ -195,6 +219,7 @@ static void device_params_free(DeviceParams *dp) {
         cudaCheck(cudaFree(dp->grad32));
     }
     if (dp->h_grads) cudaCheck(cudaFreeHost(dp->h_grads));
+    device_params_unpin_host(dp); /* before the host model frees host_params */
     param_table_bucket_slices_free(dp->table->num_buckets, dp->bucket_n, dp->bucket_slices);
 }
 

@@ -113,7 +113,8 @@ CUEMU_CMDS = $(foreach p,bf16 fp32,$(CUDA_KERNEL_TESTS:%=$(CUEMU)/$(p)/test_%) \
              "timeout 900 env EMU_DEVICES=2 EMU_STREAMS=reverse $(MPIRUN_TEST) -np 2 $(CUEMU)/fp32/test_updater" \
              "timeout 900 env EMU_DEVICES=2 $(MPIRUN_TEST) -np 2 $(CUEMU)/fp32/test_scape_updater nccl" \
              "timeout 900 env EMU_DEVICES=2 EMU_STREAMS=reverse $(MPIRUN_TEST) -np 2 $(CUEMU)/fp32/test_scape_updater nccl" \
-             "$(CUEMU)/selftest ok" $(CUEMU_SELFTEST_CASES:%="dev/cuda/emu/expect_fail.sh $(CUEMU)/selftest %")
+             "$(CUEMU)/selftest ok" $(CUEMU_SELFTEST_CASES:%="dev/cuda/emu/expect_fail.sh $(CUEMU)/selftest %") \
+             "dev/cuda/emu/expect_fail.sh $(CUEMU)/fp32/test_gelu old_driver"
 
 .PHONY: test-emu emu-build
 emu-build: $$(CUEMU_BINS) $(CUEMU)/selftest

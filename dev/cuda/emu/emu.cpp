@@ -599,6 +599,27 @@ cudaError_t cudaFreeHost(void *p) {
     run_all(0);
     return do_free(p, 1, "cudaFreeHost");
 }
+/* registered memory is pinned (kind 2 in the table, so cudaFreeHost refuses it) and stays the caller's */
+cudaError_t cudaHostRegister(void *p, size_t n, unsigned flags) {
+    (void)flags;
+    if (!p || !n) return cudaErrorInvalidValue;
+    std::lock_guard<std::mutex> lock(alloc_lock);
+    uintptr_t a = (uintptr_t)p;
+    auto it = allocs.upper_bound(a + n - 1);
+    if (it != allocs.begin() && (--it, it->first + it->second.size > a))
+        die("cudaHostRegister(%p, %zu): the range overlaps memory the emulator already knows (an allocation or a "
+            "registered range)", p, n);
+    allocs[a] = Alloc{n, 2};
+    return cudaSuccess;
+}
+cudaError_t cudaHostUnregister(void *p) {
+    run_all(0);
+    std::lock_guard<std::mutex> lock(alloc_lock);
+    const Alloc *al = alloc_at(p);
+    if (!al || al->pinned != 2) die("cudaHostUnregister(%p): not the start of a range cudaHostRegister page-locked", p);
+    allocs.erase((uintptr_t)p);
+    return cudaSuccess;
+}
 /* The same large device-to-host download repeated with no launch in between is a bug pattern (a macro that
  * evaluates `model->logits(model)` once per element turns one copy into millions: hours on a GPU, a hang here).
  * After EMU_MAX_REPEATED_DOWNLOADS (default 100) identical downloads of >= 64 KiB in a row, stop and say so. */
@@ -702,7 +723,17 @@ static int emu_devices() {
     return n >= 1 ? n : 1;
 }
 static int current_device;
-cudaError_t cudaGetDeviceCount(int *n) { *n = emu_devices(); return cudaSuccess; }
+/* EMU_DRIVER_VERSION (CUDA's encoding, e.g. 12080) plays a driver older than the emulated CUDA 13.0 runtime: every
+ * device query then fails as a real one does, with cudaErrorInsufficientDriver (the failure drill of an old driver) */
+static int emu_driver_version() {
+    const char *e = getenv("EMU_DRIVER_VERSION");
+    return e ? atoi(e) : 13000;
+}
+cudaError_t cudaGetDeviceCount(int *n) {
+    if (emu_driver_version() < 13000) { *n = 0; return cudaErrorInsufficientDriver; }
+    *n = emu_devices();
+    return cudaSuccess;
+}
 cudaError_t cudaGetDevice(int *d) { *d = current_device; return cudaSuccess; }
 cudaError_t cudaSetDevice(int d) {
     if (d < 0 || d >= emu_devices()) return cudaErrorInvalidValue;
@@ -738,8 +769,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
     p->sharedMemPerBlock = 48 << 10;
     return cudaSuccess;
 }
-cudaError_t cudaRuntimeGetVersion(int *v) { *v = 0; return cudaSuccess; }
-cudaError_t cudaDriverGetVersion(int *v) { *v = 0; return cudaSuccess; }
+cudaError_t cudaRuntimeGetVersion(int *v) { *v = 13000; return cudaSuccess; }
+cudaError_t cudaDriverGetVersion(int *v) { *v = emu_driver_version(); return cudaSuccess; }
 cudaError_t cudaGetLastError() { cudaError_t e = last_error; last_error = cudaSuccess; return e; }
 cudaError_t cudaPeekAtLastError() { return last_error; }
 const char *cudaGetErrorString(cudaError_t e) {
@@ -749,6 +780,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
     default: return "emulated error";
     }
 }

@@ -53,7 +53,8 @@ static const int warpSize = 32;
 
 typedef enum cudaError {
     cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInvalidConfiguration = 9,
-    cudaErrorInvalidDevicePointer = 17, cudaErrorInvalidMemcpyDirection = 21, cudaErrorInvalidResourceHandle = 400,
+    cudaErrorInvalidDevicePointer = 17, cudaErrorInvalidMemcpyDirection = 21, cudaErrorInsufficientDriver = 35,
+    cudaErrorInvalidResourceHandle = 400,
     cudaErrorNotReady = 600
 } cudaError_t;
 enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
@@ -66,6 +67,7 @@ typedef struct emu_event *cudaEvent_t;
 #define cudaStreamNonBlocking 0x1
 #define cudaEventDefault 0x0
 #define cudaEventDisableTiming 0x2
+#define cudaHostRegisterDefault 0x0
 struct cudaDeviceProp {
     char name[256];
     size_t totalGlobalMem;
@@ -249,6 +251,10 @@ cudaError_t cudaFree(void *p);
 cudaError_t cudaMallocHost(void **p, size_t n);
 template <typename T> static inline cudaError_t cudaMallocHost(T **p, size_t n) { return cudaMallocHost((void **)p, n); }
 cudaError_t cudaFreeHost(void *p);
+/* page-locks the caller's memory [p, p+n): copies from and to it then behave as with cudaMallocHost's (read and
+ * written when they run); cudaHostUnregister runs every queued operation first, then forgets the range */
+cudaError_t cudaHostRegister(void *p, size_t n, unsigned flags);
+cudaError_t cudaHostUnregister(void *p);
 /* stream-ordered allocation: the memory exists at once (usable by work enqueued on s after the call); the free runs
  * when s reaches it, so work queued before it on s may still use the memory */
 cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s);
