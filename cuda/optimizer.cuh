@@ -150,28 +150,38 @@ static void sr_copy(floatX *copy, const float *master, long n, uint32_t seed, cu
     cudaCheckLaunch();
 }
 
-/* Sum of squares in float64 exactly as scape/dist.c's dist_sumsq: chunk c covers [c*SUMSQ_CHUNK, ...) of x (n
- * floats), summed sequentially, (double)x * (double)x then add, each rounded (no FMA); part[c] gets it. The host
- * adds the nch partials in order, so the norm has the CPU update's bits and every rank clips and skips alike.
- * One thread per chunk: sequential by design (the order is the contract), about P/65536 threads. */
+/* Sum of squares in float64 exactly as scape/dist.c's dist_sumsq (its header gives the order): chunk c covers
+ * [c*SUMSQ_CHUNK, ...) of x (n floats) and is one block of SUMSQ_LANES threads; lane l adds the squares of
+ * elements l, l + SUMSQ_LANES, ... of the chunk in turn ((double)x * (double)x, then add, each rounded: no FMA),
+ * then the lanes are added by the fixed halving tree lane[l] += lane[l + w], w = SUMSQ_LANES/2 .. 1; part[c] gets
+ * lane 0. The host adds the nch partials in order, so the norm has the CPU update's bits and every rank clips and
+ * skips alike. Reads are coalesced (a warp takes 32 consecutive floats) and nch blocks fill the GPU; the first
+ * version ran one thread per chunk, serially, about P/65536 threads. */
 #define SUMSQ_CHUNK 65536
-__global__ static void sumsq_chunks_kernel(double *part, const float *x, long n, long nch) {
-    long c = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= nch) return;
-    long a = c * SUMSQ_CHUNK, e = a + SUMSQ_CHUNK < n ? a + SUMSQ_CHUNK : n;
+#define SUMSQ_LANES 256
+__global__ static void __launch_bounds__(SUMSQ_LANES) sumsq_chunks_kernel(double *part, const float *x, long n) {
+    __shared__ double lane[SUMSQ_LANES];
+    long a = (long)blockIdx.x * SUMSQ_CHUNK, e = a + SUMSQ_CHUNK < n ? a + SUMSQ_CHUNK : n;
+    int l = threadIdx.x;
     double s = 0.0;
-    #pragma unroll 8
-    for (long j = a; j < e; j++) {
+    #pragma unroll 4
+    for (long j = a + l; j < e; j += SUMSQ_LANES) {
         double v = (double)x[j];
         s = __dadd_rn(s, __dmul_rn(v, v));
     }
-    part[c] = s;
+    lane[l] = s;
+    __syncthreads();
+    for (int w = SUMSQ_LANES / 2; w > 0; w >>= 1) {
+        if (l < w) lane[l] = __dadd_rn(lane[l], lane[l + w]);
+        __syncthreads();
+    }
+    if (l == 0) part[blockIdx.x] = lane[0];
 }
 static long sumsq_chunks(long n) { return (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK; }
 static void sumsq_partials(double *part, const float *x, long n, cudaStream_t s) {
     long nch = sumsq_chunks(n);
     if (nch == 0) return;
-    sumsq_chunks_kernel<<<ceil_div(nch, 64), 64, 0, s>>>(part, x, n, nch);
+    sumsq_chunks_kernel<<<nch, SUMSQ_LANES, 0, s>>>(part, x, n);
     cudaCheckLaunch();
 }
 

@@ -163,16 +163,21 @@ void distopt_bucket_ready(void *ctx, int bucket) {
 }
 
 double dist_sumsq(const float *x, size_t lo, size_t hi) {
-    const size_t CH = 65536;
+    enum { CH = 65536, LANES = 256 };
     size_t nch = (hi - lo + CH - 1) / CH;
     if (nch == 0) return 0;
     double *part = xmalloc(nch * sizeof(double), "norm partials");
     #pragma omp parallel for schedule(static)
     for (size_t c = 0; c < nch; c++) {
         size_t a = lo + c * CH, e = a + CH < hi ? a + CH : hi;
-        double s = 0;
-        for (size_t j = a; j < e; j++) s += (double)x[j] * (double)x[j];
-        part[c] = s;
+        double lane[LANES] = {0};
+        size_t j = a;
+        for (; j + LANES <= e; j += LANES) /* a row of LANES: lane l takes element l (vectorises over l) */
+            for (int l = 0; l < LANES; l++) lane[l] += (double)x[j + l] * (double)x[j + l];
+        for (int l = 0; j + l < e; l++) lane[l] += (double)x[j + l] * (double)x[j + l];
+        for (int w = LANES / 2; w > 0; w >>= 1)
+            for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+        part[c] = lane[0];
     }
     double s = 0;
     for (size_t c = 0; c < nch; c++) s += part[c];

@@ -131,7 +131,10 @@ static inline int dist_is_owned_slice(const DistOptim *d, int i) {
 
 /* ---- dist.c: shared by the rules ---- */
 /* Sum of squares in double over x[lo, hi) in fixed 64Ki chunks added in order: the same bits for any thread
- * count, so every rank takes the same clip and skip decisions. */
+ * count, so every rank takes the same clip and skip decisions. Within a chunk, 256 lanes: lane l adds the squares
+ * ((double)x * (double)x, rounded, then added: no FMA) of the chunk's elements l, l + 256, ... in turn, and the
+ * lanes are added by the halving tree lane[l] += lane[l + w], w = 128 .. 1; the GPU's norm kernel
+ * (cuda/optimizer.cuh, one block of 256 threads a chunk) adds in exactly this order, so the two agree bit for bit. */
 double dist_sumsq(const float *x, size_t lo, size_t hi);
 /* The end of every step, taken or skipped: grads zeroed (unless the update did, grads_clear), every bucket back to
  * "nothing done". */
