@@ -149,6 +149,12 @@ FUZZ_LIBS_llama_model := $(BLAS_LIBS)
 FUZZ_ENV_llama_model := ASAN_OPTIONS=max_allocation_size_mb=1024
 $(BUILD)/fuzz/lf/test/fuzz/fuzz_llama_model.o $(BUILD)/fuzz/san/test/fuzz/fuzz_llama_model.o: train_llama.c
 endif
+# the downstream task readers (eval/tasks.c, JSON through jansson)
+ifneq ($(wildcard eval/tasks.c),)
+FUZZ_HARNESSES += tasks
+FUZZ_SRC_tasks := test/fuzz/fuzz_tasks.c eval/tasks.c $(COMMON_SRC)
+FUZZ_LIBS_tasks := -ljansson
+endif
 # checkpoints: manifest and per-rank training-state files
 ifneq ($(wildcard trainer/ckpt.c),)
 FUZZ_HARNESSES += ckpt

@@ -5,6 +5,8 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
 export DEBIAN_FRONTEND=noninteractive
 pkgs="build-essential libopenblas-dev libopenblas0-openmp libopenmpi-dev openmpi-bin libpcre2-dev libxxhash-dev nodejs npm python3-torch python3-numpy gnuplot-nox"
+# JSON of the downstream task files (eval/tasks.c: HellaSwag, ARC, PIQA, BoolQ, COPA, MMLU, generic JSONL)
+pkgs="$pkgs libjansson-dev"
 # hardening: clang + its run-time libraries for the libFuzzer harnesses (`make fuzz`), cppcheck for `make cppcheck`
 pkgs="$pkgs clang libclang-rt-14-dev cppcheck"
 # SLURM for test/test_slurm.sh: a real one-node cluster (scripts/slurm_local.sh) runs the batch job

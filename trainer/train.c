@@ -28,6 +28,8 @@
 #include "common/schedule.h"
 #include "common/util.h"
 #include "dataloader/dataloader.h"
+#include "eval/evaluate.h"
+#include "eval/tasks.h"
 #include "scape/comm.h"
 #include "scape/dist.h"
 #include "tokenizer/tokenizer.h"
@@ -122,7 +124,7 @@ static void model_id(const TrainConfig *c, char *buf) { snprintf(buf, CKPT_ID_MA
  *   the rest:     taken from the checkpoint unless given again, when the new value applies from the resumed step
  *                 on (steps, lr schedule, eval, sampling, data paths, density schedule, ...), with a note. */
 static const char *const options_not_recorded[] = {"out", "resume", "threads", "comm", "update", "comm-timeout",
-                                                   "verify-ckpt", "init"};
+                                                   "verify-ckpt", "init", "eval-only", "eval-dump"};
 static const char *const options_defining[] = {"model", "optimizer", "batch", "seq", "scape-exclude-norms"};
 static int in_list(const char *name, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -201,7 +203,91 @@ typedef struct {
     char run_id[32];      /* the run's identity (16 hex digits): made at step 0, carried by every resume */
     int data_changed;     /* resuming with another --train/--data: the saved data position does not apply */
     char model_canon[256];/* canonical spec of the model this run trains (ModelFamily.memory_bytes), "" unknown */
+    Task *tasks;          /* --eval-task, read on every rank (each scores its share of the items) */
+    int ntasks;
+    FILE *eval_dump;      /* --eval-dump, this rank's file; NULL without */
 } Run;
+
+/* --eval-task: every task file, read on every rank with the model's tokenizer already loaded; fatal() naming the
+ * file and line of the first bad item (unless --eval-task-skip-bad), before any training. */
+static void load_eval_tasks(Run *r) {
+    const TrainConfig *c = &r->c;
+    char *list = xmalloc(strlen(c->eval_task) + 1, "the task list");
+    strcpy(list, c->eval_task);
+    for (char *save = NULL, *spec = strtok_r(list, ",", &save); spec; spec = strtok_r(NULL, ",", &save)) {
+        r->tasks = xrealloc(r->tasks, (size_t)(r->ntasks + 1) * sizeof(Task), "the tasks");
+        char err[1200];
+        if (!task_load(&r->tasks[r->ntasks], spec, c->eval_task_skip_bad, err, sizeof err)) fatal("%s", err);
+        Task *t = &r->tasks[r->ntasks++];
+        if (r->rank == 0)
+            printf("eval task %s: %d %s items from %s%s\n", t->name, t->n, t->format, t->path,
+                   t->skipped ? " (bad items skipped: see its events)" : "");
+    }
+    free(list);
+    if (c->eval_dump[0]) {
+        char path[4200];
+        if (r->world > 1) snprintf(path, sizeof path, "%s.rank%d", c->eval_dump, r->rank);
+        else snprintf(path, sizeof path, "%s", c->eval_dump);
+        if (!(r->eval_dump = fopen(path, "w"))) fatal("--eval-dump %s: cannot write (%s)", path, strerror(errno));
+    }
+}
+
+/* Scores every --eval-task at `step`: one line each on stdout and an "eval_task" event (step, task, format, acc,
+ * acc_norm or ppl, items, skipped, ms, tokens) in log; with table, a table of all of them at the end. */
+static void eval_tasks_at(Run *r, int step, JsonLog *log, int table) {
+    TaskScore *sc = xcalloc((size_t)r->ntasks, sizeof(TaskScore), "task scores");
+    for (int i = 0; i < r->ntasks; i++) {
+        const Task *t = &r->tasks[i];
+        char err[1200];
+        if (!eval_task(r->m, r->tok, t, r->c.B, r->c.T, r->rank, r->world, comm_allreduce_sum_f64,
+                       r->c.eval_task_skip_bad, stderr, r->eval_dump, &sc[i], err, sizeof err))
+            fatal("%s", err);
+        if (r->rank == 0) {
+            if (t->kind == TASK_LASTWORD)
+                printf("step %6d | eval %s acc %.4f ppl %.3f over %d items%s | %.0f ms (%.0f tok/s)\n", step, t->name,
+                       sc[i].acc, sc[i].ppl, sc[i].items, sc[i].skipped ? " (some skipped)" : "", sc[i].ms,
+                       sc[i].tokens / (sc[i].ms / 1e3));
+            else
+                printf("step %6d | eval %s acc %.4f acc_norm %.4f over %d items%s | %.0f ms (%.0f tok/s)\n", step,
+                       t->name, sc[i].acc, sc[i].acc_norm, sc[i].items, sc[i].skipped ? " (some skipped)" : "",
+                       sc[i].ms, sc[i].tokens / (sc[i].ms / 1e3));
+            fflush(stdout);
+        }
+        jlog_begin(log, "eval_task");
+        jlog_int(log, "step", step);
+        jlog_str(log, "task", t->name);
+        jlog_str(log, "format", t->format);
+        jlog_num(log, "acc", sc[i].acc);
+        if (t->kind == TASK_LASTWORD) jlog_num(log, "ppl", sc[i].ppl);
+        else jlog_num(log, "acc_norm", sc[i].acc_norm);
+        jlog_int(log, "items", sc[i].items);
+        jlog_int(log, "skipped", sc[i].skipped);
+        jlog_num(log, "ms", sc[i].ms);
+        jlog_num(log, "tokens", sc[i].tokens);
+        jlog_end(log);
+    }
+    if (table && r->rank == 0) {
+        printf("\n%-16s %-10s %8s %8s %8s %9s %9s %10s\n", "task", "format", "items", "skipped", "acc", "acc_norm",
+               "ppl", "ms");
+        for (int i = 0; i < r->ntasks; i++) {
+            const Task *t = &r->tasks[i];
+            char an[16] = "-", pp[16] = "-";
+            if (t->kind == TASK_LASTWORD) snprintf(pp, sizeof pp, "%.3f", sc[i].ppl);
+            else snprintf(an, sizeof an, "%.4f", sc[i].acc_norm);
+            printf("%-16s %-10s %8d %8d %8.4f %9s %9s %10.0f\n", t->name, t->format, sc[i].items, sc[i].skipped,
+                   sc[i].acc, an, pp, sc[i].ms);
+        }
+        fflush(stdout);
+    }
+    if (r->eval_dump) fflush(r->eval_dump);
+    free(sc);
+}
+
+static void free_eval_tasks(Run *r) {
+    for (int i = 0; i < r->ntasks; i++) task_free(&r->tasks[i]);
+    free(r->tasks);
+    if (r->eval_dump) fclose(r->eval_dump);
+}
 
 /* An option's value as the manifest records it (args_format, whole: a string option at its full length); malloc'd. */
 static char *option_text(const ArgSpec *s) {
@@ -684,6 +770,13 @@ static const char *options_conflict(TrainConfig *c, int floor_given) {
     else if (c->density < 1.0 && strcmp(c->optimizer, "scape") != 0 && strcmp(c->optimizer, "topk-ef") != 0)
         snprintf(msg, sizeof msg, "--density %g applies only to --optimizer scape or topk-ef (got %s)", c->density,
                  c->optimizer);
+    else if (c->eval_only && !c->eval_task[0])
+        snprintf(msg, sizeof msg, "--eval-only scores --eval-task FORMAT=FILE[,...]; give the tasks");
+    else if (c->eval_only && !c->init[0] && !c->resume[0])
+        snprintf(msg, sizeof msg, "--eval-only scores a trained model: give --init MODEL_FILE or --resume CHECKPOINT_DIR");
+    else if ((c->eval_task_every || c->eval_task_skip_bad || c->eval_dump[0]) && !c->eval_task[0])
+        snprintf(msg, sizeof msg, "--eval-task-every, --eval-task-skip-bad and --eval-dump apply to --eval-task; give the "
+                 "tasks");
     else
         return NULL;
     return msg;
@@ -1009,6 +1102,37 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
                   tokenizer_vocab_size(t), tokenizer_vocab_size(t));
         tokenizer_free(t);
     }
+    if (c->eval_task[0]) {
+        if (!tok_kind) fatal("--eval-task: the %s family has no tokenizer to encode the task's text", fam->family);
+        r->tok = tokenizer_load(tok_kind, c->data);
+        if (tokenizer_vocab_size(r->tok) != r->m->vocab_size)
+            fatal("--eval-task: tokenizer '%s' has %d tokens but the model %d; pass --tokenizer, the model's own",
+                  tok_kind, tokenizer_vocab_size(r->tok), r->m->vocab_size);
+        load_eval_tasks(r);
+    }
+    if (c->eval_only) { /* score the model of --init / --resume, no data, no optimizer, no checkpoint */
+        int step = 0;
+        const char *base = strrchr(r->ckpt_path, '/');
+        if (r->ckpt_path[0]) sscanf(base ? base + 1 : r->ckpt_path, "ckpt_%d", &step);
+        JsonLog *log = NULL;
+        if (r->rank == 0) {
+            make_dirs(c->out);
+            char path[4400];
+            snprintf(path, sizeof path, "%s/eval.jsonl", c->out);
+            log = jlog_open(path);
+            printf("eval only: %s (%s), step %d, B %d, T %d, %d rank%s\n", r->ckpt_path[0] ? r->ckpt_path : c->init,
+                   r->m->desc, step, c->B, c->T, r->world, r->world == 1 ? "" : "s");
+        }
+        eval_tasks_at(r, step, log, 1);
+        jlog_close(log);
+        free_eval_tasks(r);
+        tokenizer_free(r->tok);
+        r->m->free(r->m);
+        comm_finalize();
+        for (int i = 0; i < r->n_restored; i++) free(r->restored[i]);
+        free(r->opts);
+        return 0;
+    }
     const char *shard_kind = learned ? "bpe" : tok_kind; /* what `tok shards` records for it */
     const char *tokdir = tok_kind ? tok_kind : fam->family;
     char train_spec[4200], val_spec[4200];
@@ -1018,7 +1142,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     else snprintf(val_spec, sizeof val_spec, "%s/sotu/%s/sotu_val_*.bin", c->data, tokdir);
     ensure_data(c, tok_kind, train_spec, val_spec, defaults_data);
 
-    if (c->sample_every > 0 && tok_kind) {
+    if (c->sample_every > 0 && tok_kind && !r->tok) {
         r->tok = tokenizer_load(tok_kind, c->data);
         if (tokenizer_vocab_size(r->tok) > r->m->vocab_size)
             fatal("tokenizer '%s' has %d tokens but the model only %d; use a model built for this tokenizer",
@@ -1210,6 +1334,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
 
         int last = t == c->steps;
         if (last || (c->eval_every > 0 && t % c->eval_every == 0)) validate(r, t);
+        if (r->ntasks && (last || (c->eval_task_every > 0 && t % c->eval_task_every == 0))) eval_tasks_at(r, t, r->log, 0);
         if (c->sample_every > 0 && (last || t % c->sample_every == 0)) sample(r, t);
         /* after sampling, so the saved sampler RNG is the one the next step would use */
         int saved = last || (c->ckpt_every > 0 && t % c->ckpt_every == 0);
@@ -1274,6 +1399,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     r->u->free(r->u);
     valloader_free(r->vl);
     dataloader_free(r->dl);
+    free_eval_tasks(r);
     if (r->tok) tokenizer_free(r->tok);
     r->m->free(r->m);
     comm_finalize();

@@ -29,6 +29,8 @@ typedef struct {
     float peak_flops;
     int max_bad_steps; /* stop after this many consecutive non-finite steps, 0 = never */
     int comm_timeout;  /* seconds a collective may wait before the watchdog ends the job, 0 = never */
+    const char *eval_task, *eval_dump; /* downstream tasks "FORMAT=FILE,..." (eval/tasks.h); per-choice dump path */
+    int eval_task_every, eval_task_skip_bad, eval_only;
 } TrainConfig;
 
 /* The option table bound to the fields of *c (defaults depend on fam: --model defaults to fam->default_model).

@@ -103,6 +103,21 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
          "gradient norm, each of which is skipped; 0 = never stop", 0},
         {"peak-flops", ARG_FLOAT, &c->peak_flops, "0", 0, 1e18, NULL,
          "peak FLOP/s of one rank for MFU, 0 = print n/a", 0},
+        {"eval-task", ARG_STRING, &c->eval_task, "", 0, 0, NULL,
+         "downstream tasks scored on the model's forward pass, FORMAT=FILE[,FORMAT=FILE...] (or NAME:FORMAT=FILE; "
+         "piqa=FILE[:LABELS]); formats hellaswag|arc|piqa|lambada|boolq|copa|mmlu|jsonl (README: Downstream "
+         "tasks); logs an eval_task event per task with acc, acc_norm (or ppl), items, ms", 0},
+        {"eval-task-every", ARG_INT, &c->eval_task_every, "0", 0, IMAX, NULL,
+         "score --eval-task every N steps (and at the end), 0 = only at the end", 0},
+        {"eval-task-skip-bad", ARG_FLAG, &c->eval_task_skip_bad, NULL, 0, 1, NULL,
+         "skip task items that cannot be read or scored (each counted in the event's \"skipped\") instead of "
+         "stopping with the item's file and line", 0},
+        {"eval-only", ARG_FLAG, &c->eval_only, NULL, 0, 1, NULL,
+         "score --eval-task on the model of --init (a model file) or --resume (a checkpoint), print a table, "
+         "append the events to <out>/eval.jsonl and exit; trains nothing", 0},
+        {"eval-dump", ARG_STRING, &c->eval_dump, "", 0, 0, NULL,
+         "write every (item, choice) log-likelihood the tasks score to this JSONL file (one file per rank: "
+         "FILE.rank<r> with several ranks)", 0},
     };
     *n = (int)(sizeof t / sizeof t[0]);
     ArgSpec *out = xmalloc(sizeof t, "option table");

@@ -136,3 +136,10 @@ for name, line in [("simple", b'{"text": "Hello, world!", "id": 3}'),
                    ("not_string", b'{"text": 42}'),
                    ("truncated", b'{"text": "no end')]:
     put("jsonl", name, line)
+
+# tasks: the first byte picks the format (0 hellaswag, 1 arc, 2 piqa, 3 lambada, 4 boolq, 5 copa, 6 mmlu, 7 jsonl)
+for k, name in enumerate(["hellaswag", "arc", "piqa", "lambada", "boolq", "copa", "mmlu", "generic"]):
+    ext = "txt" if name == "lambada" else "jsonl"
+    put("tasks", name, bytes([k]) + open("test/eval/%s.%s" % (name, ext), "rb").read())
+put("tasks", "bad_label", bytes([7]) + b'{"context": "a", "choices": [" b"], "label": 5}\n')
+put("tasks", "bad_utf8", bytes([3]) + b'one two thr\xc3\n')

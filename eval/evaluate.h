@@ -1,0 +1,55 @@
+/*
+ * eval/evaluate.h - scores downstream tasks (eval/tasks.h) on a model's own forward pass, as evaluation harnesses
+ * (lm-evaluation-harness, llm.c's HellaSwag) do:
+ *
+ *   tokens     context and continuation are encoded separately (no special tokens); whitespace that ends the
+ *              context is moved to the front of the continuation first. The context starts with the tokenizer's
+ *              BOS where it has one apart from its end-of-text (Llama 2 and 3: <s>, <|begin_of_text|>); for
+ *              GPT-2-style vocabularies, which have none, an empty context becomes the end-of-text token.
+ *   truncation whole = context + continuation; if it is longer than T + 1 tokens only its last T + 1 are kept
+ *              (the context loses its start); the model reads whole[0 .. n-1) and the continuation's tokens are
+ *              scored at their positions. A continuation of T tokens or more cannot be scored: an error naming the
+ *              item (or a skipped item, counted, with skip_bad).
+ *   loglik     sum over the continuation's tokens of log softmax(logits)[token], the softmax over the real
+ *              vocabulary V (not the padded Vp), in double.
+ *   acc        1 where the correct choice has the highest loglik (ties: the first such choice).
+ *   acc_norm   the same with loglik divided by the continuation's length in bytes (UTF-8, as given, its leading
+ *              space included): lm-evaluation-harness's length-normalised accuracy.
+ *   last word  (LAMBADA) acc: every token of the target is the argmax of its position's logits (greedy);
+ *              ppl = exp(-(sum of the targets' logliks) / items).
+ * Batched: one row of T tokens per (item, choice), B rows per forward. Items are spread over ranks (item i on
+ * rank i % world) and the sums added by the caller's reduce, so every rank gets the same scores.
+ * Not for: reading the files (eval/tasks.h), generation tasks.
+ */
+#ifndef EVAL_EVALUATE_H
+#define EVAL_EVALUATE_H
+
+#include <stdio.h>
+
+#include "eval/tasks.h"
+#include "trainer/model.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct {
+    double acc;      /* choice tasks and last word: fraction of items right */
+    double acc_norm; /* choice tasks: by loglik per byte; NaN for last-word tasks */
+    double ppl;      /* last-word tasks: exp(-mean target loglik); NaN for choice tasks */
+    int items;       /* items scored, all ranks */
+    int skipped;     /* items too long to score, skipped (skip_bad), all ranks, plus those the reader skipped */
+    double ms;       /* wall time of the scoring */
+    double tokens;   /* tokens the forward passes read (rows x T), all ranks: the evaluator's cost */
+} TaskScore;
+
+/* Sum-reduce of n doubles over ranks, in place (the trainer passes comm_allreduce_sum_f64); NULL: one process. */
+typedef void (*EvalReduceFn)(double *x, size_t n);
+
+/* Scores task t on model m (sized for B rows of T tokens; T <= its max_seq_len) with tokenizer tok (its V must be
+ * the model's). rank/world split the items; reduce adds the partial sums (NULL with world 1). progress: where to
+ * print a progress line every ~10 s for long files (NULL: silent). dump: if non-NULL, one JSON line per
+ * (item, choice) this rank scored: {"task", "line", "choice", "loglik", "tokens", "greedy", "label"}.
+ * Returns 1, or 0 with err filled (one line: the file, line and why) when an item cannot be scored and skip_bad
+ * is 0. */
+int eval_task(Model *m, const Tokenizer *tok, const Task *t, int B, int T, int rank, int world, EvalReduceFn reduce,
+              int skip_bad, FILE *progress, FILE *dump, TaskScore *out, char *err, size_t cap);
+
+#endif
