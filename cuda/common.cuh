@@ -97,7 +97,10 @@ static inline const char *cuda_no_device_why(cudaError_t err, int ndev, char *bu
     int drv = 0, rt = 0;
     cudaDriverGetVersion(&drv);
     cudaRuntimeGetVersion(&rt);
-    if (err == cudaErrorInsufficientDriver || (drv > 0 && rt > drv))
+    if (err == cudaErrorInsufficientDriver && drv == 0)
+        snprintf(buf, n, "%s: no NVIDIA driver is loaded (libcuda.so.1 not found, or no GPU); install the driver (the "
+                 "CUDA %d.%d runtime needs the 580 series or newer)", cudaGetErrorString(err), rt / 1000, rt % 1000 / 10);
+    else if (err == cudaErrorInsufficientDriver || (drv > 0 && rt > drv))
         snprintf(buf, n, "%s: the driver supports CUDA %d.%d, this build's runtime is CUDA %d.%d (CUDA 13 needs an "
                  "NVIDIA driver >= 580); update the driver, or build with an older toolkit (CUDA_HOME)",
                  cudaGetErrorString(err), drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);

@@ -47,7 +47,7 @@ $(CUDA_BUILD)/test_%: dev/cuda/%.cu
 
 $(CUDA_BUILD)/gpu_probe: dev/cuda/gpu_probe.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LDFLAGS)
+	$(NVCC) $(NVCC_FLAGS) -MMD -MP $< -o $@ $(NVCC_LDFLAGS)
 
 # The trainer: train_gpt.cu (device model) + cuda/gpt2_host.c (train_gpt.c's table, init and model files, built
 # by $(CC)) + the shared loop, linked by $(MPICC) like train_gpt. train_gptcu is bf16, train_gptcu_fp32 all fp32.
