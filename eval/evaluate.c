@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "eval/evaluate.h"
 #include "common/util.h"
 
@@ -74,10 +76,27 @@ static double log_prob(const float *logits, int V, int tok, int *is_max) {
     int am = 0;
     for (int v = 1; v < V; v++)
         if (logits[v] > mx) { mx = logits[v]; am = v; }
-    double s = 0;
-    for (int v = 0; v < V; v++) s += exp((double)logits[v] - mx);
+    double s = 1.0; /* the argmax's term, exp(0) */
+    for (int v = 0; v < V; v++)
+        if (v != am) s += exp((double)logits[v] - mx);
     *is_max = am == tok;
     return (double)logits[tok] - mx - log(s);
+}
+
+/* one JSON line of the dump: the row's identity and score, the texts it was built from and its tokens (what the
+ * model read, then the last target) */
+static void dump_row(FILE *dump, const Task *t, const TaskItem *it, const Row *r) {
+    json_t *ids = json_array();
+    for (int i = 0; i < r->n; i++) json_array_append_new(ids, json_integer(r->toks[i]));
+    json_array_append_new(ids, json_integer(r->tgt[r->ncont - 1]));
+    json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:f, s:i, s:b, s:s, s:s, s:o}", "task", t->name, "line", it->line,
+                          "choice", r->choice, "label", it->label, "loglik", r->loglik, "tokens", r->ncont, "greedy",
+                          r->greedy, "context", it->context, "continuation", it->choices[r->choice], "ids", ids);
+    if (!o) fatal("eval dump: cannot encode the row of %s line %d as JSON", t->path, it->line);
+    char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    fprintf(dump, "%s\n", line);
+    free(line);
+    json_decref(o);
 }
 
 int eval_task(Model *m, const Tokenizer *tok, const Task *t, int B, int T, int rank, int world, EvalReduceFn reduce,
@@ -114,6 +133,7 @@ int eval_task(Model *m, const Tokenizer *tok, const Task *t, int B, int T, int r
             if (!skip_bad) {
                 snprintf(err, cap, "%s:%d: %s item: %s; or pass --eval-task-skip-bad to skip such items (they are "
                          "counted)", t->path, it->line, t->format, why);
+                for (int k = 0; k < nrows; k++) { free(rows[k].toks); free(rows[k].tgt); }
                 free(rows);
                 return 0; /* on this rank; the caller ends the job (fatal) */
             }
@@ -173,10 +193,7 @@ int eval_task(Model *m, const Tokenizer *tok, const Task *t, int B, int T, int r
         }
         sums[2] += 1;
         if (dump)
-            for (int k = a; k < e; k++)
-                fprintf(dump, "{\"task\": \"%s\", \"line\": %d, \"choice\": %d, \"loglik\": %.9g, \"tokens\": %d, "
-                        "\"greedy\": %d, \"label\": %d}\n", t->name, it->line, rows[k].choice, rows[k].loglik,
-                        rows[k].ncont, rows[k].greedy, it->label);
+            for (int k = a; k < e; k++) dump_row(dump, t, it, &rows[k]);
         a = e;
     }
     sums[4] = skipped;

@@ -46,7 +46,8 @@ typedef void (*EvalReduceFn)(double *x, size_t n);
 /* Scores task t on model m (sized for B rows of T tokens; T <= its max_seq_len) with tokenizer tok (its V must be
  * the model's). rank/world split the items; reduce adds the partial sums (NULL with world 1). progress: where to
  * print a progress line every ~10 s for long files (NULL: silent). dump: if non-NULL, one JSON line per
- * (item, choice) this rank scored: {"task", "line", "choice", "loglik", "tokens", "greedy", "label"}.
+ * (item, choice) this rank scored: {"task", "line", "choice", "label", "loglik", "tokens" (the continuation's),
+ * "greedy", "context", "continuation", "ids" (the tokens the model read, then the last target)}.
  * Returns 1, or 0 with err filled (one line: the file, line and why) when an item cannot be scored and skip_bad
  * is 0. */
 int eval_task(Model *m, const Tokenizer *tok, const Task *t, int B, int T, int rank, int world, EvalReduceFn reduce,

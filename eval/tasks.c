@@ -2,6 +2,7 @@
  * eval/tasks.c - readers of the downstream task files (formats and prompts in eval/tasks.h). JSON through
  * jansson; everything else (lines, UTF-8, labels, the prompts) here.
  */
+#define _GNU_SOURCE /* vasprintf */
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -26,14 +27,12 @@ static char *xstrdup_n(const char *s, size_t n) {
 }
 /* printf into a new string */
 static char *strf(const char *fmt, ...) {
-    va_list ap, aq;
+    va_list ap;
     va_start(ap, fmt);
-    va_copy(aq, ap);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    char *s = NULL;
+    int n = vasprintf(&s, fmt, ap);
     va_end(ap);
-    char *s = xmalloc((size_t)n + 1, "a task string");
-    vsnprintf(s, (size_t)n + 1, fmt, aq);
-    va_end(aq);
+    if (n < 0) fatal("out of memory building a task string");
     return s;
 }
 /* 1 if s[0..n) is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF) */
@@ -302,15 +301,21 @@ int task_load(Task *t, const char *spec, int skip_bad, char *err, size_t cap) {
     const char *colon = strchr(head, ':');
     const char *format = colon ? colon + 1 : head;
     snprintf(t->name, sizeof t->name, "%.*s", colon ? (int)(colon - head) : (int)strlen(head), head);
-    snprintf(t->format, sizeof t->format, "%s", format);
-    char fmtbar[64];
-    snprintf(fmtbar, sizeof fmtbar, "|%s|", format);
-    char all[128];
+    /* the format: one of TASK_FORMATS, found as "|format|" in "|" TASK_FORMATS "|" */
+    size_t fl = strlen(format);
+    char fmtbar[sizeof t->format + 2], all[128];
     snprintf(all, sizeof all, "|%s|", TASK_FORMATS);
-    if (!format[0] || !strstr(all, fmtbar)) {
+    if (fl > 0 && fl < sizeof t->format) {
+        fmtbar[0] = '|';
+        memcpy(fmtbar + 1, format, fl);
+        fmtbar[fl + 1] = '|';
+        fmtbar[fl + 2] = 0;
+    }
+    if (fl == 0 || fl >= sizeof t->format || !strstr(all, fmtbar)) {
         snprintf(err, cap, "--eval-task '%s': unknown format '%s'; one of %s", spec, format, TASK_FORMATS);
         return 0;
     }
+    memcpy(t->format, format, fl + 1);
     /* piqa: FILE[:LABELS] */
     char labels_path[1100] = "";
     snprintf(t->path, sizeof t->path, "%s", eq + 1);

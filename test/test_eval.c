@@ -259,11 +259,12 @@ static long double ref_loglik(const TaskItem *it, int j, int T, int *greedy, int
     int V = tokenizer_vocab_size(tok);
     for (size_t k = na - ncont; k < na; k++) {
         int x = all[k - 1], y = all[k], p = (int)(k - 1 - s); /* all[k-1] is read at position k-1-s of the row */
-        long double mx = -1e30L, sum = 0;
+        long double mx = -1e30L, sum = 1; /* the argmax's own term */
         int am = 0;
         for (int v = 0; v < V; v++)
             if (fake_logit(x, p, v) > mx) { mx = fake_logit(x, p, v); am = v; }
-        for (int v = 0; v < V; v++) sum += expl((long double)fake_logit(x, p, v) - mx);
+        for (int v = 0; v < V; v++)
+            if (v != am) sum += expl((long double)fake_logit(x, p, v) - mx);
         ll += (long double)fake_logit(x, p, y) - mx - logl(sum);
         *greedy &= am == y;
     }
@@ -273,12 +274,12 @@ static long double ref_loglik(const TaskItem *it, int j, int T, int *greedy, int
 /* the dump's loglik of (line, choice) */
 static double dump_ll(const char *dump, int line, int choice, int *found) {
     char key[64];
-    snprintf(key, sizeof key, "\"line\": %d, \"choice\": %d,", line, choice);
+    snprintf(key, sizeof key, "\"line\":%d,\"choice\":%d,", line, choice);
     const char *p = strstr(dump, key);
     *found = p != NULL;
     if (!p) return NAN;
-    p = strstr(p, "\"loglik\": ");
-    return p ? strtod(p + 10, NULL) : NAN;
+    p = strstr(p, "\"loglik\":");
+    return p ? strtod(p + 9, NULL) : NAN;
 }
 static char *run_dump(Fake *f, const Task *t, int B, int T, TaskScore *sc, int *ok, char *err) {
     char path[512];

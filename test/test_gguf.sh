@@ -8,7 +8,8 @@
 # pass (log-probabilities within LOGP_TOL below) and the same 32-token greedy continuation. The f16 and bf16 exports
 # of one model each must load and agree within the looser tolerance their rounding allows. Then the bad inputs: a
 # truncated model, a foreign file, an incomplete checkpoint folder, a vocabulary of the wrong size, an --out in a
-# missing folder: each one error line, status 1 (2 for usage), no GGUF left behind.
+# missing folder: each one error line, status 1 (2 for usage), no GGUF left behind. And the downstream-task scorer
+# on the bpe4k and Llama 2 exports (test/test_eval_gguf.mjs: tokens, log-likelihoods, chosen answers).
 # Prints "ok NAME" / "FAIL NAME: ..." lines; exits non-zero on any failure. Needs ./train_gpt, ./train_llama,
 # ./export_gguf, build/gguf_ref and `make data data-llama llama-cpp`.
 set -u
@@ -62,6 +63,23 @@ check() {
         || failures=$((failures + 1))
 }
 
+# the downstream-task scorer (eval/evaluate.c) against llama.cpp on the same export: --eval-only --eval-dump of every
+# test/eval/ task, then test/test_eval_gguf.mjs builds each row's tokens from its texts with llama.cpp's tokenizer
+# (they must equal ours) and scores the continuation with llama.cpp's probabilities (within TOL per token), and
+# the chosen answers must agree where ours is not a near-tie (issue 32)
+EVAL_TASKS="hellaswag=test/eval/hellaswag.jsonl,arc=test/eval/arc.jsonl,piqa=test/eval/piqa.jsonl,lambada=test/eval/lambada.txt"
+EVAL_TASKS="$EVAL_TASKS,boolq=test/eval/boolq.jsonl,copa=test/eval/copa.jsonl,mmlu=test/eval/mmlu.jsonl,jsonl=test/eval/generic.jsonl"
+eval_check() { # NAME CKPT TRAINER TOL: $TMP/NAME.gguf must exist (check NAME ran)
+    local name=$1 ck=$2 trainer=$3 tol=$4
+    [ -f "$TMP/$name.gguf" ] || return
+    if ! OMP_NUM_THREADS=2 "$trainer" --eval-only --resume "$ck" --data "$DATA" --threads 2 --eval-task "$EVAL_TASKS" \
+            --eval-dump "$TMP/$name.dump.jsonl" --out "$TMP/$name.eval" > "$TMP/$name.eval.log" 2>&1; then
+        fail "gguf_${name}_eval_dump" "$(tail -1 "$TMP/$name.eval.log")"; return
+    fi
+    node test/test_eval_gguf.mjs "$MODS" "gguf_$name" "$TMP/$name.gguf" "$TMP/$name.dump.jsonl" 64 "$tol" \
+        || failures=$((failures + 1))
+}
+
 # Tolerances on log-probabilities. An fp32 export differs from our forward only in summation order and in llama.cpp's
 # own functions: measured at most 1.3e-4 for Llama, 7e-4 for GPT-2, whose GELU ggml evaluates through an f16 table.
 # f16 / bf16 weights add their rounding (2^-11, 2^-8 relative): measured 2.7e-3 (GPT-2 f16), 2.0e-2 (Llama bf16).
@@ -73,9 +91,11 @@ fi
 # the project's own vocabulary (tok train, bpe4k): llama.cpp's gpt2 tokenizer must read its merges as ours
 if train bpe4k ./train_gpt --model d2c64h2t128v4096 --steps 150; then
     check bpe4k "$TMP/bpe4k/ckpt_150" bpe4k f32 3e-3
+    eval_check bpe4k "$TMP/bpe4k/ckpt_150" ./train_gpt 3e-3
 fi
 if train llama2 ./train_llama --model l2c64h4kv2f192v32000t128 --steps 150; then
     check llama2 "$TMP/llama2/ckpt_150" llama2 f32 1e-3
+    eval_check llama2 "$TMP/llama2/ckpt_150" ./train_llama 1e-3
     check llama2_bf16 "$TMP/llama2/ckpt_150" llama2 bf16 5e-2
 fi
 if train llama3 ./train_llama --model l1c32h2kv1f96v128256t128 --steps 40 --batch 4; then

@@ -5,6 +5,8 @@
  * a non-empty context string, at least one non-empty choice and its label in range, or fails with one line in err
  * that names the file; a failed load leaves no items.
  */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "eval/tasks.h"
