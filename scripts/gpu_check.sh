@@ -199,8 +199,8 @@ build() { # build NAME TARGET...: 0 if built; the log is $WORK/build_NAME.log
     make -j"$JOBS" "${MAKE_ARGS[@]}" "$@" > "$WORK/build_$name.log" 2>&1
 }
 # the kernel tests (dev/cuda/<name>.cu) and whole-model tests every cuda/mk fragment registers
-mapfile -t K_BINS < <(make -s print-cuda-kernel-tests 2>/dev/null)
-mapfile -t M_BINS < <(make -s print-cuda-model-tests 2>/dev/null)
+mapfile -t K_BINS < <(make -s --no-print-directory print-cuda-kernel-tests 2>/dev/null)
+mapfile -t M_BINS < <(make -s --no-print-directory print-cuda-model-tests 2>/dev/null)
 [ ${#K_BINS[@]} -gt 0 ] || K_BINS=(encoder layernorm gelu matmul attention classifier optimizer global_norm)
 [ ${#M_BINS[@]} -gt 0 ] || M_BINS=(build/cuda/test_gpt2cu build/cuda-fp32/test_gpt2cu)
 TRAIN_TARGETS=(train_gpt train_gptcu train_gptcu_fp32 train_llama train_llamacu train_llamacu_fp32)
