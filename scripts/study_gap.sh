@@ -194,6 +194,8 @@ if probes:
         lines.append("| %s | %s |" % (p[8:], ", ".join("%g: %.4f" % t for t in items)))
     lines.append("")
 open(os.path.join(doc, "results.md"), "w").write("\n".join(lines) + "\n")
+import glob
+for old in glob.glob(os.path.join(doc, "gap_vs_*.dat")): os.remove(old)  # a series with no point now has no file
 for (study, r), pts in dat.items():
     with open(os.path.join(doc, "gap_vs_%s_%s.dat" % ("steps" if study == "length" else "batch", r)), "w") as f:
         f.write("# x mean sd min max seeds\n")
