@@ -58,6 +58,9 @@ int same_file(const char *a, const char *b);
 void fsync_parent_dir(const char *path);
 /* Size of a file in bytes, or -1 if it cannot be stat'ed. */
 int64_t file_size(const char *path);
+/* 1 if s[0..n) is well-formed UTF-8: no overlong forms, surrogates or code points above U+10FFFF (a NUL byte is
+ * valid; callers that want C strings pass strlen). */
+int utf8_valid_n(const char *s, size_t n);
 int file_exists(const char *path);
 /* mkdir -p; fatal() on failure. */
 void make_dirs(const char *path);

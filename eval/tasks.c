@@ -35,28 +35,6 @@ static char *strf(const char *fmt, ...) {
     if (n < 0) fatal("out of memory building a task string");
     return s;
 }
-/* 1 if s[0..n) is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF) */
-static int utf8_valid(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i], cp, min;
-        size_t k;
-        if (c < 0x80) { i++; continue; }
-        if ((c & 0xE0) == 0xC0) { k = 1; cp = c & 0x1F; min = 0x80; }
-        else if ((c & 0xF0) == 0xE0) { k = 2; cp = c & 0x0F; min = 0x800; }
-        else if ((c & 0xF8) == 0xF0) { k = 3; cp = c & 0x07; min = 0x10000; }
-        else return 0;
-        if (k > n - i - 1) return 0;
-        for (size_t j = 1; j <= k; j++) {
-            if ((s[i + j] & 0xC0) != 0x80) return 0;
-            cp = (cp << 6) | (s[i + j] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp < 0xE000)) return 0;
-        i += k + 1;
-    }
-    return 1;
-}
-
 /* One item being built; the reader's error goes into why (returned 0). */
 typedef struct {
     const char *path;
@@ -303,7 +281,7 @@ int task_load(Task *t, const char *spec, int skip_bad, char *err, size_t cap) {
     snprintf(t->name, sizeof t->name, "%.*s", colon ? (int)(colon - head) : (int)strlen(head), head);
     /* the format: one of TASK_FORMATS, found as "|format|" in "|" TASK_FORMATS "|" */
     size_t fl = strlen(format);
-    char fmtbar[sizeof t->format + 2], all[128];
+    char fmtbar[sizeof t->format + 2] = "", all[128];
     snprintf(all, sizeof all, "|%s|", TASK_FORMATS);
     if (fl > 0 && fl < sizeof t->format) {
         fmtbar[0] = '|';
@@ -373,7 +351,7 @@ int task_load(Task *t, const char *spec, int skip_bad, char *err, size_t cap) {
                 lp = lnl ? lnl + 1 : labels + llen;
             }
         }
-        if (!utf8_valid((const unsigned char *)line, n)) good = bad(&x, "invalid UTF-8");
+        if (!utf8_valid_n(line, n)) good = bad(&x, "invalid UTF-8");
         else if (!strcmp(format, "lambada") && line[k] != '{') good = read_lambada_text(&x, line, n, &it);
         else {
             json_error_t je;

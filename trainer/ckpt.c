@@ -103,25 +103,7 @@ int ckpt_file_hash(const char *path, int64_t *bytes, uint64_t *hash) {
     return ok;
 }
 
-int utf8_valid(const char *str) {
-    const unsigned char *p = (const unsigned char *)str;
-    while (*p) {
-        unsigned c = *p, cp, k;
-        if (c < 0x80) { p++; continue; }
-        if (c >= 0xC2 && c <= 0xDF) { k = 1; cp = c & 0x1F; }
-        else if (c >= 0xE0 && c <= 0xEF) { k = 2; cp = c & 0x0F; }
-        else if (c >= 0xF0 && c <= 0xF4) { k = 3; cp = c & 0x07; }
-        else return 0;
-        for (unsigned i = 1; i <= k; i++) {
-            if ((p[i] & 0xC0) != 0x80) return 0;
-            cp = cp << 6 | (p[i] & 0x3F);
-        }
-        if ((k == 2 && cp < 0x800) || (k == 3 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
-            return 0; /* overlong, beyond Unicode, or a surrogate */
-        p += k + 1;
-    }
-    return 1;
-}
+int utf8_valid(const char *str) { return utf8_valid_n(str, strlen(str)); }
 
 /* A value as the manifest records it: a JSON string when it is valid UTF-8, else {"hex": "<its bytes>"} so that
  * any bytes (a Latin-1 path, a prompt cut mid-character) come back exactly. */
