@@ -27,6 +27,18 @@
 #include "scape/dist_impl.h"
 #include "scape/scape.h"
 
+static const char *const variant_names[] = {"faithful", "catchup", "tensor-nu", "residual-decay"};
+
+const char *scape_variant_name(int variant) {
+    return variant >= 0 && variant < (int)(sizeof variant_names / sizeof variant_names[0]) ? variant_names[variant] : "?";
+}
+
+int scape_variant_parse(const char *name) {
+    for (int i = 0; i < (int)(sizeof variant_names / sizeof variant_names[0]); i++)
+        if (strcmp(name, variant_names[i]) == 0) return i;
+    return -1;
+}
+
 DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, const DistConfig *cfg) {
     if (cfg->opt.kind != OPT_ADAMW && cfg->opt.kind != OPT_ADAMS && cfg->opt.kind != OPT_SCAPE && cfg->opt.kind != OPT_TOPK_EF)
         fatal("distopt_create: optimizer kind %d is not supported; use adamw, adams, scape or topk-ef", cfg->opt.kind);
@@ -38,6 +50,19 @@ DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, co
     if (cfg->double_residual && (cfg->opt.kind != OPT_SCAPE || cfg->zero))
         fatal("--scape-double-residual-defect reproduces the authors' SCAPE reducer: it needs --optimizer scape "
               "without --zero");
+    if (cfg->variant < SCAPE_FAITHFUL || cfg->variant > SCAPE_RESIDUAL_DECAY)
+        fatal("distopt_create: SCAPE variant %d is not known; use faithful, catchup, tensor-nu or residual-decay", cfg->variant);
+    if (cfg->variant != SCAPE_FAITHFUL && (cfg->opt.kind != OPT_SCAPE || cfg->zero || cfg->payload_bf16 || cfg->double_residual))
+        fatal("--scape-variant %s changes SCAPE's update: it needs --optimizer scape with the fp32 payload, without --zero "
+              "and --scape-double-residual-defect", scape_variant_name(cfg->variant));
+    if (cfg->variant == SCAPE_FAITHFUL && (cfg->variant_cap != 0 || cfg->residual_decay != 0))
+        fatal("--scape-variant-cap and --scape-residual-decay belong to --scape-variant catchup, tensor-nu and "
+              "residual-decay; drop them or name the variant");
+    if ((cfg->variant == SCAPE_CATCHUP || cfg->variant == SCAPE_TENSOR_NU) && !(cfg->variant_cap >= 1 && cfg->variant_cap <= 255))
+        fatal("--scape-variant-cap %g is outside [1, 255]; 1 makes %s the faithful update", cfg->variant_cap,
+              scape_variant_name(cfg->variant));
+    if (cfg->variant == SCAPE_RESIDUAL_DECAY && !(cfg->residual_decay >= 0 && cfg->residual_decay <= 1))
+        fatal("--scape-residual-decay %g is outside [0, 1]; 1 keeps the whole residual (faithful)", cfg->residual_decay);
     if (cfg->payload_bf16 && cfg->opt.kind != OPT_SCAPE)
         fatal("--scape-payload bf16 applies to --optimizer scape only; drop it or use --optimizer scape");
     if (cfg->opt.kind == OPT_TOPK_EF && cfg->zero)
@@ -141,6 +166,7 @@ void distopt_free(DistOptim *d) {
     free(d->seg_bytes); free(d->seg_off); free(d->topk_tmp);
     free(d->code_mine); free(d->code_all); free(d->code_sizes);
     free(d->ch_lo); free(d->ch_hi); free(d->ch_q); free(d->ch_slice); free(d->ch_bucket); free(d->ch_ss); free(d->ch_bad);
+    free(d->age); free(d->ch_ss_stay); free(d->ch_n_stay); free(d->slice_s2);
     free(d->pairs); free(d->pair_off);
     free(d->st_slice); free(d->st_jm); free(d->st_em); free(d->st_jg); free(d->st_eg); free(d->st_g);
     free(d->st_gcur); free(d->st_gprev); free(d->st_tmp);

@@ -30,6 +30,11 @@ typedef struct {
     int double_residual;   /* SCAPE, comparison only: reproduces a defect of the authors' two newest reducers, which
                             * write the residual twice per step off the mask: r <- 2 c - r_old there, i.e.
                             * r_old + 2 (beta1 m_{t-1} + (1 - beta1) g) instead of c (unsharded host update only) */
+    int variant;           /* SCAPE only: SCAPE_FAITHFUL (0, the paper's algorithm) or one of the same-bytes variants
+                            * of issue 31 (scape/dist_scape.c's header gives their formulas); unsharded host update
+                            * with the fp32 payload */
+    float variant_cap;     /* catchup, tensor-nu: cap A on the entering step's factor (>= 1) */
+    float residual_decay;  /* residual-decay: rho in [0, 1], the old residual's weight in r off the mask */
     int density_dense;     /* S steps at d_start before the warm-up begins (the authors' --topk-adams-start-iter),
                             * 0 = none; see dist_density */
     int exclude_norms;     /* 1 (default): norm gains and biases always dense */
@@ -37,6 +42,14 @@ typedef struct {
     int mask_coding;       /* SCAPE only: 1 codes each owner's mask segment for the all-gather (scape/mask_code.h);
                             * the masks, and so every result, are the same as with 0 */
 } DistConfig;
+
+/* SCAPE's update variants (issue 31): same payload, masks and collectives as the faithful algorithm, no state
+ * exchanged; formulas at the top of scape/dist_scape.c. */
+enum { SCAPE_FAITHFUL = 0, SCAPE_CATCHUP = 1, SCAPE_TENSOR_NU = 2, SCAPE_RESIDUAL_DECAY = 3 };
+/* The variant's name as --scape-variant spells it ("faithful", "catchup", "tensor-nu", "residual-decay"), and back
+ * (-1 for an unknown name). */
+const char *scape_variant_name(int variant);
+int scape_variant_parse(const char *name);
 
 typedef struct DistOptim DistOptim;
 

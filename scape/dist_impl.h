@@ -73,6 +73,13 @@ struct DistOptim {
     int *ch_slice, *ch_bucket;
     double *ch_ss;
     int *ch_bad;
+    /* the variants (cfg.variant, issue 31): catchup's age (P bytes: steps each coordinate has been off the mask,
+     * saturating at 255; the same on every rank, as the masks are; checkpointed), tensor-nu's per-chunk sums of
+     * g_hat^2 and counts over the stayers (M_t and mask_m) and per-slice mean s_T (clip scale included) */
+    uint8_t *age;
+    double *ch_ss_stay;
+    size_t *ch_n_stay;
+    float *slice_s2;
     /* SCAPE's first moment, compact (issue 17): m is zero off the mask it was last updated on (SCAPE.md section 3
      * items 3-4), so it holds only its m_n values on mask_m, packed in payload order (chunk by chunk; ch_qm[c] is
      * chunk c's first). The update pass writes m_t into m_new (at the payload's offsets, ch_q); then the two swap

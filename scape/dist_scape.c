@@ -14,6 +14,24 @@
  *   item 3, 4, 7  error feedback r_i = c_i off M_t, m_t = b on M_t, the masked AdamS update and weight decay
  *           alone off the mask (scape_update_pass); cfg.double_residual, for comparison only, reproduces the
  *           authors' newest reducers, which write it twice off the mask (r_i = 2 c_i - r_i,old)
+ * Variants (cfg.variant, issue 31; --scape-variant): the same payload, masks and collectives, no state exchanged;
+ * faithful (the default) is the algorithm above, bit for bit. In SCAPE.md's terms, with u_j = (m_t / bc1) /
+ * (sqrt(nu_j) / sqrt(bc2) + eps) the normalised AdamS step of item 7 and "entering" j in M_t with m_{t-1,j} = 0 off
+ * the previous update's mask (mask_m; not at the first update):
+ *   catchup         an entering j takes f_j u_j, f_j = min(1 + a_j, A): a_j (uint8, saturating at 255) counts the
+ *                   steps j was off the mask, so its residual holds about a_j steps of gradient; a_j <- 0 on M_t,
+ *                   a_j + 1 off it, after each update (not on a skipped step). The masks are the same on every
+ *                   rank, so is a. Checkpointed (P bytes). A = cfg.variant_cap.
+ *   tensor-nu       an entering j takes nu_j = (1 - beta2) s_T instead of (1 - beta2) g_hat_j^2, s_T the mean of
+ *                   g_hat^2 (clipped) over the stayers of its tensor (on M_t and on mask_m; b and m_{t-1} are the
+ *                   same on every rank, so is s_T), so the step grows with the mass j carries instead of being
+ *                   (1 - beta1) / sqrt(1 - beta2) whatever it carries; |u'_j| <= A |u_j|. Faithful where T has no
+ *                   stayer. No state.
+ *   residual-decay  off M_t, r_i <- c_i - (1 - rho) r_{i,t-1} = rho r_{i,t-1} + beta1 m_{t-1} + (1 - beta1) g_i: the
+ *                   carried mass decays by rho a step, so the top-k follows recent mass (rho = 1: faithful). The
+ *                   lost mass, (1 - rho) r_{t-1} a step, is what it gives up. No state.
+ * The first two attack the entering step's length (docs/reproduction.md 6.3: it is fixed, so error feedback
+ * restores the direction of missed updates but not their length); the third the staleness of the top-k's mass.
  * State (dist_impl.h): m compact on the mask it was last updated on (mask_m: about d P values; issue 17), r (P),
  * mask_cur = M_t, mask_next = M_{t+1} once collected, the
  * owners' packed segments (seg), the payload in stage (K_t values, bucket after bucket from pay_off) and with the bf16 payload stage16 and
@@ -88,6 +106,12 @@ void scape_init(DistOptim *d) {
         d->code_mine = xmalloc(d->code_cap, "coded mask");
         d->code_all = xmalloc((size_t)d->world * d->code_cap, "coded masks");
         d->code_sizes = xcalloc((size_t)d->world, sizeof(size_t), "coded mask sizes");
+    }
+    if (d->cfg.variant == SCAPE_CATCHUP) d->age = xcalloc(d->P + 8, 1, "SCAPE catchup age");
+    if (d->cfg.variant == SCAPE_TENSOR_NU) {
+        d->ch_ss_stay = xcalloc(nch ? nch : 1, sizeof(double), "SCAPE tensor-nu sums");
+        d->ch_n_stay = xcalloc(nch ? nch : 1, sizeof(size_t), "SCAPE tensor-nu counts");
+        d->slice_s2 = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(float), "SCAPE tensor-nu scales");
     }
     if (d->cfg.zero) scape_zero_init(d);
 }
@@ -357,6 +381,48 @@ static double scape_norm_pass(DistOptim *d) {
     return ss;
 }
 
+/* tensor-nu (issue 31): per slice, s_T = sc^2 mean over the stayers j (on M_t and on mask_m) of g_hat_j^2 (g_hat
+ * unclipped, as scape_norm_pass computes it; sc the clip factor, 1 when not clipped), into slice_s2; 0 for a slice
+ * with no stayer (its entering coordinates then take the faithful step). A pass of its own, so that the faithful
+ * norm pass stays as it is; chunk sums in double, added in chunk order. */
+static void scape_stay_pass(DistOptim *d, int clipped, float sc) {
+    const float b1 = d->cfg.opt.beta1, omb1 = 1.0f - b1;
+    const float *m = d->m, *bv = d->stage;
+    const uint8_t *M = d->mask_cur, *Mm = d->mask_m;
+    #pragma omp parallel for schedule(dynamic, 4)
+    for (size_t ch = 0; ch < d->nch; ch++) {
+        size_t q = d->ch_q[ch], qm = d->ch_qm[ch], hi = d->ch_hi[ch], n_st = 0;
+        double ss = 0;
+        for (size_t j = d->ch_lo[ch]; j < hi; j += 64) {
+            size_t n = hi - j < 64 ? hi - j : 64;
+            uint64_t full, w = mask_word(M, j, n, &full), fm, wm = d->have_m ? mask_word(Mm, j, n, &fm) : 0;
+            for (uint64_t x = w; x; x &= x - 1) {
+                size_t i = (size_t)__builtin_ctzll(x);
+                if ((wm >> i) & 1) {
+                    float gh = (bv[q] - b1 * m_prev_at(m, wm, qm, i)) / omb1;
+                    ss += (double)gh * (double)gh;
+                    n_st++;
+                }
+                q++;
+            }
+            qm += (size_t)__builtin_popcountll(wm);
+        }
+        d->ch_ss_stay[ch] = ss;
+        d->ch_n_stay[ch] = n_st;
+    }
+    const double sc2 = clipped ? (double)sc * (double)sc : 1.0;
+    for (int i = 0; i < d->tab->n; i++) {
+        const ParamSlice *sl = &d->tab->slices[i];
+        size_t c0 = (size_t)d->slice_ch0[i], c1 = c0 + (sl->numel + SCAPE_CHUNK - 1) / SCAPE_CHUNK, n = 0;
+        double ss = 0;
+        for (size_t ch = c0; ch < c1; ch++) {
+            ss += d->ch_ss_stay[ch];
+            n += d->ch_n_stay[ch];
+        }
+        d->slice_s2[i] = n ? (float)(ss / (double)n * sc2) : 0.0f;
+    }
+}
+
 /* ---- item 8: the next mask, partitioned by owner ---- */
 
 /* Top-k of |c| (c in grads) over this rank's owned slices with density dens, into its segment of seg, then the
@@ -386,6 +452,31 @@ static CommHandle scape_make_mask(DistOptim *d, double dens) {
 }
 
 /* ---- items 3, 4, 7: error feedback, new momentum, masked AdamS ---- */
+
+/* The step of an entering coordinate (on M_t, off mask_m: m_{t-1} = 0) under a variant: scape_update_on's
+ * arithmetic with the normalised step u = (m_t / bc1) / (sqrt(nu) / sqrt_bc2 + eps) changed:
+ *   tensor-nu (s2 > 0):  u' = (m_t / bc1) / (sqrt((1 - b2) s2) / sqrt_bc2 + eps), |u'| capped at cap |u|
+ *   catchup:             u' = f u, f = min(1 + age, cap)   (f = 1, s2 = 0: exactly scape_update_on)
+ * then p -= lr (u' + wd p). Compile with -ffp-contract=off, as scape_update_on. */
+static inline void scape_update_entering(float *p, float *m, float mt, float sc, int clipped, float b1, float omb1,
+                                         float b2, float eps, float bc1, float sqrt_bc2, float lr, float wd, float f,
+                                         float s2, float cap) {
+    float mp = *m;
+    float gh = (mt - b1 * mp) / omb1;
+    if (clipped) {
+        gh = gh * sc;
+        mt = b1 * mp + omb1 * gh;
+    }
+    float nu = b2 * mp * mp + (1.0f - b2) * gh * gh;
+    float u = (mt / bc1) / (sqrtf(nu) / sqrt_bc2 + eps);
+    if (s2 > 0.0f) {
+        float uv = (mt / bc1) / (sqrtf((1.0f - b2) * s2) / sqrt_bc2 + eps), lim = cap * fabsf(u);
+        u = fabsf(uv) > lim ? copysignf(lim, uv) : uv;
+    }
+    u = u * f;
+    *m = mt;
+    *p -= lr * (u + wd * *p);
+}
 
 /* Error feedback r <- c (1 - M_t), then the update of every coordinate: AdamS on M_t, decoupled weight decay
  * only (and m = 0) off it. Word by word over the mask, chunks in parallel; every coordinate's arithmetic is
@@ -421,6 +512,10 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
     const float fN = (float)d->world;
     const uint8_t *M = d->mask_cur, *Mm = d->mask_m;
     const int have_m = d->have_m, dbl = d->cfg.double_residual;
+    /* the variants (issue 31): entering coordinates' steps (catchup, tensor-nu), the residual's decay */
+    const int var = d->cfg.variant, enter = have_m && (var == SCAPE_CATCHUP || var == SCAPE_TENSOR_NU);
+    const float cap = d->cfg.variant_cap, omr = 1.0f - d->cfg.residual_decay;
+    uint8_t *age = d->age;
     /* the residual on M_t: 0, or with the bf16 payload what rounding lost (distopt_create's comment) */
 #define RESIDUAL_ON(j, q) (qe ? (c[j] - bf16_to_f32(bf16_from_f32(c[j]))) + fN * qe[q] : 0.0f)
     /* r on M_t (pq: the coordinate's payload index, counted along) */
@@ -465,6 +560,7 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
                     scape_update_on(&p[j + i], &mv, bv[q + i], sc, clipped, b1, omb1, b2, eps, bc1, sqrt_bc2, lr, wd);
                     mn[qn + i] = mv;
                 }
+                if (age) memset(age + j, 0, n);
                 q += n;
                 qn += n;
             } else {
@@ -472,12 +568,21 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
                     if ((w >> i) & 1) {
                         float mv = m_prev_at(m, wm, qm, i);
                         PUT_R(j + i, q);
-                        scape_update_on(&p[j + i], &mv, bv[q++], sc, clipped, b1, omb1, b2, eps, bc1, sqrt_bc2, lr, wd);
+                        if (enter && !((wm >> i) & 1))
+                            scape_update_entering(&p[j + i], &mv, bv[q++], sc, clipped, b1, omb1, b2, eps, bc1, sqrt_bc2,
+                                                  lr, wd, age ? fminf((float)age[j + i] + 1.0f, cap) : 1.0f,
+                                                  age ? 0.0f : d->slice_s2[d->ch_slice[ch]], cap);
+                        else
+                            scape_update_on(&p[j + i], &mv, bv[q++], sc, clipped, b1, omb1, b2, eps, bc1, sqrt_bc2, lr, wd);
                         mn[qn++] = mv;
+                        if (age) age[j + i] = 0;
                     } else {
-                        /* error feedback r = c; the authors' defect (cfg.double_residual) adds c - r_old again */
-                        r[j + i] = dbl ? c[j + i] + (c[j + i] - r[j + i]) : c[j + i];
+                        /* error feedback r = c; the authors' defect (cfg.double_residual) adds c - r_old again;
+                         * residual-decay keeps rho of r_old: c - (1 - rho) r_old */
+                        r[j + i] = dbl ? c[j + i] + (c[j + i] - r[j + i])
+                                 : var == SCAPE_RESIDUAL_DECAY ? c[j + i] - omr * r[j + i] : c[j + i];
                         p[j + i] -= lr * (wd * p[j + i]);
+                        if (age && age[j + i] < 255) age[j + i]++;
                     }
                 }
             }
@@ -672,6 +777,7 @@ int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
     d->next_h = scape_make_mask(d, scape_density(d->cfg.density, d->cfg.density_start, d->cfg.density_warmup, t + 1));
 
     /* error feedback, then AdamS on M_t and decay only elsewhere (SCAPE.md section 3 items 3-7) */
+    if (d->cfg.variant == SCAPE_TENSOR_NU && d->have_m) scape_stay_pass(d, clipped, sc);
     scape_update_pass(d, t, lr, clipped, sc);
     d->last_k = K;
     dist_end_step(d);

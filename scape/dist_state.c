@@ -4,7 +4,8 @@
  * so that host and device write and read each other's checkpoints. A blob is one rank's file of a checkpoint:
  * header, then
  *   adamw/adams: m (and v) over [lo, hi) (the owned shard with ZeRO-1, else everything)
- *   scape:       r (P), mask_cur (P bits, if have_cur), mask_next (P bits, if have_next), m on mask_cur (K)
+ *   scape:       r (P), mask_cur (P bits, if have_cur), mask_next (P bits, if have_next), m on mask_cur (K),
+ *                and with --scape-variant catchup its age (P bytes; header ext bit 0)
  *   topk-ef:     e (P), m (P), v (P)
  * Every rank's blob holds the shared SCAPE state (masks, m) too, so a rank can resume from its own file alone.
  * Loading onto another world size: dense state is assembled from whichever saved shards cover this rank's range;
@@ -22,7 +23,8 @@
 
 typedef struct {
     uint32_t magic, version;
-    int32_t kind, world, rank, zero, last_t, have_cur, have_next, pad;
+    int32_t kind, world, rank, zero, last_t, have_cur, have_next;
+    int32_t ext; /* extras after the state (0 before issue 31): bit 0, SCAPE catchup's age, P bytes padded to 8 */
     uint64_t P, lo, hi, K;
 } BlobHeader;
 _Static_assert(sizeof(BlobHeader) == 72, "the blob header layout is part of the checkpoint format");
@@ -41,6 +43,7 @@ size_t distopt_state_bytes(const DistOptim *d) {
         if (d->have_cur) n += blob_mask_bytes(d->P);
         if (d->have_next) n += blob_mask_bytes(d->P);
         n += scape_m_count(d) * sizeof(float);
+        if (d->age) n += blob_mask_bytes(8 * d->P);
     } else if (d->cfg.opt.kind == OPT_TOPK_EF) {
         n += 3 * d->P * sizeof(float);
     } else {
@@ -71,6 +74,15 @@ void distopt_save(const DistOptim *d, void *blob) {
         }
         if (d->cfg.zero) /* ZeRO-1: r as the unsharded step holds it, without beta1 m folded in */
             scape_zero_r_unfold(d, (float *)((char *)blob + sizeof(BlobHeader)));
+        if (d->age) { /* catchup's age after the rest, flagged in the header */
+            size_t at = distopt_scape_blob_bytes(d->P, d->have_cur, d->have_next, scape_m_count(d));
+            memset((char *)blob + at, 0, blob_mask_bytes(8 * d->P));
+            memcpy((char *)blob + at, d->age, d->P);
+            BlobHeader hb;
+            memcpy(&hb, blob, sizeof hb);
+            hb.ext |= 1;
+            memcpy(blob, &hb, sizeof hb);
+        }
         return;
     } else if (d->cfg.opt.kind == OPT_TOPK_EF) {
         memcpy(p, d->r, d->P * sizeof(float));
@@ -97,6 +109,9 @@ static BlobHeader check_blob_kind(OptimizerKind kind, size_t P, const void *blob
     size_t want = sizeof h;
     if (h.kind == OPT_SCAPE) {
         want += h.P * sizeof(float) + (h.have_cur ? blob_mask_bytes(h.P) : 0) + (h.have_next ? blob_mask_bytes(h.P) : 0) + h.K * sizeof(float);
+        if (h.ext & 1) want += blob_mask_bytes(8 * h.P);
+        if (h.ext & ~1) fatal("optimizer state of rank %d carries extras %#x this program does not know; resume with "
+                              "the program version that wrote it", i, (unsigned)h.ext);
     } else if (h.kind == OPT_TOPK_EF) {
         want += 3 * h.P * sizeof(float);
     } else {
@@ -275,6 +290,11 @@ void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, i
                                 &d->have_next, m, blobs, sizes, n_blobs);
         scape_m_set_dense(d, m, d->mask_cur, d->have_cur);
         free(m);
+        if (!(h0.ext & 1) != !d->age)
+            fatal("optimizer state was written %s --scape-variant catchup, this run is %s it; resume with the variant "
+                  "the checkpoint was trained with", h0.ext & 1 ? "with" : "without", d->age ? "with" : "without");
+        if (d->age) /* the same on every rank (the masks are): rank 0's */
+            memcpy(d->age, (const char *)blobs[0] + sizes[0] - blob_mask_bytes(8 * d->P), d->P);
         return;
     }
     /* dense: assemble [slo, shi) from whichever blobs cover it */

@@ -2,8 +2,9 @@
 step by step against scape/dist.c's dumps from test/scape_ref_driver.c (same toy problem, recomputed here from the
 reference's own parameters, so an error anywhere compounds instead of being reset each step).
 
-Usage: python3 scape_ref.py OUT_PREFIX DENSITY WARMUP CLIP NAME
-Prints "ok NAME" or "FAIL NAME: ..." and exits non-zero on failure. Written from SCAPE.md only; shares no code
+Usage: python3 scape_ref.py OUT_PREFIX DENSITY WARMUP CLIP NAME [VARIANT PARAM]
+VARIANT (issue 31; formulas in scape/dist_scape.c's header): faithful (default), catchup or tensor-nu with PARAM the
+cap A, residual-decay with PARAM rho. Prints "ok NAME" or "FAIL NAME: ..." and exits non-zero on failure. Written from SCAPE.md only; shares no code
 with dist.c. The owner table and slice layout are read from the dump (layout, not algorithm).
 Not for: training or performance.
 """
@@ -81,6 +82,8 @@ def grads(theta, t, world):
 
 def main():
     prefix, dens_t, W, clip, name = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+    variant = sys.argv[6] if len(sys.argv) > 6 else "faithful"
+    param = float(sys.argv[7]) if len(sys.argv) > 7 else 0.0
     dumps = [read(prefix, 0)]
     dumps += [read(prefix, i) for i in range(1, dumps[0]["world"])]
     D = dumps[0]
@@ -92,6 +95,8 @@ def main():
     m = np.zeros(P)
     r = [np.zeros(P) for _ in range(N)]
     M = None
+    M_prev = None  # the mask of the last update (the support of m): entering = M and not M_prev
+    age = np.zeros(P)  # catchup: steps off the mask, saturating at 255
     worst = dict(theta=0.0, m=0.0, r=0.0, gn=0.0)
     fails = []
     nsteps = len(D["steps"])
@@ -103,7 +108,10 @@ def main():
             M = np.ones(P, bool) if d1 >= 1.0 else make_mask([(1 - B1) * gi for gi in g], slices, owners, d1)
         c = [B1 * m + (1 - B1) * g[i] + r[i] for i in range(N)]               # item 1
         b = sum(ci for ci in c) / N                                            # item 2 (only M is sent)
-        r = [np.where(M, 0.0, ci) for ci in c]                                # item 3
+        if variant == "residual-decay":  # the old residual decays by rho off the mask
+            r = [np.where(M, 0.0, ci - (1 - param) * ri) for ci, ri in zip(c, r)]
+        else:
+            r = [np.where(M, 0.0, ci) for ci in c]                            # item 3
         m_new = np.where(M, b, 0.0)                                            # item 4
         ghat = np.where(M, (m_new - B1 * m) / (1 - B1), 0.0)                   # item 5
         norm = math.sqrt(float(np.sum(ghat[M] ** 2)))
@@ -113,6 +121,21 @@ def main():
         bc1, bc2 = 1 - B1 ** t, 1 - B2 ** t
         nu = B2 * m ** 2 + (1 - B2) * ghat ** 2                                # item 7
         upd = (m_new / bc1) / (np.sqrt(nu) / math.sqrt(bc2) + EPS)
+        entering = M & ~M_prev if M_prev is not None else np.zeros(P, bool)
+        if variant == "catchup":
+            upd = np.where(entering, np.minimum(1 + age, param) * upd, upd)
+        if variant == "tensor-nu":
+            for off, n, _, _ in slices:
+                sl = slice(off, off + n)
+                stay = M[sl] & M_prev[sl] if M_prev is not None else np.zeros(n, bool)
+                if not stay.any():
+                    continue
+                sT = float(np.mean(ghat[sl][stay] ** 2))                       # clipped g_hat of the stayers
+                uv = (m_new[sl] / bc1) / (math.sqrt((1 - B2) * sT) / math.sqrt(bc2) + EPS)
+                lim = param * np.abs(upd[sl])
+                upd[sl] = np.where(entering[sl], np.clip(uv, -lim, lim), upd[sl])
+        age = np.where(M, 0, np.minimum(age + 1, 255))
+        M_prev = M
         theta = np.where(M, theta - lr * (upd + decay * theta), theta - lr * decay * theta)
         m = m_new
         M_next = make_mask(c, slices, owners, density(dens_t, 1.0, W, t + 1))  # item 8, c before item 3

@@ -6,7 +6,8 @@
  * x_{t,i,j} = 2 sin(0.731 j + 0.377 t + 2.1 i) + 0.5 cos(1.3 j t) (rank i's "data" at step t), theta_0 =
  * 0.3 cos(0.91 j); lr_t = 0.01 (1 + 0.1 (t % 3)). Layout: two decayed matrices and an embedding-like matrix
  * (sparse), one gain and one bias (dense-only), in two buckets.
- * Usage: mpirun -np N scape_ref_driver OUT_PREFIX STEPS DENSITY WARMUP CLIP
+ * Usage: mpirun -np N scape_ref_driver OUT_PREFIX STEPS DENSITY WARMUP CLIP [VARIANT PARAM]
+ * (VARIANT: --scape-variant's names; PARAM: the cap A of catchup and tensor-nu, rho of residual-decay)
  * Writes OUT_PREFIX.<rank>.bin: int32 P, world, rank, nslices, steps; per slice int64 offset, numel, int32 decay,
  * dense_only; per rank int64 owner lo, hi; float32 theta_0 (P); then per step: float32 theta, m, r (P each),
  * uint8 mask_cur (P, unpacked), float32 grad_norm.
@@ -23,7 +24,7 @@
 
 int main(int argc, char **argv) {
     comm_init(&argc, &argv);
-    if (argc != 6) fatal("usage: %s OUT_PREFIX STEPS DENSITY WARMUP CLIP", argv[0]);
+    if (argc != 6 && argc != 8) fatal("usage: %s OUT_PREFIX STEPS DENSITY WARMUP CLIP [VARIANT PARAM]", argv[0]);
     int steps = atoi(argv[2]);
     double dens = atof(argv[3]);
     int warm = atoi(argv[4]);
@@ -52,6 +53,12 @@ int main(int argc, char **argv) {
     c.density_start = 1.0f;
     c.density_warmup = warm;
     c.exclude_norms = 1;
+    if (argc == 8) {
+        c.variant = scape_variant_parse(argv[6]);
+        if (c.variant < 0) fatal("scape_ref_driver: unknown variant '%s'", argv[6]);
+        if (c.variant == SCAPE_RESIDUAL_DECAY) c.residual_decay = (float)atof(argv[7]);
+        else if (c.variant != SCAPE_FAITHFUL) c.variant_cap = (float)atof(argv[7]);
+    }
     DistOptim *d = distopt_create(&tab, p, g, &c);
 
     char path[4096];

@@ -1148,6 +1148,114 @@ TEST(mask_stats_scape_equal_direct_recomputation) { mask_stats_case(test_name_, 
 TEST(mask_stats_topk_ef_equal_direct_recomputation) { mask_stats_case(test_name_, topk_config()); }
 TEST(mask_stats_scape_zero1_equal_direct_recomputation) { mask_stats_case(test_name_, zero_config()); }
 
+/* ---- SCAPE's same-bytes variants (issue 31; scape/dist_scape.c's header) ---- */
+
+static DistConfig variant_config(int v) {
+    DistConfig c = sparse_config();
+    c.variant = v;
+    if (v == SCAPE_CATCHUP || v == SCAPE_TENSOR_NU) c.variant_cap = 4.0f;
+    if (v == SCAPE_RESIDUAL_DECAY) c.residual_decay = 0.8f;
+    return c;
+}
+
+/* Each variant beside faithful SCAPE on the same data, 7 steps: c is SCAPE's formula bit for bit; the payload and
+ * residual account for c (on the mask r = 0 and s = c; off it s = 0 and r = c, or c - (1 - rho) r_old with the
+ * decay, bit for bit); params, m and both masks are the same on every rank; the collectives and their bytes are
+ * faithful SCAPE's, step by step; and the variant changes the trajectory. */
+TEST(variants_keep_conservation_identical_state_and_bytes) {
+    for (int v = SCAPE_CATCHUP; v <= SCAPE_RESIDUAL_DECAY; v++) {
+        Toy a, m;
+        toy_build(&a);
+        toy_build(&m);
+        size_t P = m.tab.total;
+        DistConfig cf = sparse_config(), cfg = variant_config(v);
+        DistOptim *f = distopt_create(&a.tab, a.p, a.g, &cf), *d = distopt_create(&m.tab, m.p, m.g, &cfg);
+        float *c = xmalloc(P * 4, "c"), *s = xmalloc(P * 4, "s"), *gh = xmalloc(P * 4, "gh");
+        float *mprev = xmalloc(P * 4, "mprev"), *rprev = xmalloc(P * 4, "rprev"), *g = xmalloc(P * 4, "g");
+        distopt_debug_capture(d, c, s, gh);
+        const float b1 = cfg.opt.beta1, omb1 = 1.0f - b1, omr = 1.0f - cfg.residual_decay;
+        CommStats kf[COMM_NKINDS], kv[COMM_NKINDS];
+        comm_stats_take_kind(kf);
+        size_t offmask = 0;
+        for (int t = 1; t <= 7; t++) {
+            comm_stats_take_kind(kf); /* drops the checks' own collectives of the last step */
+            CHECK(train_step(f, &a, t) == 0, "%s: faithful step %d skipped", scape_variant_name(v), t);
+            comm_stats_take_kind(kf);
+            memcpy(mprev, distopt_moment(d), P * 4);
+            memcpy(rprev, distopt_residual(d), P * 4);
+            toy_grad(&m, m.g, t, R * B, B);
+            memcpy(g, m.g, P * 4);
+            for (int b = 0; b < m.tab.num_buckets; b++) distopt_bucket_ready(d, b);
+            float gn;
+            CHECK(distopt_step(d, t, LR, &gn) == 0, "%s: step %d skipped", scape_variant_name(v), t);
+            comm_stats_take_kind(kv);
+            const float *r = distopt_residual(d);
+            const uint8_t *M = distopt_mask(d, 0);
+            size_t badc = 0, bads = 0;
+            for (size_t j = 0; j < P; j++) {
+                float cj = b1 * mprev[j] + omb1 * g[j] + rprev[j];
+                if (memcmp(&cj, &c[j], 4)) badc++;
+                float want_r = mask_get(M, j) ? 0.0f : v == SCAPE_RESIDUAL_DECAY ? c[j] - omr * rprev[j] : c[j];
+                float want_s = mask_get(M, j) ? c[j] : 0.0f;
+                if (memcmp(&want_r, &r[j], 4) || memcmp(&want_s, &s[j], 4)) bads++;
+                offmask += !mask_get(M, j);
+            }
+            CHECK(badc == 0, "%s step %d: %zu coordinates of c differ from beta1 m + (1-beta1) g + r", scape_variant_name(v), t, badc);
+            CHECK(bads == 0, "%s step %d: payload or residual does not account for c at %zu coordinates", scape_variant_name(v), t, bads);
+            CHECK(same_everywhere(fnv(m.p, P * 4)) && same_everywhere(fnv(distopt_moment(d), P * 4)),
+                  "%s step %d: params or m differ across ranks", scape_variant_name(v), t);
+            CHECK(same_everywhere(fnv(M, mask_bytes(P))) && same_everywhere(fnv(distopt_mask(d, 1), mask_bytes(P))),
+                  "%s step %d: masks differ across ranks", scape_variant_name(v), t);
+            for (int k = 0; k < COMM_NKINDS; k++)
+                CHECK(kf[k].calls == kv[k].calls && kf[k].bytes_sent == kv[k].bytes_sent && kf[k].bytes_recv == kv[k].bytes_recv,
+                      "%s step %d: collective kind %d: %llu calls, %llu bytes sent; faithful SCAPE %llu, %llu",
+                      scape_variant_name(v), t, k, (unsigned long long)kv[k].calls, (unsigned long long)kv[k].bytes_sent,
+                      (unsigned long long)kf[k].calls, (unsigned long long)kf[k].bytes_sent);
+        }
+        CHECK(offmask > 0, "%s: no coordinate was ever off the mask: the test checks nothing", scape_variant_name(v));
+        CHECK(memcmp(a.p, m.p, P * 4) != 0, "%s: params equal faithful SCAPE's after 7 steps: the variant changes nothing",
+              scape_variant_name(v));
+        distopt_free(f);
+        distopt_free(d);
+        free(c); free(s); free(gh); free(mprev); free(rprev); free(g);
+        toy_free(&a);
+        toy_free(&m);
+    }
+}
+
+/* SCAPE.md 9.1 for the variants: at density 1 no coordinate enters the mask and none is off it, so each variant is
+ * faithful SCAPE bit for bit (and so dense AdamS, inv1) */
+TEST(variants_at_density_one_are_faithful_scape_bit_for_bit) {
+    for (int v = SCAPE_CATCHUP; v <= SCAPE_RESIDUAL_DECAY; v++) {
+        Toy a, b;
+        toy_build(&a);
+        toy_build(&b);
+        DistConfig cf = config(OPT_SCAPE), cv = cf;
+        cv.variant = v;
+        cv.variant_cap = v == SCAPE_RESIDUAL_DECAY ? 0.0f : 4.0f;
+        cv.residual_decay = v == SCAPE_RESIDUAL_DECAY ? 0.5f : 0.0f;
+        cf.clip = cv.clip = 5.0f;
+        DistOptim *df = distopt_create(&a.tab, a.p, a.g, &cf), *dv = distopt_create(&b.tab, b.p, b.g, &cv);
+        for (int t = 1; t <= 6; t++) {
+            train_step(df, &a, t);
+            train_step(dv, &b, t);
+        }
+        CHECK(memcmp(a.p, b.p, a.tab.total * 4) == 0 && memcmp(distopt_moment(df), distopt_moment(dv), a.tab.total * 4) == 0,
+              "%s at density 1: params (max rel %g) or m differ from faithful SCAPE's", scape_variant_name(v),
+              max_rel_diff(b.p, a.p, a.tab.total));
+        distopt_free(df);
+        distopt_free(dv);
+        toy_free(&a);
+        toy_free(&b);
+    }
+}
+
+TEST(variant_catchup_save_resume_continues_bit_identically) { save_resume_case(test_name_, variant_config(SCAPE_CATCHUP)); }
+TEST(variant_tensor_nu_save_resume_continues_bit_identically) { save_resume_case(test_name_, variant_config(SCAPE_TENSOR_NU)); }
+TEST(variant_residual_decay_save_resume_continues_bit_identically) {
+    save_resume_case(test_name_, variant_config(SCAPE_RESIDUAL_DECAY));
+}
+
 /* ---- resume on another world size (driven by test/test_dist_resume.sh) ---- */
 
 static const char *resume_dir;
@@ -1155,10 +1263,19 @@ static int resume_world;
 
 static void path_of(char *buf, size_t n, const char *dir, int rank) { snprintf(buf, n, "%s/state_%d.bin", dir, rank); }
 
+/* The configuration the cross-world save/resume runs: SCAPE, or the variant SCAPE_TEST_VARIANT names (issue 31). */
+static DistConfig resume_config(void) {
+    const char *v = getenv("SCAPE_TEST_VARIANT");
+    if (!v || !v[0]) return sparse_config();
+    int k = scape_variant_parse(v);
+    if (k < 0) fatal("SCAPE_TEST_VARIANT=%s: not a variant name", v);
+    return variant_config(k);
+}
+
 static int save_mode(const char *dir) {
     Toy m;
     toy_build(&m);
-    DistConfig cfg = sparse_config();
+    DistConfig cfg = resume_config();
     DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
     for (int t = 1; t <= 3; t++) train_step(d, &m, t);
     size_t nb = distopt_state_bytes(d);
@@ -1206,7 +1323,7 @@ TEST(resume_on_other_world_starts_from_mean_residual) {
         fclose(f);
         blobs[i] = b;
     }
-    DistConfig cfg = sparse_config();
+    DistConfig cfg = resume_config();
     DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
     distopt_load(d, blobs, sizes, resume_world);
     /* the residual follows the 72-byte header in each blob (scape/dist.c) */
@@ -1229,7 +1346,8 @@ TEST(resume_on_other_world_starts_from_mean_residual) {
 
 /* The parallel passes of a SCAPE step (norm, update, top-k, corrected momentum) give the same bits on 1 and 3
  * threads: a table with slices large enough to be cut into many chunks and top-k blocks, at odd offsets. */
-static void run_big_scape(int threads, float **p_out, float **m_out, float **r_out, uint8_t **mask_out, size_t *P_out) {
+static void run_big_scape(int threads, int variant, float **p_out, float **m_out, float **r_out, uint8_t **mask_out,
+                          size_t *P_out) {
     ParamTable tab = {0};
     size_t s1[1];
     s1[0] = 300007; param_table_add(&tab, "wte", -1, 1, 1, 1, s1);
@@ -1242,7 +1360,7 @@ static void run_big_scape(int threads, float **p_out, float **m_out, float **r_o
     Rng r;
     rng_seed(&r, 5);
     rng_normal(&r, p, P, 0.0f, 0.02f);
-    DistConfig cfg = sparse_config();
+    DistConfig cfg = variant ? variant_config(variant) : sparse_config();
     int saved = omp_get_max_threads();
     omp_set_num_threads(threads);
     DistOptim *d = distopt_create(&tab, p, g, &cfg);
@@ -1268,17 +1386,22 @@ static void run_big_scape(int threads, float **p_out, float **m_out, float **r_o
     param_table_free(&tab);
 }
 
-TEST(scape_step_is_bit_identical_on_1_and_3_threads) {
+static void threads_case(const char *test_name_, int variant) {
     float *p1, *m1, *r1, *p3, *m3, *r3;
     uint8_t *k1, *k3;
     size_t P;
-    run_big_scape(1, &p1, &m1, &r1, &k1, &P);
-    run_big_scape(3, &p3, &m3, &r3, &k3, &P);
+    run_big_scape(1, variant, &p1, &m1, &r1, &k1, &P);
+    run_big_scape(3, variant, &p3, &m3, &r3, &k3, &P);
     CHECK(memcmp(p1, p3, P * 4) == 0, "params differ between 1 and 3 threads (max rel %g)", max_rel_diff(p1, p3, P));
     CHECK(memcmp(m1, m3, P * 4) == 0, "m differs between 1 and 3 threads");
     CHECK(memcmp(r1, r3, P * 4) == 0, "residual differs between 1 and 3 threads");
     CHECK(memcmp(k1, k3, mask_bytes(P)) == 0, "next mask differs between 1 and 3 threads");
     free(p1); free(m1); free(r1); free(k1); free(p3); free(m3); free(r3); free(k3);
+}
+
+TEST(scape_step_is_bit_identical_on_1_and_3_threads) { threads_case(test_name_, SCAPE_FAITHFUL); }
+TEST(variant_steps_are_bit_identical_on_1_and_3_threads) {
+    for (int v = SCAPE_CATCHUP; v <= SCAPE_RESIDUAL_DECAY; v++) threads_case(test_name_, v);
 }
 
 int main(int argc, char **argv) {
@@ -1304,6 +1427,12 @@ int main(int argc, char **argv) {
     MPI_RUN_TEST(inv1_density_one_equals_dense_adams_and_residual_stays_zero);
     MPI_RUN_TEST(inv2_3_5_7_conservation_identical_state_mask_lag_and_ghat);
     MPI_RUN_TEST(double_residual_defect_writes_the_residual_twice_off_the_mask);
+    MPI_RUN_TEST(variants_keep_conservation_identical_state_and_bytes);
+    MPI_RUN_TEST(variants_at_density_one_are_faithful_scape_bit_for_bit);
+    MPI_RUN_TEST(variant_catchup_save_resume_continues_bit_identically);
+    MPI_RUN_TEST(variant_tensor_nu_save_resume_continues_bit_identically);
+    MPI_RUN_TEST(variant_residual_decay_save_resume_continues_bit_identically);
+    MPI_RUN_TEST(variant_steps_are_bit_identical_on_1_and_3_threads);
     MPI_RUN_TEST(scape_first_moment_is_held_compact);
     MPI_RUN_TEST(fused_dense_updates_equal_scale_update_clear);
     MPI_RUN_TEST(inv4_owned_masks_are_exact_topk_and_norms_dense);

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # test/test_scape_ref.sh DRIVER - scape/dist_scape.c's SCAPE against an independent float64 numpy implementation of
 # SCAPE.md section 3 (test/scape_ref.py) on a toy least-squares problem, step by step (theta, m, every rank's r,
-# masks exactly, gradient norm): 1-3 ranks, with and without clipping, density warm-up and a fixed d=0.01.
+# masks exactly, gradient norm): 1-3 ranks, with and without clipping, density warm-up and a fixed d=0.01; and the
+# same-bytes variants of issue 31 (catchup, tensor-nu, residual-decay), each with a control run in which the
+# reference runs the faithful algorithm against the variant's dump and must FAIL (so the variant changes something
+# the comparison sees).
 # Needs /usr/bin/python3 with numpy. Prints "ok <name>" / "FAIL <name>: ..." per case; exits non-zero on failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -11,15 +14,29 @@ drv=${1:?usage: $0 build/scape_ref_driver}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 mpi=(env OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe --bind-to none)
 fail=0
-# name ranks steps density warmup clip (grad norms are 25-65 here: clip 30 bites on most steps, 0 is off)
-while read -r name np steps dens warm clip; do
-    if ! "${mpi[@]}" -np "$np" "$drv" "$tmp/$name" "$steps" "$dens" "$warm" "$clip" < /dev/null > "$tmp/$name.log" 2>&1; then
+# name ranks steps density warmup clip [variant param] (grad norms are 25-65 here: clip 30 bites on most steps,
+# 0 is off)
+while read -r name np steps dens warm clip variant param; do
+    if ! "${mpi[@]}" -np "$np" "$drv" "$tmp/$name" "$steps" "$dens" "$warm" "$clip" $variant $param < /dev/null > "$tmp/$name.log" 2>&1; then
         echo "FAIL $name: driver failed: $(tail -1 "$tmp/$name.log")"; fail=1; continue
     fi
-    /usr/bin/python3 test/scape_ref.py "$tmp/$name" "$dens" "$warm" "$clip" "$name" || fail=1
+    /usr/bin/python3 test/scape_ref.py "$tmp/$name" "$dens" "$warm" "$clip" "$name" $variant $param || fail=1
+    if [ -n "$variant" ]; then # the control: the faithful reference must not match the variant's run
+        if /usr/bin/python3 test/scape_ref.py "$tmp/$name" "$dens" "$warm" "$clip" "$name-control" > "$tmp/ctl" 2>&1; then
+            echo "FAIL $name-control: the faithful reference matches the $variant run: the variant changes nothing"; fail=1
+        else
+            echo "ok $name-control (the faithful reference differs: $(cut -c1-90 "$tmp/ctl"))"
+        fi
+    fi
 done <<'CASES'
 scape_ref_n1_d0.1_warm5 1 30 0.1 5 0
 scape_ref_n2_d0.1_warm5_clip 2 30 0.1 5 30
 scape_ref_n3_d0.01_clip 3 30 0.01 0 30
+scape_ref_catchup_n2_d0.1_warm5_clip 2 30 0.1 5 30 catchup 4
+scape_ref_catchup_n3_d0.01 3 30 0.01 0 0 catchup 8
+scape_ref_tensor_nu_n2_d0.1_warm5_clip 2 30 0.1 5 30 tensor-nu 4
+scape_ref_tensor_nu_n1_d0.01 1 30 0.01 0 0 tensor-nu 3
+scape_ref_residual_decay_n3_d0.1_warm5_clip 3 30 0.1 5 30 residual-decay 0.8
+scape_ref_residual_decay_n2_d0.01 2 30 0.01 0 0 residual-decay 0.5
 CASES
 exit $fail

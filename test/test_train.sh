@@ -135,6 +135,27 @@ expect_error error_density_without_scape 2 '^error: --density 0.1 applies only t
     "${RUN[@]}" --density 0.1
 expect_error error_double_residual_needs_scape any "error: --scape-double-residual-defect reproduces the authors' SCAPE reducer: it needs --optimizer scape without --zero" \
     "${RUN[@]}" --out "$TMP/x" --scape-double-residual-defect
+# --- a SCAPE variant (issue 31) through the trainer: catchup's checkpoint carries its age, so a resume from step 4
+# reproduces the uninterrupted run's step-12 state bit for bit; resuming it as another variant is refused
+VRUN=("${RUN[@]}" --optimizer scape --density 0.1 --density-warmup 3 --scape-exclude-norms 0 --scape-variant catchup
+      --scape-variant-cap 6 --sample-every 0)
+"${VRUN[@]}" --out "$TMP/va" > "$TMP/va.out" 2>&1
+"${VRUN[@]}" --out "$TMP/vb" --ckpt-every 4 --keep-ckpts 0 > "$TMP/vb.out" 2>&1
+"${VRUN[@]}" --out "$TMP/vc" --resume "$TMP/vb/ckpt_4" > "$TMP/vc.out" 2>&1
+if [ -f "$TMP/va/ckpt_12/model.bin" ] && cmp -s "$TMP/va/ckpt_12/model.bin" "$TMP/vc/ckpt_12/model.bin" \
+   && cmp -s "$TMP/va/ckpt_12/state_rank0.bin" "$TMP/vc/ckpt_12/state_rank0.bin" \
+   && ! cmp -s "$TMP/va/ckpt_12/model.bin" "$TMP/a/ckpt_12/model.bin"; then
+    ok scape_variant_catchup_resumes_bit_identically
+else
+    fail scape_variant_catchup_resumes_bit_identically "ckpt_12 differs from the uninterrupted catchup run: $(tail -2 "$TMP/vc.out")"
+fi
+expect_error error_resume_other_variant any "scape-variant.*tensor-nu.*catchup|scape-variant.*catchup.*tensor-nu" \
+    "${RUN[@]}" --out "$TMP/vd" --optimizer scape --density 0.1 --scape-variant tensor-nu --resume "$TMP/vb/ckpt_4"
+expect_error error_variant_needs_scape any "error: --scape-variant catchup changes SCAPE's update: it needs --optimizer scape" \
+    "${RUN[@]}" --out "$TMP/x" --scape-variant catchup
+expect_error error_variant_cap_without_its_variant any "error: --scape-variant-cap applies to --scape-variant catchup or tensor-nu only" \
+    "${RUN[@]}" --out "$TMP/x" --optimizer scape --density 0.5 --scape-variant residual-decay --scape-variant-cap 8
+
 expect_error error_vocab_mismatch any 'bad.bin' "${RUN[@]}" --out "$TMP/x" --train "$TMP/data/bad.bin"
 expect_error error_missing_train_data any "error: --train $TMP/nothere.*make data" \
     "${RUN[@]}" --out "$TMP/x" --train "$TMP/nothere*.bin"

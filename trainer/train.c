@@ -125,7 +125,8 @@ static void model_id(const TrainConfig *c, char *buf) { snprintf(buf, CKPT_ID_MA
  *                 on (steps, lr schedule, eval, sampling, data paths, density schedule, ...), with a note. */
 static const char *const options_not_recorded[] = {"out", "resume", "threads", "comm", "update", "comm-timeout",
                                                    "verify-ckpt", "init", "eval-only", "eval-dump"};
-static const char *const options_defining[] = {"model", "optimizer", "batch", "seq", "scape-exclude-norms"};
+static const char *const options_defining[] = {"model", "optimizer", "batch", "seq", "scape-exclude-norms",
+                                                "scape-variant"};
 static int in_list(const char *name, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (strcmp(name, list[i]) == 0) return 1;
@@ -1051,6 +1052,16 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     if (!r->run_id[0]) new_run_id(r->run_id); /* a fresh run, or a checkpoint from before run identities */
     comm_bcast(r->run_id, sizeof r->run_id, 0);
     if ((conflict = options_conflict(c, floor_given))) fatal("%s", conflict);
+    /* the variants' parameters without their variant would be silently ignored (checked once the checkpoint's
+     * --scape-variant is in) */
+    int vcap_given = args_find(opts, n_opts, "scape-variant-cap")->given;
+    int decay_given = args_find(opts, n_opts, "scape-residual-decay")->given;
+    if ((vcap_given && strcmp(c->scape_variant, "catchup") && strcmp(c->scape_variant, "tensor-nu")) ||
+        (decay_given && strcmp(c->scape_variant, "residual-decay")))
+        fatal("--scape-%s applies to --scape-variant %s only (this run's is %s); name the variant or drop the flag",
+              vcap_given ? "variant-cap" : "residual-decay", vcap_given ? "catchup or tensor-nu" : "residual-decay",
+              c->scape_variant);
+
     int defaults_data = !c->train[0] && !c->val[0];
 
     /* batch arithmetic: total = B * T * world * accum */
@@ -1170,6 +1181,9 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     dc.density_warmup = c->density_warmup;
     dc.density_dense = c->density_dense;
     dc.double_residual = c->scape_double_residual;
+    dc.variant = scape_variant_parse(c->scape_variant);
+    if (dc.variant == SCAPE_CATCHUP || dc.variant == SCAPE_TENSOR_NU) dc.variant_cap = c->scape_variant_cap;
+    if (dc.variant == SCAPE_RESIDUAL_DECAY) dc.residual_decay = c->scape_residual_decay;
     dc.exclude_norms = c->scape_exclude_norms;
     dc.payload_bf16 = strcmp(c->scape_payload, "bf16") == 0;
     dc.mask_coding = strcmp(c->scape_mask_coding, "auto") == 0;
@@ -1179,7 +1193,8 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     uc.comm = comm_backend(c->comm);
     uc.seed = c->seed;
     uc.scape_offload_residual = c->scape_offload_residual;
-    int want_host = strcmp(c->update, "host") == 0 || c->scape_double_residual; /* the ablation is the host's */
+    /* the ablation and the variants are the host's */
+    int want_host = strcmp(c->update, "host") == 0 || c->scape_double_residual || dc.variant != SCAPE_FAITHFUL;
     r->u = r->m->create_updater && !want_host ? r->m->create_updater(r->m, &uc) : NULL;
     if (!r->u) {
         if (strcmp(c->update, "device") == 0 && !r->m->create_updater)

@@ -84,6 +84,16 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
         {"scape-double-residual-defect", ARG_FLAG, &c->scape_double_residual, NULL, 0, 1, NULL,
          "comparison only: reproduces a defect of the authors' newest SCAPE reducer, which writes the residual twice "
          "per step off the mask (r <- r + 2 (beta1 m + (1 - beta1) g) there); host update, no --zero", 0},
+        {"scape-variant", ARG_STRING, &c->scape_variant, "faithful", 0, 0, "faithful|catchup|tensor-nu|residual-decay",
+         "SCAPE's update: faithful (the paper's), or a same-bytes variant (issue 31; formulas in scape/dist_scape.c): "
+         "catchup scales a coordinate's step on entering the mask by 1 + the steps it missed, capped; tensor-nu takes "
+         "an entering coordinate's nu from its tensor's mean g_hat^2 over the coordinates that stayed on the mask, "
+         "its step capped at --scape-variant-cap times the faithful one; residual-decay keeps rho of the old "
+         "residual off the mask (host update, fp32 payload, no --zero)", 0},
+        {"scape-variant-cap", ARG_FLOAT, &c->scape_variant_cap, "4", 1, 255, NULL,
+         "--scape-variant catchup / tensor-nu: cap A on the entering step's factor", 0},
+        {"scape-residual-decay", ARG_FLOAT, &c->scape_residual_decay, "0.9", 0, 1, NULL,
+         "--scape-variant residual-decay: rho, r <- c - (1 - rho) r_old off the mask (1 = faithful)", 0},
         {"scape-offload-residual", ARG_FLAG, &c->scape_offload_residual, NULL, 0, 1, NULL,
          "device SCAPE: keep the residual r in pinned host memory, staged through the GPU a slice at a time "
          "(SCAPE.md section 7; saves 4P bytes of GPU memory, results identical)", 0},
