@@ -13,7 +13,9 @@
 #           largest; each batch at the lr its probe chose (LR_<tokens>, default the probe's result in
 #           docs/study/probe.tsv, else LR);
 #   probe   one short lr probe per batch: adams at each of PROBE_LRS (default 5e-4 1e-3 2e-3 4e-3), seed 1,
-#           BATCH_STEPS steps, at each of TOTAL_BATCHES; the lowest final validation loss is that batch's lr;
+#           BATCH_STEPS steps, at each of TOTAL_BATCHES; the lowest final validation loss is that batch's lr (the
+#           study ran 5e-4..1.6e-2 at 2k, 2e-3..1.6e-2 at 8k and 4e-3..1.6e-2 at 32k, doubling: at 100 steps the
+#           best lr of the default list was its largest, so the lists reach past it);
 #   tables  docs/study/results.md (tables), gap_vs_steps.dat, gap_vs_batch.dat and study_gap.png (both gaps on
 #           log axes, the paper's +0.02 / +0.04 marked), from docs/study/runs.tsv alone.
 # The model and settings are the GPT recipe's (scripts/reproduce_cpu.sh: d12c128h4t128v4096, 2.9M parameters, 18.5%
@@ -48,7 +50,7 @@ runs_tsv=$DOC/runs.tsv
 flags_of() { # the update rule's flags, with the density warm-up DW
     local dw=$2 sparse="--density-start 1 --density-warmup $2 --scape-exclude-norms 0"
     case $1 in
-        adams) echo "--optimizer adams" ;;
+        adams|adams_lr*) echo "--optimizer adams" ;; # adams_lr<lr>: a probe run, the lr passed apart
         adamw) echo "--optimizer adamw" ;;
         scape_0.1) echo "--optimizer scape --density 0.1 $sparse" ;;
         scape_0.01) echo "--optimizer scape --density 0.01 $sparse" ;;
