@@ -40,8 +40,14 @@ int scape_variant_parse(const char *name) {
 }
 
 DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, const DistConfig *cfg) {
-    if (cfg->opt.kind != OPT_ADAMW && cfg->opt.kind != OPT_ADAMS && cfg->opt.kind != OPT_SCAPE && cfg->opt.kind != OPT_TOPK_EF)
-        fatal("distopt_create: optimizer kind %d is not supported; use adamw, adams, scape or topk-ef", cfg->opt.kind);
+    if (cfg->opt.kind != OPT_ADAMW && cfg->opt.kind != OPT_ADAMS && cfg->opt.kind != OPT_SCAPE &&
+        cfg->opt.kind != OPT_TOPK_EF && cfg->opt.kind != OPT_POWERSGD)
+        fatal("distopt_create: optimizer kind %d is not supported; use adamw, adams, scape, topk-ef or powersgd", cfg->opt.kind);
+    if (cfg->opt.kind == OPT_POWERSGD && cfg->zero) fatal("--zero 1 applies to adamw, adams and scape; drop --zero for powersgd");
+    if (cfg->opt.kind == OPT_POWERSGD && cfg->powersgd_rank < 1)
+        fatal("--powersgd-rank %d: the approximation's rank must be >= 1 (1 is the PyTorch hook's default)", cfg->powersgd_rank);
+    if (cfg->opt.kind == OPT_POWERSGD && !(cfg->powersgd_eps >= 0))
+        fatal("--powersgd-eps %g must be >= 0", cfg->powersgd_eps);
     int sparse = cfg->opt.kind == OPT_SCAPE || cfg->opt.kind == OPT_TOPK_EF;
     if (sparse && !(cfg->density > 0 && cfg->density <= 1))
         fatal("--density %g is outside (0, 1]; 0.1 means 90%% sparsity", cfg->density);
@@ -105,10 +111,11 @@ DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, co
     }
     /* the staging buffer: not for SCAPE (scape_init sizes its own to the payload) nor for one rank's dense update,
      * which leaves the gradients in place (dist_dense.c) */
-    if (cfg->opt.kind != OPT_SCAPE && !dist_dense_in_place(d)) d->stage = xmalloc(d->P * sizeof(float), "gradient staging buffer");
+    if (cfg->opt.kind != OPT_SCAPE && cfg->opt.kind != OPT_POWERSGD && !dist_dense_in_place(d)) d->stage = xmalloc(d->P * sizeof(float), "gradient staging buffer");
 
     if (cfg->opt.kind == OPT_SCAPE) scape_init(d);
     else if (cfg->opt.kind == OPT_TOPK_EF) topk_init(d);
+    else if (cfg->opt.kind == OPT_POWERSGD) psgd_init(d);
     else dense_init(d, owned_total);
     comm_bcast(params, d->P * sizeof(float), 0);
     return d;
@@ -134,9 +141,10 @@ static void sync_check(DistOptim *d) {
         if (d->have_m) h = fnv1a(h, d->mask_m, mask_bytes(d->P));
         if (d->have_cur) h = fnv1a(h, d->mask_cur, mask_bytes(d->P));
         if (d->have_next) h = fnv1a(h, d->mask_next, mask_bytes(d->P));
-    } else if (d->cfg.opt.kind == OPT_TOPK_EF) {
+    } else if (d->cfg.opt.kind == OPT_TOPK_EF || d->cfg.opt.kind == OPT_POWERSGD) {
         h = fnv1a(h, d->m, d->P * sizeof(float));
         h = fnv1a(h, d->v, d->P * sizeof(float));
+        if (d->psgd_q) h = fnv1a(h, d->psgd_q, d->psgd_kq * sizeof(float));
     }
     uint64_t *all = xmalloc((size_t)d->world * sizeof(uint64_t), "sync check");
     comm_allgather(&h, all, sizeof h);
@@ -166,6 +174,7 @@ void distopt_free(DistOptim *d) {
     free(d->seg_bytes); free(d->seg_off); free(d->topk_tmp);
     free(d->code_mine); free(d->code_all); free(d->code_sizes);
     free(d->ch_lo); free(d->ch_hi); free(d->ch_q); free(d->ch_slice); free(d->ch_bucket); free(d->ch_ss); free(d->ch_bad);
+    free(d->psgd_r); free(d->psgd_qoff); free(d->psgd_poff); free(d->psgd_q); free(d->psgd_qbuf);
     free(d->age); free(d->ch_ss_stay); free(d->ch_n_stay); free(d->slice_s2);
     free(d->pairs); free(d->pair_off);
     free(d->st_slice); free(d->st_jm); free(d->st_em); free(d->st_jg); free(d->st_eg); free(d->st_g);
@@ -185,6 +194,7 @@ void distopt_bucket_ready(void *ctx, int bucket) {
     if (d->bstate[bucket]) return;
     if (d->cfg.opt.kind == OPT_SCAPE) scape_bucket_ready(d, bucket);
     else if (d->cfg.opt.kind == OPT_TOPK_EF) topk_bucket_ready(d, bucket);
+    else if (d->cfg.opt.kind == OPT_POWERSGD) psgd_bucket_ready(d, bucket);
     else dense_queue_bucket(d, bucket);
 }
 
@@ -231,6 +241,7 @@ int distopt_step(DistOptim *d, int t, float lr, float *grad_norm) {
     d->st_valid = 0;
     int skipped = d->cfg.opt.kind == OPT_SCAPE     ? scape_step(d, t, lr, &gn)
                   : d->cfg.opt.kind == OPT_TOPK_EF ? topk_step(d, t, lr, &gn)
+                  : d->cfg.opt.kind == OPT_POWERSGD ? psgd_step(d, t, lr, &gn)
                                                    : dense_step(d, t, lr, &gn);
     if (grad_norm) *grad_norm = gn;
     return skipped;
@@ -245,6 +256,7 @@ size_t distopt_state_memory(const DistOptim *d) {
     switch (d->cfg.opt.kind) {
     case OPT_SCAPE: return d->P * F + (d->m_cap + d->m_new_cap + d->ez_cap) * F + 3 * mask_bytes(d->P);
     case OPT_TOPK_EF: return 3 * d->P * F;
+    case OPT_POWERSGD: return 3 * d->P * F + d->psgd_kq * F;
     case OPT_ADAMW: return 2 * (d->shi - d->slo) * F;
     case OPT_ADAMS: return (d->shi - d->slo) * F;
     }
@@ -269,6 +281,11 @@ const float *distopt_residual(const DistOptim *d) {
     if (!dm->r_plain) dm->r_plain = xmalloc(d->P * sizeof(float), "SCAPE residual view");
     scape_zero_r_unfold(d, dm->r_plain);
     return dm->r_plain;
+}
+
+const float *distopt_powersgd_q(const DistOptim *d, size_t *n) {
+    *n = d->cfg.opt.kind == OPT_POWERSGD ? d->psgd_kq : 0;
+    return d->cfg.opt.kind == OPT_POWERSGD ? d->psgd_q : NULL;
 }
 
 const uint8_t *distopt_mask(DistOptim *d, int next) {

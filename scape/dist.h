@@ -21,7 +21,7 @@
 #include "scape/scape.h"
 
 typedef struct {
-    OptimConfig opt;       /* kind (adamw, adams, scape, topk-ef), beta1, beta2, eps, weight_decay */
+    OptimConfig opt;       /* kind (adamw, adams, scape, topk-ef, powersgd), beta1, beta2, eps, weight_decay */
     float clip;            /* global-norm clip threshold, 0 = off */
     int zero;              /* 1: ZeRO-1 sharding (adamw, adams; scape with the fp32 payload: dist_scape_zero.c) */
     double density;        /* SCAPE / topk-ef target density d in (0, 1] (double: k = floor(d n) in double) */
@@ -35,6 +35,10 @@ typedef struct {
                             * with the fp32 payload */
     float variant_cap;     /* catchup, tensor-nu: cap A on the entering step's factor (>= 1) */
     float residual_decay;  /* residual-decay: rho in [0, 1], the old residual's weight in r off the mask */
+    int powersgd_rank;     /* PowerSGD (scape/dist_powersgd.c): rank R of each matrix's approximation */
+    int powersgd_start;    /* PowerSGD: steps 1..S all-reduce the whole gradient (the hook's start_powerSGD_iter) */
+    double powersgd_min_compression; /* PowerSGD: compress a matrix only if n m >= this x r (n + m) */
+    float powersgd_eps;    /* PowerSGD: the orthogonalization's epsilon */
     int density_dense;     /* S steps at d_start before the warm-up begins (the authors' --topk-adams-start-iter),
                             * 0 = none; see dist_density */
     int exclude_norms;     /* 1 (default): norm gains and biases always dense */
@@ -156,6 +160,9 @@ void distopt_owner_range(const DistOptim *d, int rank, size_t *lo, size_t *hi);
 size_t distopt_state_memory(const DistOptim *d);
 const float *distopt_moment(const DistOptim *d);
 const float *distopt_residual(const DistOptim *d);
+/* PowerSGD: the warm-started Q of every compressed slice (*n values: slices in memory order, each m x r_s row-major),
+ * the same on every rank; NULL (and *n = 0) for the other rules. */
+const float *distopt_powersgd_q(const DistOptim *d, size_t *n);
 const uint8_t *distopt_mask(DistOptim *d, int next);
 /* Test hook: at every later SCAPE step copies, densely (P floats each, any may be NULL), this rank's corrected
  * momentum c_i, its payload s_i scattered to its coordinates (0 off the mask), and g_hat before clipping

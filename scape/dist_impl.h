@@ -77,6 +77,11 @@ struct DistOptim {
      * saturating at 255; the same on every rank, as the masks are; checkpointed), tensor-nu's per-chunk sums of
      * g_hat^2 and counts over the stayers (M_t and mask_m) and per-slice mean s_T (clip scale included) */
     uint8_t *age;
+    /* PowerSGD (dist_powersgd.c): per slice its rank r_s (0: not compressed), Q offset and payload offset; the
+     * warm-started Q (shared) and the Q payload (psgd_kq values each); whether the step in flight compresses */
+    size_t *psgd_r, *psgd_qoff, *psgd_poff, psgd_kq;
+    float *psgd_q, *psgd_qbuf;
+    int psgd_compress;
     double *ch_ss_stay;
     size_t *ch_n_stay;
     float *slice_s2;
@@ -194,6 +199,11 @@ void scape_zero_r_fold(DistOptim *d, const float *m);
 void topk_init(DistOptim *d);
 void topk_bucket_ready(DistOptim *d, int b);
 int topk_step(DistOptim *d, int t, float lr, float *grad_norm);
+
+/* ---- dist_powersgd.c: PowerSGD into AdamW (formulas in its header) ---- */
+void psgd_init(DistOptim *d);
+void psgd_bucket_ready(DistOptim *d, int b);
+int psgd_step(DistOptim *d, int t, float lr, float *grad_norm);
 
 /* ---- dist_mask_stats.c: DistMaskStats of dist.h, on rank 0 ---- */
 /* Fills d->st for step t. gmask/gvec: the raw-gradient mask of this step and the vector its energy is of (SCAPE:

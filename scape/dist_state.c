@@ -7,6 +7,7 @@
  *   scape:       r (P), mask_cur (P bits, if have_cur), mask_next (P bits, if have_next), m on mask_cur (K),
  *                and with --scape-variant catchup its age (P bytes; header ext bit 0)
  *   topk-ef:     e (P), m (P), v (P)
+ *   powersgd:    e (P), m (P), v (P), Q (K: every compressed slice's warm start, shared)
  * Every rank's blob holds the shared SCAPE state (masks, m) too, so a rank can resume from its own file alone.
  * Loading onto another world size: dense state is assembled from whichever saved shards cover this rank's range;
  * SCAPE's r and topk-ef's e become the mean over the saved ranks (SCAPE.md section 8).
@@ -46,6 +47,8 @@ size_t distopt_state_bytes(const DistOptim *d) {
         if (d->age) n += blob_mask_bytes(8 * d->P);
     } else if (d->cfg.opt.kind == OPT_TOPK_EF) {
         n += 3 * d->P * sizeof(float);
+    } else if (d->cfg.opt.kind == OPT_POWERSGD) {
+        n += (3 * d->P + d->psgd_kq) * sizeof(float);
     } else {
         n += (d->shi - d->slo) * sizeof(float) * (d->cfg.opt.kind == OPT_ADAMW ? 2 : 1);
     }
@@ -84,10 +87,14 @@ void distopt_save(const DistOptim *d, void *blob) {
             memcpy(blob, &hb, sizeof hb);
         }
         return;
-    } else if (d->cfg.opt.kind == OPT_TOPK_EF) {
+    } else if (d->cfg.opt.kind == OPT_TOPK_EF || d->cfg.opt.kind == OPT_POWERSGD) {
         memcpy(p, d->r, d->P * sizeof(float));
         memcpy(p + d->P * sizeof(float), d->m, d->P * sizeof(float));
         memcpy(p + 2 * d->P * sizeof(float), d->v, d->P * sizeof(float));
+        if (d->cfg.opt.kind == OPT_POWERSGD) {
+            memcpy(p + 3 * d->P * sizeof(float), d->psgd_q, d->psgd_kq * sizeof(float));
+            h.K = d->psgd_kq;
+        }
     } else {
         distopt_dense_blob_save(blob, d->cfg.opt.kind, d->world, d->rank, d->cfg.zero, d->last_t, d->P, d->slo,
                                 d->shi, d->m, d->v);
@@ -114,6 +121,8 @@ static BlobHeader check_blob_kind(OptimizerKind kind, size_t P, const void *blob
                               "the program version that wrote it", i, (unsigned)h.ext);
     } else if (h.kind == OPT_TOPK_EF) {
         want += 3 * h.P * sizeof(float);
+    } else if (h.kind == OPT_POWERSGD) {
+        want += (3 * h.P + h.K) * sizeof(float);
     } else {
         if (h.lo > h.hi || h.hi > h.P) fatal("optimizer state of rank %d: bad range [%llu, %llu)", i, (unsigned long long)h.lo, (unsigned long long)h.hi);
         want += (h.hi - h.lo) * sizeof(float) * (h.kind == OPT_ADAMW ? 2 : 1);
@@ -266,7 +275,8 @@ void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, i
     if (n_blobs < 1) fatal("distopt_load: no optimizer state given");
     BlobHeader h0 = check_blob(d, blobs[0], sizes[0], 0);
     for (int i = 1; i < n_blobs; i++) check_blob(d, blobs[i], sizes[i], i);
-    if (n_blobs < h0.world && h0.world != d->world && (h0.kind == OPT_SCAPE || h0.kind == OPT_TOPK_EF || h0.lo > d->slo || h0.hi < d->shi))
+    if (n_blobs < h0.world && h0.world != d->world &&
+        (h0.kind == OPT_SCAPE || h0.kind == OPT_TOPK_EF || h0.kind == OPT_POWERSGD || h0.lo > d->slo || h0.hi < d->shi))
         fatal("optimizer state was saved by %d ranks, this run has %d; pass the state of all %d saved ranks", h0.world, d->world, h0.world);
     comm_wait(d->next_h);
     d->next_h = 0;
@@ -274,12 +284,18 @@ void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, i
     for (int b = 0; b < d->nb; b++) d->bstate[b] = 0;
     d->step_begun = 0;
     d->st_gprev_t = -1; /* the Jaccard of the first step after a resume has no previous mask */
-    if (d->cfg.opt.kind == OPT_TOPK_EF) {
+    if (d->cfg.opt.kind == OPT_TOPK_EF || d->cfg.opt.kind == OPT_POWERSGD) {
         /* e_i: this rank's own when the world is unchanged, else the mean over the saved ranks (as SCAPE's r) */
         load_residual(d, blobs, n_blobs, h0.world);
         const float *mv = (const float *)((const char *)blobs[0] + sizeof(BlobHeader)) + d->P;
         memcpy(d->m, mv, d->P * sizeof(float));
         memcpy(d->v, mv + d->P, d->P * sizeof(float));
+        if (d->cfg.opt.kind == OPT_POWERSGD) {
+            if (h0.K != d->psgd_kq)
+                fatal("optimizer state holds %llu PowerSGD Q values, this run needs %zu; resume with the --powersgd-rank "
+                      "and --powersgd-min-compression of the checkpoint", (unsigned long long)h0.K, d->psgd_kq);
+            memcpy(d->psgd_q, mv + 2 * d->P, d->psgd_kq * sizeof(float));
+        }
         d->have_cur = 0;
         return;
     }

@@ -7,7 +7,10 @@
  * 0.3 cos(0.91 j); lr_t = 0.01 (1 + 0.1 (t % 3)). Layout: two decayed matrices and an embedding-like matrix
  * (sparse), one gain and one bias (dense-only), in two buckets.
  * Usage: mpirun -np N scape_ref_driver OUT_PREFIX STEPS DENSITY WARMUP CLIP [VARIANT PARAM]
- * (VARIANT: --scape-variant's names; PARAM: the cap A of catchup and tensor-nu, rho of residual-decay)
+ * (VARIANT: --scape-variant's names; PARAM: the cap A of catchup and tensor-nu, rho of residual-decay; or VARIANT
+ * powersgd with PARAM its rank: --optimizer powersgd, compression from step 4 (3 dense steps first), the mask dumped
+ * as zeros, m AdamW's, r the error feedback e_i, and rank 0 writes the initial Q and then Q after every step to
+ * OUT_PREFIX.q.bin)
  * Writes OUT_PREFIX.<rank>.bin: int32 P, world, rank, nslices, steps; per slice int64 offset, numel, int32 decay,
  * dense_only; per rank int64 owner lo, hi; float32 theta_0 (P); then per step: float32 theta, m, r (P each),
  * uint8 mask_cur (P, unpacked), float32 grad_norm.
@@ -53,7 +56,14 @@ int main(int argc, char **argv) {
     c.density_start = 1.0f;
     c.density_warmup = warm;
     c.exclude_norms = 1;
-    if (argc == 8) {
+    int psgd = argc == 8 && strcmp(argv[6], "powersgd") == 0;
+    FILE *fq = NULL;
+    if (psgd) {
+        c.opt.kind = OPT_POWERSGD;
+        c.powersgd_rank = atoi(argv[7]);
+        c.powersgd_start = 3;
+        c.powersgd_min_compression = 2.0;
+    } else if (argc == 8) {
         c.variant = scape_variant_parse(argv[6]);
         if (c.variant < 0) fatal("scape_ref_driver: unknown variant '%s'", argv[6]);
         if (c.variant == SCAPE_RESIDUAL_DECAY) c.residual_decay = (float)atof(argv[7]);
@@ -79,6 +89,13 @@ int main(int argc, char **argv) {
         fwrite(a, sizeof a, 1, f);
     }
     fwrite(p, sizeof(float), P, f);
+    if (psgd && rank == 0) {
+        size_t nq;
+        const float *q0 = distopt_powersgd_q(d, &nq);
+        snprintf(path, sizeof path, "%s.q.bin", argv[1]);
+        fq = xfopen(path, "wb", "pass a writable OUT_PREFIX");
+        fwrite(q0, sizeof(float), nq, fq);
+    }
     uint8_t *mk = xmalloc(P, "mask");
     for (int t = 1; t <= steps; t++) {
         for (size_t j = 0; j < P; j++) {
@@ -90,13 +107,19 @@ int main(int argc, char **argv) {
         float lr = 0.01f * (1.0f + 0.1f * (float)(t % 3));
         if (distopt_step(d, t, lr, &gn)) fatal("scape_ref_driver: step %d skipped", t);
         const uint8_t *M = distopt_mask(d, 0);
-        for (size_t j = 0; j < P; j++) mk[j] = (uint8_t)mask_get(M, j);
+        for (size_t j = 0; j < P; j++) mk[j] = M ? (uint8_t)mask_get(M, j) : 0;
         fwrite(p, sizeof(float), P, f);
         fwrite(distopt_moment(d), sizeof(float), P, f);
         fwrite(distopt_residual(d), sizeof(float), P, f);
         fwrite(mk, 1, P, f);
         fwrite(&gn, sizeof gn, 1, f);
+        if (fq) {
+            size_t nq;
+            const float *q = distopt_powersgd_q(d, &nq);
+            fwrite(q, sizeof(float), nq, fq);
+        }
     }
+    if (fq) fclose(fq);
     fclose(f);
     distopt_free(d);
     free(mk);

@@ -797,8 +797,13 @@ static void save_resume_case(const char *test_name_, DistConfig cfg) {
     distopt_load(e, blobs, &nbytes, 1);
     for (int t = 4; t <= 7; t++) train_step(e, &b, t);
     CHECK(memcmp(a.p, b.p, P * 4) == 0, "params after resume differ (max rel %g)", max_rel_diff(a.p, b.p, P));
-    if (cfg.opt.kind == OPT_TOPK_EF)
+    if (cfg.opt.kind == OPT_TOPK_EF || cfg.opt.kind == OPT_POWERSGD)
         CHECK(memcmp(distopt_residual(d), distopt_residual(e), P * 4) == 0, "error feedback after resume differs");
+    if (cfg.opt.kind == OPT_POWERSGD) {
+        size_t n1, n2;
+        const float *q1 = distopt_powersgd_q(d, &n1), *q2 = distopt_powersgd_q(e, &n2);
+        CHECK(n1 == n2 && memcmp(q1, q2, n1 * 4) == 0, "PowerSGD's Q after resume differs");
+    }
     if (cfg.opt.kind == OPT_SCAPE) {
         CHECK(memcmp(distopt_residual(d), distopt_residual(e), P * 4) == 0, "residual after resume differs");
         CHECK(memcmp(distopt_mask(d, 1), distopt_mask(e, 1), mask_bytes(P)) == 0, "next mask after resume differs");
@@ -1256,6 +1261,98 @@ TEST(variant_residual_decay_save_resume_continues_bit_identically) {
     save_resume_case(test_name_, variant_config(SCAPE_RESIDUAL_DECAY));
 }
 
+/* ---- PowerSGD (issue 33; scape/dist_powersgd.c) ---- */
+
+static DistConfig psgd_config(void) {
+    DistConfig c = config(OPT_POWERSGD);
+    c.powersgd_rank = 2;
+    c.powersgd_start = 2;
+    c.powersgd_min_compression = 2.0;
+    c.clip = 5.0f;
+    return c;
+}
+
+/* Ranks in sync (params, AdamW's m and v, Q) and the collectives of the formula in dist_powersgd.c's header: in the
+ * dense phase one all-reduce per bucket of the whole gradient; then also one of every Q, with K_P + K_Q values. */
+TEST(powersgd_ranks_identical_and_formula_bytes) {
+    Toy m;
+    toy_build(&m);
+    size_t P = m.tab.total;
+    DistConfig cfg = psgd_config();
+    DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
+    size_t kp = 0, kq = 0, ncomp = 0;
+    for (int i = 0; i < m.tab.n; i++) {
+        const ParamSlice *s = &m.tab.slices[i];
+        size_t n = s->shape[0], mm = s->numel / n, r = 2;
+        int comp = s->ndim == 2 && (double)n * (double)mm >= 2.0 * (double)r * (double)(n + mm);
+        kp += comp ? n * r : s->numel;
+        kq += comp ? mm * r : 0;
+        ncomp += comp;
+    }
+    CHECK(ncomp > 0 && ncomp < (size_t)m.tab.n, "the toy compresses %zu of %d slices: the test needs both kinds", ncomp, m.tab.n);
+    size_t nq;
+    CHECK(distopt_powersgd_q(d, &nq) && nq == kq, "Q holds %zu values, the formula %zu", nq, kq);
+    CommStats k[COMM_NKINDS];
+    for (int t = 1; t <= 6; t++) {
+        comm_stats_take_kind(k);
+        CHECK(train_step(d, &m, t) == 0, "step %d skipped", t);
+        comm_stats_take_kind(k);
+        int comp = t > cfg.powersgd_start;
+        uint64_t K = comp ? kp + kq : P, calls = (uint64_t)m.tab.num_buckets + (comp && kq ? 1 : 0);
+        uint64_t want = 2ull * 4 * K * (uint64_t)(N - 1) / (uint64_t)N;
+        CHECK(k[COMM_ALLREDUCE].calls == calls && k[COMM_ALLREDUCE].bytes_sent == want,
+              "step %d: %llu all-reduces of %llu bytes, expected %llu of %llu", t, (unsigned long long)k[COMM_ALLREDUCE].calls,
+              (unsigned long long)k[COMM_ALLREDUCE].bytes_sent, (unsigned long long)calls, (unsigned long long)want);
+        CHECK(k[COMM_ALLGATHER].calls == 0 && k[COMM_REDUCE_SCATTER].calls == 0, "step %d: unexpected collectives", t);
+        const float *q = distopt_powersgd_q(d, &nq);
+        CHECK(same_everywhere(fnv(m.p, P * 4)) && same_everywhere(fnv(distopt_moment(d), P * 4)) &&
+              same_everywhere(fnv(q, nq * 4)), "step %d: params, m or Q differ across ranks", t);
+        if (comp) {
+            size_t nz = 0;
+            const float *e = distopt_residual(d);
+            for (size_t j = 0; j < P; j++) nz += e[j] != 0.0f;
+            CHECK(nz > 0, "step %d: the error feedback is all zero: nothing was compressed", t);
+        }
+    }
+    distopt_free(d);
+    toy_free(&m);
+}
+
+/* At full rank (r >= min(n, m), every matrix compressed) P Q^T = P P^T mean_i M_i = mean_i M_i, so PowerSGD is AdamW
+ * on the mean gradient up to float rounding, and the error feedback's mean over the ranks stays at rounding size. */
+TEST(powersgd_full_rank_is_adamw) {
+    Toy a, b;
+    toy_build(&a);
+    toy_build(&b);
+    DistConfig cp = psgd_config(), ca = config(OPT_ADAMW);
+    cp.powersgd_rank = 20;
+    cp.powersgd_min_compression = 0.0;
+    cp.powersgd_start = 0;
+    cp.clip = ca.clip = 5.0f;
+    DistOptim *dp = distopt_create(&a.tab, a.p, a.g, &cp), *da = distopt_create(&b.tab, b.p, b.g, &ca);
+    for (int t = 1; t <= 6; t++) {
+        train_step(dp, &a, t);
+        train_step(da, &b, t);
+    }
+    float e = max_rel_diff(a.p, b.p, a.tab.total);
+    /* e_i = M_i - mean_i M_i: each rank's own deviation, whose mean over the ranks is rounding-sized */
+    float *r = xmalloc(a.tab.total * 4, "e");
+    memcpy(r, distopt_residual(dp), a.tab.total * 4);
+    comm_wait(comm_iallreduce_avg_f32(r, a.tab.total));
+    float emax = 0;
+    for (size_t j = 0; j < a.tab.total; j++) emax = fmaxf(emax, fabsf(r[j]));
+    free(r);
+    CHECK(e < 1e-4f, "full-rank PowerSGD's params differ from AdamW's by rel %g after 6 steps (want < 1e-4)", e);
+    CHECK(emax < 1e-3f, "full-rank PowerSGD's error feedback averages to %g over the ranks (want rounding size, < 1e-3)", emax);
+    distopt_free(dp);
+    distopt_free(da);
+    toy_free(&a);
+    toy_free(&b);
+}
+
+TEST(powersgd_save_resume_continues_bit_identically) { save_resume_case(test_name_, psgd_config()); }
+TEST(nonfinite_gradient_skips_powersgd_step_unchanged) { skip_case(test_name_, psgd_config()); }
+
 /* ---- resume on another world size (driven by test/test_dist_resume.sh) ---- */
 
 static const char *resume_dir;
@@ -1267,6 +1364,7 @@ static void path_of(char *buf, size_t n, const char *dir, int rank) { snprintf(b
 static DistConfig resume_config(void) {
     const char *v = getenv("SCAPE_TEST_VARIANT");
     if (!v || !v[0]) return sparse_config();
+    if (strcmp(v, "powersgd") == 0) return psgd_config();
     int k = scape_variant_parse(v);
     if (k < 0) fatal("SCAPE_TEST_VARIANT=%s: not a variant name", v);
     return variant_config(k);
@@ -1337,7 +1435,8 @@ TEST(resume_on_other_world_starts_from_mean_residual) {
     for (size_t j = 0; j < P; j++) nz += mean[j] != 0;
     CHECK(nz > 0, "saved residuals are all zero: the test checks nothing");
     for (int t = 4; t <= 6; t++) CHECK(train_step(d, &m, t) == 0, "step %d skipped after resume", t);
-    CHECK(same_everywhere(fnv(m.p, P * 4)) && same_everywhere(fnv(distopt_mask(d, 1), mask_bytes(P))), "state differs across ranks after resume");
+    const uint8_t *next = distopt_mask(d, 1); /* PowerSGD has none */
+    CHECK(same_everywhere(fnv(m.p, P * 4)) && (!next || same_everywhere(fnv(next, mask_bytes(P)))), "state differs across ranks after resume");
     distopt_free(d);
     for (int i = 0; i < resume_world; i++) free((void *)blobs[i]);
     free(blobs); free(sizes); free(mean);
@@ -1433,6 +1532,10 @@ int main(int argc, char **argv) {
     MPI_RUN_TEST(variant_tensor_nu_save_resume_continues_bit_identically);
     MPI_RUN_TEST(variant_residual_decay_save_resume_continues_bit_identically);
     MPI_RUN_TEST(variant_steps_are_bit_identical_on_1_and_3_threads);
+    MPI_RUN_TEST(powersgd_ranks_identical_and_formula_bytes);
+    MPI_RUN_TEST(powersgd_full_rank_is_adamw);
+    MPI_RUN_TEST(powersgd_save_resume_continues_bit_identically);
+    MPI_RUN_TEST(nonfinite_gradient_skips_powersgd_step_unchanged);
     MPI_RUN_TEST(scape_first_moment_is_held_compact);
     MPI_RUN_TEST(fused_dense_updates_equal_scale_update_clear);
     MPI_RUN_TEST(inv4_owned_masks_are_exact_topk_and_norms_dense);

@@ -39,4 +39,22 @@ scape_ref_tensor_nu_n1_d0.01 1 30 0.01 0 0 tensor-nu 3
 scape_ref_residual_decay_n3_d0.1_warm5_clip 3 30 0.1 5 30 residual-decay 0.8
 scape_ref_residual_decay_n2_d0.01 2 30 0.01 0 0 residual-decay 0.5
 CASES
+# name ranks steps rank clip
+while read -r name np steps R clip; do
+    if ! "${mpi[@]}" -np "$np" "$drv" "$tmp/$name" "$steps" 1 0 "$clip" powersgd "$R" < /dev/null > "$tmp/$name.log" 2>&1; then
+        echo "FAIL $name: driver failed: $(tail -1 "$tmp/$name.log")"; fail=1; continue
+    fi
+    /usr/bin/python3 test/powersgd_ref.py "$tmp/$name" "$R" "$clip" "$name" || fail=1
+    for mistake in no-ef no-orth no-warm; do
+        if /usr/bin/python3 test/powersgd_ref.py "$tmp/$name" "$R" "$clip" "$name-$mistake" "$mistake" > "$tmp/ctl" 2>&1; then
+            echo "FAIL $name-control-$mistake: a reference with the mistake $mistake matches the C"; fail=1
+        else
+            echo "ok $name-control-$mistake (the reference with the mistake differs)"
+        fi
+    done
+done <<'CASES'
+powersgd_ref_n1_r1_clip 1 30 1 30
+powersgd_ref_n2_r2 2 30 2 0
+powersgd_ref_n3_r3_clip 3 30 3 30
+CASES
 exit $fail

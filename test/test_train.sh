@@ -128,7 +128,7 @@ expect_error error_seq_above_model_maximum any 'error: --seq 128 exceeds the mod
 expect_error error_unknown_option 2 '^error: unknown option --bogus; see --help$' "${RUN[@]}" --bogus 3
 expect_error error_value_out_of_range 2 '^error: --lr: 5 is out of range \[0, 1\]$' "${RUN[@]}" --lr 5
 expect_error error_malformed_value 2 "^error: --steps: 'ten' is not an integer$" "${RUN[@]}" --steps ten
-expect_error error_bad_choice 2 "^error: --optimizer: 'sgd' is not one of adamw\|adams\|scape\|topk-ef$" \
+expect_error error_bad_choice 2 "^error: --optimizer: 'sgd' is not one of adamw\|adams\|scape\|topk-ef\|powersgd$" \
     "${RUN[@]}" --optimizer sgd
 expect_error error_lr_floor_above_lr 2 '^error: --lr-floor 0.5 is above --lr 0.1' "${RUN[@]}" --lr 0.1 --lr-floor 0.5
 expect_error error_density_without_scape 2 '^error: --density 0.1 applies only to --optimizer scape' \
@@ -155,6 +155,22 @@ expect_error error_variant_needs_scape any "error: --scape-variant catchup chang
     "${RUN[@]}" --out "$TMP/x" --scape-variant catchup
 expect_error error_variant_cap_without_its_variant any "error: --scape-variant-cap applies to --scape-variant catchup or tensor-nu only" \
     "${RUN[@]}" --out "$TMP/x" --optimizer scape --density 0.5 --scape-variant residual-decay --scape-variant-cap 8
+
+# --- PowerSGD (issue 33) through the trainer: compression from step 3, a resume from step 4 reproduces step 12 bit for
+# bit (e, AdamW's m and v and the warm-started Q are in the checkpoint), and ZeRO-1 is refused
+PRUN=("${RUN[@]}" --optimizer powersgd --powersgd-start 2 --powersgd-rank 2 --powersgd-min-compression 1 --sample-every 0)
+"${PRUN[@]}" --out "$TMP/pa" > "$TMP/pa.out" 2>&1
+"${PRUN[@]}" --out "$TMP/pb" --ckpt-every 4 --keep-ckpts 0 > "$TMP/pb.out" 2>&1
+"${PRUN[@]}" --out "$TMP/pc" --resume "$TMP/pb/ckpt_4" > "$TMP/pc.out" 2>&1
+if [ -f "$TMP/pa/ckpt_12/model.bin" ] && cmp -s "$TMP/pa/ckpt_12/model.bin" "$TMP/pc/ckpt_12/model.bin" \
+   && cmp -s "$TMP/pa/ckpt_12/state_rank0.bin" "$TMP/pc/ckpt_12/state_rank0.bin" \
+   && ! cmp -s "$TMP/pa/ckpt_12/model.bin" "$TMP/a/ckpt_12/model.bin"; then
+    ok powersgd_resumes_bit_identically
+else
+    fail powersgd_resumes_bit_identically "ckpt_12 differs from the uninterrupted PowerSGD run: $(tail -2 "$TMP/pc.out")"
+fi
+expect_error error_powersgd_zero any "error: --zero 1 applies to adamw, adams and scape; drop --zero for powersgd" \
+    "${RUN[@]}" --out "$TMP/x" --optimizer powersgd --zero
 
 expect_error error_vocab_mismatch any 'bad.bin' "${RUN[@]}" --out "$TMP/x" --train "$TMP/data/bad.bin"
 expect_error error_missing_train_data any "error: --train $TMP/nothere.*make data" \

@@ -109,6 +109,7 @@ static OptimizerKind optimizer_kind(const char *name) {
     if (strcmp(name, "adams") == 0) return OPT_ADAMS;
     if (strcmp(name, "scape") == 0) return OPT_SCAPE;
     if (strcmp(name, "topk-ef") == 0) return OPT_TOPK_EF;
+    if (strcmp(name, "powersgd") == 0) return OPT_POWERSGD;
     return OPT_ADAMW;
 }
 
@@ -126,7 +127,7 @@ static void model_id(const TrainConfig *c, char *buf) { snprintf(buf, CKPT_ID_MA
 static const char *const options_not_recorded[] = {"out", "resume", "threads", "comm", "update", "comm-timeout",
                                                    "verify-ckpt", "init", "eval-only", "eval-dump"};
 static const char *const options_defining[] = {"model", "optimizer", "batch", "seq", "scape-exclude-norms",
-                                                "scape-variant"};
+                                                "scape-variant", "powersgd-rank", "powersgd-min-compression"};
 static int in_list(const char *name, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (strcmp(name, list[i]) == 0) return 1;
@@ -821,8 +822,8 @@ static int verify_checkpoints(const char *dir) {
 /* NULL if the checkpoint fits this run, else the one-line reason (in a static buffer). */
 static const char *fingerprint_mismatch(const Run *r, const CkptState *h, const char *path) {
     static char msg[4096 + 1024];
-    const char *names[] = {"adamw", "adams", "scape", "topk-ef"};
-    const char *saved_opt = h->optimizer >= 0 && h->optimizer < 4 ? names[h->optimizer] : "?";
+    const char *names[] = {"adamw", "adams", "scape", "topk-ef", "powersgd"};
+    const char *saved_opt = h->optimizer >= 0 && h->optimizer < 5 ? names[h->optimizer] : "?";
     if (h->table_hash != param_table_hash(&r->m->table) || h->num_params != r->m->table.total)
         snprintf(msg, sizeof msg, "%s: parameter layout differs from the model in model.bin (%llu vs %zu "
                  "parameters); the checkpoint is from another model or program version", path,
@@ -908,7 +909,8 @@ static int restore(Run *r) {
 
 /* Bytes per parameter of the host update's state, a lower bound (scape/dist.h distopt_state_memory): the gradient
  * staging buffer every rule packs buckets into (4), plus adamw m and v (8), adams m (4), SCAPE r (4) and m at the
- * starting density (4 d_start), topk-ef e, m, v (12); ZeRO-1 shards the moments over the world. */
+ * starting density (4 d_start), topk-ef and powersgd e, m, v (12; powersgd's Q is small); ZeRO-1 shards the
+ * moments over the world. */
 static double optimizer_bytes_per_param(const TrainConfig *c, int world) {
     double moments = !strcmp(c->optimizer, "adamw") ? 8 : !strcmp(c->optimizer, "adams") ? 4
                      : !strcmp(c->optimizer, "scape") ? 4 + 4 * fmin(1.0, c->density_start) : 12;
@@ -1180,6 +1182,10 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     dc.density_start = c->density_start;
     dc.density_warmup = c->density_warmup;
     dc.density_dense = c->density_dense;
+    dc.powersgd_rank = c->powersgd_rank;
+    dc.powersgd_start = c->powersgd_start;
+    dc.powersgd_min_compression = c->powersgd_min_compression;
+    dc.powersgd_eps = c->powersgd_eps;
     dc.double_residual = c->scape_double_residual;
     dc.variant = scape_variant_parse(c->scape_variant);
     if (dc.variant == SCAPE_CATCHUP || dc.variant == SCAPE_TENSOR_NU) dc.variant_cap = c->scape_variant_cap;

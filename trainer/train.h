@@ -27,6 +27,9 @@ typedef struct {
     int density_warmup, density_dense, scape_exclude_norms, scape_offload_residual, scape_double_residual;
     const char *scape_variant;      /* faithful|catchup|tensor-nu|residual-decay (scape/dist.h, issue 31) */
     float scape_variant_cap, scape_residual_decay;
+    int powersgd_rank, powersgd_start; /* --optimizer powersgd (scape/dist_powersgd.c) */
+    double powersgd_min_compression;
+    float powersgd_eps;
     int mask_stats_every; /* log a "mask" event every N steps (scape/dist.h DistMaskStats), 0 = off */
     float peak_flops;
     int max_bad_steps; /* stop after this many consecutive non-finite steps, 0 = never */

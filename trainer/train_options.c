@@ -34,7 +34,9 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
         {"weight-decay", ARG_FLOAT, &c->weight_decay, "0.1", 0, 10, NULL,
          "decoupled weight decay (matrices only)", 0},
         {"clip", ARG_FLOAT, &c->clip, "1.0", 0, 1e9, NULL, "global gradient-norm clip, 0 = off", 0},
-        {"optimizer", ARG_STRING, &c->optimizer, "adamw", 0, 0, "adamw|adams|scape|topk-ef", "update rule (topk-ef: top-k of raw gradients with error feedback into AdamW, the baseline)", 0},
+        {"optimizer", ARG_STRING, &c->optimizer, "adamw", 0, 0, "adamw|adams|scape|topk-ef|powersgd",
+         "update rule (topk-ef: top-k of raw gradients with error feedback into AdamW, the baseline; powersgd: "
+         "PowerSGD's low-rank gradients with error feedback into AdamW, host update)", 0},
         {"beta1", ARG_FLOAT, &c->beta1, "0.9", 0, 0.999999, NULL, "first-moment decay", 0},
         {"beta2", ARG_FLOAT, &c->beta2, "0.95", 0, 0.999999, NULL, "second-moment decay", 0},
         {"eps", ARG_FLOAT, &c->eps, "1e-8", 0, 1, NULL, "denominator epsilon", 0},
@@ -94,6 +96,16 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
          "--scape-variant catchup / tensor-nu: cap A on the entering step's factor", 0},
         {"scape-residual-decay", ARG_FLOAT, &c->scape_residual_decay, "0.9", 0, 1, NULL,
          "--scape-variant residual-decay: rho, r <- c - (1 - rho) r_old off the mask (1 = faithful)", 0},
+        {"powersgd-rank", ARG_INT, &c->powersgd_rank, "1", 1, 1024, NULL,
+         "--optimizer powersgd: rank of each matrix's approximation (1: the PyTorch hook's default)", 0},
+        {"powersgd-start", ARG_INT, &c->powersgd_start, "1000", 0, IMAX, NULL,
+         "--optimizer powersgd: steps 1..N all-reduce the whole gradient before compression starts (the PyTorch "
+         "hook's start_powerSGD_iter)", 0},
+        {"powersgd-min-compression", ARG_DOUBLE, &c->powersgd_min_compression, "2", 0, 1e9, NULL,
+         "--optimizer powersgd: compress a matrix only if n m >= this x rank (n + m) (the hook's "
+         "min_compression_rate); others are all-reduced whole", 0},
+        {"powersgd-eps", ARG_FLOAT, &c->powersgd_eps, "0", 0, 1, NULL,
+         "--optimizer powersgd: epsilon of the Gram-Schmidt orthogonalization (p / (|p| + eps))", 0},
         {"scape-offload-residual", ARG_FLAG, &c->scape_offload_residual, NULL, 0, 1, NULL,
          "device SCAPE: keep the residual r in pinned host memory, staged through the GPU a slice at a time "
          "(SCAPE.md section 7; saves 4P bytes of GPU memory, results identical)", 0},

@@ -1,0 +1,242 @@
+/*
+ * scape/dist_powersgd.c - PowerSGD (--optimizer powersgd; Vogels, Karimireddy, Jaggi, "PowerSGD: Practical Low-Rank
+ * Gradient Compression for Distributed Optimization", NeurIPS 2019, Algorithm 1 with error feedback and warm
+ * start), its result fed into dense AdamW as the gradient, as PyTorch's PowerSGD communication hook is used with
+ * Adam. Per rank i at step t > S (cfg.powersgd_start; steps 1..S all-reduce the gradient whole, as the hook's
+ * start_powerSGD_iter), for each compressed matrix slice s viewed as n x m (n = shape[0], m = numel / n), rank
+ * r_s = min(R, n, m):
+ *   M_i = g_i[s] + e_i[s]                     (error feedback)
+ *   P = mean_i M_i Q_s                        (n x r_s; one averaging all-reduce per bucket, with the bucket's
+ *                                              uncompressed slices' gradients)
+ *   P <- orthogonalize(P)                     (Gram-Schmidt over the columns, in column order:
+ *                                              p_k /= ||p_k|| + eps, then p_j -= <p_k, p_j> p_k for j > k; a zero
+ *                                              column stays zero)
+ *   Q_s = mean_i M_i^T P                      (m x r_s; one all-reduce of every slice's Q after the P's)
+ *   g[s] = P Q_s^T;  e_i[s] = M_i - P Q_s^T   (Q_s is kept: the next step's warm start)
+ * Uncompressed slices (vectors, and matrices with n m < cfg.powersgd_min_compression r_s (n + m), the hook's
+ * min_compression_rate) are averaged whole. Then the global-norm clip of g and AdamW (optim.h). Q_s starts as
+ * i.i.d. N(0, 1) from a fixed seed, the same on every rank, so P, Q and g are too; e_i is each rank's own.
+ * Ours, not the paper's: the products in a fixed order with double accumulators (no BLAS: the same bits for any
+ * thread count; r_s is 1-4 here, so they are matrix-vector sized), the slice's own rows/columns as the hook's
+ * view, and a zero column left zero where the hook (epsilon 0) would divide by zero.
+ * Bytes per rank and step: 2 * 4 (K_P + K_Q) (N - 1) / N (two ring all-reduces), K_P = sum over slices of n r_s
+ * (compressed) or numel (uncompressed), K_Q = sum of m r_s.
+ * State (dist_impl.h): r = e_i (P), m, v (AdamW's, P), psgd_q (K_Q, shared), stage = the P payloads by bucket,
+ * psgd_qbuf = the Q payload.
+ * Not for: AdamW itself (optim.c), the checkpoint blob (dist_state.c).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/rng.h"
+#include "common/util.h"
+#include "scape/dist_impl.h"
+
+/* rank r_s of slice i if it is compressed, else 0 */
+static size_t psgd_rank_of(const DistOptim *d, const ParamSlice *s) {
+    if (s->ndim < 2 || s->numel == 0) return 0;
+    size_t n = s->shape[0], m = s->numel / n, r = (size_t)d->cfg.powersgd_rank;
+    if (r > n) r = n;
+    if (r > m) r = m;
+    if ((double)n * (double)m < d->cfg.powersgd_min_compression * (double)r * (double)(n + m)) return 0;
+    return r;
+}
+
+void psgd_init(DistOptim *d) {
+    const ParamTable *tab = d->tab;
+    d->slo = 0;
+    d->shi = d->P;
+    d->m = xcalloc(d->P, sizeof(float), "AdamW first moment");
+    d->v = xcalloc(d->P, sizeof(float), "AdamW second moment");
+    d->r = xcalloc(d->P, sizeof(float), "PowerSGD error feedback");
+    d->psgd_r = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(size_t), "PowerSGD ranks");
+    d->psgd_qoff = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(size_t), "PowerSGD Q offsets");
+    d->psgd_poff = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(size_t), "PowerSGD P offsets");
+    d->pay_off = xcalloc((size_t)(d->nb ? d->nb : 1), sizeof(size_t), "PowerSGD payload offsets");
+    size_t kq = 0;
+    for (int i = 0; i < tab->n; i++) {
+        const ParamSlice *s = &tab->slices[i];
+        d->psgd_r[i] = psgd_rank_of(d, s);
+        d->psgd_qoff[i] = kq;
+        if (d->psgd_r[i]) kq += s->numel / s->shape[0] * d->psgd_r[i];
+    }
+    d->psgd_kq = kq;
+    d->psgd_q = xmalloc((kq ? kq : 1) * sizeof(float), "PowerSGD Q");
+    d->psgd_qbuf = xmalloc((kq ? kq : 1) * sizeof(float), "PowerSGD Q payload");
+    Rng g;
+    rng_seed(&g, 0x9e3779b97f4a7c15ull); /* fixed: every rank draws the same Q */
+    if (kq) rng_normal(&g, d->psgd_q, kq, 0.0f, 1.0f);
+    d->stage = xmalloc((d->P ? d->P : 1) * sizeof(float), "PowerSGD payload"); /* K_P <= P */
+    d->cur_t = -1;
+}
+
+/* Start of step t's communication: whether it compresses (t > S), and each bucket's payload layout. */
+static void psgd_begin(DistOptim *d, int t) {
+    d->cur_t = t;
+    d->psgd_compress = t > d->cfg.powersgd_start;
+    size_t off = 0;
+    for (int b = 0; b < d->nb; b++) {
+        d->pay_off[b] = off;
+        for (int k = 0; k < d->bn[b]; k++) {
+            int i = d->bslices[b][k];
+            const ParamSlice *s = &d->tab->slices[i];
+            d->psgd_poff[i] = off;
+            off += d->psgd_compress && d->psgd_r[i] ? s->shape[0] * d->psgd_r[i] : s->numel;
+        }
+        d->bucket_k[b] = off - d->pay_off[b];
+    }
+    d->step_begun = 1;
+}
+
+/* Bucket b: M = g + e over its compressed slices (into grads), P_i = M Q into the payload, the others' gradients
+ * copied; then the bucket's averaging all-reduce. */
+static void psgd_queue_bucket(DistOptim *d, int b) {
+    float *g = d->grads, *out = d->stage;
+    for (int k = 0; k < d->bn[b]; k++) {
+        int i = d->bslices[b][k];
+        const ParamSlice *s = &d->tab->slices[i];
+        size_t r = d->psgd_r[i], o = d->psgd_poff[i];
+        if (!d->psgd_compress || !r) {
+            memcpy(out + o, g + s->offset, s->numel * sizeof(float));
+            continue;
+        }
+        size_t n = s->shape[0], m = s->numel / n;
+        float *M = g + s->offset;
+        const float *Q = d->psgd_q + d->psgd_qoff[i], *e = d->r + s->offset;
+        for (size_t j = 0; j < s->numel; j++) M[j] = M[j] + e[j];
+        float *P = out + o;
+        #pragma omp parallel for schedule(static) if (n * m >= 65536)
+        for (size_t a = 0; a < n; a++)
+            for (size_t c = 0; c < r; c++) {
+                double acc = 0;
+                for (size_t j = 0; j < m; j++) acc += (double)M[a * m + j] * (double)Q[j * r + c];
+                P[a * r + c] = (float)acc;
+            }
+    }
+    d->bh[b] = comm_iallreduce_avg_f32(out + d->pay_off[b], d->bucket_k[b]);
+    d->bstate[b] = 2;
+}
+
+void psgd_bucket_ready(DistOptim *d, int b) {
+    if (!d->step_begun) psgd_begin(d, d->last_t + 1);
+    psgd_queue_bucket(d, b);
+}
+
+/* Gram-Schmidt over the r columns of the n x r row-major P, in place, in column order (see the header). */
+static void psgd_orthogonalize(float *P, size_t n, size_t r, float eps) {
+    for (size_t k = 0; k < r; k++) {
+        double ss = 0;
+        for (size_t a = 0; a < n; a++) ss += (double)P[a * r + k] * (double)P[a * r + k];
+        float norm = (float)sqrt(ss);
+        if (norm > 0)
+            for (size_t a = 0; a < n; a++) P[a * r + k] = P[a * r + k] / (norm + eps);
+        for (size_t j = k + 1; j < r; j++) {
+            double dot = 0;
+            for (size_t a = 0; a < n; a++) dot += (double)P[a * r + k] * (double)P[a * r + j];
+            for (size_t a = 0; a < n; a++) P[a * r + j] = P[a * r + j] - (float)dot * P[a * r + k];
+        }
+    }
+}
+
+/* Step t: the buckets backward did not send, the P all-reduces, the skip decision (any rank's non-finite M or
+ * gradient), P orthogonalized, Q_i = M^T P and its all-reduce, g = P Q^T and e = M - P Q^T, the clip and AdamW. */
+int psgd_step(DistOptim *d, int t, float lr, float *grad_norm) {
+    if (d->step_begun && d->cur_t != t && d->psgd_compress == (t > d->cfg.powersgd_start))
+        d->cur_t = t; /* buckets went out for another step number (after a skipped step) in the same phase: the
+                       * payload does not depend on t */
+    if (d->step_begun && d->cur_t != t) {
+        /* ... in the other phase (a skip at the boundary): redo them for t, M - e giving g back up to rounding */
+        for (int b = 0; b < d->nb; b++) {
+            comm_wait(d->bh[b]);
+            if (d->bstate[b]) { /* undo M = g + e, so the retry starts from the gradient */
+                for (int k = 0; k < d->bn[b]; k++) {
+                    int i = d->bslices[b][k];
+                    const ParamSlice *s = &d->tab->slices[i];
+                    if (d->psgd_compress && d->psgd_r[i])
+                        for (size_t j = s->offset; j < s->offset + s->numel; j++) d->grads[j] = d->grads[j] - d->r[j];
+                }
+            }
+            d->bstate[b] = 0;
+        }
+        d->step_begun = 0;
+    }
+    if (!d->step_begun) psgd_begin(d, t);
+    for (int b = 0; b < d->nb; b++)
+        if (!d->bstate[b]) psgd_queue_bucket(d, b);
+    for (int b = 0; b < d->nb; b++) comm_wait(d->bh[b]);
+    float *g = d->grads;
+    const float *avg = d->stage;
+    /* a non-finite M or gradient on any rank would reach e or the update: every rank must agree to skip */
+    int64_t bad = 0;
+    for (size_t j = 0; j < d->P; j++) bad |= !isfinite(g[j]);
+    for (int b = 0; b < d->nb; b++)
+        for (size_t q = d->pay_off[b]; q < d->pay_off[b] + d->bucket_k[b]; q++) bad |= !isfinite(avg[q]);
+    comm_allreduce_max_i64(&bad, 1);
+    if (bad) {
+        *grad_norm = NAN;
+        d->cur_t = -1;
+        dist_end_step(d);
+        return 1;
+    }
+    const int comp = d->psgd_compress;
+    if (comp && d->psgd_kq) {
+        /* P orthogonalized in the payload, then Q_i = M^T P for every compressed slice, all-reduced at once */
+        for (int i = 0; i < d->tab->n; i++) {
+            const ParamSlice *s = &d->tab->slices[i];
+            size_t r = d->psgd_r[i];
+            if (!r) continue;
+            size_t n = s->shape[0], m = s->numel / n;
+            float *P = d->stage + d->psgd_poff[i];
+            psgd_orthogonalize(P, n, r, d->cfg.powersgd_eps);
+            const float *M = g + s->offset;
+            float *Qi = d->psgd_qbuf + d->psgd_qoff[i];
+            #pragma omp parallel for schedule(static) if (n * m >= 65536)
+            for (size_t j = 0; j < m; j++)
+                for (size_t c = 0; c < r; c++) {
+                    double acc = 0;
+                    for (size_t a = 0; a < n; a++) acc += (double)M[a * m + j] * (double)P[a * r + c];
+                    Qi[j * r + c] = (float)acc;
+                }
+        }
+        comm_wait(comm_iallreduce_avg_f32(d->psgd_qbuf, d->psgd_kq));
+        memcpy(d->psgd_q, d->psgd_qbuf, d->psgd_kq * sizeof(float)); /* the warm start of the next step */
+    }
+    /* g: the averaged uncompressed gradients, and P Q^T with e = M - P Q^T on the compressed slices */
+    for (int i = 0; i < d->tab->n; i++) {
+        const ParamSlice *s = &d->tab->slices[i];
+        size_t r = d->psgd_r[i];
+        if (!comp || !r) {
+            memcpy(g + s->offset, avg + d->psgd_poff[i], s->numel * sizeof(float));
+            continue;
+        }
+        size_t n = s->shape[0], m = s->numel / n;
+        const float *P = avg + d->psgd_poff[i], *Q = d->psgd_q + d->psgd_qoff[i];
+        float *M = g + s->offset, *e = d->r + s->offset;
+        #pragma omp parallel for schedule(static) if (n * m >= 65536)
+        for (size_t a = 0; a < n; a++)
+            for (size_t j = 0; j < m; j++) {
+                double acc = 0;
+                for (size_t c = 0; c < r; c++) acc += (double)P[a * r + c] * (double)Q[j * r + c];
+                float approx = (float)acc;
+                e[a * m + j] = M[a * m + j] - approx;
+                M[a * m + j] = approx;
+            }
+    }
+    if (d->dbg_ghat) memcpy(d->dbg_ghat, g, d->P * sizeof(float));
+    double ss = dist_sumsq(g, 0, d->P);
+    float norm = (float)sqrt(ss);
+    *grad_norm = norm;
+    if (d->cfg.clip > 0 && norm > d->cfg.clip) {
+        float sc = d->cfg.clip / (norm + 1e-6f);
+        for (size_t j = 0; j < d->P; j++) g[j] *= sc;
+    }
+    adamw_update(d->tab, d->params, g, d->m, d->v, 0, d->P, t, lr, &d->cfg.opt);
+    d->last_k = 0;
+    for (int b = 0; b < d->nb; b++) d->last_k += d->bucket_k[b];
+    if (comp) d->last_k += d->psgd_kq;
+    d->cur_t = -1;
+    dist_end_step(d);
+    d->last_t = t;
+    return 0;
+}
