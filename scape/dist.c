@@ -174,7 +174,7 @@ void distopt_free(DistOptim *d) {
     free(d->seg_bytes); free(d->seg_off); free(d->topk_tmp);
     free(d->code_mine); free(d->code_all); free(d->code_sizes);
     free(d->ch_lo); free(d->ch_hi); free(d->ch_q); free(d->ch_slice); free(d->ch_bucket); free(d->ch_ss); free(d->ch_bad);
-    free(d->psgd_r); free(d->psgd_qoff); free(d->psgd_poff); free(d->psgd_q); free(d->psgd_qbuf);
+    free(d->psgd_rank); free(d->psgd_qoff); free(d->psgd_poff); free(d->psgd_q); free(d->psgd_qbuf);
     free(d->age); free(d->ch_ss_stay); free(d->ch_n_stay); free(d->slice_s2);
     free(d->pairs); free(d->pair_off);
     free(d->st_slice); free(d->st_jm); free(d->st_em); free(d->st_jg); free(d->st_eg); free(d->st_g);

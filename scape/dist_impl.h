@@ -77,14 +77,14 @@ struct DistOptim {
      * saturating at 255; the same on every rank, as the masks are; checkpointed), tensor-nu's per-chunk sums of
      * g_hat^2 and counts over the stayers (M_t and mask_m) and per-slice mean s_T (clip scale included) */
     uint8_t *age;
-    /* PowerSGD (dist_powersgd.c): per slice its rank r_s (0: not compressed), Q offset and payload offset; the
-     * warm-started Q (shared) and the Q payload (psgd_kq values each); whether the step in flight compresses */
-    size_t *psgd_r, *psgd_qoff, *psgd_poff, psgd_kq;
-    float *psgd_q, *psgd_qbuf;
-    int psgd_compress;
     double *ch_ss_stay;
     size_t *ch_n_stay;
     float *slice_s2;
+    /* PowerSGD (dist_powersgd.c): per slice its rank r_s (0: not compressed), Q offset and payload offset; the
+     * warm-started Q (shared) and the Q payload (psgd_kq values each); whether the step in flight compresses */
+    size_t *psgd_rank, *psgd_qoff, *psgd_poff, psgd_kq;
+    float *psgd_q, *psgd_qbuf;
+    int psgd_compress;
     /* SCAPE's first moment, compact (issue 17): m is zero off the mask it was last updated on (SCAPE.md section 3
      * items 3-4), so it holds only its m_n values on mask_m, packed in payload order (chunk by chunk; ch_qm[c] is
      * chunk c's first). The update pass writes m_t into m_new (at the payload's offsets, ch_q); then the two swap

@@ -50,16 +50,16 @@ void psgd_init(DistOptim *d) {
     d->m = xcalloc(d->P, sizeof(float), "AdamW first moment");
     d->v = xcalloc(d->P, sizeof(float), "AdamW second moment");
     d->r = xcalloc(d->P, sizeof(float), "PowerSGD error feedback");
-    d->psgd_r = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(size_t), "PowerSGD ranks");
+    d->psgd_rank = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(size_t), "PowerSGD ranks");
     d->psgd_qoff = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(size_t), "PowerSGD Q offsets");
     d->psgd_poff = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(size_t), "PowerSGD P offsets");
     d->pay_off = xcalloc((size_t)(d->nb ? d->nb : 1), sizeof(size_t), "PowerSGD payload offsets");
     size_t kq = 0;
     for (int i = 0; i < tab->n; i++) {
         const ParamSlice *s = &tab->slices[i];
-        d->psgd_r[i] = psgd_rank_of(d, s);
+        d->psgd_rank[i] = psgd_rank_of(d, s);
         d->psgd_qoff[i] = kq;
-        if (d->psgd_r[i]) kq += s->numel / s->shape[0] * d->psgd_r[i];
+        if (d->psgd_rank[i]) kq += s->numel / s->shape[0] * d->psgd_rank[i];
     }
     d->psgd_kq = kq;
     d->psgd_q = xmalloc((kq ? kq : 1) * sizeof(float), "PowerSGD Q");
@@ -82,7 +82,7 @@ static void psgd_begin(DistOptim *d, int t) {
             int i = d->bslices[b][k];
             const ParamSlice *s = &d->tab->slices[i];
             d->psgd_poff[i] = off;
-            off += d->psgd_compress && d->psgd_r[i] ? s->shape[0] * d->psgd_r[i] : s->numel;
+            off += d->psgd_compress && d->psgd_rank[i] ? s->shape[0] * d->psgd_rank[i] : s->numel;
         }
         d->bucket_k[b] = off - d->pay_off[b];
     }
@@ -96,7 +96,7 @@ static void psgd_queue_bucket(DistOptim *d, int b) {
     for (int k = 0; k < d->bn[b]; k++) {
         int i = d->bslices[b][k];
         const ParamSlice *s = &d->tab->slices[i];
-        size_t r = d->psgd_r[i], o = d->psgd_poff[i];
+        size_t r = d->psgd_rank[i], o = d->psgd_poff[i];
         if (!d->psgd_compress || !r) {
             memcpy(out + o, g + s->offset, s->numel * sizeof(float));
             continue;
@@ -153,7 +153,7 @@ int psgd_step(DistOptim *d, int t, float lr, float *grad_norm) {
                 for (int k = 0; k < d->bn[b]; k++) {
                     int i = d->bslices[b][k];
                     const ParamSlice *s = &d->tab->slices[i];
-                    if (d->psgd_compress && d->psgd_r[i])
+                    if (d->psgd_compress && d->psgd_rank[i])
                         for (size_t j = s->offset; j < s->offset + s->numel; j++) d->grads[j] = d->grads[j] - d->r[j];
                 }
             }
@@ -184,7 +184,7 @@ int psgd_step(DistOptim *d, int t, float lr, float *grad_norm) {
         /* P orthogonalized in the payload, then Q_i = M^T P for every compressed slice, all-reduced at once */
         for (int i = 0; i < d->tab->n; i++) {
             const ParamSlice *s = &d->tab->slices[i];
-            size_t r = d->psgd_r[i];
+            size_t r = d->psgd_rank[i];
             if (!r) continue;
             size_t n = s->shape[0], m = s->numel / n;
             float *P = d->stage + d->psgd_poff[i];
@@ -205,7 +205,7 @@ int psgd_step(DistOptim *d, int t, float lr, float *grad_norm) {
     /* g: the averaged uncompressed gradients, and P Q^T with e = M - P Q^T on the compressed slices */
     for (int i = 0; i < d->tab->n; i++) {
         const ParamSlice *s = &d->tab->slices[i];
-        size_t r = d->psgd_r[i];
+        size_t r = d->psgd_rank[i];
         if (!comp || !r) {
             memcpy(g + s->offset, avg + d->psgd_poff[i], s->numel * sizeof(float));
             continue;

@@ -107,7 +107,7 @@ void scape_init(DistOptim *d) {
         d->code_all = xmalloc((size_t)d->world * d->code_cap, "coded masks");
         d->code_sizes = xcalloc((size_t)d->world, sizeof(size_t), "coded mask sizes");
     }
-    if (d->cfg.variant == SCAPE_CATCHUP) d->age = xcalloc(d->P + 8, 1, "SCAPE catchup age");
+    if (d->cfg.variant == SCAPE_CATCHUP) d->age = xcalloc(d->P ? d->P : 1, 1, "SCAPE catchup age");
     if (d->cfg.variant == SCAPE_TENSOR_NU) {
         d->ch_ss_stay = xcalloc(nch ? nch : 1, sizeof(double), "SCAPE tensor-nu sums");
         d->ch_n_stay = xcalloc(nch ? nch : 1, sizeof(size_t), "SCAPE tensor-nu counts");
@@ -453,22 +453,15 @@ static CommHandle scape_make_mask(DistOptim *d, double dens) {
 
 /* ---- items 3, 4, 7: error feedback, new momentum, masked AdamS ---- */
 
-/* The step of an entering coordinate (on M_t, off mask_m: m_{t-1} = 0) under a variant: scape_update_on's
- * arithmetic with the normalised step u = (m_t / bc1) / (sqrt(nu) / sqrt_bc2 + eps) changed:
+/* The step of an entering coordinate (on M_t, off mask_m: m_{t-1} = 0) under a variant: scape_update_on with its
+ * normalised step u (scape_update_u) changed:
  *   tensor-nu (s2 > 0):  u' = (m_t / bc1) / (sqrt((1 - b2) s2) / sqrt_bc2 + eps), |u'| capped at cap |u|
  *   catchup:             u' = f u, f = min(1 + age, cap)   (f = 1, s2 = 0: exactly scape_update_on)
  * then p -= lr (u' + wd p). Compile with -ffp-contract=off, as scape_update_on. */
 static inline void scape_update_entering(float *p, float *m, float mt, float sc, int clipped, float b1, float omb1,
                                          float b2, float eps, float bc1, float sqrt_bc2, float lr, float wd, float f,
                                          float s2, float cap) {
-    float mp = *m;
-    float gh = (mt - b1 * mp) / omb1;
-    if (clipped) {
-        gh = gh * sc;
-        mt = b1 * mp + omb1 * gh;
-    }
-    float nu = b2 * mp * mp + (1.0f - b2) * gh * gh;
-    float u = (mt / bc1) / (sqrtf(nu) / sqrt_bc2 + eps);
+    float u = scape_update_u(*m, &mt, sc, clipped, b1, omb1, b2, eps, bc1, sqrt_bc2);
     if (s2 > 0.0f) {
         float uv = (mt / bc1) / (sqrtf((1.0f - b2) * s2) / sqrt_bc2 + eps), lim = cap * fabsf(u);
         u = fabsf(uv) > lim ? copysignf(lim, uv) : uv;

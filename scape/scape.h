@@ -79,6 +79,19 @@ void scape_corrected_momentum(float *g, const float *m, const float *r, size_t l
 /* Appends c[j] for the masked j in [lo, hi), in index order, to out; returns how many. */
 size_t scape_gather_masked(const float *c, const uint8_t *mask, size_t lo, size_t hi, float *out);
 
+/* The normalised step u of scape_update_on below (its first lines; shared with the variants of issue 31, which
+ * change u for the coordinates entering the mask): mp = m_{t-1}, *mt = b in and m_t (clipped) out. */
+static inline float scape_update_u(float mp, float *mt, float sc, int clipped, float b1, float omb1, float b2, float eps,
+                                   float bc1, float sqrt_bc2) {
+    float gh = (*mt - b1 * mp) / omb1;
+    if (clipped) {
+        gh = gh * sc;
+        *mt = b1 * mp + omb1 * gh;
+    }
+    float nu = b2 * mp * mp + (1.0f - b2) * gh * gh;
+    return (*mt / bc1) / (sqrtf(nu) / sqrt_bc2 + eps);
+}
+
 /* The masked AdamS update of one coordinate with reduced payload value mt = b = m_t (SCAPE.md section 3 items
  * 4-7; section 1's formula with g_hat in place of g); p, m: the coordinate's master weight and first moment
  * (m_{t-1} in, m_t out). sc, clipped: the clipping scale and whether it applies; omb1 = 1 - b1 (float);
@@ -89,15 +102,9 @@ size_t scape_gather_masked(const float *c, const uint8_t *mask, size_t lo, size_
  * cuda/scape.cuh's scape_update_on_dev repeats it operation for operation. Compile with -ffp-contract=off. */
 static inline void scape_update_on(float *p, float *m, float mt, float sc, int clipped, float b1, float omb1, float b2,
                                    float eps, float bc1, float sqrt_bc2, float lr, float wd) {
-    float mp = *m;
-    float gh = (mt - b1 * mp) / omb1;
-    if (clipped) {
-        gh = gh * sc;
-        mt = b1 * mp + omb1 * gh;
-    }
-    float nu = b2 * mp * mp + (1.0f - b2) * gh * gh;
+    float u = scape_update_u(*m, &mt, sc, clipped, b1, omb1, b2, eps, bc1, sqrt_bc2);
     *m = mt;
-    *p -= lr * ((mt / bc1) / (sqrtf(nu) / sqrt_bc2 + eps) + wd * *p);
+    *p -= lr * (u + wd * *p);
 }
 
 /* ---- the GPU top-k's per-step logic, shared with the host ----

@@ -92,8 +92,7 @@ train() { # RUN SEED
         > "$dir.out" 2>&1 || { echo "error: the run failed; see $dir.out:" >&2; tail -n 3 "$dir.out" >&2; exit 1; }
     local secs=$((SECONDS - t0))
     /usr/bin/python3 - "$dir" "$init" "$steps" "$run" "$seed" "$secs" "$dw" >> "$tsv" <<'EOF'
-import glob, json, sys
-import numpy as np
+import json, sys
 d, init, steps, run, seed, secs, dw = sys.argv[1:8]
 steps, dw = int(steps), int(dw)
 val, sent, target, energy = None, [], [], []
@@ -105,17 +104,12 @@ for line in open(d + "/log.jsonl"):
         if o["step"] > dw: target.append(o["comm_bytes_sent"])
     if o["event"] == "mask" and o["step"] > dw and "mean_energy_m" in o: energy.append(o["mean_energy_m"])
 if val is None: sys.exit(f"{d}: no validation at step {steps}")
-def load(x):
-    f = sorted(glob.glob(x + "/ckpt_*/model.bin"))[-1]
-    h = np.fromfile(f, np.int32, 256)  # llm.c header: magic, version, maxT, V, L, NH, C, Vp
-    return np.fromfile(f, np.float32, offset=1024).astype(np.float64), int(h[7]) * int(h[6])
-p, nwte = load(d)
-p0, _ = load(init)
-if p.shape != p0.shape: sys.exit(f"{d}: another model than {init}")
-rms = lambda x: float(np.sqrt(np.mean(x ** 2)))
+sys.path.insert(0, "dev")
+from scape_displacement import displacement  # noqa: E402  (RMS of theta_final - theta_0 by group)
+dw_, _, _, dr_, _, _ = displacement(init, d)
 e = "%.4f" % (sum(energy) / len(energy)) if energy else "nan"
 print(f"{steps}\t{run}\t{seed}\t{val:.6f}\t{secs}\t{sum(sent) / len(sent):.0f}\t{sum(target) / max(1, len(target)):.0f}\t"
-      f"{rms(p[:nwte] - p0[:nwte]):.4e}\t{rms(p[nwte:] - p0[nwte:]):.4e}\t{e}")
+      f"{dw_:.4e}\t{dr_:.4e}\t{e}")
 EOF
     rm -rf "$dir"/ckpt_*
 }

@@ -169,6 +169,8 @@ if [ -f "$TMP/pa/ckpt_12/model.bin" ] && cmp -s "$TMP/pa/ckpt_12/model.bin" "$TM
 else
     fail powersgd_resumes_bit_identically "ckpt_12 differs from the uninterrupted PowerSGD run: $(tail -2 "$TMP/pc.out")"
 fi
+expect_error error_powersgd_flag_without_powersgd any "error: --powersgd-rank applies to --optimizer powersgd only" \
+    "${RUN[@]}" --out "$TMP/x" --powersgd-rank 4
 expect_error error_powersgd_zero any "error: --zero 1 applies to adamw, adams and scape; drop --zero for powersgd" \
     "${RUN[@]}" --out "$TMP/x" --optimizer powersgd --zero
 

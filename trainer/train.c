@@ -1054,15 +1054,27 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     if (!r->run_id[0]) new_run_id(r->run_id); /* a fresh run, or a checkpoint from before run identities */
     comm_bcast(r->run_id, sizeof r->run_id, 0);
     if ((conflict = options_conflict(c, floor_given))) fatal("%s", conflict);
-    /* the variants' parameters without their variant would be silently ignored (checked once the checkpoint's
-     * --scape-variant is in) */
-    int vcap_given = args_find(opts, n_opts, "scape-variant-cap")->given;
-    int decay_given = args_find(opts, n_opts, "scape-residual-decay")->given;
-    if ((vcap_given && strcmp(c->scape_variant, "catchup") && strcmp(c->scape_variant, "tensor-nu")) ||
-        (decay_given && strcmp(c->scape_variant, "residual-decay")))
-        fatal("--scape-%s applies to --scape-variant %s only (this run's is %s); name the variant or drop the flag",
-              vcap_given ? "variant-cap" : "residual-decay", vcap_given ? "catchup or tensor-nu" : "residual-decay",
-              c->scape_variant);
+    /* a rule's parameters given without their rule would be silently ignored (checked once the checkpoint's
+     * --optimizer and --scape-variant are in) */
+    static const struct { const char *flag, *opt, *variant, *needs; } owned[] = {
+        {"scape-variant-cap", "scape", "catchup", "--scape-variant catchup or tensor-nu"}, /* (the first row of a flag */
+        {"scape-variant-cap", "scape", "tensor-nu", NULL},                               /* names what it needs) */
+        {"scape-residual-decay", "scape", "residual-decay", "--scape-variant residual-decay"},
+        {"powersgd-rank", "powersgd", NULL, "--optimizer powersgd"},
+        {"powersgd-start", "powersgd", NULL, "--optimizer powersgd"},
+        {"powersgd-min-compression", "powersgd", NULL, "--optimizer powersgd"},
+        {"powersgd-eps", "powersgd", NULL, "--optimizer powersgd"},
+    };
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) {
+        if (!args_find(opts, n_opts, owned[i].flag)->given) continue;
+        int fits = 0;
+        for (size_t k = 0; k < sizeof owned / sizeof owned[0]; k++)
+            fits |= !strcmp(owned[k].flag, owned[i].flag) && !strcmp(c->optimizer, owned[k].opt) &&
+                    (!owned[k].variant || !strcmp(c->scape_variant, owned[k].variant));
+        if (!fits)
+            fatal("--%s applies to %s only (this run has --optimizer %s, --scape-variant %s); name it or drop the flag",
+                  owned[i].flag, owned[i].needs, c->optimizer, c->scape_variant);
+    }
 
     int defaults_data = !c->train[0] && !c->val[0];
 
