@@ -25,11 +25,14 @@
 # QUICK=1: a few steps of a tiny model on 2 ranks, 2 seeds, 2 lengths, same outputs (test/test_reproduce.sh).
 # Every setting is a variable: TRAINER RANKS LENGTHS SEEDS MODEL_SPEC B T LR LR_FLOOR WARMUP_FRAC DW_FRAC EVAL_POINTS
 # EVAL_BATCHES ABLATION; KEEP_CKPTS=1 keeps each run's final checkpoint (deleted by default). Cost of the default gpt recipe on this 2-core machine: docs/reproduction.md.
+# `reproduce_cpu.sh study length|batch|probe|tables` runs the study of where the gap to AdamS closes (issue 29:
+# run length and tokens per step with the authors' GPT settings), which is scripts/study_gap.sh (see its header).
 # Not for: cluster-scale runs (scripts/cluster/), or network-limited timing (scripts/netem_bench.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+[ "${1:-}" = study ] && { shift; exec scripts/study_gap.sh "$@"; }
 
-usage="usage: $0 gpt|llama [CORPUS_DIR]   (env: QUICK=1 OUT=DIR RANKS=N LENGTHS=\"N ...\" SEEDS=\"S ...\" ...)"
+usage="usage: $0 gpt|llama [CORPUS_DIR] | study length|batch|probe|tables   (env: QUICK=1 OUT=DIR RANKS=N LENGTHS=\"N ...\" SEEDS=\"S ...\" ...)"
 [ $# -ge 1 ] && [ $# -le 2 ] || { echo "$usage" >&2; exit 2; }
 family=$1
 corpus=${2:-}

@@ -159,4 +159,8 @@ if SKIP_TRAIN=1 QUICK=1 DATA="$data" OUT="$tmp/r" scripts/reproduce_cpu.sh "$fam
     fail reproduce_run_missing_a_seed_is_an_error "the tables were built without adamw's seed 1"
 elif grep -q "steps_6/adamw/seed1/log.jsonl is missing" "$tmp/stderr3"; then ok reproduce_run_missing_a_seed_is_an_error
 else fail reproduce_run_missing_a_seed_is_an_error "$(tail -2 "$tmp/stderr3")"; fi
+# `reproduce_cpu.sh study MODE` is the gap study of issue 29 (scripts/study_gap.sh): without a mode, its usage
+scripts/reproduce_cpu.sh study > /dev/null 2> "$tmp/stderr4"; st=$?
+if [ $st = 2 ] && grep -q "study_gap.sh length|batch|probe|tables" "$tmp/stderr4"; then ok reproduce_study_is_the_gap_study
+else fail reproduce_study_is_the_gap_study "exit $st: $(head -1 "$tmp/stderr4")"; fi
 exit $((fails > 0))
