@@ -31,7 +31,7 @@
 
 #define QCAP 4096 /* jobs in flight; enough for every bucket of a step plus the mask all-gather */
 
-typedef enum { JOB_ALLREDUCE_AVG, JOB_ALLREDUCE_AVG_BF16, JOB_REDUCE_SCATTER_AVG, JOB_REDUCE_SCATTER_AVG_BF16, JOB_ALLGATHERV, JOB_ALLGATHER_BYTES, JOB_BCAST,
+typedef enum { JOB_ALLREDUCE_AVG, JOB_ALLREDUCE_AVG_BF16, JOB_REDUCE_SCATTER_AVG, JOB_REDUCE_SCATTER_AVG_BF16, JOB_ALLGATHERV, JOB_ALLGATHER_BYTES, JOB_ALLTOALL_BYTES, JOB_BCAST,
                JOB_SUM_F64, JOB_MAX_I64, JOB_BARRIER, JOB_STOP } JobOp;
 
 typedef struct {
@@ -89,6 +89,7 @@ static const char *job_name(JobOp op) {
     case JOB_REDUCE_SCATTER_AVG_BF16: return "a bf16 reduce-scatter (SCAPE payload with ZeRO-1)";
     case JOB_ALLGATHERV: return "an all-gather (parameters or masks)";
     case JOB_ALLGATHER_BYTES: return "an all-gather of bytes (coded masks, checkpoint checksums)";
+    case JOB_ALLTOALL_BYTES: return "an all-to-all of bytes (1-bit Adam's signs)";
     case JOB_BCAST: return "a broadcast";
     case JOB_SUM_F64: return "a sum all-reduce (step loss, stop flag, norms)";
     case JOB_MAX_I64: return "a max all-reduce";
@@ -437,6 +438,17 @@ static void run_job(Job *j) {
         free(dsp);
         break;
     }
+    case JOB_ALLTOALL_BYTES: {
+        if (!C.use_mpi || N == 1) {
+            memcpy(j->out, j->buf, j->n);
+            break;
+        }
+        MPI_Request rq;
+        int blk = to_int(j->n, "all-to-all block");
+        MPI_Ialltoall(j->buf, blk, MPI_BYTE, j->out, blk, MPI_BYTE, MPI_COMM_WORLD, &rq);
+        wait_req(&rq);
+        break;
+    }
     case JOB_BCAST: {
         if (!C.use_mpi || N == 1) break;
         /* chunked so byte counts beyond INT_MAX work */
@@ -603,6 +615,13 @@ CommHandle comm_iallgather_bytes(const void *mine, size_t n, void *out, size_t c
     if (n > cap) fatal("comm_iallgather_bytes: %zu bytes exceed the slot of %zu", n, cap);
     Job j = {.op = JOB_ALLGATHER_BYTES, .kind = COMM_ALLGATHER, .buf = (void *)mine, .out = out, .n = n,
              .elem_bytes = cap, .sizes = sizes};
+    return enqueue(&j);
+}
+
+CommHandle comm_ialltoall_bytes(const void *in, void *out, size_t block) {
+    uint64_t b = (uint64_t)block * (uint64_t)C.world * (uint64_t)(C.world - 1);
+    count(COMM_REDUCE_SCATTER, b, b);
+    Job j = {.op = JOB_ALLTOALL_BYTES, .kind = COMM_REDUCE_SCATTER, .buf = (void *)in, .out = out, .n = block};
     return enqueue(&j);
 }
 

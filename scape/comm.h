@@ -131,6 +131,11 @@ CommHandle comm_iallgatherv(void *buf, const size_t *counts, size_t elem_bytes);
  * the other ranks' lengths are not known when it is queued: once waited for, the caller counts it with
  * comm_stats_add(COMM_ALLGATHER, sum of sizes + 8 * world, 0). */
 CommHandle comm_iallgather_bytes(const void *mine, size_t n, void *out, size_t cap, size_t *sizes);
+/* All-to-all of equal blocks (1-bit Adam's signs to the owners of their chunks, scape/dist_onebit_adam.c): in holds
+ * world blocks of `block` bytes, block r for rank r; afterwards out block r holds what rank r sent this rank (its own
+ * block copied). in and out must not overlap. Counted as a reduce-scatter of world * block bytes (the first half of
+ * an owner-computed reduction, like the bf16 all-reduce's all-to-all): block (N-1) sent and received. */
+CommHandle comm_ialltoall_bytes(const void *in, void *out, size_t block);
 CommHandle comm_ibcast(void *buf, size_t bytes, int root);
 /* Blocks until job h (and all before it) finished; the time blocked is added to wait_ms of h's kind. */
 void comm_wait(CommHandle h);

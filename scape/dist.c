@@ -9,6 +9,8 @@
  *   dist_scape_zero.c  SCAPE with ZeRO-1: m on the owners only, the payload reduce-scattered to them, their
  *                      updated m and p values all-gathered on the mask
  *   dist_topk_ef.c     the top-k error-feedback baseline (raw-gradient top-k, index/value all-gather, AdamW)
+ *   dist_powersgd.c    PowerSGD (rank-r approximations with error feedback, into AdamW)
+ *   dist_onebit_adam.c 1-bit Adam (AdamW for a warm-up, then the momentum in 1 bit with error compensation)
  *   dist_mask_stats.c  mask stability (Jaccard, kept energy) per slice, on rank 0, when enabled
  *   dist_state.c       every optimizer's checkpoint blob (save, load, other world sizes)
  * Here too: the zeroing at the end of every step, the gradient norm's fixed-order sum, the SCAPE_CHECK_SYNC
@@ -41,9 +43,13 @@ int scape_variant_parse(const char *name) {
 
 DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, const DistConfig *cfg) {
     if (cfg->opt.kind != OPT_ADAMW && cfg->opt.kind != OPT_ADAMS && cfg->opt.kind != OPT_SCAPE &&
-        cfg->opt.kind != OPT_TOPK_EF && cfg->opt.kind != OPT_POWERSGD)
-        fatal("distopt_create: optimizer kind %d is not supported; use adamw, adams, scape, topk-ef or powersgd", cfg->opt.kind);
+        cfg->opt.kind != OPT_TOPK_EF && cfg->opt.kind != OPT_POWERSGD && cfg->opt.kind != OPT_ONEBIT_ADAM)
+        fatal("distopt_create: optimizer kind %d is not supported; use adamw, adams, scape, topk-ef, powersgd or "
+              "onebit-adam", cfg->opt.kind);
     if (cfg->opt.kind == OPT_POWERSGD && cfg->zero) fatal("--zero 1 applies to adamw, adams and scape; drop --zero for powersgd");
+    if (cfg->opt.kind == OPT_ONEBIT_ADAM && cfg->zero) fatal("--zero 1 applies to adamw, adams and scape; drop --zero for onebit-adam");
+    if (cfg->opt.kind == OPT_ONEBIT_ADAM && cfg->onebit_freeze < 1)
+        fatal("--onebit-freeze %d: 1-bit Adam needs at least 1 step of Adam before its variance freezes", cfg->onebit_freeze);
     if (cfg->opt.kind == OPT_POWERSGD && cfg->powersgd_rank < 1)
         fatal("--powersgd-rank %d: the approximation's rank must be >= 1 (1 is the PyTorch hook's default)", cfg->powersgd_rank);
     if (cfg->opt.kind == OPT_POWERSGD && !(cfg->powersgd_eps >= 0))
@@ -116,6 +122,7 @@ DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, co
     if (cfg->opt.kind == OPT_SCAPE) scape_init(d);
     else if (cfg->opt.kind == OPT_TOPK_EF) topk_init(d);
     else if (cfg->opt.kind == OPT_POWERSGD) psgd_init(d);
+    else if (cfg->opt.kind == OPT_ONEBIT_ADAM) onebit_init(d);
     else dense_init(d, owned_total);
     comm_bcast(params, d->P * sizeof(float), 0);
     return d;
@@ -141,7 +148,7 @@ static void sync_check(DistOptim *d) {
         if (d->have_m) h = fnv1a(h, d->mask_m, mask_bytes(d->P));
         if (d->have_cur) h = fnv1a(h, d->mask_cur, mask_bytes(d->P));
         if (d->have_next) h = fnv1a(h, d->mask_next, mask_bytes(d->P));
-    } else if (d->cfg.opt.kind == OPT_TOPK_EF || d->cfg.opt.kind == OPT_POWERSGD) {
+    } else if (d->cfg.opt.kind == OPT_TOPK_EF || d->cfg.opt.kind == OPT_POWERSGD || d->cfg.opt.kind == OPT_ONEBIT_ADAM) {
         h = fnv1a(h, d->m, d->P * sizeof(float));
         h = fnv1a(h, d->v, d->P * sizeof(float));
         if (d->psgd_q) h = fnv1a(h, d->psgd_q, d->psgd_kq * sizeof(float));
@@ -175,6 +182,7 @@ void distopt_free(DistOptim *d) {
     free(d->code_mine); free(d->code_all); free(d->code_sizes);
     free(d->ch_lo); free(d->ch_hi); free(d->ch_q); free(d->ch_slice); free(d->ch_bucket); free(d->ch_ss); free(d->ch_bad);
     free(d->psgd_rank); free(d->psgd_qoff); free(d->psgd_poff); free(d->psgd_q); free(d->psgd_qbuf);
+    free(d->ob_es); free(d->ob_boff); free(d->ob_send); free(d->ob_recv);
     free(d->age); free(d->ch_ss_stay); free(d->ch_n_stay); free(d->slice_s2);
     free(d->pairs); free(d->pair_off);
     free(d->st_slice); free(d->st_jm); free(d->st_em); free(d->st_jg); free(d->st_eg); free(d->st_g);
@@ -195,6 +203,7 @@ void distopt_bucket_ready(void *ctx, int bucket) {
     if (d->cfg.opt.kind == OPT_SCAPE) scape_bucket_ready(d, bucket);
     else if (d->cfg.opt.kind == OPT_TOPK_EF) topk_bucket_ready(d, bucket);
     else if (d->cfg.opt.kind == OPT_POWERSGD) psgd_bucket_ready(d, bucket);
+    else if (d->cfg.opt.kind == OPT_ONEBIT_ADAM) onebit_bucket_ready(d, bucket);
     else dense_queue_bucket(d, bucket);
 }
 
@@ -242,6 +251,7 @@ int distopt_step(DistOptim *d, int t, float lr, float *grad_norm) {
     int skipped = d->cfg.opt.kind == OPT_SCAPE     ? scape_step(d, t, lr, &gn)
                   : d->cfg.opt.kind == OPT_TOPK_EF ? topk_step(d, t, lr, &gn)
                   : d->cfg.opt.kind == OPT_POWERSGD ? psgd_step(d, t, lr, &gn)
+                  : d->cfg.opt.kind == OPT_ONEBIT_ADAM ? onebit_step(d, t, lr, &gn)
                                                    : dense_step(d, t, lr, &gn);
     if (grad_norm) *grad_norm = gn;
     return skipped;
@@ -257,6 +267,7 @@ size_t distopt_state_memory(const DistOptim *d) {
     case OPT_SCAPE: return d->P * F + (d->m_cap + d->m_new_cap + d->ez_cap) * F + 3 * mask_bytes(d->P);
     case OPT_TOPK_EF: return 3 * d->P * F;
     case OPT_POWERSGD: return 3 * d->P * F + d->psgd_kq * F;
+    case OPT_ONEBIT_ADAM: return 4 * d->P * F;
     case OPT_ADAMW: return 2 * (d->shi - d->slo) * F;
     case OPT_ADAMS: return (d->shi - d->slo) * F;
     }
@@ -286,6 +297,10 @@ const float *distopt_residual(const DistOptim *d) {
 const float *distopt_powersgd_q(const DistOptim *d, size_t *n) {
     *n = d->cfg.opt.kind == OPT_POWERSGD ? d->psgd_kq : 0;
     return d->cfg.opt.kind == OPT_POWERSGD ? d->psgd_q : NULL;
+}
+
+const float *distopt_onebit_server_error(const DistOptim *d) {
+    return d->cfg.opt.kind == OPT_ONEBIT_ADAM ? d->ob_es : NULL;
 }
 
 const uint8_t *distopt_mask(DistOptim *d, int next) {

@@ -21,7 +21,7 @@
 #include "scape/scape.h"
 
 typedef struct {
-    OptimConfig opt;       /* kind (adamw, adams, scape, topk-ef, powersgd), beta1, beta2, eps, weight_decay */
+    OptimConfig opt;       /* kind (adamw, adams, scape, topk-ef, powersgd, onebit-adam), beta1, beta2, eps, weight_decay */
     float clip;            /* global-norm clip threshold, 0 = off */
     int zero;              /* 1: ZeRO-1 sharding (adamw, adams; scape with the fp32 payload: dist_scape_zero.c) */
     double density;        /* SCAPE / topk-ef target density d in (0, 1] (double: k = floor(d n) in double) */
@@ -39,6 +39,8 @@ typedef struct {
     int powersgd_start;    /* PowerSGD: steps 1..S all-reduce the whole gradient (the hook's start_powerSGD_iter) */
     double powersgd_min_compression; /* PowerSGD: compress a matrix only if n m >= this x r (n + m) */
     float powersgd_eps;    /* PowerSGD: the orthogonalization's epsilon */
+    int onebit_freeze;     /* 1-bit Adam (scape/dist_onebit_adam.c): steps 1..F are AdamW on the mean gradient, then v
+                            * freezes and the momentum goes out in 1 bit (>= 1) */
     int density_dense;     /* S steps at d_start before the warm-up begins (the authors' --topk-adams-start-iter),
                             * 0 = none; see dist_density */
     int exclude_norms;     /* 1 (default): norm gains and biases always dense */
@@ -163,6 +165,10 @@ const float *distopt_residual(const DistOptim *d);
 /* PowerSGD: the warm-started Q of every compressed slice (*n values: slices in memory order, each m x r_s row-major),
  * the same on every rank; NULL (and *n = 0) for the other rules. */
 const float *distopt_powersgd_q(const DistOptim *d, size_t *n);
+/* 1-bit Adam: this rank's server error (P floats, nonzero only on the chunks this rank reduces), and the bytes of one
+ * block of its all-to-all and all-gather (Bk of scape/dist_onebit_adam.c's header); NULL / 0 for the other rules. */
+const float *distopt_onebit_server_error(const DistOptim *d);
+size_t distopt_onebit_block_bytes(const DistOptim *d);
 const uint8_t *distopt_mask(DistOptim *d, int next);
 /* Test hook: at every later SCAPE step copies, densely (P floats each, any may be NULL), this rank's corrected
  * momentum c_i, its payload s_i scattered to its coordinates (0 off the mask), and g_hat before clipping

@@ -1,7 +1,8 @@
 /*
  * scape/dist_impl.h - the inside of scape/dist.h's DistOptim, shared by the files that make up the host update and
  * by nothing else: scape/dist.c (creation, bucket hand-off, the dispatch on the optimizer kind, inspection),
- * dist_dense.c (dense all-reduce and ZeRO-1), dist_scape.c (SCAPE), dist_topk_ef.c (top-k EF), dist_mask_stats.c
+ * dist_dense.c (dense all-reduce and ZeRO-1), dist_scape.c (SCAPE), dist_topk_ef.c (top-k EF), dist_powersgd.c
+ * (PowerSGD), dist_onebit_adam.c (1-bit Adam), dist_mask_stats.c
  * (mask stability) and dist_state.c (checkpoint blobs). Each rule file gives dist.c an init (its state, called by
  * distopt_create), a bucket hand-off (called by distopt_bucket_ready) and a step (called by distopt_step).
  * Not for: anything outside those files; users include scape/dist.h.
@@ -85,6 +86,12 @@ struct DistOptim {
     size_t *psgd_rank, *psgd_qoff, *psgd_poff, psgd_kq;
     float *psgd_q, *psgd_qbuf;
     int psgd_compress;
+    /* 1-bit Adam (dist_onebit_adam.c): the server error (P, nonzero on this rank's chunks), per slice the offset of
+     * its chunk's sign bytes within a block, the block size Bk, the all-to-all's send (also the all-gather's
+     * buffer) and receive blocks (world * Bk bytes each) */
+    float *ob_es;
+    size_t *ob_boff, ob_block;
+    uint8_t *ob_send, *ob_recv;
     /* SCAPE's first moment, compact (issue 17): m is zero off the mask it was last updated on (SCAPE.md section 3
      * items 3-4), so it holds only its m_n values on mask_m, packed in payload order (chunk by chunk; ch_qm[c] is
      * chunk c's first). The update pass writes m_t into m_new (at the payload's offsets, ch_q); then the two swap
@@ -204,6 +211,13 @@ int topk_step(DistOptim *d, int t, float lr, float *grad_norm);
 void psgd_init(DistOptim *d);
 void psgd_bucket_ready(DistOptim *d, int b);
 int psgd_step(DistOptim *d, int t, float lr, float *grad_norm);
+
+/* ---- dist_onebit_adam.c: 1-bit Adam (formulas in its header) ---- */
+void onebit_init(DistOptim *d);
+void onebit_bucket_ready(DistOptim *d, int b);
+int onebit_step(DistOptim *d, int t, float lr, float *grad_norm);
+/* Zeroes the server error off the chunks this rank reduces (after a load that summed every saved rank's). */
+void onebit_keep_own_chunks(DistOptim *d);
 
 /* ---- dist_mask_stats.c: DistMaskStats of dist.h, on rank 0 ---- */
 /* Fills d->st for step t. gmask/gvec: the raw-gradient mask of this step and the vector its energy is of (SCAPE:

@@ -8,9 +8,13 @@
  *                and with --scape-variant catchup its age (P bytes; header ext bit 0)
  *   topk-ef:     e (P), m (P), v (P)
  *   powersgd:    e (P), m (P), v (P), Q (K: every compressed slice's warm start, shared)
+ *   onebit-adam: e (P), m (P), v (P), es (P: the server error, nonzero on this rank's chunks only)
  * Every rank's blob holds the shared SCAPE state (masks, m) too, so a rank can resume from its own file alone.
  * Loading onto another world size: dense state is assembled from whichever saved shards cover this rank's range;
- * SCAPE's r and topk-ef's e become the mean over the saved ranks (SCAPE.md section 8).
+ * SCAPE's r and topk-ef's e become the mean over the saved ranks (SCAPE.md section 8); 1-bit Adam's worker error
+ * too, and its server error, a function of the coordinate whoever reduces it, is summed over the saved ranks (each
+ * holds its own chunks) and each new rank keeps its own chunks of it: the mean worker error plus the server error,
+ * what the compressed momentum still owes, is unchanged.
  * Not for: the checkpoint directory, manifest and files (trainer/ckpt.c), which store these blobs as they are.
  */
 #include <stdlib.h>
@@ -49,6 +53,8 @@ size_t distopt_state_bytes(const DistOptim *d) {
         n += 3 * d->P * sizeof(float);
     } else if (d->cfg.opt.kind == OPT_POWERSGD) {
         n += (3 * d->P + d->psgd_kq) * sizeof(float);
+    } else if (d->cfg.opt.kind == OPT_ONEBIT_ADAM) {
+        n += 4 * d->P * sizeof(float);
     } else {
         n += (d->shi - d->slo) * sizeof(float) * (d->cfg.opt.kind == OPT_ADAMW ? 2 : 1);
     }
@@ -87,7 +93,7 @@ void distopt_save(const DistOptim *d, void *blob) {
             memcpy(blob, &hb, sizeof hb);
         }
         return;
-    } else if (d->cfg.opt.kind == OPT_TOPK_EF || d->cfg.opt.kind == OPT_POWERSGD) {
+    } else if (d->cfg.opt.kind == OPT_TOPK_EF || d->cfg.opt.kind == OPT_POWERSGD || d->cfg.opt.kind == OPT_ONEBIT_ADAM) {
         memcpy(p, d->r, d->P * sizeof(float));
         memcpy(p + d->P * sizeof(float), d->m, d->P * sizeof(float));
         memcpy(p + 2 * d->P * sizeof(float), d->v, d->P * sizeof(float));
@@ -95,6 +101,7 @@ void distopt_save(const DistOptim *d, void *blob) {
             memcpy(p + 3 * d->P * sizeof(float), d->psgd_q, d->psgd_kq * sizeof(float));
             h.K = d->psgd_kq;
         }
+        if (d->cfg.opt.kind == OPT_ONEBIT_ADAM) memcpy(p + 3 * d->P * sizeof(float), d->ob_es, d->P * sizeof(float));
     } else {
         distopt_dense_blob_save(blob, d->cfg.opt.kind, d->world, d->rank, d->cfg.zero, d->last_t, d->P, d->slo,
                                 d->shi, d->m, d->v);
@@ -123,6 +130,8 @@ static BlobHeader check_blob_kind(OptimizerKind kind, size_t P, const void *blob
         want += 3 * h.P * sizeof(float);
     } else if (h.kind == OPT_POWERSGD) {
         want += (3 * h.P + h.K) * sizeof(float);
+    } else if (h.kind == OPT_ONEBIT_ADAM) {
+        want += 4 * h.P * sizeof(float);
     } else {
         if (h.lo > h.hi || h.hi > h.P) fatal("optimizer state of rank %d: bad range [%llu, %llu)", i, (unsigned long long)h.lo, (unsigned long long)h.hi);
         want += (h.hi - h.lo) * sizeof(float) * (h.kind == OPT_ADAMW ? 2 : 1);
@@ -276,7 +285,8 @@ void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, i
     BlobHeader h0 = check_blob(d, blobs[0], sizes[0], 0);
     for (int i = 1; i < n_blobs; i++) check_blob(d, blobs[i], sizes[i], i);
     if (n_blobs < h0.world && h0.world != d->world &&
-        (h0.kind == OPT_SCAPE || h0.kind == OPT_TOPK_EF || h0.kind == OPT_POWERSGD || h0.lo > d->slo || h0.hi < d->shi))
+        (h0.kind == OPT_SCAPE || h0.kind == OPT_TOPK_EF || h0.kind == OPT_POWERSGD || h0.kind == OPT_ONEBIT_ADAM ||
+         h0.lo > d->slo || h0.hi < d->shi))
         fatal("optimizer state was saved by %d ranks, this run has %d; pass the state of all %d saved ranks", h0.world, d->world, h0.world);
     comm_wait(d->next_h);
     d->next_h = 0;
@@ -284,7 +294,7 @@ void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, i
     for (int b = 0; b < d->nb; b++) d->bstate[b] = 0;
     d->step_begun = 0;
     d->st_gprev_t = -1; /* the Jaccard of the first step after a resume has no previous mask */
-    if (d->cfg.opt.kind == OPT_TOPK_EF || d->cfg.opt.kind == OPT_POWERSGD) {
+    if (d->cfg.opt.kind == OPT_TOPK_EF || d->cfg.opt.kind == OPT_POWERSGD || d->cfg.opt.kind == OPT_ONEBIT_ADAM) {
         /* e_i: this rank's own when the world is unchanged, else the mean over the saved ranks (as SCAPE's r) */
         load_residual(d, blobs, n_blobs, h0.world);
         const float *mv = (const float *)((const char *)blobs[0] + sizeof(BlobHeader)) + d->P;
@@ -295,6 +305,19 @@ void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, i
                 fatal("optimizer state holds %llu PowerSGD Q values, this run needs %zu; resume with the --powersgd-rank "
                       "and --powersgd-min-compression of the checkpoint", (unsigned long long)h0.K, d->psgd_kq);
             memcpy(d->psgd_q, mv + 2 * d->P, d->psgd_kq * sizeof(float));
+        }
+        if (d->cfg.opt.kind == OPT_ONEBIT_ADAM) { /* es: after e, m, v */
+            if (h0.world == d->world) { /* this rank's own (a same-world resume passes just its own blob) */
+                memcpy(d->ob_es, (const float *)((const char *)blobs[n_blobs == 1 ? 0 : d->rank] + sizeof(BlobHeader)) + 3 * d->P,
+                       d->P * sizeof(float));
+            } else { /* each saved rank's is zero off its chunks: their sum holds every coordinate's once */
+                memset(d->ob_es, 0, d->P * sizeof(float));
+                for (int i = 0; i < n_blobs; i++) {
+                    const float *es = (const float *)((const char *)blobs[i] + sizeof(BlobHeader)) + 3 * d->P;
+                    for (size_t j = 0; j < d->P; j++) d->ob_es[j] += es[j];
+                }
+                onebit_keep_own_chunks(d);
+            }
         }
         d->have_cur = 0;
         return;

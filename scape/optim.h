@@ -10,7 +10,8 @@
 
 #include "common/params.h"
 
-typedef enum { OPT_ADAMW = 0, OPT_ADAMS = 1, OPT_SCAPE = 2, OPT_TOPK_EF = 3, OPT_POWERSGD = 4 } OptimizerKind;
+typedef enum { OPT_ADAMW = 0, OPT_ADAMS = 1, OPT_SCAPE = 2, OPT_TOPK_EF = 3, OPT_POWERSGD = 4,
+               OPT_ONEBIT_ADAM = 5 } OptimizerKind;
 
 typedef struct {
     OptimizerKind kind;

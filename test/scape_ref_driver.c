@@ -10,7 +10,9 @@
  * (VARIANT: --scape-variant's names; PARAM: the cap A of catchup and tensor-nu, rho of residual-decay; or VARIANT
  * powersgd with PARAM its rank: --optimizer powersgd, compression from step 4 (3 dense steps first), the mask dumped
  * as zeros, m AdamW's, r the error feedback e_i, and rank 0 writes the initial Q and then Q after every step to
- * OUT_PREFIX.q.bin)
+ * OUT_PREFIX.q.bin; or VARIANT onebit-adam with PARAM its freeze step F: --optimizer onebit-adam, m the shared
+ * momentum, r the worker error e_i, the mask dumped as zeros, and every rank writes its server error after every
+ * step (P floats) to OUT_PREFIX.es.<rank>.bin)
  * Writes OUT_PREFIX.<rank>.bin: int32 P, world, rank, nslices, steps; per slice int64 offset, numel, int32 decay,
  * dense_only; per rank int64 owner lo, hi; float32 theta_0 (P); then per step: float32 theta, m, r (P each),
  * uint8 mask_cur (P, unpacked), float32 grad_norm.
@@ -57,8 +59,12 @@ int main(int argc, char **argv) {
     c.density_warmup = warm;
     c.exclude_norms = 1;
     int psgd = argc == 8 && strcmp(argv[6], "powersgd") == 0;
-    FILE *fq = NULL;
-    if (psgd) {
+    int onebit = argc == 8 && strcmp(argv[6], "onebit-adam") == 0;
+    FILE *fq = NULL, *fes = NULL;
+    if (onebit) {
+        c.opt.kind = OPT_ONEBIT_ADAM;
+        c.onebit_freeze = atoi(argv[7]);
+    } else if (psgd) {
         c.opt.kind = OPT_POWERSGD;
         c.powersgd_rank = atoi(argv[7]);
         c.powersgd_start = 3;
@@ -96,6 +102,10 @@ int main(int argc, char **argv) {
         fq = xfopen(path, "wb", "pass a writable OUT_PREFIX");
         fwrite(q0, sizeof(float), nq, fq);
     }
+    if (onebit) {
+        snprintf(path, sizeof path, "%s.es.%d.bin", argv[1], rank);
+        fes = xfopen(path, "wb", "pass a writable OUT_PREFIX");
+    }
     uint8_t *mk = xmalloc(P, "mask");
     for (int t = 1; t <= steps; t++) {
         for (size_t j = 0; j < P; j++) {
@@ -118,8 +128,10 @@ int main(int argc, char **argv) {
             const float *q = distopt_powersgd_q(d, &nq);
             fwrite(q, sizeof(float), nq, fq);
         }
+        if (fes) fwrite(distopt_onebit_server_error(d), sizeof(float), P, fes);
     }
     if (fq) fclose(fq);
+    if (fes) fclose(fes);
     fclose(f);
     distopt_free(d);
     free(mk);

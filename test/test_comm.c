@@ -172,6 +172,30 @@ TEST(allgatherv_in_place_fills_every_part) {
     free(buf); free(counts);
 }
 
+/* Block r of rank w's input reaches rank r as its block w, byte for byte (values depend on sender, receiver and
+ * position), and the counter says block (N-1) bytes sent, as a reduce-scatter of N blocks. */
+TEST(alltoall_bytes_delivers_each_block_to_its_rank) {
+    const size_t block = 37;
+    uint8_t *in = xmalloc((size_t)N * block, "in"), *out = xcalloc((size_t)N * block, 1, "out");
+    for (int r = 0; r < N; r++)
+        for (size_t k = 0; k < block; k++) in[(size_t)r * block + k] = (uint8_t)(R * 71 + r * 13 + k * 3 + 1);
+    CommStats k0[COMM_NKINDS], k1[COMM_NKINDS];
+    comm_stats_take_kind(k0);
+    comm_wait(comm_ialltoall_bytes(in, out, block));
+    comm_stats_take_kind(k1);
+    for (int w = 0; w < N; w++)
+        for (size_t k = 0; k < block; k++) {
+            uint8_t want = (uint8_t)(w * 71 + R * 13 + k * 3 + 1);
+            CHECK(out[(size_t)w * block + k] == want, "block from rank %d byte %zu: expected %u, got %u", w, k, want,
+                  out[(size_t)w * block + k]);
+        }
+    CHECK(k1[COMM_REDUCE_SCATTER].calls == 1 && k1[COMM_REDUCE_SCATTER].bytes_sent == block * (uint64_t)(N - 1),
+          "counted %llu calls, %llu bytes; expected 1, %llu", (unsigned long long)k1[COMM_REDUCE_SCATTER].calls,
+          (unsigned long long)k1[COMM_REDUCE_SCATTER].bytes_sent, (unsigned long long)(block * (uint64_t)(N - 1)));
+    free(in);
+    free(out);
+}
+
 TEST(bcast_and_control_helpers_agree_everywhere) {
     char s[32];
     snprintf(s, sizeof s, "from rank %d", R);
@@ -297,6 +321,7 @@ int main(int argc, char **argv) {
     MPI_RUN_TEST(reduce_scatter_avg_gives_each_rank_its_part_of_the_mean);
     MPI_RUN_TEST(reduce_scatter_avg_bf16_gives_each_owner_the_rounded_rank_order_mean_and_its_error);
     MPI_RUN_TEST(allgatherv_in_place_fills_every_part);
+    MPI_RUN_TEST(alltoall_bytes_delivers_each_block_to_its_rank);
     MPI_RUN_TEST(bcast_and_control_helpers_agree_everywhere);
     MPI_RUN_TEST(byte_counters_follow_the_ring_formulas);
     MPI_RUN_TEST(comm_thread_busy_time_counted_and_waiting_does_not_spin);

@@ -797,8 +797,11 @@ static void save_resume_case(const char *test_name_, DistConfig cfg) {
     distopt_load(e, blobs, &nbytes, 1);
     for (int t = 4; t <= 7; t++) train_step(e, &b, t);
     CHECK(memcmp(a.p, b.p, P * 4) == 0, "params after resume differ (max rel %g)", max_rel_diff(a.p, b.p, P));
-    if (cfg.opt.kind == OPT_TOPK_EF || cfg.opt.kind == OPT_POWERSGD)
+    if (cfg.opt.kind == OPT_TOPK_EF || cfg.opt.kind == OPT_POWERSGD || cfg.opt.kind == OPT_ONEBIT_ADAM)
         CHECK(memcmp(distopt_residual(d), distopt_residual(e), P * 4) == 0, "error feedback after resume differs");
+    if (cfg.opt.kind == OPT_ONEBIT_ADAM)
+        CHECK(memcmp(distopt_onebit_server_error(d), distopt_onebit_server_error(e), P * 4) == 0,
+              "1-bit Adam's server error after resume differs");
     if (cfg.opt.kind == OPT_POWERSGD) {
         size_t n1, n2;
         const float *q1 = distopt_powersgd_q(d, &n1), *q2 = distopt_powersgd_q(e, &n2);
@@ -1353,6 +1356,91 @@ TEST(powersgd_full_rank_is_adamw) {
 TEST(powersgd_save_resume_continues_bit_identically) { save_resume_case(test_name_, psgd_config()); }
 TEST(nonfinite_gradient_skips_powersgd_step_unchanged) { skip_case(test_name_, psgd_config()); }
 
+/* ---- 1-bit Adam (issue 33; scape/dist_onebit_adam.c) ---- */
+
+static DistConfig onebit_config(void) {
+    DistConfig c = config(OPT_ONEBIT_ADAM);
+    c.onebit_freeze = 2;
+    c.clip = 5.0f;
+    return c;
+}
+
+/* Ranks in sync (params, m) and the collectives of the header's formula: in the warm-up one averaging all-reduce per
+ * bucket of the whole gradient; then one all-to-all (counted as a reduce-scatter) and one all-gather of N blocks of
+ * Bk = 4 S + sum_s ceil(n_s / 8N) bytes each, Bk (N-1) bytes sent by each, and no all-reduce; the worker error is
+ * nonzero once compression runs, and the server error lives on this rank's chunks only. */
+TEST(onebit_ranks_identical_and_formula_bytes) {
+    Toy m;
+    toy_build(&m);
+    size_t P = m.tab.total;
+    DistConfig cfg = onebit_config();
+    DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
+    size_t bk = 4 * (size_t)m.tab.n;
+    for (int i = 0; i < m.tab.n; i++) bk += (m.tab.slices[i].numel + 8 * (size_t)N - 1) / (8 * (size_t)N);
+    CHECK(distopt_onebit_block_bytes(d) == bk, "block of %zu bytes, the formula %zu", distopt_onebit_block_bytes(d), bk);
+    CommStats k[COMM_NKINDS];
+    for (int t = 1; t <= 6; t++) {
+        comm_stats_take_kind(k);
+        CHECK(train_step(d, &m, t) == 0, "step %d skipped", t);
+        comm_stats_take_kind(k);
+        int comp = t > cfg.onebit_freeze;
+        uint64_t ar_calls = comp ? 0 : (uint64_t)m.tab.num_buckets, ar = comp ? 0 : 2ull * 4 * P * (uint64_t)(N - 1) / (uint64_t)N;
+        uint64_t one = comp ? (uint64_t)bk * (uint64_t)(N - 1) : 0;
+        CHECK(k[COMM_ALLREDUCE].calls == ar_calls && k[COMM_ALLREDUCE].bytes_sent == ar,
+              "step %d: %llu all-reduces of %llu bytes, expected %llu of %llu", t, (unsigned long long)k[COMM_ALLREDUCE].calls,
+              (unsigned long long)k[COMM_ALLREDUCE].bytes_sent, (unsigned long long)ar_calls, (unsigned long long)ar);
+        CHECK(k[COMM_REDUCE_SCATTER].calls == (uint64_t)comp && k[COMM_REDUCE_SCATTER].bytes_sent == one &&
+              k[COMM_ALLGATHER].calls == (uint64_t)comp && k[COMM_ALLGATHER].bytes_sent == one,
+              "step %d: all-to-all %llu calls %llu bytes, all-gather %llu calls %llu bytes, expected %d of %llu each", t,
+              (unsigned long long)k[COMM_REDUCE_SCATTER].calls, (unsigned long long)k[COMM_REDUCE_SCATTER].bytes_sent,
+              (unsigned long long)k[COMM_ALLGATHER].calls, (unsigned long long)k[COMM_ALLGATHER].bytes_sent, comp,
+              (unsigned long long)one);
+        CHECK(same_everywhere(fnv(m.p, P * 4)) && same_everywhere(fnv(distopt_moment(d), P * 4)),
+              "step %d: params or m differ across ranks", t);
+        size_t nz = 0, off_chunks = 0;
+        const float *e = distopt_residual(d), *es = distopt_onebit_server_error(d);
+        for (size_t j = 0; j < P; j++) nz += e[j] != 0.0f;
+        for (int i = 0; i < m.tab.n; i++) {
+            const ParamSlice *s = &m.tab.slices[i];
+            size_t chunk = (s->numel + 8 * (size_t)N - 1) / (8 * (size_t)N) * 8;
+            for (size_t j = 0; j < s->numel; j++) off_chunks += j / chunk != (size_t)R && es[s->offset + j] != 0.0f;
+        }
+        CHECK(comp ? nz > 0 : nz == 0, "step %d: %zu nonzero worker errors (compression %s)", t, nz, comp ? "on" : "off");
+        CHECK(off_chunks == 0, "step %d: %zu server errors off this rank's chunks", t, off_chunks);
+    }
+    distopt_free(d);
+    toy_free(&m);
+}
+
+/* Until the freeze 1-bit Adam is AdamW, bit for bit (the same all-reduces, clip and adamw_update). */
+TEST(onebit_warmup_is_adamw_bitwise) {
+    Toy a, b;
+    toy_build(&a);
+    toy_build(&b);
+    DistConfig co = onebit_config(), ca = config(OPT_ADAMW);
+    co.onebit_freeze = 100;
+    ca.clip = co.clip;
+    DistOptim *dd = distopt_create(&a.tab, a.p, a.g, &co), *da = distopt_create(&b.tab, b.p, b.g, &ca);
+    for (int t = 1; t <= 6; t++) {
+        train_step(dd, &a, t);
+        train_step(da, &b, t);
+    }
+    CHECK(memcmp(a.p, b.p, a.tab.total * 4) == 0 && memcmp(distopt_moment(dd), distopt_moment(da), a.tab.total * 4) == 0,
+          "1-bit Adam's warm-up differs from AdamW (max rel %g)", max_rel_diff(a.p, b.p, a.tab.total));
+    distopt_free(dd);
+    distopt_free(da);
+    toy_free(&a);
+    toy_free(&b);
+}
+
+TEST(onebit_save_resume_continues_bit_identically) { save_resume_case(test_name_, onebit_config()); }
+TEST(nonfinite_gradient_skips_onebit_step_unchanged) { skip_case(test_name_, onebit_config()); }
+TEST(nonfinite_gradient_skips_onebit_warmup_step_unchanged) {
+    DistConfig c = onebit_config();
+    c.onebit_freeze = 5;
+    skip_case(test_name_, c);
+}
+
 /* ---- resume on another world size (driven by test/test_dist_resume.sh) ---- */
 
 static const char *resume_dir;
@@ -1365,6 +1453,7 @@ static DistConfig resume_config(void) {
     const char *v = getenv("SCAPE_TEST_VARIANT");
     if (!v || !v[0]) return sparse_config();
     if (strcmp(v, "powersgd") == 0) return psgd_config();
+    if (strcmp(v, "onebit-adam") == 0) return onebit_config();
     int k = scape_variant_parse(v);
     if (k < 0) fatal("SCAPE_TEST_VARIANT=%s: not a variant name", v);
     return variant_config(k);
@@ -1434,6 +1523,30 @@ TEST(resume_on_other_world_starts_from_mean_residual) {
     size_t nz = 0;
     for (size_t j = 0; j < P; j++) nz += mean[j] != 0;
     CHECK(nz > 0, "saved residuals are all zero: the test checks nothing");
+    if (cfg.opt.kind == OPT_ONEBIT_ADAM) {
+        /* the server error: each coordinate's, from whichever saved rank reduced it, now on the rank that reduces it
+         * (the sum over the new ranks equals the sum over the saved ones, bit for bit: each coordinate has one
+         * nonzero term on either side) */
+        float *saved = xcalloc(P, 4, "saved server error"), *now = xmalloc(P * 4, "server error now");
+        for (int i = 0; i < resume_world; i++) {
+            const float *es = (const float *)((const char *)blobs[i] + 72) + 3 * P;
+            for (size_t j = 0; j < P; j++) saved[j] += es[j];
+        }
+        memcpy(now, distopt_onebit_server_error(d), P * 4);
+        float *all = xmalloc((size_t)N * P * 4, "server errors of every rank");
+        comm_allgather(now, all, P * 4);
+        for (size_t j = 0; j < P; j++) {
+            now[j] = 0.0f;
+            for (int r = 0; r < N; r++) now[j] += all[(size_t)r * P + j];
+        }
+        free(all);
+        size_t nzs = 0;
+        for (size_t j = 0; j < P; j++) nzs += saved[j] != 0;
+        CHECK(nzs > 0 && memcmp(saved, now, P * 4) == 0, "server error after resume on %d ranks: %zu saved nonzero, "
+              "sum over the new ranks %s the saved", N, nzs, memcmp(saved, now, P * 4) ? "differs from" : "equals");
+        free(saved);
+        free(now);
+    }
     for (int t = 4; t <= 6; t++) CHECK(train_step(d, &m, t) == 0, "step %d skipped after resume", t);
     const uint8_t *next = distopt_mask(d, 1); /* PowerSGD has none */
     CHECK(same_everywhere(fnv(m.p, P * 4)) && (!next || same_everywhere(fnv(next, mask_bytes(P)))), "state differs across ranks after resume");
@@ -1536,6 +1649,11 @@ int main(int argc, char **argv) {
     MPI_RUN_TEST(powersgd_full_rank_is_adamw);
     MPI_RUN_TEST(powersgd_save_resume_continues_bit_identically);
     MPI_RUN_TEST(nonfinite_gradient_skips_powersgd_step_unchanged);
+    MPI_RUN_TEST(onebit_ranks_identical_and_formula_bytes);
+    MPI_RUN_TEST(onebit_warmup_is_adamw_bitwise);
+    MPI_RUN_TEST(onebit_save_resume_continues_bit_identically);
+    MPI_RUN_TEST(nonfinite_gradient_skips_onebit_step_unchanged);
+    MPI_RUN_TEST(nonfinite_gradient_skips_onebit_warmup_step_unchanged);
     MPI_RUN_TEST(scape_first_moment_is_held_compact);
     MPI_RUN_TEST(fused_dense_updates_equal_scale_update_clear);
     MPI_RUN_TEST(inv4_owned_masks_are_exact_topk_and_norms_dense);

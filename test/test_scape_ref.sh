@@ -4,7 +4,8 @@
 # masks exactly, gradient norm): 1-3 ranks, with and without clipping, density warm-up and a fixed d=0.01; and the
 # same-bytes variants of issue 31 (catchup, tensor-nu, residual-decay), each with a control run in which the
 # reference runs the faithful algorithm against the variant's dump and must FAIL (so the variant changes something
-# the comparison sees).
+# the comparison sees); then PowerSGD (test/powersgd_ref.py) and 1-bit Adam (test/onebit_ref.py) against their own
+# float64 references, each with deliberate-mistake controls that must FAIL.
 # Needs /usr/bin/python3 with numpy. Prints "ok <name>" / "FAIL <name>: ..." per case; exits non-zero on failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -56,5 +57,24 @@ done <<'CASES'
 powersgd_ref_n1_r1_clip 1 30 1 30
 powersgd_ref_n2_r2 2 30 2 0
 powersgd_ref_n3_r3_clip 3 30 3 30
+CASES
+# 1-bit Adam (issue 33): name ranks steps freeze clip controls (the server-side control only on 2+ ranks: on one rank
+# the worker's signs with one scale per tensor are what the server would send, so its error stays 0)
+while read -r name np steps F clip controls; do
+    if ! "${mpi[@]}" -np "$np" "$drv" "$tmp/$name" "$steps" 1 0 "$clip" onebit-adam "$F" < /dev/null > "$tmp/$name.log" 2>&1; then
+        echo "FAIL $name: driver failed: $(tail -1 "$tmp/$name.log")"; fail=1; continue
+    fi
+    /usr/bin/python3 test/onebit_ref.py "$tmp/$name" "$F" "$clip" "$name" || fail=1
+    for mistake in ${controls//,/ }; do
+        if /usr/bin/python3 test/onebit_ref.py "$tmp/$name" "$F" "$clip" "$name-$mistake" "$mistake" > "$tmp/ctl" 2>&1; then
+            echo "FAIL $name-control-$mistake: a reference with the mistake $mistake matches the C"; fail=1
+        else
+            echo "ok $name-control-$mistake (the reference with the mistake differs)"
+        fi
+    done
+done <<'CASES'
+onebit_ref_n1_f5_clip 1 30 5 30 no-worker-ef,one-scale
+onebit_ref_n2_f3 2 30 3 0 no-worker-ef,no-server-ef,one-scale
+onebit_ref_n3_f8_clip 3 30 8 30 no-worker-ef,no-server-ef,one-scale
 CASES
 exit $fail

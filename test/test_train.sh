@@ -128,7 +128,7 @@ expect_error error_seq_above_model_maximum any 'error: --seq 128 exceeds the mod
 expect_error error_unknown_option 2 '^error: unknown option --bogus; see --help$' "${RUN[@]}" --bogus 3
 expect_error error_value_out_of_range 2 '^error: --lr: 5 is out of range \[0, 1\]$' "${RUN[@]}" --lr 5
 expect_error error_malformed_value 2 "^error: --steps: 'ten' is not an integer$" "${RUN[@]}" --steps ten
-expect_error error_bad_choice 2 "^error: --optimizer: 'sgd' is not one of adamw\|adams\|scape\|topk-ef\|powersgd$" \
+expect_error error_bad_choice 2 "^error: --optimizer: 'sgd' is not one of adamw\|adams\|scape\|topk-ef\|powersgd\|onebit-adam$" \
     "${RUN[@]}" --optimizer sgd
 expect_error error_lr_floor_above_lr 2 '^error: --lr-floor 0.5 is above --lr 0.1' "${RUN[@]}" --lr 0.1 --lr-floor 0.5
 expect_error error_density_without_scape 2 '^error: --density 0.1 applies only to --optimizer scape' \
@@ -173,6 +173,24 @@ expect_error error_powersgd_flag_without_powersgd any "error: --powersgd-rank ap
     "${RUN[@]}" --out "$TMP/x" --powersgd-rank 4
 expect_error error_powersgd_zero any "error: --zero 1 applies to adamw, adams and scape; drop --zero for powersgd" \
     "${RUN[@]}" --out "$TMP/x" --optimizer powersgd --zero
+
+# --- 1-bit Adam (issue 33): compression from step 4, a resume from step 6 (worker and server errors, m, the frozen v
+# in the checkpoint) reproduces step 12 bit for bit; --onebit-freeze without the rule and ZeRO-1 are refused
+ORUN=("${RUN[@]}" --optimizer onebit-adam --onebit-freeze 3 --sample-every 0)
+"${ORUN[@]}" --out "$TMP/oa" > "$TMP/oa.out" 2>&1
+"${ORUN[@]}" --out "$TMP/ob" --ckpt-every 6 --keep-ckpts 0 > "$TMP/ob.out" 2>&1
+"${ORUN[@]}" --out "$TMP/oc" --resume "$TMP/ob/ckpt_6" > "$TMP/oc.out" 2>&1
+if [ -f "$TMP/oa/ckpt_12/model.bin" ] && cmp -s "$TMP/oa/ckpt_12/model.bin" "$TMP/oc/ckpt_12/model.bin" \
+   && cmp -s "$TMP/oa/ckpt_12/state_rank0.bin" "$TMP/oc/ckpt_12/state_rank0.bin" \
+   && ! cmp -s "$TMP/oa/ckpt_12/model.bin" "$TMP/a/ckpt_12/model.bin"; then
+    ok onebit_adam_resumes_bit_identically
+else
+    fail onebit_adam_resumes_bit_identically "ckpt_12 differs from the uninterrupted 1-bit Adam run: $(tail -2 "$TMP/oc.out")"
+fi
+expect_error error_onebit_flag_without_onebit any "error: --onebit-freeze applies to --optimizer onebit-adam only" \
+    "${RUN[@]}" --out "$TMP/x" --onebit-freeze 4
+expect_error error_onebit_zero any "error: --zero 1 applies to adamw, adams and scape; drop --zero for onebit-adam" \
+    "${RUN[@]}" --out "$TMP/x" --optimizer onebit-adam --zero
 
 expect_error error_vocab_mismatch any 'bad.bin' "${RUN[@]}" --out "$TMP/x" --train "$TMP/data/bad.bin"
 expect_error error_missing_train_data any "error: --train $TMP/nothere.*make data" \

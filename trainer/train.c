@@ -110,6 +110,7 @@ static OptimizerKind optimizer_kind(const char *name) {
     if (strcmp(name, "scape") == 0) return OPT_SCAPE;
     if (strcmp(name, "topk-ef") == 0) return OPT_TOPK_EF;
     if (strcmp(name, "powersgd") == 0) return OPT_POWERSGD;
+    if (strcmp(name, "onebit-adam") == 0) return OPT_ONEBIT_ADAM;
     return OPT_ADAMW;
 }
 
@@ -822,8 +823,8 @@ static int verify_checkpoints(const char *dir) {
 /* NULL if the checkpoint fits this run, else the one-line reason (in a static buffer). */
 static const char *fingerprint_mismatch(const Run *r, const CkptState *h, const char *path) {
     static char msg[4096 + 1024];
-    const char *names[] = {"adamw", "adams", "scape", "topk-ef", "powersgd"};
-    const char *saved_opt = h->optimizer >= 0 && h->optimizer < 5 ? names[h->optimizer] : "?";
+    const char *names[] = {"adamw", "adams", "scape", "topk-ef", "powersgd", "onebit-adam"};
+    const char *saved_opt = h->optimizer >= 0 && h->optimizer < 6 ? names[h->optimizer] : "?";
     if (h->table_hash != param_table_hash(&r->m->table) || h->num_params != r->m->table.total)
         snprintf(msg, sizeof msg, "%s: parameter layout differs from the model in model.bin (%llu vs %zu "
                  "parameters); the checkpoint is from another model or program version", path,
@@ -909,11 +910,12 @@ static int restore(Run *r) {
 
 /* Bytes per parameter of the host update's state, a lower bound (scape/dist.h distopt_state_memory): the gradient
  * staging buffer every rule packs buckets into (4), plus adamw m and v (8), adams m (4), SCAPE r (4) and m at the
- * starting density (4 d_start), topk-ef and powersgd e, m, v (12; powersgd's Q is small); ZeRO-1 shards the
- * moments over the world. */
+ * starting density (4 d_start), topk-ef and powersgd e, m, v (12; powersgd's Q is small), onebit-adam e, m, v and
+ * the server error (16); ZeRO-1 shards the moments over the world. */
 static double optimizer_bytes_per_param(const TrainConfig *c, int world) {
     double moments = !strcmp(c->optimizer, "adamw") ? 8 : !strcmp(c->optimizer, "adams") ? 4
-                     : !strcmp(c->optimizer, "scape") ? 4 + 4 * fmin(1.0, c->density_start) : 12;
+                     : !strcmp(c->optimizer, "scape") ? 4 + 4 * fmin(1.0, c->density_start)
+                     : !strcmp(c->optimizer, "onebit-adam") ? 16 : 12;
     if (c->zero && strcmp(c->optimizer, "topk-ef") != 0) moments /= world;
     return 4 + moments;
 }
@@ -1064,6 +1066,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         {"powersgd-start", "powersgd", NULL, "--optimizer powersgd"},
         {"powersgd-min-compression", "powersgd", NULL, "--optimizer powersgd"},
         {"powersgd-eps", "powersgd", NULL, "--optimizer powersgd"},
+        {"onebit-freeze", "onebit-adam", NULL, "--optimizer onebit-adam"},
     };
     for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) {
         if (!args_find(opts, n_opts, owned[i].flag)->given) continue;
@@ -1198,6 +1201,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     dc.powersgd_start = c->powersgd_start;
     dc.powersgd_min_compression = c->powersgd_min_compression;
     dc.powersgd_eps = c->powersgd_eps;
+    dc.onebit_freeze = c->onebit_freeze > 0 ? c->onebit_freeze : (int)fmax(1.0, floor(0.15 * c->steps + 0.5));
     dc.double_residual = c->scape_double_residual;
     dc.variant = scape_variant_parse(c->scape_variant);
     if (dc.variant == SCAPE_CATCHUP || dc.variant == SCAPE_TENSOR_NU) dc.variant_cap = c->scape_variant_cap;

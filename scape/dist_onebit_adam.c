@@ -1,0 +1,220 @@
+/*
+ * scape/dist_onebit_adam.c - 1-bit Adam (--optimizer onebit-adam; Tang, Gan, Awan, Rajbhandari, Li, Lian, Liu,
+ * Zhang, He, "1-bit Adam: Communication Efficient Large-Scale Training with Adam's Convergence Speed", ICML 2021,
+ * Algorithm 1, with the compressed all-reduce of its section 4 / DeepSpeed's implementation: error compensation on
+ * the worker side and on the server side of the reduction, one scale per tensor).
+ *   Warm-up, steps t <= F (cfg.onebit_freeze): AdamW on the mean gradient (optim.h's adamw_update, bias-corrected;
+ *     one averaging all-reduce per bucket, the global-norm clip), so it is AdamW bit for bit.
+ *   Compression, t > F: v is frozen at v_F; the mean gradient is never formed. Per rank i:
+ *     g_i clipped by clip / (n + 1e-6) when n > clip, n = sqrt(mean_i |g_i|^2) (one control all-reduce of two
+ *       doubles, which also carries the skip decision: every rank scales alike)
+ *     m_i = beta1 m + (1 - beta1) g_i                      (m: the previous step's shared momentum)
+ *     per tensor s (n_s elements), the worker side:
+ *       x = m_i[s] + e_i[s];  a_i = |x|_2 / sqrt(n_s);  c_i = a_i sign(x);  e_i[s] = x - c_i
+ *     the tensor is cut into N chunks of L_s = 8 ceil(n_s / 8N) elements (the last ones short or empty); the owner
+ *     j of chunk j receives every rank's signs of it and scales (one all-to-all), and on its real elements
+ *       y = (1/N) sum_i c_i + es_j;  b_j = |y|_2 / sqrt(len);  es_j = y - b_j sign(y)
+ *     and every rank receives every owner's signs and b_j (one all-gather): m[s] = b_j sign(y) on chunk j
+ *     p -= lr ( (m / bc1_t) / (sqrt(v_F / bc2_F) + eps) + wd p )   (wd on decay slices)
+ *   sign(x) = +1 for x >= 0 (DeepSpeed's: 1 bit cannot say 0), sums of squares in double in element order.
+ * Ours, not the paper's: Adam's bias correction (DeepSpeed's OnebitAdam has none; at the paper's thousands of
+ * warm-up steps the factor is 1, at a few hundred and beta2 0.999 v_F alone would be 7x small), the clip of the
+ * compressed stage (the paper has none; the rest of this runtime clips), and compression on one rank too (DeepSpeed
+ * skips it: here one rank computes what N ranks would, like SCAPE and topk-ef).
+ * Bytes per rank and step: warm-up 2 * 4P (N-1)/N; compression 2 Bk (N-1), Bk = 4 S + sum_s L_s / 8 (an
+ * all-to-all and an all-gather of N blocks of Bk bytes: S worker or server scales, then the sign bits of the chunks),
+ * i.e. about P/4 (N-1)/N, 1/32 of the dense all-reduce; the control all-reduce (16 bytes) is counted as control.
+ * State (dist_impl.h): r = e_i (P), ob_es = es (P, nonzero on this rank's chunks only), m, v (P, m shared), stage
+ * (warm-up buckets), ob_send/ob_recv (N Bk bytes each).
+ * Not for: AdamW itself (optim.c), the checkpoint blob (dist_state.c).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "scape/dist_impl.h"
+
+/* chunk length L_s of slice s: a multiple of 8, N L_s >= n_s */
+static size_t ob_chunk(size_t n, int world) {
+    size_t w8 = 8 * (size_t)world;
+    return (n + w8 - 1) / w8 * 8;
+}
+
+void onebit_init(DistOptim *d) {
+    const ParamTable *tab = d->tab;
+    d->slo = 0;
+    d->shi = d->P;
+    d->m = xcalloc(d->P ? d->P : 1, sizeof(float), "1-bit Adam first moment");
+    d->v = xcalloc(d->P ? d->P : 1, sizeof(float), "1-bit Adam second moment");
+    d->r = xcalloc(d->P ? d->P : 1, sizeof(float), "1-bit Adam worker error");
+    d->ob_es = xcalloc(d->P ? d->P : 1, sizeof(float), "1-bit Adam server error");
+    d->ob_boff = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(size_t), "1-bit Adam chunk offsets");
+    size_t sb = 0;
+    for (int i = 0; i < tab->n; i++) {
+        d->ob_boff[i] = sb;
+        sb += ob_chunk(tab->slices[i].numel, d->world) / 8;
+    }
+    d->ob_block = 4 * (size_t)tab->n + sb;
+    d->ob_send = xcalloc((size_t)d->world * d->ob_block + 1, 1, "1-bit Adam send blocks");
+    d->ob_recv = xcalloc((size_t)d->world * d->ob_block + 1, 1, "1-bit Adam receive blocks");
+    if (!d->stage) d->stage = xmalloc((d->P ? d->P : 1) * sizeof(float), "gradient staging buffer");
+}
+
+size_t distopt_onebit_block_bytes(const DistOptim *d) { return d->cfg.opt.kind == OPT_ONEBIT_ADAM ? d->ob_block : 0; }
+
+void onebit_bucket_ready(DistOptim *d, int b) {
+    int t = d->last_t + 1;
+    if (t > d->cfg.onebit_freeze) return; /* compression: everything happens at the step */
+    dense_queue_bucket(d, b);
+}
+
+/* scale |x|_2 / sqrt(n) of x[0..n) (0 for n = 0) */
+static float ob_scale(const float *x, size_t n) {
+    if (n == 0) return 0.0f;
+    double ss = 0;
+    for (size_t j = 0; j < n; j++) ss += (double)x[j] * (double)x[j];
+    return (float)(sqrt(ss) / sqrt((double)n));
+}
+
+/* The compressed average of the m_i in m (P, this rank's m_i in, the shared result out), with the worker error in
+ * r and the server error in ob_es (the header's formulas). */
+static void ob_compressed_allreduce(DistOptim *d) {
+    const ParamTable *tab = d->tab;
+    const int N = d->world, me = d->rank, S = tab->n;
+    const size_t Bk = d->ob_block;
+    uint8_t *send = d->ob_send, *recv = d->ob_recv;
+    memset(send, 0, (size_t)N * Bk);
+    /* the worker side: x = m_i + e_i, its scale into every block, its signs into the block of each chunk's owner */
+    for (int i = 0; i < S; i++) {
+        const ParamSlice *s = &tab->slices[i];
+        size_t n = s->numel, L = ob_chunk(n, N);
+        float *x = d->m + s->offset, *e = d->r + s->offset;
+        for (size_t j = 0; j < n; j++) x[j] = x[j] + e[j];
+        float a = ob_scale(x, n);
+        for (size_t j = 0; j < n; j++) {
+            int pos = x[j] >= 0.0f;
+            float c = pos ? a : -a;
+            e[j] = x[j] - c;
+            size_t r = j / L, k = j % L;
+            if (pos) send[r * Bk + 4 * (size_t)S + d->ob_boff[i] + k / 8] |= (uint8_t)(1u << (k % 8));
+        }
+        for (int r = 0; r < N; r++) memcpy(send + (size_t)r * Bk + 4 * (size_t)i, &a, 4);
+    }
+    comm_wait(comm_ialltoall_bytes(send, recv, Bk));
+    /* the server side, on this rank's chunks: y = mean of the workers' c + es, compressed again into send's block
+     * me (the all-gather's buffer), es keeping what that loses */
+    uint8_t *mine = send + (size_t)me * Bk;
+    memset(mine, 0, Bk);
+    float *sc = xmalloc((size_t)N * sizeof(float), "1-bit Adam worker scales");
+    for (int i = 0; i < S; i++) {
+        const ParamSlice *s = &tab->slices[i];
+        size_t n = s->numel, L = ob_chunk(n, N), lo = (size_t)me * L, hi = lo + L < n ? lo + L : n;
+        size_t len = hi > lo ? hi - lo : 0;
+        float *es = d->ob_es + s->offset + lo, *y = d->m + s->offset + lo; /* y: m's elements there, as scratch */
+        for (int w = 0; w < N; w++) memcpy(&sc[w], recv + (size_t)w * Bk + 4 * (size_t)i, 4);
+        for (size_t k = 0; k < len; k++) {
+            size_t byte = 4 * (size_t)S + d->ob_boff[i] + k / 8;
+            uint8_t bit = (uint8_t)(1u << (k % 8));
+            float acc = 0.0f;
+            for (int w = 0; w < N; w++) acc += recv[(size_t)w * Bk + byte] & bit ? sc[w] : -sc[w];
+            y[k] = acc / (float)N + es[k];
+        }
+        float b = ob_scale(y, len);
+        for (size_t k = 0; k < len; k++) {
+            int pos = y[k] >= 0.0f;
+            es[k] = y[k] - (pos ? b : -b);
+            if (pos) mine[4 * (size_t)S + d->ob_boff[i] + k / 8] |= (uint8_t)(1u << (k % 8));
+        }
+        memcpy(mine + 4 * (size_t)i, &b, 4);
+    }
+    free(sc);
+    size_t *counts = xmalloc((size_t)N * sizeof(size_t), "1-bit Adam gather counts");
+    for (int r = 0; r < N; r++) counts[r] = Bk;
+    comm_wait(comm_iallgatherv(send, counts, 1));
+    free(counts);
+    /* m = b_j sign on chunk j, from the gathered blocks */
+    for (int i = 0; i < S; i++) {
+        const ParamSlice *s = &tab->slices[i];
+        size_t n = s->numel, L = ob_chunk(n, N);
+        float *m = d->m + s->offset;
+        for (size_t j = 0; j < n; j++) {
+            size_t r = j / L, k = j % L;
+            const uint8_t *blk = send + r * Bk;
+            float b;
+            memcpy(&b, blk + 4 * (size_t)i, 4);
+            m[j] = blk[4 * (size_t)S + d->ob_boff[i] + k / 8] & (1u << (k % 8)) ? b : -b;
+        }
+    }
+}
+
+int onebit_step(DistOptim *d, int t, float lr, float *grad_norm) {
+    const float clip = d->cfg.clip;
+    const int F = d->cfg.onebit_freeze;
+    if (t <= F) {
+        /* the warm-up: AdamW on the mean gradient (buckets not yet sent go now; after a skipped step the buckets
+         * of a compression step cannot have been sent, so the phase of t decides) */
+        for (int b = 0; b < d->nb; b++)
+            if (!d->bstate[b]) dense_queue_bucket(d, b);
+        for (int b = 0; b < d->nb; b++) comm_wait(d->bh[b]);
+        for (int b = 0; b < d->nb; b++) {
+            const float *st = d->stage + d->bucket_off[b];
+            for (int k = 0; k < d->bn[b]; k++) {
+                const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
+                memcpy(d->grads + s->offset, st, s->numel * sizeof(float));
+                st += s->numel;
+            }
+        }
+    } else {
+        for (int b = 0; b < d->nb; b++) comm_wait(d->bh[b]); /* buckets of a skipped warm-up step, if any */
+    }
+    float *g = d->grads;
+    double ss = dist_sumsq(g, 0, d->P);
+    int bad = !isfinite(ss);
+    if (t > F) {
+        double ctl[2] = {ss, (double)bad};
+        comm_allreduce_sum_f64(ctl, 2);
+        ss = ctl[0] / d->world;
+        bad = ctl[1] != 0;
+    }
+    if (bad) {
+        *grad_norm = NAN;
+        dist_end_step(d);
+        return 1;
+    }
+    float norm = (float)sqrt(ss);
+    *grad_norm = norm;
+    float sc = clip > 0 && norm > clip ? clip / (norm + 1e-6f) : 1.0f;
+    if (t <= F) {
+        if (sc != 1.0f)
+            for (size_t j = 0; j < d->P; j++) g[j] *= sc;
+        adamw_update(d->tab, d->params, g, d->m, d->v, 0, d->P, t, lr, &d->cfg.opt);
+    } else {
+        const float b1 = d->cfg.opt.beta1, eps = d->cfg.opt.eps;
+        for (size_t j = 0; j < d->P; j++) d->m[j] = b1 * d->m[j] + (1.0f - b1) * (g[j] * sc);
+        ob_compressed_allreduce(d);
+        float bc1 = (float)(1.0 - pow((double)b1, t));
+        float bc2 = (float)(1.0 - pow((double)d->cfg.opt.beta2, F > 0 ? F : 1));
+        for (int i = 0; i < d->tab->n; i++) {
+            const ParamSlice *s = &d->tab->slices[i];
+            float wd = s->decay ? d->cfg.opt.weight_decay : 0.0f;
+            float *p = d->params + s->offset;
+            const float *m = d->m + s->offset, *v = d->v + s->offset;
+            for (size_t j = 0; j < s->numel; j++) p[j] -= lr * ((m[j] / bc1) / (sqrtf(v[j] / bc2) + eps) + wd * p[j]);
+        }
+    }
+    d->last_k = 0;
+    if (d->dbg_ghat) memcpy(d->dbg_ghat, g, d->P * sizeof(float));
+    dist_end_step(d);
+    d->last_t = t;
+    return 0;
+}
+
+void onebit_keep_own_chunks(DistOptim *d) {
+    for (int i = 0; i < d->tab->n; i++) {
+        const ParamSlice *s = &d->tab->slices[i];
+        size_t n = s->numel, L = ob_chunk(n, d->world), lo = (size_t)d->rank * L, hi = lo + L < n ? lo + L : n;
+        for (size_t j = 0; j < n; j++)
+            if (j < lo || j >= hi) d->ob_es[s->offset + j] = 0.0f;
+    }
+}
