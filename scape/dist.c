@@ -11,6 +11,7 @@
  *   dist_topk_ef.c     the top-k error-feedback baseline (raw-gradient top-k, index/value all-gather, AdamW)
  *   dist_powersgd.c    PowerSGD (rank-r approximations with error feedback, into AdamW)
  *   dist_onebit_adam.c 1-bit Adam (AdamW for a warm-up, then the momentum in 1 bit with error compensation)
+ *   dist_demo.c        DeMo (local momentum, top-k DCT coefficients per block all-gathered, sign step)
  *   dist_mask_stats.c  mask stability (Jaccard, kept energy) per slice, on rank 0, when enabled
  *   dist_state.c       every optimizer's checkpoint blob (save, load, other world sizes)
  * Here too: the zeroing at the end of every step, the gradient norm's fixed-order sum, the SCAPE_CHECK_SYNC
@@ -43,9 +44,17 @@ int scape_variant_parse(const char *name) {
 
 DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, const DistConfig *cfg) {
     if (cfg->opt.kind != OPT_ADAMW && cfg->opt.kind != OPT_ADAMS && cfg->opt.kind != OPT_SCAPE &&
-        cfg->opt.kind != OPT_TOPK_EF && cfg->opt.kind != OPT_POWERSGD && cfg->opt.kind != OPT_ONEBIT_ADAM)
-        fatal("distopt_create: optimizer kind %d is not supported; use adamw, adams, scape, topk-ef, powersgd or "
-              "onebit-adam", cfg->opt.kind);
+        cfg->opt.kind != OPT_TOPK_EF && cfg->opt.kind != OPT_POWERSGD && cfg->opt.kind != OPT_ONEBIT_ADAM &&
+        cfg->opt.kind != OPT_DEMO)
+        fatal("distopt_create: optimizer kind %d is not supported; use adamw, adams, scape, topk-ef, powersgd, "
+              "onebit-adam or demo", cfg->opt.kind);
+    if (cfg->opt.kind == OPT_DEMO && cfg->zero) fatal("--zero 1 applies to adamw, adams and scape; drop --zero for demo");
+    if (cfg->opt.kind == OPT_DEMO && !(cfg->demo_chunk >= 1 && cfg->demo_chunk <= 256 && cfg->demo_topk >= 1 &&
+                                       cfg->demo_decay >= 0 && cfg->demo_decay <= 1))
+        fatal("DeMo: --demo-chunk %d must be in 1..256, --demo-topk %d >= 1, --demo-decay %g in [0, 1]", cfg->demo_chunk,
+              cfg->demo_topk, cfg->demo_decay);
+    if (cfg->opt.kind == OPT_DEMO && tab->total > UINT32_MAX)
+        fatal("demo sends 32-bit indices but the model has %zu parameters; use a model under 2^32 parameters", tab->total);
     if (cfg->opt.kind == OPT_POWERSGD && cfg->zero) fatal("--zero 1 applies to adamw, adams and scape; drop --zero for powersgd");
     if (cfg->opt.kind == OPT_ONEBIT_ADAM && cfg->zero) fatal("--zero 1 applies to adamw, adams and scape; drop --zero for onebit-adam");
     if (cfg->opt.kind == OPT_ONEBIT_ADAM && cfg->onebit_freeze < 1)
@@ -123,6 +132,7 @@ DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, co
     else if (cfg->opt.kind == OPT_TOPK_EF) topk_init(d);
     else if (cfg->opt.kind == OPT_POWERSGD) psgd_init(d);
     else if (cfg->opt.kind == OPT_ONEBIT_ADAM) onebit_init(d);
+    else if (cfg->opt.kind == OPT_DEMO) demo_init(d);
     else dense_init(d, owned_total);
     comm_bcast(params, d->P * sizeof(float), 0);
     return d;
@@ -183,6 +193,9 @@ void distopt_free(DistOptim *d) {
     free(d->ch_lo); free(d->ch_hi); free(d->ch_q); free(d->ch_slice); free(d->ch_bucket); free(d->ch_ss); free(d->ch_bad);
     free(d->psgd_rank); free(d->psgd_qoff); free(d->psgd_poff); free(d->psgd_q); free(d->psgd_qbuf);
     free(d->ob_es); free(d->ob_boff); free(d->ob_send); free(d->ob_recv);
+    if (d->demo_dct)
+        for (int b = 0; b <= d->cfg.demo_chunk; b++) free(d->demo_dct[b]);
+    free(d->demo_dct); free(d->demo_koff); free(d->demo_cnt); free(d->demo_tmp); free(d->demo_bits);
     free(d->age); free(d->ch_ss_stay); free(d->ch_n_stay); free(d->slice_s2);
     free(d->pairs); free(d->pair_off);
     free(d->st_slice); free(d->st_jm); free(d->st_em); free(d->st_jg); free(d->st_eg); free(d->st_g);
@@ -204,6 +217,7 @@ void distopt_bucket_ready(void *ctx, int bucket) {
     else if (d->cfg.opt.kind == OPT_TOPK_EF) topk_bucket_ready(d, bucket);
     else if (d->cfg.opt.kind == OPT_POWERSGD) psgd_bucket_ready(d, bucket);
     else if (d->cfg.opt.kind == OPT_ONEBIT_ADAM) onebit_bucket_ready(d, bucket);
+    else if (d->cfg.opt.kind == OPT_DEMO) demo_bucket_ready(d, bucket);
     else dense_queue_bucket(d, bucket);
 }
 
@@ -252,6 +266,7 @@ int distopt_step(DistOptim *d, int t, float lr, float *grad_norm) {
                   : d->cfg.opt.kind == OPT_TOPK_EF ? topk_step(d, t, lr, &gn)
                   : d->cfg.opt.kind == OPT_POWERSGD ? psgd_step(d, t, lr, &gn)
                   : d->cfg.opt.kind == OPT_ONEBIT_ADAM ? onebit_step(d, t, lr, &gn)
+                  : d->cfg.opt.kind == OPT_DEMO ? demo_step(d, t, lr, &gn)
                                                    : dense_step(d, t, lr, &gn);
     if (grad_norm) *grad_norm = gn;
     return skipped;
@@ -268,6 +283,7 @@ size_t distopt_state_memory(const DistOptim *d) {
     case OPT_TOPK_EF: return 3 * d->P * F;
     case OPT_POWERSGD: return 3 * d->P * F + d->psgd_kq * F;
     case OPT_ONEBIT_ADAM: return 4 * d->P * F;
+    case OPT_DEMO: return d->P * F;
     case OPT_ADAMW: return 2 * (d->shi - d->slo) * F;
     case OPT_ADAMS: return (d->shi - d->slo) * F;
     }

@@ -21,7 +21,7 @@
 #include "scape/scape.h"
 
 typedef struct {
-    OptimConfig opt;       /* kind (adamw, adams, scape, topk-ef, powersgd, onebit-adam), beta1, beta2, eps, weight_decay */
+    OptimConfig opt;       /* kind (adamw, adams, scape, topk-ef, powersgd, onebit-adam, demo), beta1, beta2, eps, weight_decay */
     float clip;            /* global-norm clip threshold, 0 = off */
     int zero;              /* 1: ZeRO-1 sharding (adamw, adams; scape with the fp32 payload: dist_scape_zero.c) */
     double density;        /* SCAPE / topk-ef target density d in (0, 1] (double: k = floor(d n) in double) */
@@ -41,6 +41,9 @@ typedef struct {
     float powersgd_eps;    /* PowerSGD: the orthogonalization's epsilon */
     int onebit_freeze;     /* 1-bit Adam (scape/dist_onebit_adam.c): steps 1..F are AdamW on the mean gradient, then v
                             * freezes and the momentum goes out in 1 bit (>= 1) */
+    int demo_chunk;        /* DeMo (scape/dist_demo.c): target block side s of the DCT (1..256) */
+    int demo_topk;         /* DeMo: coefficients each rank sends per block (>= 1) */
+    float demo_decay;      /* DeMo: the local momentum's decay beta in [0, 1] */
     int density_dense;     /* S steps at d_start before the warm-up begins (the authors' --topk-adams-start-iter),
                             * 0 = none; see dist_density */
     int exclude_norms;     /* 1 (default): norm gains and biases always dense */
@@ -169,6 +172,8 @@ const float *distopt_powersgd_q(const DistOptim *d, size_t *n);
  * block of its all-to-all and all-gather (Bk of scape/dist_onebit_adam.c's header); NULL / 0 for the other rules. */
 const float *distopt_onebit_server_error(const DistOptim *d);
 size_t distopt_onebit_block_bytes(const DistOptim *d);
+/* DeMo: the (index, value) pairs each rank sends per step (K of scape/dist_demo.c's header); 0 for the other rules. */
+size_t distopt_demo_count(const DistOptim *d);
 const uint8_t *distopt_mask(DistOptim *d, int next);
 /* Test hook: at every later SCAPE step copies, densely (P floats each, any may be NULL), this rank's corrected
  * momentum c_i, its payload s_i scattered to its coordinates (0 off the mask), and g_hat before clipping

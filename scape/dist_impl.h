@@ -2,7 +2,7 @@
  * scape/dist_impl.h - the inside of scape/dist.h's DistOptim, shared by the files that make up the host update and
  * by nothing else: scape/dist.c (creation, bucket hand-off, the dispatch on the optimizer kind, inspection),
  * dist_dense.c (dense all-reduce and ZeRO-1), dist_scape.c (SCAPE), dist_topk_ef.c (top-k EF), dist_powersgd.c
- * (PowerSGD), dist_onebit_adam.c (1-bit Adam), dist_mask_stats.c
+ * (PowerSGD), dist_onebit_adam.c (1-bit Adam), dist_demo.c (DeMo), dist_mask_stats.c
  * (mask stability) and dist_state.c (checkpoint blobs). Each rule file gives dist.c an init (its state, called by
  * distopt_create), a bucket hand-off (called by distopt_bucket_ready) and a step (called by distopt_step).
  * Not for: anything outside those files; users include scape/dist.h.
@@ -92,6 +92,14 @@ struct DistOptim {
     float *ob_es;
     size_t *ob_boff, ob_block;
     uint8_t *ob_send, *ob_recv;
+    /* DeMo (dist_demo.c): the DCT-II matrices by size (NULL until used), per block its first pair in a rank's part,
+     * the pairs per rank K, the largest block, per coefficient how many ranks sent it, block scratch (3 blocks) and
+     * the block's selection bits; r is delta_i, stage the coefficients, pairs the all-gather */
+    float **demo_dct;
+    size_t *demo_koff, demo_k, demo_maxblk;
+    uint16_t *demo_cnt;
+    float *demo_tmp;
+    uint8_t *demo_bits;
     /* SCAPE's first moment, compact (issue 17): m is zero off the mask it was last updated on (SCAPE.md section 3
      * items 3-4), so it holds only its m_n values on mask_m, packed in payload order (chunk by chunk; ch_qm[c] is
      * chunk c's first). The update pass writes m_t into m_new (at the payload's offsets, ch_q); then the two swap
@@ -218,6 +226,11 @@ void onebit_bucket_ready(DistOptim *d, int b);
 int onebit_step(DistOptim *d, int t, float lr, float *grad_norm);
 /* Zeroes the server error off the chunks this rank reduces (after a load that summed every saved rank's). */
 void onebit_keep_own_chunks(DistOptim *d);
+
+/* ---- dist_demo.c: DeMo (formulas in its header) ---- */
+void demo_init(DistOptim *d);
+void demo_bucket_ready(DistOptim *d, int b);
+int demo_step(DistOptim *d, int t, float lr, float *grad_norm);
 
 /* ---- dist_mask_stats.c: DistMaskStats of dist.h, on rank 0 ---- */
 /* Fills d->st for step t. gmask/gvec: the raw-gradient mask of this step and the vector its energy is of (SCAPE:

@@ -9,6 +9,7 @@
  *   topk-ef:     e (P), m (P), v (P)
  *   powersgd:    e (P), m (P), v (P), Q (K: every compressed slice's warm start, shared)
  *   onebit-adam: e (P), m (P), v (P), es (P: the server error, nonzero on this rank's chunks only)
+ *   demo:        delta (P: this rank's momentum)
  * Every rank's blob holds the shared SCAPE state (masks, m) too, so a rank can resume from its own file alone.
  * Loading onto another world size: dense state is assembled from whichever saved shards cover this rank's range;
  * SCAPE's r and topk-ef's e become the mean over the saved ranks (SCAPE.md section 8); 1-bit Adam's worker error
@@ -55,6 +56,8 @@ size_t distopt_state_bytes(const DistOptim *d) {
         n += (3 * d->P + d->psgd_kq) * sizeof(float);
     } else if (d->cfg.opt.kind == OPT_ONEBIT_ADAM) {
         n += 4 * d->P * sizeof(float);
+    } else if (d->cfg.opt.kind == OPT_DEMO) {
+        n += d->P * sizeof(float);
     } else {
         n += (d->shi - d->slo) * sizeof(float) * (d->cfg.opt.kind == OPT_ADAMW ? 2 : 1);
     }
@@ -102,6 +105,8 @@ void distopt_save(const DistOptim *d, void *blob) {
             h.K = d->psgd_kq;
         }
         if (d->cfg.opt.kind == OPT_ONEBIT_ADAM) memcpy(p + 3 * d->P * sizeof(float), d->ob_es, d->P * sizeof(float));
+    } else if (d->cfg.opt.kind == OPT_DEMO) {
+        memcpy(p, d->r, d->P * sizeof(float));
     } else {
         distopt_dense_blob_save(blob, d->cfg.opt.kind, d->world, d->rank, d->cfg.zero, d->last_t, d->P, d->slo,
                                 d->shi, d->m, d->v);
@@ -132,6 +137,8 @@ static BlobHeader check_blob_kind(OptimizerKind kind, size_t P, const void *blob
         want += (3 * h.P + h.K) * sizeof(float);
     } else if (h.kind == OPT_ONEBIT_ADAM) {
         want += 4 * h.P * sizeof(float);
+    } else if (h.kind == OPT_DEMO) {
+        want += h.P * sizeof(float);
     } else {
         if (h.lo > h.hi || h.hi > h.P) fatal("optimizer state of rank %d: bad range [%llu, %llu)", i, (unsigned long long)h.lo, (unsigned long long)h.hi);
         want += (h.hi - h.lo) * sizeof(float) * (h.kind == OPT_ADAMW ? 2 : 1);
@@ -286,7 +293,7 @@ void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, i
     for (int i = 1; i < n_blobs; i++) check_blob(d, blobs[i], sizes[i], i);
     if (n_blobs < h0.world && h0.world != d->world &&
         (h0.kind == OPT_SCAPE || h0.kind == OPT_TOPK_EF || h0.kind == OPT_POWERSGD || h0.kind == OPT_ONEBIT_ADAM ||
-         h0.lo > d->slo || h0.hi < d->shi))
+         h0.kind == OPT_DEMO || h0.lo > d->slo || h0.hi < d->shi))
         fatal("optimizer state was saved by %d ranks, this run has %d; pass the state of all %d saved ranks", h0.world, d->world, h0.world);
     comm_wait(d->next_h);
     d->next_h = 0;
@@ -319,6 +326,11 @@ void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, i
                 onebit_keep_own_chunks(d);
             }
         }
+        d->have_cur = 0;
+        return;
+    }
+    if (d->cfg.opt.kind == OPT_DEMO) { /* delta_i: own, or the mean over the saved ranks (as topk-ef's e) */
+        load_residual(d, blobs, n_blobs, h0.world);
         d->have_cur = 0;
         return;
     }

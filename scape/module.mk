@@ -34,7 +34,7 @@ TEST_CMDS += "PYTHON_REF=$(PYTHON_REF) $(BUILD)/test_gpt2 $(DATA)"
 
 # --- communication, data-parallel update and SCAPE (distributed engineer)
 # Programs that use DIST_OBJ link with $(MPICC) (Open MPI) and -lpthread.
-DIST_RULES := dist dist_dense dist_scape dist_scape_zero dist_topk_ef dist_powersgd dist_onebit_adam dist_mask_stats dist_state
+DIST_RULES := dist dist_dense dist_scape dist_scape_zero dist_topk_ef dist_powersgd dist_onebit_adam dist_demo dist_mask_stats dist_state
 DIST_OBJ := $(BUILD)/scape/comm.o $(DIST_RULES:%=$(BUILD)/scape/%.o) $(BUILD)/scape/scape.o $(BUILD)/scape/mask_code.o $(OPTIM_OBJ)
 MPI_CFLAGS := $(shell $(MPICC) --showme:compile 2>/dev/null)
 $(BUILD)/scape/comm.o: CFLAGS += $(MPI_CFLAGS)

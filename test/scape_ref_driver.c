@@ -12,7 +12,8 @@
  * as zeros, m AdamW's, r the error feedback e_i, and rank 0 writes the initial Q and then Q after every step to
  * OUT_PREFIX.q.bin; or VARIANT onebit-adam with PARAM its freeze step F: --optimizer onebit-adam, m the shared
  * momentum, r the worker error e_i, the mask dumped as zeros, and every rank writes its server error after every
- * step (P floats) to OUT_PREFIX.es.<rank>.bin)
+ * step (P floats) to OUT_PREFIX.es.<rank>.bin; or VARIANT demo with PARAM its top-k: --optimizer demo, blocks of
+ * side 8, decay 0.999, r the local momentum delta_i, m and the mask dumped as zeros)
  * Writes OUT_PREFIX.<rank>.bin: int32 P, world, rank, nslices, steps; per slice int64 offset, numel, int32 decay,
  * dense_only; per rank int64 owner lo, hi; float32 theta_0 (P); then per step: float32 theta, m, r (P each),
  * uint8 mask_cur (P, unpacked), float32 grad_norm.
@@ -60,8 +61,14 @@ int main(int argc, char **argv) {
     c.exclude_norms = 1;
     int psgd = argc == 8 && strcmp(argv[6], "powersgd") == 0;
     int onebit = argc == 8 && strcmp(argv[6], "onebit-adam") == 0;
+    int demo = argc == 8 && strcmp(argv[6], "demo") == 0;
     FILE *fq = NULL, *fes = NULL;
-    if (onebit) {
+    if (demo) {
+        c.opt.kind = OPT_DEMO;
+        c.demo_chunk = 8;
+        c.demo_topk = atoi(argv[7]);
+        c.demo_decay = 0.999f;
+    } else if (onebit) {
         c.opt.kind = OPT_ONEBIT_ADAM;
         c.onebit_freeze = atoi(argv[7]);
     } else if (psgd) {
@@ -119,7 +126,9 @@ int main(int argc, char **argv) {
         const uint8_t *M = distopt_mask(d, 0);
         for (size_t j = 0; j < P; j++) mk[j] = M ? (uint8_t)mask_get(M, j) : 0;
         fwrite(p, sizeof(float), P, f);
-        fwrite(distopt_moment(d), sizeof(float), P, f);
+        const float *mom = distopt_moment(d);
+        if (mom) fwrite(mom, sizeof(float), P, f);
+        else for (size_t j = 0; j < P; j++) fwrite(&(float){0.0f}, sizeof(float), 1, f);
         fwrite(distopt_residual(d), sizeof(float), P, f);
         fwrite(mk, 1, P, f);
         fwrite(&gn, sizeof gn, 1, f);

@@ -797,7 +797,8 @@ static void save_resume_case(const char *test_name_, DistConfig cfg) {
     distopt_load(e, blobs, &nbytes, 1);
     for (int t = 4; t <= 7; t++) train_step(e, &b, t);
     CHECK(memcmp(a.p, b.p, P * 4) == 0, "params after resume differ (max rel %g)", max_rel_diff(a.p, b.p, P));
-    if (cfg.opt.kind == OPT_TOPK_EF || cfg.opt.kind == OPT_POWERSGD || cfg.opt.kind == OPT_ONEBIT_ADAM)
+    if (cfg.opt.kind == OPT_TOPK_EF || cfg.opt.kind == OPT_POWERSGD || cfg.opt.kind == OPT_ONEBIT_ADAM ||
+        cfg.opt.kind == OPT_DEMO)
         CHECK(memcmp(distopt_residual(d), distopt_residual(e), P * 4) == 0, "error feedback after resume differs");
     if (cfg.opt.kind == OPT_ONEBIT_ADAM)
         CHECK(memcmp(distopt_onebit_server_error(d), distopt_onebit_server_error(e), P * 4) == 0,
@@ -811,7 +812,8 @@ static void save_resume_case(const char *test_name_, DistConfig cfg) {
         CHECK(memcmp(distopt_residual(d), distopt_residual(e), P * 4) == 0, "residual after resume differs");
         CHECK(memcmp(distopt_mask(d, 1), distopt_mask(e, 1), mask_bytes(P)) == 0, "next mask after resume differs");
     }
-    if (!cfg.zero) CHECK(memcmp(distopt_moment(d), distopt_moment(e), P * 4) == 0, "m after resume differs");
+    if (!cfg.zero && cfg.opt.kind != OPT_DEMO) /* DeMo's only moment is each rank's delta, the residual above */
+        CHECK(memcmp(distopt_moment(d), distopt_moment(e), P * 4) == 0, "m after resume differs");
     distopt_free(d);
     distopt_free(e);
     free(blob);
@@ -1441,6 +1443,73 @@ TEST(nonfinite_gradient_skips_onebit_warmup_step_unchanged) {
     skip_case(test_name_, c);
 }
 
+/* ---- DeMo (issue 33; scape/dist_demo.c) ---- */
+
+static DistConfig demo_config(void) {
+    DistConfig c = config(OPT_DEMO);
+    c.demo_chunk = 8;
+    c.demo_topk = 3;
+    c.demo_decay = 0.999f;
+    c.clip = 5.0f;
+    return c;
+}
+
+/* the block side of the header: the largest divisor of n not above s */
+static size_t demo_side(size_t n, size_t s) {
+    size_t b = n <= s ? n : s;
+    while (n % b) b--;
+    return b;
+}
+
+/* Ranks in sync (params), every rank's own momentum, and one all-gather per step of N K pairs of 8 bytes, K = sum over
+ * blocks of min(k, |B|) with the header's blocks; the step moves parameters by lr (sign) plus weight decay only. */
+TEST(demo_ranks_identical_and_formula_bytes) {
+    Toy m;
+    toy_build(&m);
+    size_t P = m.tab.total;
+    DistConfig cfg = demo_config();
+    DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
+    size_t K = 0;
+    for (int i = 0; i < m.tab.n; i++) {
+        const ParamSlice *s = &m.tab.slices[i];
+        size_t rows = s->ndim >= 2 ? s->shape[0] : s->numel, cols = s->ndim >= 2 ? s->numel / s->shape[0] : 1;
+        size_t br = demo_side(rows, 8), bc = demo_side(cols, 8), n = br * bc;
+        K += rows / br * (cols / bc) * (n < 3 ? n : 3);
+    }
+    CHECK(distopt_demo_count(d) == K, "%zu pairs per rank, the formula %zu", distopt_demo_count(d), K);
+    CommStats k[COMM_NKINDS];
+    float *before = xmalloc(P * 4, "params before");
+    for (int t = 1; t <= 5; t++) {
+        memcpy(before, m.p, P * 4);
+        comm_stats_take_kind(k);
+        CHECK(train_step(d, &m, t) == 0, "step %d skipped", t);
+        comm_stats_take_kind(k);
+        uint64_t want = 8ull * K * (uint64_t)(N - 1);
+        CHECK(k[COMM_ALLGATHER].calls == 1 && k[COMM_ALLGATHER].bytes_sent == want && k[COMM_ALLREDUCE].calls == 0 &&
+              k[COMM_REDUCE_SCATTER].calls == 0, "step %d: all-gather %llu calls %llu bytes (want 1, %llu), all-reduce %llu",
+              t, (unsigned long long)k[COMM_ALLGATHER].calls, (unsigned long long)k[COMM_ALLGATHER].bytes_sent,
+              (unsigned long long)want, (unsigned long long)k[COMM_ALLREDUCE].calls);
+        CHECK(same_everywhere(fnv(m.p, P * 4)), "step %d: params differ across ranks", t);
+        size_t moved = 0, bad = 0;
+        for (int i = 0; i < m.tab.n; i++) {
+            const ParamSlice *s = &m.tab.slices[i];
+            float f = 1.0f - LR * (s->decay ? cfg.opt.weight_decay : 0.0f);
+            for (size_t j = s->offset; j < s->offset + s->numel; j++) {
+                float step = before[j] * f - m.p[j];
+                moved += step != 0.0f;
+                bad += step != 0.0f && fabsf(fabsf(step) - LR) > 1e-6f;
+            }
+        }
+        CHECK(moved > 0 && bad == 0, "step %d: %zu parameters moved, %zu by other than lr", t, moved, bad);
+    }
+    free(before);
+    distopt_free(d);
+    toy_free(&m);
+}
+
+TEST(demo_save_resume_continues_bit_identically) { save_resume_case(test_name_, demo_config()); }
+TEST(nonfinite_gradient_skips_demo_step_unchanged) { skip_case(test_name_, demo_config()); }
+
 /* ---- resume on another world size (driven by test/test_dist_resume.sh) ---- */
 
 static const char *resume_dir;
@@ -1454,6 +1523,7 @@ static DistConfig resume_config(void) {
     if (!v || !v[0]) return sparse_config();
     if (strcmp(v, "powersgd") == 0) return psgd_config();
     if (strcmp(v, "onebit-adam") == 0) return onebit_config();
+    if (strcmp(v, "demo") == 0) return demo_config();
     int k = scape_variant_parse(v);
     if (k < 0) fatal("SCAPE_TEST_VARIANT=%s: not a variant name", v);
     return variant_config(k);
@@ -1654,6 +1724,9 @@ int main(int argc, char **argv) {
     MPI_RUN_TEST(onebit_save_resume_continues_bit_identically);
     MPI_RUN_TEST(nonfinite_gradient_skips_onebit_step_unchanged);
     MPI_RUN_TEST(nonfinite_gradient_skips_onebit_warmup_step_unchanged);
+    MPI_RUN_TEST(demo_ranks_identical_and_formula_bytes);
+    MPI_RUN_TEST(demo_save_resume_continues_bit_identically);
+    MPI_RUN_TEST(nonfinite_gradient_skips_demo_step_unchanged);
     MPI_RUN_TEST(scape_first_moment_is_held_compact);
     MPI_RUN_TEST(fused_dense_updates_equal_scale_update_clear);
     MPI_RUN_TEST(inv4_owned_masks_are_exact_topk_and_norms_dense);

@@ -4,7 +4,7 @@
 # masks exactly, gradient norm): 1-3 ranks, with and without clipping, density warm-up and a fixed d=0.01; and the
 # same-bytes variants of issue 31 (catchup, tensor-nu, residual-decay), each with a control run in which the
 # reference runs the faithful algorithm against the variant's dump and must FAIL (so the variant changes something
-# the comparison sees); then PowerSGD (test/powersgd_ref.py) and 1-bit Adam (test/onebit_ref.py) against their own
+# the comparison sees); then PowerSGD (test/powersgd_ref.py), 1-bit Adam (test/onebit_ref.py) and DeMo (test/demo_ref.py) against their own
 # float64 references, each with deliberate-mistake controls that must FAIL.
 # Needs /usr/bin/python3 with numpy. Prints "ok <name>" / "FAIL <name>: ..." per case; exits non-zero on failure.
 set -uo pipefail
@@ -76,5 +76,23 @@ done <<'CASES'
 onebit_ref_n1_f5_clip 1 30 5 30 no-worker-ef,one-scale
 onebit_ref_n2_f3 2 30 3 0 no-worker-ef,no-server-ef,one-scale
 onebit_ref_n3_f8_clip 3 30 8 30 no-worker-ef,no-server-ef,one-scale
+CASES
+# DeMo (issue 33): name ranks steps topk clip controls (averaging over the senders only shows on 2+ ranks)
+while read -r name np steps K clip controls; do
+    if ! "${mpi[@]}" -np "$np" "$drv" "$tmp/$name" "$steps" 1 0 "$clip" demo "$K" < /dev/null > "$tmp/$name.log" 2>&1; then
+        echo "FAIL $name: driver failed: $(tail -1 "$tmp/$name.log")"; fail=1; continue
+    fi
+    /usr/bin/python3 test/demo_ref.py "$tmp/$name" "$K" "$clip" "$name" || fail=1
+    for mistake in ${controls//,/ }; do
+        if /usr/bin/python3 test/demo_ref.py "$tmp/$name" "$K" "$clip" "$name-$mistake" "$mistake" > "$tmp/ctl" 2>&1; then
+            echo "FAIL $name-control-$mistake: a reference with the mistake $mistake matches the C"; fail=1
+        else
+            echo "ok $name-control-$mistake (the reference with the mistake differs)"
+        fi
+    done
+done <<'CASES'
+demo_ref_n1_k3_clip 1 30 3 30 no-removal,no-dct
+demo_ref_n2_k1 2 30 1 0 no-removal,no-dct,sum
+demo_ref_n3_k5_clip 3 30 5 30 no-removal,no-dct,sum
 CASES
 exit $fail

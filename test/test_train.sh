@@ -128,7 +128,7 @@ expect_error error_seq_above_model_maximum any 'error: --seq 128 exceeds the mod
 expect_error error_unknown_option 2 '^error: unknown option --bogus; see --help$' "${RUN[@]}" --bogus 3
 expect_error error_value_out_of_range 2 '^error: --lr: 5 is out of range \[0, 1\]$' "${RUN[@]}" --lr 5
 expect_error error_malformed_value 2 "^error: --steps: 'ten' is not an integer$" "${RUN[@]}" --steps ten
-expect_error error_bad_choice 2 "^error: --optimizer: 'sgd' is not one of adamw\|adams\|scape\|topk-ef\|powersgd\|onebit-adam$" \
+expect_error error_bad_choice 2 "^error: --optimizer: 'sgd' is not one of adamw\|adams\|scape\|topk-ef\|powersgd\|onebit-adam\|demo$" \
     "${RUN[@]}" --optimizer sgd
 expect_error error_lr_floor_above_lr 2 '^error: --lr-floor 0.5 is above --lr 0.1' "${RUN[@]}" --lr 0.1 --lr-floor 0.5
 expect_error error_density_without_scape 2 '^error: --density 0.1 applies only to --optimizer scape' \
@@ -191,6 +191,24 @@ expect_error error_onebit_flag_without_onebit any "error: --onebit-freeze applie
     "${RUN[@]}" --out "$TMP/x" --onebit-freeze 4
 expect_error error_onebit_zero any "error: --zero 1 applies to adamw, adams and scape; drop --zero for onebit-adam" \
     "${RUN[@]}" --out "$TMP/x" --optimizer onebit-adam --zero
+
+# --- DeMo (issue 33): a resume from step 5 (each rank's momentum in the checkpoint) reproduces step 12 bit for bit;
+# a changed --demo-topk on resume and --demo-topk without the rule are refused
+DRUN=("${RUN[@]}" --optimizer demo --demo-chunk 16 --demo-topk 4 --sample-every 0)
+"${DRUN[@]}" --out "$TMP/da" > "$TMP/da.out" 2>&1
+"${DRUN[@]}" --out "$TMP/db" --ckpt-every 5 --keep-ckpts 0 > "$TMP/db.out" 2>&1
+"${DRUN[@]}" --out "$TMP/dc" --resume "$TMP/db/ckpt_5" > "$TMP/dc.out" 2>&1
+if [ -f "$TMP/da/ckpt_12/model.bin" ] && cmp -s "$TMP/da/ckpt_12/model.bin" "$TMP/dc/ckpt_12/model.bin" \
+   && cmp -s "$TMP/da/ckpt_12/state_rank0.bin" "$TMP/dc/ckpt_12/state_rank0.bin" \
+   && ! cmp -s "$TMP/da/ckpt_12/model.bin" "$TMP/a/ckpt_12/model.bin"; then
+    ok demo_resumes_bit_identically
+else
+    fail demo_resumes_bit_identically "ckpt_12 differs from the uninterrupted DeMo run: $(tail -2 "$TMP/dc.out")"
+fi
+expect_error error_demo_topk_changed_on_resume any "demo-topk" \
+    "${RUN[@]}" --optimizer demo --demo-chunk 16 --demo-topk 8 --sample-every 0 --out "$TMP/dd" --resume "$TMP/db/ckpt_5"
+expect_error error_demo_flag_without_demo any "error: --demo-topk applies to --optimizer demo only" \
+    "${RUN[@]}" --out "$TMP/x" --demo-topk 4
 
 expect_error error_vocab_mismatch any 'bad.bin' "${RUN[@]}" --out "$TMP/x" --train "$TMP/data/bad.bin"
 expect_error error_missing_train_data any "error: --train $TMP/nothere.*make data" \

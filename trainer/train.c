@@ -111,6 +111,7 @@ static OptimizerKind optimizer_kind(const char *name) {
     if (strcmp(name, "topk-ef") == 0) return OPT_TOPK_EF;
     if (strcmp(name, "powersgd") == 0) return OPT_POWERSGD;
     if (strcmp(name, "onebit-adam") == 0) return OPT_ONEBIT_ADAM;
+    if (strcmp(name, "demo") == 0) return OPT_DEMO;
     return OPT_ADAMW;
 }
 
@@ -128,7 +129,8 @@ static void model_id(const TrainConfig *c, char *buf) { snprintf(buf, CKPT_ID_MA
 static const char *const options_not_recorded[] = {"out", "resume", "threads", "comm", "update", "comm-timeout",
                                                    "verify-ckpt", "init", "eval-only", "eval-dump"};
 static const char *const options_defining[] = {"model", "optimizer", "batch", "seq", "scape-exclude-norms",
-                                                "scape-variant", "powersgd-rank", "powersgd-min-compression"};
+                                                "scape-variant", "powersgd-rank", "powersgd-min-compression",
+                                                "demo-chunk", "demo-topk"};
 static int in_list(const char *name, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (strcmp(name, list[i]) == 0) return 1;
@@ -823,8 +825,8 @@ static int verify_checkpoints(const char *dir) {
 /* NULL if the checkpoint fits this run, else the one-line reason (in a static buffer). */
 static const char *fingerprint_mismatch(const Run *r, const CkptState *h, const char *path) {
     static char msg[4096 + 1024];
-    const char *names[] = {"adamw", "adams", "scape", "topk-ef", "powersgd", "onebit-adam"};
-    const char *saved_opt = h->optimizer >= 0 && h->optimizer < 6 ? names[h->optimizer] : "?";
+    const char *names[] = {"adamw", "adams", "scape", "topk-ef", "powersgd", "onebit-adam", "demo"};
+    const char *saved_opt = h->optimizer >= 0 && h->optimizer < 7 ? names[h->optimizer] : "?";
     if (h->table_hash != param_table_hash(&r->m->table) || h->num_params != r->m->table.total)
         snprintf(msg, sizeof msg, "%s: parameter layout differs from the model in model.bin (%llu vs %zu "
                  "parameters); the checkpoint is from another model or program version", path,
@@ -911,11 +913,12 @@ static int restore(Run *r) {
 /* Bytes per parameter of the host update's state, a lower bound (scape/dist.h distopt_state_memory): the gradient
  * staging buffer every rule packs buckets into (4), plus adamw m and v (8), adams m (4), SCAPE r (4) and m at the
  * starting density (4 d_start), topk-ef and powersgd e, m, v (12; powersgd's Q is small), onebit-adam e, m, v and
- * the server error (16); ZeRO-1 shards the moments over the world. */
+ * the server error (16), demo its momentum and per-coefficient sender counts (6); ZeRO-1 shards the moments over
+ * the world. */
 static double optimizer_bytes_per_param(const TrainConfig *c, int world) {
     double moments = !strcmp(c->optimizer, "adamw") ? 8 : !strcmp(c->optimizer, "adams") ? 4
                      : !strcmp(c->optimizer, "scape") ? 4 + 4 * fmin(1.0, c->density_start)
-                     : !strcmp(c->optimizer, "onebit-adam") ? 16 : 12;
+                     : !strcmp(c->optimizer, "onebit-adam") ? 16 : !strcmp(c->optimizer, "demo") ? 6 : 12;
     if (c->zero && strcmp(c->optimizer, "topk-ef") != 0) moments /= world;
     return 4 + moments;
 }
@@ -1067,6 +1070,9 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         {"powersgd-min-compression", "powersgd", NULL, "--optimizer powersgd"},
         {"powersgd-eps", "powersgd", NULL, "--optimizer powersgd"},
         {"onebit-freeze", "onebit-adam", NULL, "--optimizer onebit-adam"},
+        {"demo-chunk", "demo", NULL, "--optimizer demo"},
+        {"demo-topk", "demo", NULL, "--optimizer demo"},
+        {"demo-decay", "demo", NULL, "--optimizer demo"},
     };
     for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) {
         if (!args_find(opts, n_opts, owned[i].flag)->given) continue;
@@ -1201,6 +1207,9 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     dc.powersgd_start = c->powersgd_start;
     dc.powersgd_min_compression = c->powersgd_min_compression;
     dc.powersgd_eps = c->powersgd_eps;
+    dc.demo_chunk = c->demo_chunk;
+    dc.demo_topk = c->demo_topk;
+    dc.demo_decay = c->demo_decay;
     dc.onebit_freeze = c->onebit_freeze > 0 ? c->onebit_freeze : (int)fmax(1.0, floor(0.15 * c->steps + 0.5));
     dc.double_residual = c->scape_double_residual;
     dc.variant = scape_variant_parse(c->scape_variant);

@@ -31,6 +31,8 @@ typedef struct {
     double powersgd_min_compression;
     float powersgd_eps;
     int onebit_freeze; /* --optimizer onebit-adam (scape/dist_onebit_adam.c); 0: 15% of --steps */
+    int demo_chunk, demo_topk; /* --optimizer demo (scape/dist_demo.c) */
+    float demo_decay;
     int mask_stats_every; /* log a "mask" event every N steps (scape/dist.h DistMaskStats), 0 = off */
     float peak_flops;
     int max_bad_steps; /* stop after this many consecutive non-finite steps, 0 = never */

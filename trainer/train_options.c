@@ -34,11 +34,12 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
         {"weight-decay", ARG_FLOAT, &c->weight_decay, "0.1", 0, 10, NULL,
          "decoupled weight decay (matrices only)", 0},
         {"clip", ARG_FLOAT, &c->clip, "1.0", 0, 1e9, NULL, "global gradient-norm clip, 0 = off", 0},
-        {"optimizer", ARG_STRING, &c->optimizer, "adamw", 0, 0, "adamw|adams|scape|topk-ef|powersgd|onebit-adam",
+        {"optimizer", ARG_STRING, &c->optimizer, "adamw", 0, 0, "adamw|adams|scape|topk-ef|powersgd|onebit-adam|demo",
          "update rule (topk-ef: top-k of raw gradients with error feedback into AdamW, the baseline; powersgd: "
          "PowerSGD's low-rank gradients with error feedback into AdamW; onebit-adam: 1-bit Adam, AdamW until "
-         "--onebit-freeze, then the momentum sent as signs with error compensation; powersgd and onebit-adam run "
-         "the host update, also in the CUDA trainers)", 0},
+         "--onebit-freeze, then the momentum sent as signs with error compensation; demo: DeMo, each rank's momentum "
+         "sends its top DCT coefficients per block, sign step; these three run the host update, also in the CUDA "
+         "trainers)", 0},
         {"beta1", ARG_FLOAT, &c->beta1, "0.9", 0, 0.999999, NULL, "first-moment decay", 0},
         {"beta2", ARG_FLOAT, &c->beta2, "0.95", 0, 0.999999, NULL, "second-moment decay", 0},
         {"eps", ARG_FLOAT, &c->eps, "1e-8", 0, 1, NULL, "denominator epsilon", 0},
@@ -111,6 +112,13 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
         {"onebit-freeze", ARG_INT, &c->onebit_freeze, "0", 0, IMAX, NULL,
          "--optimizer onebit-adam: steps of AdamW before the variance freezes and compression starts (the "
          "paper's warm-up, chosen per task there); 0: 15% of --steps", 0},
+        {"demo-chunk", ARG_INT, &c->demo_chunk, "64", 1, 256, NULL,
+         "--optimizer demo: target block side of the DCT (a dimension is cut into blocks of its largest divisor not "
+         "above this; the reference implementation's 64)", 0},
+        {"demo-topk", ARG_INT, &c->demo_topk, "32", 1, 65536, NULL,
+         "--optimizer demo: DCT coefficients each rank sends per block (the reference implementation's 32)", 0},
+        {"demo-decay", ARG_FLOAT, &c->demo_decay, "0.999", 0, 1, NULL,
+         "--optimizer demo: decay of each rank's momentum (the reference implementation's 0.999)", 0},
         {"scape-offload-residual", ARG_FLAG, &c->scape_offload_residual, NULL, 0, 1, NULL,
          "device SCAPE: keep the residual r in pinned host memory, staged through the GPU a slice at a time "
          "(SCAPE.md section 7; saves 4P bytes of GPU memory, results identical)", 0},

@@ -1,0 +1,251 @@
+/*
+ * scape/dist_demo.c - DeMo, decoupled momentum optimization (--optimizer demo; Peng, Quesnelle, Kingma, "DeMo:
+ * Decoupled Momentum Optimization", arXiv 2411.19870, Algorithm 1): each rank keeps its own momentum, sends only
+ * its fastest-moving components, taken as the largest DCT coefficients of chunks of each tensor, removes what it sent
+ * from its momentum, and steps on the sign of the ranks' combined components. Per rank i at step t, with
+ * beta = cfg.demo_decay, s = cfg.demo_chunk, k = cfg.demo_topk:
+ *   g_i clipped by clip / (n + 1e-6) when n > clip, n = sqrt(mean_i |g_i|^2) (one control all-reduce of two doubles,
+ *     which also carries the skip decision)
+ *   p <- p (1 - lr wd)                                  (decoupled weight decay, decay slices)
+ *   delta_i <- beta delta_i + lr g_i                    (the local momentum, lr folded in as the reference does)
+ *   per tensor, cut into blocks: a matrix n x m into blocks b_r x b_c, a vector n into blocks b_r, where b_r is the
+ *   largest divisor of n not above s (b_c likewise of m), and per block B:
+ *     C = D_r delta_i[B] D_c^T                          (orthonormal 2-D DCT-II; D_x the b_x x b_x DCT-II matrix,
+ *                                                        D[u][j] = sqrt(2/b) c_u cos(pi (2j + 1) u / 2b), c_0 =
+ *                                                        1/sqrt 2, c_u = 1; a vector's blocks: C = D_r delta[B])
+ *     S_i = the min(k, |B|) largest |C| (ties to the lower index): the (index, value) pairs rank i sends
+ *     delta_i[B] <- delta_i[B] - D_r^T C|S_i D_c      (what was sent leaves the momentum)
+ *   every rank's pairs go out on one all-gather; per coefficient, Q = the mean of the values of the ranks that sent
+ *   it (0 if none), and
+ *     p[B] <- p[B] - lr sign(D_r^T Q D_c)              (sign(0) = 0)
+ * Ours, not the paper's: the clip (the reference has none; the rest of this runtime clips), the pairs as a uint32
+ * flat index and an fp32 value (8 bytes, as topk-ef's; the reference sends int64 indices), ties broken toward the
+ * lower index, and the transforms as fixed-order float loops (no BLAS: the same bits for any thread count and CPU).
+ * Defaults: s 64, k 32, beta 0.999 (the reference implementation's defaults).
+ * Bytes per rank and step: 8 K (N-1), K = sum over blocks of min(k, |B|) (an all-gather of N K pairs, comm.h's ring
+ * model), identical on every rank.
+ * State (dist_impl.h): r = delta_i (P), stage = the DCT coefficients (P, scratch), pairs (N K), the DCT matrices.
+ * Not for: the checkpoint blob (dist_state.c).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "scape/dist_impl.h"
+
+/* the largest divisor of n not above s (n itself if n <= s) */
+static size_t demo_split(size_t n, size_t s) {
+    if (n <= s) return n;
+    for (size_t b = s; b > 1; b--)
+        if (n % b == 0) return b;
+    return 1;
+}
+
+/* block sizes of slice s: rows b_r, columns b_c (1 for a vector) */
+static void demo_blocks(const DistOptim *d, const ParamSlice *s, size_t *br, size_t *bc) {
+    size_t S = (size_t)d->cfg.demo_chunk;
+    if (s->ndim >= 2) {
+        *br = demo_split(s->shape[0], S);
+        *bc = demo_split(s->numel / s->shape[0], S);
+    } else {
+        *br = demo_split(s->numel, S);
+        *bc = 1;
+    }
+}
+
+/* the orthonormal DCT-II matrix of size b (row u: frequency u), cached by size */
+static const float *demo_dct(DistOptim *d, size_t b) {
+    if (!d->demo_dct[b]) {
+        float *D = xmalloc(b * b * sizeof(float), "DCT matrix");
+        for (size_t u = 0; u < b; u++)
+            for (size_t j = 0; j < b; j++) {
+                double c = u == 0 ? sqrt(1.0 / (double)b) : sqrt(2.0 / (double)b);
+                D[u * b + j] = (float)(c * cos(3.14159265358979323846 * (2.0 * (double)j + 1.0) * (double)u / (2.0 * (double)b)));
+            }
+        d->demo_dct[b] = D;
+    }
+    return d->demo_dct[b];
+}
+
+/* out = D_r in D_c^T (forward) or D_r^T in D_c (inverse), in and out dense r x c row-major (distinct); for a vector
+ * (c = 1, Dc NULL) only the D_r side. tmp: r c floats of scratch. Fixed-order float sums: each output element's
+ * terms are added in index order, so the bits do not depend on the CPU or the thread count. */
+static void demo_transform(const float *Dr, const float *Dc, const float *in, float *out, size_t r, size_t c,
+                           int inverse, float *tmp) {
+    float *mid = c > 1 ? tmp : out;
+    for (size_t i = 0; i < r; i++) { /* mid = (D_r or D_r^T) in, row by row */
+        float *mi = mid + i * c;
+        for (size_t j = 0; j < c; j++) mi[j] = 0.0f;
+        for (size_t t = 0; t < r; t++) {
+            float w = inverse ? Dr[t * r + i] : Dr[i * r + t];
+            const float *row = in + t * c;
+            for (size_t j = 0; j < c; j++) mi[j] += w * row[j];
+        }
+    }
+    if (c == 1) return;
+    for (size_t i = 0; i < r; i++) { /* out = mid (D_c^T or D_c): out[i][j] = sum_t mid[i][t] w(j, t) */
+        float *oi = out + i * c;
+        const float *mi = mid + i * c;
+        for (size_t j = 0; j < c; j++) oi[j] = 0.0f;
+        for (size_t t = 0; t < c; t++) {
+            float a = mi[t];
+            if (inverse) {
+                const float *row = Dc + t * c; /* w(j, t) = D_c[t][j] */
+                for (size_t j = 0; j < c; j++) oi[j] += a * row[j];
+            } else {
+                for (size_t j = 0; j < c; j++) oi[j] += a * Dc[j * c + t];
+            }
+        }
+    }
+}
+
+/* Calls fn(d, slice, block origin (first element), b_r, b_c, row stride, block index) for every block of every
+ * slice; blocks numbered consecutively over the slices, in memory order. */
+typedef void (*demo_block_fn)(DistOptim *d, const ParamSlice *s, size_t origin, size_t br, size_t bc, size_t ld,
+                              size_t blk, void *arg);
+static void demo_for_blocks(DistOptim *d, demo_block_fn fn, void *arg) {
+    size_t blk = 0;
+    for (int i = 0; i < d->tab->n; i++) {
+        const ParamSlice *s = &d->tab->slices[i];
+        size_t br, bc;
+        demo_blocks(d, s, &br, &bc);
+        size_t rows = s->ndim >= 2 ? s->shape[0] : s->numel, cols = s->ndim >= 2 ? s->numel / s->shape[0] : 1;
+        for (size_t a = 0; a < rows; a += br)
+            for (size_t b = 0; b < cols; b += bc, blk++) fn(d, s, s->offset + a * cols + b, br, bc, cols, blk, arg);
+    }
+}
+
+static void count_block(DistOptim *d, const ParamSlice *s, size_t origin, size_t br, size_t bc, size_t ld, size_t blk,
+                        void *arg) {
+    (void)s; (void)origin; (void)ld;
+    size_t n = br * bc, k = (size_t)d->cfg.demo_topk < n ? (size_t)d->cfg.demo_topk : n;
+    d->demo_koff[blk] = *(size_t *)arg;
+    *(size_t *)arg += k;
+    if (n > d->demo_maxblk) d->demo_maxblk = n;
+}
+
+void demo_init(DistOptim *d) {
+    d->slo = 0;
+    d->shi = d->P;
+    d->r = xcalloc(d->P ? d->P : 1, sizeof(float), "DeMo momentum");
+    d->demo_dct = xcalloc((size_t)d->cfg.demo_chunk + 1, sizeof(float *), "DCT matrices");
+    size_t nblk = 0;
+    for (int i = 0; i < d->tab->n; i++) {
+        const ParamSlice *s = &d->tab->slices[i];
+        size_t br, bc;
+        demo_blocks(d, s, &br, &bc);
+        nblk += s->numel / (br * bc);
+    }
+    d->demo_koff = xcalloc(nblk + 1, sizeof(size_t), "DeMo block offsets");
+    size_t K = 0;
+    demo_for_blocks(d, count_block, &K);
+    d->demo_k = K;
+    d->pairs = xmalloc(((size_t)d->world * K + 1) * sizeof(TopkPair), "DeMo all-gather buffer");
+    if (!d->stage) d->stage = xmalloc((d->P ? d->P : 1) * sizeof(float), "DeMo coefficients");
+    d->demo_cnt = xmalloc((d->P ? d->P : 1) * sizeof(uint16_t), "DeMo coefficient counts");
+    d->demo_tmp = xmalloc((3 * d->demo_maxblk + 1) * sizeof(float), "DeMo block scratch");
+    d->topk_tmp = xmalloc((d->demo_maxblk + 1) * sizeof(uint32_t), "DeMo top-k scratch");
+    d->demo_bits = xmalloc(mask_bytes(d->demo_maxblk) + 8, "DeMo block selection");
+}
+
+size_t distopt_demo_count(const DistOptim *d) { return d->cfg.opt.kind == OPT_DEMO ? d->demo_k : 0; }
+
+void demo_bucket_ready(DistOptim *d, int b) { (void)d; (void)b; /* everything happens at the step */ }
+
+/* block b_r x b_c at origin (row stride ld) of x to a dense array, and back */
+static void block_get(const float *x, size_t origin, size_t br, size_t bc, size_t ld, float *out) {
+    for (size_t i = 0; i < br; i++) memcpy(out + i * bc, x + origin + i * ld, bc * sizeof(float));
+}
+
+/* One block's encode: C = DCT(delta_i[B]); this rank's top-k pairs into its part of pairs, each coefficient (i, j) of
+ * the block named by the parameter index origin + i ld + j (a one-to-one map of the tensor's coefficients onto its
+ * elements); delta_i[B] minus the inverse transform of what was sent. */
+static void encode_block(DistOptim *d, const ParamSlice *s, size_t origin, size_t br, size_t bc, size_t ld, size_t blk,
+                         void *arg) {
+    (void)s;
+    TopkPair *out = (TopkPair *)arg + d->demo_koff[blk];
+    const size_t n = br * bc, k = (size_t)d->cfg.demo_topk < n ? (size_t)d->cfg.demo_topk : n;
+    const float *Dr = demo_dct(d, br), *Dc = bc > 1 ? demo_dct(d, bc) : NULL;
+    float *x = d->demo_tmp, *C = x + d->demo_maxblk, *tmp = C + d->demo_maxblk;
+    block_get(d->r, origin, br, bc, ld, x);
+    demo_transform(Dr, Dc, x, C, br, bc, 0, tmp);
+    memset(d->demo_bits, 0, mask_bytes(n));
+    scape_topk_mask(C, n, k, d->demo_bits, 0, d->topk_tmp);
+    size_t q = 0;
+    for (size_t j = 0; j < n; j++) {
+        if (mask_get(d->demo_bits, j)) {
+            out[q].idx = (uint32_t)(origin + j / bc * ld + j % bc);
+            out[q].val = C[j];
+            q++;
+        } else {
+            C[j] = 0.0f;
+        }
+    }
+    demo_transform(Dr, Dc, C, x, br, bc, 1, tmp); /* the sent part, back in the parameter domain */
+    for (size_t i = 0; i < br; i++)
+        for (size_t j = 0; j < bc; j++) d->r[origin + i * ld + j] -= x[i * bc + j];
+}
+
+/* One block's decode: the combined coefficients Q (in stage, at the indices of encode_block) to the step
+ * p[B] -= lr sign(IDCT(Q)). */
+static void decode_block(DistOptim *d, const ParamSlice *s, size_t origin, size_t br, size_t bc, size_t ld, size_t blk,
+                         void *arg) {
+    (void)s; (void)blk;
+    const float lr = *(const float *)arg;
+    const float *Dr = demo_dct(d, br), *Dc = bc > 1 ? demo_dct(d, bc) : NULL;
+    float *x = d->demo_tmp, *y = x + d->demo_maxblk, *tmp = y + d->demo_maxblk;
+    block_get(d->stage, origin, br, bc, ld, x);
+    demo_transform(Dr, Dc, x, y, br, bc, 1, tmp);
+    for (size_t i = 0; i < br; i++)
+        for (size_t j = 0; j < bc; j++) {
+            float v = y[i * bc + j];
+            d->params[origin + i * ld + j] -= lr * (float)((v > 0.0f) - (v < 0.0f));
+        }
+}
+
+int demo_step(DistOptim *d, int t, float lr, float *grad_norm) {
+    (void)t;
+    float *g = d->grads;
+    double ctl[2] = {dist_sumsq(g, 0, d->P), 0};
+    ctl[1] = !isfinite(ctl[0]);
+    comm_allreduce_sum_f64(ctl, 2);
+    if (ctl[1] != 0) {
+        *grad_norm = NAN;
+        dist_end_step(d);
+        return 1;
+    }
+    float norm = (float)sqrt(ctl[0] / d->world);
+    *grad_norm = norm;
+    float sc = d->cfg.clip > 0 && norm > d->cfg.clip ? d->cfg.clip / (norm + 1e-6f) : 1.0f;
+    for (int i = 0; i < d->tab->n; i++) {
+        const ParamSlice *s = &d->tab->slices[i];
+        if (!s->decay || d->cfg.opt.weight_decay == 0.0f) continue;
+        float f = 1.0f - lr * d->cfg.opt.weight_decay;
+        for (size_t j = s->offset; j < s->offset + s->numel; j++) d->params[j] *= f;
+    }
+    const float beta = d->cfg.demo_decay;
+    for (size_t j = 0; j < d->P; j++) d->r[j] = beta * d->r[j] + lr * (g[j] * sc);
+    TopkPair *mine = d->pairs + (size_t)d->rank * d->demo_k;
+    demo_for_blocks(d, encode_block, mine);
+    size_t *counts = xmalloc((size_t)d->world * sizeof(size_t), "DeMo gather counts");
+    for (int r = 0; r < d->world; r++) counts[r] = d->demo_k;
+    comm_wait(comm_iallgatherv(d->pairs, counts, sizeof(TopkPair)));
+    free(counts);
+    /* Q: the mean over the ranks that sent each coefficient, summed in rank order */
+    memset(d->stage, 0, d->P * sizeof(float));
+    memset(d->demo_cnt, 0, d->P * sizeof(uint16_t));
+    for (size_t q = 0; q < (size_t)d->world * d->demo_k; q++) {
+        uint32_t j = d->pairs[q].idx;
+        d->stage[j] += d->pairs[q].val;
+        d->demo_cnt[j]++;
+    }
+    for (size_t j = 0; j < d->P; j++)
+        if (d->demo_cnt[j] > 1) d->stage[j] /= (float)d->demo_cnt[j];
+    demo_for_blocks(d, decode_block, &lr);
+    if (d->dbg_ghat) memcpy(d->dbg_ghat, g, d->P * sizeof(float));
+    d->last_k = d->demo_k;
+    dist_end_step(d);
+    d->last_t = t;
+    return 0;
+}
