@@ -14,7 +14,9 @@
 #           6.3), and the mean kept energy of the first-moment mask after the warm-up (energy_m, rank 0's c). A run
 #           already there is not trained again (ONLY="run ...", SEEDS, STEPS split the work across sessions).
 #   tables  docs/study/variants.md (the table: gap to AdamS paired by seed, mean +- sd [min, max], bytes, displacement
-#           relative to AdamS's, energy) and docs/study/variants_gap_steps<N>.dat (the plot's data), from the tsv.
+#           relative to AdamS's, energy), docs/study/variants_gap_steps<N>.dat (the plot's data) and
+#           variants_gap_steps<N>.png (each run's gap with its seed range, the issue's +0.02 / +0.04 goals marked),
+#           from the tsv.
 # The logs stay under OUT (default out/variants); the final checkpoints are deleted once measured. Run it under
 # nice, alone (it takes both cores); a 1,000-step run costs 6-9 minutes here.
 # Not for: the length and batch study of issue 29 (scripts/study_gap.sh), the paper-shaped comparison
@@ -178,3 +180,15 @@ for steps in sorted(by):
 open(os.path.join(doc, "variants.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PYEOF
+command -v gnuplot > /dev/null || exit 0
+for dat in "$DOC"/variants_gap_steps*.dat; do
+    [ -f "$dat" ] || continue
+    n=${dat##*variants_gap_steps}; n=${n%.dat}
+    {
+        echo "set terminal pngcairo size 1000,520 noenhanced; set output '${dat%.dat}.png'"
+        echo "set title 'gap to dense AdamS after $n steps (mean, seed min..max), same bytes as faithful SCAPE at each d'"
+        echo "set ylabel 'final val loss minus AdamS (nats)'; set yrange [0:*]; set xtics rotate by -30; set grid ytics"
+        echo "set key outside top center horizontal; set bmargin 7; set offsets 0.5, 0.5, 0, 0"
+        echo "plot '$dat' using 0:2:4:5:xtic(1) with yerrorbars pt 7 lc 'black' title 'gap', 0.02 with lines dt 2 title 'goal at d 0.1 (+0.02)', 0.04 with lines dt 3 title 'goal at d 0.01 (+0.04)'"
+    } | gnuplot 2> /dev/null || echo "note: gnuplot could not draw ${dat%.dat}.png" >&2
+done
