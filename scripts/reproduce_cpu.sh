@@ -27,12 +27,16 @@
 # EVAL_BATCHES ABLATION; KEEP_CKPTS=1 keeps each run's final checkpoint (deleted by default). Cost of the default gpt recipe on this 2-core machine: docs/reproduction.md.
 # `reproduce_cpu.sh study length|batch|probe|tables` runs the study of where the gap to AdamS closes (issue 29:
 # run length and tokens per step with the authors' GPT settings), which is scripts/study_gap.sh (see its header).
+# `reproduce_cpu.sh peers` runs SCAPE against DeMo, PowerSGD, 1-bit Adam and topk-ef at equal bytes per step (issue
+# 33: settings matching SCAPE 0.1's and 0.01's bytes, 2k and 8k tokens per step, 3 seeds), which is
+# `scripts/study_gap.sh peers` (see its header for the settings and their bytes).
 # Not for: cluster-scale runs (scripts/cluster/), or network-limited timing (scripts/netem_bench.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "${1:-}" = study ] && { shift; exec scripts/study_gap.sh "$@"; }
+[ "${1:-}" = peers ] && [ $# = 1 ] && exec scripts/study_gap.sh peers
 
-usage="usage: $0 gpt|llama [CORPUS_DIR] | study length|batch|probe|tables   (env: QUICK=1 OUT=DIR RANKS=N LENGTHS=\"N ...\" SEEDS=\"S ...\" ...)"
+usage="usage: $0 gpt|llama [CORPUS_DIR] | study length|batch|probe|peers|tables | peers   (env: QUICK=1 OUT=DIR RANKS=N LENGTHS=\"N ...\" SEEDS=\"S ...\" ...)"
 [ $# -ge 1 ] && [ $# -le 2 ] || { echo "$usage" >&2; exit 2; }
 family=$1
 corpus=${2:-}

@@ -16,8 +16,22 @@
 #           BATCH_STEPS steps, at each of TOTAL_BATCHES; the lowest final validation loss is that batch's lr (the
 #           study ran 5e-4..1.6e-2 at 2k, 2e-3..1.6e-2 at 8k and 4e-3..1.6e-2 at 32k, doubling: at 100 steps the
 #           best lr of the default list was its largest, so the lists reach past it);
+#   peers   issue 33: SCAPE against its peers at equal bytes, at PEER_BATCHES tokens per step (default 2048 8192),
+#           BATCH_STEPS steps, SEEDS (default 1 2 3), each batch's lr: adams, scape_0.1, scape_0.01 and PEER_RUNS, whose
+#           settings make their mean bytes per step and rank (steps 2.., 4 ranks) match SCAPE's (2.30 MB at d 0.1,
+#           0.487 MB at d 0.01, measured in the batch study) within 10%, from each rule's byte formula:
+#             topk_ef_c<d>  topk-ef at constant density d (no density warm-up: one at 1.0 would send 8 P (N-1));
+#             powersgd_r<r> PowerSGD of rank r from step 1 (--powersgd-start 0);
+#             onebit_f<F>   1-bit Adam with F AdamW steps (--onebit-freeze F);
+#             demo_k<k>     DeMo with k coefficients per 64 x 64 block, at the lr its probe chose;
+#           default: topk_ef_c0.033 powersgd_r13 onebit_f11 demo_k107 (d 0.1's bytes), topk_ef_c0.007 powersgd_r2
+#           onebit_f1 demo_k20 (d 0.01's; 1-bit Adam cannot come down to them: its floor, 1 bit a parameter plus
+#           scales, is 0.551 MB, +13%). DeMo's update is lr sign(.), which moves every coordinate by lr a step where
+#           Adam's moves by less, so it gets its own lr probe first: demo_k107 at DEMO_PROBE_LRS (default 1e-3 2e-3
+#           4e-3), seed 1, the smallest batch; the lowest final validation loss is DeMo's lr at every batch;
 #   tables  docs/study/results.md (tables), gap_vs_steps.dat, gap_vs_batch.dat and study_gap.png (both gaps on
-#           log axes, the paper's +0.02 / +0.04 marked), from docs/study/runs.tsv alone.
+#           log axes, the paper's +0.02 / +0.04 marked), peers_tb<N>.dat and peers.png (final validation loss
+#           against bytes per step, every method, one panel per batch), from docs/study/runs.tsv alone.
 # The model and settings are the GPT recipe's (scripts/reproduce_cpu.sh: d12c128h4t128v4096, 2.9M parameters, 18.5%
 # embeddings, bpe4k corpus, 4 ranks, B 4, T 128) with the authors' GPT-345M optimizer settings (beta2 0.999, weight
 # decay 0.01, cosine to lr/15, clip 1.0; SCAPE's density 1.0 -> d geometrically, norms and biases sparsified).
@@ -28,7 +42,7 @@
 # Not for: the paper-shaped comparison of all optimizers (scripts/reproduce_cpu.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: $0 length|batch|probe|tables   (env: LENGTHS, TOTAL_BATCHES, BATCH_STEPS, SEEDS, ONLY, LR, PROBE_LRS, OUT)"
+usage="usage: $0 length|batch|probe|peers|tables   (env: LENGTHS, TOTAL_BATCHES, BATCH_STEPS, SEEDS, ONLY, LR, PROBE_LRS, OUT)"
 [ $# = 1 ] || { echo "$usage" >&2; exit 2; }
 mode=$1
 OUT=${OUT:-out/study}
@@ -40,6 +54,9 @@ RANKS=${RANKS:-4}; B=${B:-4}; T=${T:-128}
 LR=${LR:-1e-3}
 LENGTHS=${LENGTHS:-"200 400 800 2000"}
 TOTAL_BATCHES=${TOTAL_BATCHES:-"2048 8192 32768"}
+PEER_BATCHES=${PEER_BATCHES:-"2048 8192"}
+PEER_RUNS=${PEER_RUNS:-"topk_ef_c0.033 powersgd_r13 onebit_f11 demo_k107 topk_ef_c0.007 powersgd_r2 onebit_f1 demo_k20"}
+DEMO_PROBE_LRS=${DEMO_PROBE_LRS:-"1e-3 2e-3 4e-3"}
 BATCH_STEPS=${BATCH_STEPS:-100}
 PROBE_LRS=${PROBE_LRS:-"5e-4 1e-3 2e-3 4e-3"}
 EVAL_BATCHES=${EVAL_BATCHES:-50}
@@ -56,6 +73,10 @@ flags_of() { # the update rule's flags, with the density warm-up DW
         scape_0.01) echo "--optimizer scape --density 0.01 $sparse" ;;
         scape_0.01_dblres) echo "--optimizer scape --density 0.01 $sparse --scape-double-residual-defect" ;;
         topk_ef_0.01) echo "--optimizer topk-ef --density 0.01 $sparse" ;;
+        topk_ef_c*) echo "--optimizer topk-ef --density ${1#topk_ef_c} --scape-exclude-norms 0" ;;
+        powersgd_r*) echo "--optimizer powersgd --powersgd-rank ${1#powersgd_r} --powersgd-start 0" ;;
+        onebit_f*) echo "--optimizer onebit-adam --onebit-freeze ${1#onebit_f}" ;;
+        demo_k*) local k=${1#demo_k}; echo "--optimizer demo --demo-topk ${k%%_*}" ;; # demo_k<k>_lr<lr>: a probe run
         *) echo "error: unknown run '$1'" >&2; exit 2 ;;
     esac
 }
@@ -126,6 +147,21 @@ batch)
             for run in $names; do train "tb${tb}_steps$BATCH_STEPS" "$run" "$seed" "$BATCH_STEPS" "$tb" "$(lr_for "$tb")"; done
         done
     done ;;
+peers)
+    tbs=($PEER_BATCHES)
+    smallest=$(printf '%s\n' "${tbs[@]}" | sort -n | head -1)
+    for lr in $DEMO_PROBE_LRS; do train "demoprobe_tb$smallest" "demo_k107_lr$lr" 1 "$BATCH_STEPS" "$smallest" "$lr"; done
+    demo_lr=$(awk -F'\t' -v p="demoprobe_tb$smallest" '$1 == p { split($2, a, "_lr"); if (best == "" || $4 < bv) { bv = $4; best = a[2] } }
+        END { print best }' "$runs_tsv")
+    [ -n "$demo_lr" ] || { echo "error: no DeMo lr probe in $runs_tsv (ONLY leaves it out?)" >&2; exit 1; }
+    for tb in "${tbs[@]}"; do
+        for seed in ${SEEDS:-1 2 3}; do
+            for run in adams scape_0.1 scape_0.01 $PEER_RUNS; do
+                lr=$(lr_for "$tb"); [[ $run == demo_* ]] && lr=$demo_lr
+                train "tb${tb}_steps$BATCH_STEPS" "$run" "$seed" "$BATCH_STEPS" "$tb" "$lr"
+            done
+        done
+    done ;;
 probe)
     for tb in $TOTAL_BATCHES; do
         for lr in $PROBE_LRS; do train "probe_tb$tb" "adams_lr$lr" 1 "$BATCH_STEPS" "$tb" "$lr"; done
@@ -164,7 +200,7 @@ lines = ["# SCAPE's gap to dense AdamS at CPU scale (issue 29; scripts/study_gap
          "+- sample sd [min, max] over seeds. Cost: wall seconds of all runs at the point on this 2-core machine.", ""]
 studies = {"length": [], "batch": []}
 for p in by:
-    if p.startswith("probe"): continue
+    if p.startswith("probe") or p.startswith("demoprobe"): continue
     tb, steps = point_of(p)
     if tb == 2048: studies["length"].append(p)
     if steps == batch_steps: studies["batch"].append(p)
@@ -184,8 +220,9 @@ for study, pts in studies.items():
             g = gap(p, r)
             cells.append("%+.3f +- %.3f [%+.3f, %+.3f]" % g[:4] if g else "")
             if g: dat.setdefault((study, r), []).append((key(p) * (0.9 if study == "length" else 1), g))
-        seeds = max(len(x) for x in by[p].values())
-        cost = sum(v[1] for x in by[p].values() for v in x.values())
+        mine = [x for r, x in by[p].items() if r == "adams" or r in runs_order]  # not the peers' runs at the point
+        seeds = max(len(x) for x in mine)
+        cost = sum(v[1] for x in mine for v in x.values())
         lines.append("| %s | %s | %s | %d | %d |" % (p, "%.4f +- %.4f" % stats(a) if a else "", " | ".join(cells), seeds, cost))
     lines.append("")
 probes = sorted(p for p in by if p.startswith("probe"))
@@ -195,8 +232,53 @@ if probes:
         items = sorted(((float(r.split("_lr")[1]), x[1][0]) for r, x in by[p].items()), key=lambda t: t[0])
         lines.append("| %s | %s |" % (p[8:], ", ".join("%g: %.4f" % t for t in items)))
     lines.append("")
+# issue 33: every method at equal bytes, per batch point that has a peer's run
+def family(r):
+    for pre, f in (("adams", "adams"), ("scape_", "scape"), ("topk_ef_c", "topk-ef"), ("powersgd_", "powersgd"),
+                   ("onebit_", "onebit-adam"), ("demo_", "demo")):
+        if r.startswith(pre): return f
+    return None
+peer_pts = sorted((p for p in studies["batch"] if any(family(r) not in (None, "adams", "scape") for r in by[p])),
+                  key=lambda p: point_of(p)[0])
+peer_dat = {}
+level = {"scape_0.1": None, "scape_0.01": None}
+for p in peer_pts:
+    for r in level:
+        if r in by[p]: level[r] = stats([v[2] for v in by[p][r].values()])[0]
+    lines += ["## Equal bytes: SCAPE and its peers at %d tokens per step (%d steps; issue 33)" % (point_of(p)[0], batch_steps), "",
+              "Bytes: mean sent per step and rank (steps 2..), and its ratio to the SCAPE run of the same level (the "
+              "matched level is the nearer of d 0.1's and d 0.01's). Gap: paired by seed with AdamS.", "",
+              "| run | bytes/step/rank | x SCAPE's | val loss | gap to AdamS | seeds | cost (s) |", "|---|---|---|---|---|---|---|"]
+    runs = [r for r in by[p] if family(r) and (family(r) != "scape" or r in level)]
+    order = ["adams", "scape", "topk-ef", "powersgd", "onebit-adam", "demo"]
+    runs.sort(key=lambda r: (-stats([v[2] for v in by[p][r].values()])[0] if r != "adams" else -1e30,
+                             order.index(family(r))))
+    for r in runs:
+        x = by[p][r]
+        b = stats([v[2] for v in x.values()])[0]
+        v = [t[0] for t in x.values()]
+        m, sd = stats(v)
+        ref = min((l for l in level.values() if l), key=lambda l: abs(math.log(b / l)), default=None)
+        g = gap(p, r) if r != "adams" else None
+        lines.append("| %s | %.0f | %s | %.4f +- %.4f [%.4f, %.4f] | %s | %d | %d |" % (
+            r, b, "%.2f" % (b / ref) if ref and r != "adams" else "", m, sd, min(v), max(v),
+            "%+.3f +- %.3f" % g[:2] if g else "", len(x), sum(t[1] for t in x.values())))
+        peer_dat.setdefault((point_of(p)[0], family(r)), []).append((b, m, sd, min(v), max(v), len(x), r))
+    lines.append("")
+dprobes = sorted(p for p in by if p.startswith("demoprobe"))
+if dprobes:
+    lines += ["## DeMo lr probe (seed 1)", "", "| tokens/step | run: final val loss |", "|---|---|"]
+    for p in dprobes:
+        items = sorted(((float(r.split("_lr")[1]), r, x[1][0]) for r, x in by[p].items() if 1 in x))
+        lines.append("| %s | %s |" % (p[len("demoprobe_tb"):], ", ".join("%s: %.4f" % t[1:] for t in items)))
+    lines.append("")
 open(os.path.join(doc, "results.md"), "w").write("\n".join(lines) + "\n")
 import glob
+for old in glob.glob(os.path.join(doc, "peers_tb*.dat")): os.remove(old)
+for (tb, f), pts in peer_dat.items():
+    with open(os.path.join(doc, "peers_tb%d_%s.dat" % (tb, f)), "w") as fh:
+        fh.write("# bytes_per_step_rank val_mean val_sd val_min val_max seeds run\n")
+        for t in sorted(pts): fh.write("%.0f %.6f %.6f %.6f %.6f %d %s\n" % t)
 for old in glob.glob(os.path.join(doc, "gap_vs_*.dat")): os.remove(old)  # a series with no point now has no file
 for (study, r), pts in dat.items():
     with open(os.path.join(doc, "gap_vs_%s_%s.dat" % ("steps" if study == "length" else "batch", r)), "w") as f:
@@ -222,4 +304,21 @@ if command -v gnuplot > /dev/null && ls "$DOC"/gap_vs_*.dat > /dev/null 2>&1; th
         for p in "${plots[@]}"; do echo "$p"; done
         echo "unset multiplot"
     } | gnuplot 2> /dev/null || echo "note: gnuplot could not draw $DOC/study_gap.png" >&2
+fi
+if command -v gnuplot > /dev/null && ls "$DOC"/peers_tb*.dat > /dev/null 2>&1; then
+    tbs=$(ls "$DOC"/peers_tb*.dat | sed 's/.*peers_tb\([0-9]*\)_.*/\1/' | sort -nu)
+    {
+        echo "set terminal pngcairo size 1200,500 noenhanced; set output '$DOC/peers.png'"
+        echo "set logscale x; set xlabel 'bytes sent per step and rank (mean)'; set ylabel 'final val loss (mean, seed min..max)'"
+        echo "set key top right; set multiplot layout 1,$(echo "$tbs" | wc -w)"
+        for tb in $tbs; do
+            cmd=""
+            for f in "$DOC"/peers_tb"${tb}"_*.dat; do
+                m=${f##*/peers_tb${tb}_}; m=${m%.dat}
+                cmd="$cmd${cmd:+, }'$f' using 1:2:4:5 with yerrorlines pt 7 title '$m'"
+            done
+            echo "set title '$tb tokens per step, $BATCH_STEPS steps, 4 ranks'; plot $cmd"
+        done
+        echo "unset multiplot"
+    } | gnuplot 2> /dev/null || echo "note: gnuplot could not draw $DOC/peers.png" >&2
 fi

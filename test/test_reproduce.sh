@@ -161,6 +161,36 @@ elif grep -q "steps_6/adamw/seed1/log.jsonl is missing" "$tmp/stderr3"; then ok 
 else fail reproduce_run_missing_a_seed_is_an_error "$(tail -2 "$tmp/stderr3")"; fi
 # `reproduce_cpu.sh study MODE` is the gap study of issue 29 (scripts/study_gap.sh): without a mode, its usage
 scripts/reproduce_cpu.sh study > /dev/null 2> "$tmp/stderr4"; st=$?
-if [ $st = 2 ] && grep -q "study_gap.sh length|batch|probe|tables" "$tmp/stderr4"; then ok reproduce_study_is_the_gap_study
+if [ $st = 2 ] && grep -q "study_gap.sh length|batch|probe|peers|tables" "$tmp/stderr4"; then ok reproduce_study_is_the_gap_study
 else fail reproduce_study_is_the_gap_study "exit $st: $(head -1 "$tmp/stderr4")"; fi
+# `reproduce_cpu.sh peers` (issue 33) on a tiny model, 2 ranks, 3 steps, one seed and batch: every method trains with
+# its own rule, the DeMo probe's best lr becomes DeMo's, and the equal-bytes table (bytes recomputed here from each
+# run's log), its plot data and the plot come out.
+if [ "$family" = gpt ]; then
+    if env DOC="$tmp/pd" OUT="$tmp/po" DATA="$data" MODEL_SPEC=d2c32h2t64v4096 RANKS=2 B=2 T=32 BATCH_STEPS=3 \
+        PEER_BATCHES=128 SEEDS=1 EVAL_BATCHES=1 LR_128=1e-3 DEMO_PROBE_LRS="1e-3 3e-3" \
+        PEER_RUNS="topk_ef_c0.05 powersgd_r2 onebit_f1 demo_k4" \
+        scripts/reproduce_cpu.sh peers > "$tmp/stdout5" 2> "$tmp/stderr5"; then ok reproduce_peers_runs
+    else fail reproduce_peers_runs "status $?: $(tail -3 "$tmp/stderr5")"; fi
+    demo_lr=$(awk -F'\t' '$1 == "demoprobe_tb128" { split($2, a, "_lr"); if (b == "" || $4 < v) { v = $4; b = a[2] } }
+        END { printf "%.6g", b }' "$tmp/pd/runs.tsv")
+    for pair in adams:adams scape_0.1:scape scape_0.01:scape topk_ef_c0.05:topk-ef powersgd_r2:powersgd \
+                onebit_f1:onebit-adam demo_k4:demo; do
+        r=${pair%%:*}; want=${pair#*:}; lr=0.001; [ "$want" = demo ] && lr=$demo_lr
+        got=$(/usr/bin/python3 -c '
+import json, sys
+log, md, run = sys.argv[1:4]
+ev = [json.loads(l) for l in open(log)]
+sent = [e["comm_bytes_sent"] for e in ev if e["event"] == "train" and e["step"] >= 2]
+row = [l for l in open(md) if l.startswith("| %s |" % run)]
+print(ev[0]["optimizer"], "%.6g" % ev[0]["lr"], bool(row) and round(sum(sent) / len(sent)) == float(row[-1].split("|")[2]))
+' "$tmp/po/tb128_steps3/$r/seed1/log.jsonl" "$tmp/pd/results.md" "$r" 2>&1)
+        [ "$got" = "$want $lr True" ] && ok "reproduce_peers_run_$r" \
+            || fail "reproduce_peers_run_$r" "optimizer, lr, bytes equal to the table's: want '$want $lr True', got '$got'"
+    done
+    n=$(find "$tmp/pd" -name 'peers_tb128_*.dat' | wc -l)
+    if [ "$n" = 6 ] && [ "$(head -c 4 "$tmp/pd/peers.png" 2> /dev/null | od -An -tx1 | tr -d ' \n')" = 89504e47 ] \
+        && grep -q '^## DeMo lr probe' "$tmp/pd/results.md"; then ok reproduce_peers_table_plot_data_and_plot
+    else fail reproduce_peers_table_plot_data_and_plot "$n plot data files: $(ls "$tmp/pd")"; fi
+fi
 exit $((fails > 0))
