@@ -172,7 +172,7 @@ tables) ;;
 esac
 
 # tables and plot data from runs.tsv alone
-/usr/bin/python3 - "$runs_tsv" "$DOC" "$BATCH_STEPS" <<'PYEOF'
+/usr/bin/python3 - "$runs_tsv" "$DOC" "$BATCH_STEPS" "$MODEL_SPEC" <<'PYEOF'
 import math, os, sys, collections
 tsv, doc, batch_steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rows = [l.rstrip("\n").split("\t") for l in open(tsv)][1:]
@@ -242,6 +242,7 @@ def family(r):
 peer_pts = sorted((p for p in studies["batch"] if any(family(r) not in (None, "adams", "scape") for r in by[p])),
                   key=lambda p: point_of(p)[0])
 peer_dat = {}
+ln_v = math.log(float(sys.argv[4].rsplit("v", 1)[1]))  # the uniform guess's loss
 level = {"scape_0.1": None, "scape_0.01": None}
 for p in peer_pts:
     for r in level:
@@ -261,9 +262,11 @@ for p in peer_pts:
         m, sd = stats(v)
         ref = min((l for l in level.values() if l), key=lambda l: abs(math.log(b / l)), default=None)
         g = gap(p, r) if r != "adams" else None
+        if g and m > ln_v: g = None  # a diverged run has no meaningful gap
         lines.append("| %s | %.0f | %s | %.4f +- %.4f [%.4f, %.4f] | %s | %d | %d |" % (
             r, b, "%.2f" % (b / ref) if ref and r != "adams" else "", m, sd, min(v), max(v),
-            "%+.3f +- %.3f" % g[:2] if g else "", len(x), sum(t[1] for t in x.values())))
+            "%+.3f +- %.3f" % g[:2] if g else ("diverged (mean above ln V)" if m > ln_v else ""), len(x),
+            sum(t[1] for t in x.values())))
         peer_dat.setdefault((point_of(p)[0], family(r)), []).append((b, m, sd, min(v), max(v), len(x), r))
     lines.append("")
 dprobes = sorted(p for p in by if p.startswith("demoprobe"))
@@ -308,10 +311,14 @@ if command -v gnuplot > /dev/null && ls "$DOC"/gap_vs_*.dat > /dev/null 2>&1; th
 fi
 if command -v gnuplot > /dev/null && ls "$DOC"/peers_tb*.dat > /dev/null 2>&1; then
     tbs=$(ls "$DOC"/peers_tb*.dat | sed 's/.*peers_tb\([0-9]*\)_.*/\1/' | sort -nu)
+    # the y range of the runs that learned: a mean above ln V (the uniform guess's loss) diverged and stays off the plot
+    vocab=${MODEL_SPEC##*v}
+    yr=$(cat "$DOC"/peers_tb*.dat | awk -v v="$vocab" '!/^#/ && $2 < log(v) { if (n++ == 0 || $4 < lo) lo = $4; if ($5 > hi) hi = $5 }
+        END { if (n) printf "[%.3f:%.3f]", lo - 0.05, hi + 0.05; else printf "[*:*]" }')
     {
         echo "set terminal pngcairo size 1200,500 noenhanced; set output '$DOC/peers.png'"
         echo "set logscale x; set xlabel 'bytes sent per step and rank (mean)'; set ylabel 'final val loss (mean, seed min..max)'"
-        echo "set key top right; set multiplot layout 1,$(echo "$tbs" | wc -w)"
+        echo "set key top right; set yrange $yr; set multiplot layout 1,$(echo "$tbs" | wc -w)"
         for tb in $tbs; do
             cmd=""
             for f in "$DOC"/peers_tb"${tb}"_*.dat; do
