@@ -77,7 +77,9 @@ onebit_ref_n1_f5_clip 1 30 5 30 no-worker-ef,one-scale
 onebit_ref_n2_f3 2 30 3 0 no-worker-ef,no-server-ef,one-scale
 onebit_ref_n3_f8_clip 3 30 8 30 no-worker-ef,no-server-ef,one-scale
 CASES
-# DeMo (issue 33): name ranks steps topk clip controls (averaging over the senders only shows on 2+ ranks)
+# DeMo (issue 33): name ranks steps topk clip controls (averaging over the senders only shows where a block mixes
+# coefficients sent by different numbers of ranks: 3 ranks, k 5; with 2 ranks and k 1 a shared coefficient is alone in
+# its block, so sum and mean have the same sign and the control could not fail)
 while read -r name np steps K clip controls; do
     if ! "${mpi[@]}" -np "$np" "$drv" "$tmp/$name" "$steps" 1 0 "$clip" demo "$K" < /dev/null > "$tmp/$name.log" 2>&1; then
         echo "FAIL $name: driver failed: $(tail -1 "$tmp/$name.log")"; fail=1; continue
@@ -92,7 +94,7 @@ while read -r name np steps K clip controls; do
     done
 done <<'CASES'
 demo_ref_n1_k3_clip 1 30 3 30 no-removal,no-dct
-demo_ref_n2_k1 2 30 1 0 no-removal,no-dct,sum
+demo_ref_n2_k1 2 30 1 0 no-removal,no-dct
 demo_ref_n3_k5_clip 3 30 5 30 no-removal,no-dct,sum
 CASES
 exit $fail

@@ -361,8 +361,8 @@ TEST(args_format_reads_back_to_the_same_value) {
                      "--prompt", "a \"b\"", NULL};
     args_parse(t, n, 10, argv1, "usage", NULL);
     TrainConfig before = c;
-    char vals[64][256];
-    CHECK(n <= 64, "table too long for the test");
+    static char vals[256][256];
+    CHECK(n <= 256, "table of %d options too long for the test", n);
     for (int i = 0; i < n; i++) args_format(&t[i], vals[i], sizeof vals[i]);
     char *argv0[] = {"prog", NULL};
     args_parse(t, n, 1, argv0, "usage", NULL); /* back to the defaults */
