@@ -183,9 +183,9 @@ def stats(xs):
     m = sum(xs) / len(xs)
     sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else float("nan")
     return m, sd
-def gap(point, run):
-    """mean and sample sd over seeds of (run - adams), paired by seed; None without a common seed"""
-    a, x = by[point].get("adams", {}), by[point].get(run, {})
+def gap(point, run, base="adams"):
+    """mean and sample sd over seeds of (run - base), paired by seed; None without a common seed"""
+    a, x = by[point].get(base, {}), by[point].get(run, {})
     common = sorted(set(a) & set(x))
     if not common: return None
     d = [x[s][0] - a[s][0] for s in common]
@@ -249,8 +249,10 @@ for p in peer_pts:
         if r in by[p]: level[r] = stats([v[2] for v in by[p][r].values()])[0]
     lines += ["## Equal bytes: SCAPE and its peers at %d tokens per step (%d steps; issue 33)" % (point_of(p)[0], batch_steps), "",
               "Bytes: mean sent per step and rank (steps 2..), and its ratio to the SCAPE run of the same level (the "
-              "matched level is the nearer of d 0.1's and d 0.01's). Gap: paired by seed with AdamS.", "",
-              "| run | bytes/step/rank | x SCAPE's | val loss | gap to AdamS | seeds | cost (s) |", "|---|---|---|---|---|---|---|"]
+              "matched level is the nearer of d 0.1's and d 0.01's). Gap to AdamS and difference to that SCAPE run: "
+              "final validation loss, paired by seed, mean +- sample sd [min, max] (negative: ahead of SCAPE).", "",
+              "| run | bytes/step/rank | x SCAPE's | val loss | gap to AdamS | minus SCAPE's | seeds | cost (s) |",
+              "|---|---|---|---|---|---|---|---|"]
     runs = [r for r in by[p] if family(r) and (family(r) != "scape" or r in level)]
     order = ["adams", "scape", "topk-ef", "powersgd", "onebit-adam", "demo"]
     runs.sort(key=lambda r: (-stats([v[2] for v in by[p][r].values()])[0] if r != "adams" else -1e30,
@@ -260,13 +262,15 @@ for p in peer_pts:
         b = stats([v[2] for v in x.values()])[0]
         v = [t[0] for t in x.values()]
         m, sd = stats(v)
-        ref = min((l for l in level.values() if l), key=lambda l: abs(math.log(b / l)), default=None)
+        near = min((r2 for r2 in level if level[r2]), key=lambda r2: abs(math.log(b / level[r2])), default=None)
+        ref = level[near] if near else None
+        vs = gap(p, r, near) if near and r not in ("adams", near) and m <= ln_v else None
         g = gap(p, r) if r != "adams" else None
         if g and m > ln_v: g = None  # a diverged run has no meaningful gap
-        lines.append("| %s | %.0f | %s | %.4f +- %.4f [%.4f, %.4f] | %s | %d | %d |" % (
+        lines.append("| %s | %.0f | %s | %.4f +- %.4f [%.4f, %.4f] | %s | %s | %d | %d |" % (
             r, b, "%.2f" % (b / ref) if ref and r != "adams" else "", m, sd, min(v), max(v),
-            "%+.3f +- %.3f" % g[:2] if g else ("diverged (mean above ln V)" if m > ln_v else ""), len(x),
-            sum(t[1] for t in x.values())))
+            "%+.3f +- %.3f" % g[:2] if g else ("diverged (mean above ln V)" if m > ln_v else ""),
+            "%+.3f +- %.3f [%+.3f, %+.3f]" % vs[:4] if vs else "", len(x), sum(t[1] for t in x.values())))
         peer_dat.setdefault((point_of(p)[0], family(r)), []).append((b, m, sd, min(v), max(v), len(x), r))
     lines.append("")
 dprobes = sorted(p for p in by if p.startswith("demoprobe"))
