@@ -611,6 +611,14 @@ CommHandle comm_iallgatherv(void *buf, const size_t *counts, size_t elem_bytes) 
     return enqueue(&j);
 }
 
+CommHandle comm_iallgather(void *buf, size_t count, size_t elem_bytes) {
+    size_t *counts = xmalloc((size_t)C.world * sizeof(size_t), "comm counts");
+    for (int r = 0; r < C.world; r++) counts[r] = count;
+    CommHandle h = comm_iallgatherv(buf, counts, elem_bytes);
+    free(counts);
+    return h;
+}
+
 CommHandle comm_iallgather_bytes(const void *mine, size_t n, void *out, size_t cap, size_t *sizes) {
     if (n > cap) fatal("comm_iallgather_bytes: %zu bytes exceed the slot of %zu", n, cap);
     Job j = {.op = JOB_ALLGATHER_BYTES, .kind = COMM_ALLGATHER, .buf = (void *)mine, .out = out, .n = n,

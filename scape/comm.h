@@ -124,6 +124,8 @@ CommHandle comm_ireduce_scatter_avg_bf16(const uint16_t *in, uint16_t *out, floa
 /* In place all-gather: buf holds world consecutive parts, part r = counts[r] elements of elem_bytes bytes;
  * this rank's part is already in place, the others are filled in. Bytes: total (N-1)/N. */
 CommHandle comm_iallgatherv(void *buf, const size_t *counts, size_t elem_bytes);
+/* comm_iallgatherv with every part count elements (topk-ef's buckets, 1-bit Adam's sign blocks, DeMo's pairs). */
+CommHandle comm_iallgather(void *buf, size_t count, size_t elem_bytes);
 /* All-gather of byte strings of different lengths (SCAPE's coded mask segments): this rank sends mine[0..n)
  * (n <= cap); afterwards out + r * cap holds rank r's sizes[r] bytes, for every rank r (out: world * cap bytes,
  * sizes: world entries, both written by the job and valid once it is waited for). The lengths travel first

@@ -228,10 +228,7 @@ int demo_step(DistOptim *d, int t, float lr, float *grad_norm) {
     for (size_t j = 0; j < d->P; j++) d->r[j] = beta * d->r[j] + lr * (g[j] * sc);
     TopkPair *mine = d->pairs + (size_t)d->rank * d->demo_k;
     demo_for_blocks(d, encode_block, mine);
-    size_t *counts = xmalloc((size_t)d->world * sizeof(size_t), "DeMo gather counts");
-    for (int r = 0; r < d->world; r++) counts[r] = d->demo_k;
-    comm_wait(comm_iallgatherv(d->pairs, counts, sizeof(TopkPair)));
-    free(counts);
+    comm_wait(comm_iallgather(d->pairs, d->demo_k, sizeof(TopkPair)));
     /* Q: the mean over the ranks that sent each coefficient, summed in rank order */
     memset(d->stage, 0, d->P * sizeof(float));
     memset(d->demo_cnt, 0, d->P * sizeof(uint16_t));

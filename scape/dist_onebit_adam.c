@@ -129,10 +129,7 @@ static void ob_compressed_allreduce(DistOptim *d) {
         memcpy(mine + 4 * (size_t)i, &b, 4);
     }
     free(sc);
-    size_t *counts = xmalloc((size_t)N * sizeof(size_t), "1-bit Adam gather counts");
-    for (int r = 0; r < N; r++) counts[r] = Bk;
-    comm_wait(comm_iallgatherv(send, counts, 1));
-    free(counts);
+    comm_wait(comm_iallgather(send, Bk, 1));
     /* m = b_j sign on chunk j, from the gathered blocks */
     for (int i = 0; i < S; i++) {
         const ParamSlice *s = &tab->slices[i];

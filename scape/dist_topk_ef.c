@@ -72,10 +72,7 @@ static void topk_queue_bucket(DistOptim *d, int b) {
             if (mask_get(d->mask_cur, j)) out[q++] = (TopkPair){(uint32_t)j, acc[j]};
     }
     if (q != d->bucket_k[b]) fatal("topk-ef: bucket %d selected %zu coordinates, expected %zu", b, q, d->bucket_k[b]);
-    size_t *counts = xmalloc((size_t)d->world * sizeof(size_t), "topk-ef counts");
-    for (int r = 0; r < d->world; r++) counts[r] = d->bucket_k[b];
-    d->bh[b] = comm_iallgatherv(all, counts, sizeof(TopkPair));
-    free(counts);
+    d->bh[b] = comm_iallgather(all, d->bucket_k[b], sizeof(TopkPair));
     d->bstate[b] = 2;
 }
 
