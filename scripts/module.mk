@@ -23,6 +23,8 @@ TEST_CMDS += "/usr/bin/python3 test/test_reproduce_cost.py"
 TEST_CMDS += test/test_cluster_recipes.sh
 # issue 31: the variants study's tsv and table against the logs (~30 s)
 TEST_CMDS += "test/test_study_variants.sh $(DATA)"
+# issue 42: the regime study's lines against the logs, resume after SIGKILL, the committed tables (~60 s)
+TEST_CMDS += "test/test_study_regime.sh $(DATA)"
 # issue 35: the first GPU run's plan (scripts/gpu_check.sh PLAN=1: order, the 8-minute estimate, T=128; ~25 s)
 TEST_CMDS += test/test_gpu_check.sh
 # issue 30: the batch job on a real one-node SLURM (munged, slurmctld, slurmd started from a scratch dir; ~2 min)

@@ -63,7 +63,7 @@ PROBE_LRS=${PROBE_LRS:-"5e-4 1e-3 2e-3 4e-3"}
 EVAL_BATCHES=${EVAL_BATCHES:-50}
 mkdir -p "$DOC"
 runs_tsv=$DOC/runs.tsv
-[ -f "$runs_tsv" ] || printf 'point\trun\tseed\tval_loss\tseconds\tbytes_per_step\n' > "$runs_tsv"
+[ -f "$runs_tsv" ] || printf 'point\trun\tseed\tval_loss\tseconds\tbytes_per_step\ttrain_tail\tval_best\tcommit\n' > "$runs_tsv"
 
 flags_of() { # the update rule's flags, with the density warm-up DW
     local dw=$2 sparse="--density-start 1 --density-warmup $2 --scape-exclude-norms 0"
@@ -177,7 +177,7 @@ import math, os, sys, collections
 tsv, doc, batch_steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rows = [l.rstrip("\n").split("\t") for l in open(tsv)][1:]
 by = collections.defaultdict(dict)   # point -> run -> seed -> (val, secs, bytes)
-for p, r, s, v, secs, b in rows:
+for p, r, s, v, secs, b in (row[:6] for row in rows if not row[0].startswith("regime")):  # regime: study_regime.sh's
     by[p].setdefault(r, {})[int(s)] = (float(v), int(secs), float(b))
 def stats(xs):
     m = sum(xs) / len(xs)
