@@ -17,6 +17,17 @@
 #  12 two `make data` at once into one folder both succeed with the same files;
 #  13 a vocabulary learned by `tok train --out DIR` is usable by tok, the trainers and the exporter; `tok shards`
 #     reads subfolders.
+# Issue 43 (lineage is decided first and changed last; --eval-only is read-only on the run directory), cases l<N>
+# numbered as the issue's symptoms:
+#   l4  a ckpt_<step> folder copied in from another run is not taken for --resume latest (two runs: refused);
+#   l5  a checkpoint folder a retention left half-removed (no manifest) is removed by the next retention;
+#   l6  --eval-only --resume <out>/ckpt_2 leaves the later checkpoints in place and latest where it was;
+#   l7  a resume refused after the roll-back was decided (--batch, --total-batch) has moved nothing;
+#   l8  a link planted at <out>/abandoned is refused before anything moves;
+#   l10 --eval-only --resume latest with no checkpoint is refused, nothing written;
+#   l11 --eval-only reports the manifest's step (trailing slash, renamed folder);
+#   l18 --resume "" and --verify-ckpt "" are usage errors, not a training run with defaults;
+#   l19 --eval-only runs on an --out that holds checkpoints (with --resume or --init).
 # The toy bigram model (test/test_train_toy.c) keeps the loop cases fast; the GPT-2 trainer is used where the
 # model matters (--init, memory, export, tokenizers), on data/sotu shards (make data).
 set -u
@@ -128,6 +139,60 @@ if [ $st = 1 ] && one_error_line "$TMP/s10.err" "^error: the run ended with 3 sk
    && ! grep -q "is kept" "$TMP/s10.out" && [ ! -e "$TMP/s10/ckpt_3" ]; then ok all_skipped_run_exits_1_without_claiming_a_checkpoint
 else fail all_skipped_run_exits_1_without_claiming_a_checkpoint "status $st: $(cat "$TMP/s10.err"; grep skipped "$TMP/s10.out")"; fi
 
+# ---------------------------------------------------------------- issue 43: lineage (toy)
+lsckpt() { (cd "$1" && ls -d ckpt_* 2> /dev/null | sort -t_ -k2 -n | tr '\n' ' '); }
+# --- l4: run l4a's ckpt_6 copied into l4 (ckpt_2, ckpt_4)
+"${RUN[@]}" --out "$TMP/l4a" --steps 6 --ckpt-every 2 --keep-ckpts 0 > /dev/null 2>&1
+"${RUN[@]}" --out "$TMP/l4" --steps 4 --ckpt-every 2 --keep-ckpts 0 > /dev/null 2>&1
+cp -r "$TMP/l4a/ckpt_6" "$TMP/l4/"
+"${RUN[@]}" --out "$TMP/l4" --resume latest --ckpt-every 2 --keep-ckpts 2 > "$TMP/l4.out" 2> "$TMP/l4.err"
+st=$?
+if [ $st -ne 0 ] && one_error_line "$TMP/l4.err" "^error: --out .*l4 holds the checkpoints of two runs \(run [0-9a-f]{16}: ckpt_6; run [0-9a-f]{16}: ckpt_4, ckpt_2\)" \
+   && [ "$(lsckpt "$TMP/l4")" = "ckpt_2 ckpt_4 ckpt_6 " ]; then ok copied_in_checkpoint_of_another_run_is_not_latest
+else fail copied_in_checkpoint_of_another_run_is_not_latest "status $st, left '$(lsckpt "$TMP/l4")': $(cat "$TMP/l4.err")"; fi
+
+# --- l5: ckpt_2 as a retention killed between its unlinks leaves it (manifest and model gone, state file left)
+"${RUN[@]}" --out "$TMP/l5" --steps 4 --ckpt-every 2 --keep-ckpts 0 > /dev/null 2>&1
+rm "$TMP/l5/ckpt_2/manifest.json" "$TMP/l5/ckpt_2/model.bin"
+"${RUN[@]}" --out "$TMP/l5" --resume latest --steps 6 --ckpt-every 2 --keep-ckpts 0 > "$TMP/l5.out" 2>&1
+st=$?
+if [ $st = 0 ] && [ "$(lsckpt "$TMP/l5")" = "ckpt_4 ckpt_6 " ]; then ok half_removed_checkpoint_is_removed_by_the_next_retention
+else fail half_removed_checkpoint_is_removed_by_the_next_retention "status $st, left '$(lsckpt "$TMP/l5")'"; fi
+
+# --- l7: a roll-back to ckpt_2 decided, then the run refused: ckpt_4 stays where it was
+"${RUN[@]}" --out "$TMP/l7" --steps 4 --ckpt-every 2 --keep-ckpts 0 > /dev/null 2>&1
+"${RUN[@]}" --out "$TMP/l7" --resume "$TMP/l7/ckpt_2" --batch 8 > /dev/null 2> "$TMP/l7.err"
+st=$?
+"${RUN[@]}" --out "$TMP/l7" --resume "$TMP/l7/ckpt_2" --total-batch 100 > /dev/null 2> "$TMP/l7b.err"
+st2=$?
+if [ $st -ne 0 ] && one_error_line "$TMP/l7.err" "^error: --batch 8 contradicts the checkpoint" \
+   && [ $st2 -ne 0 ] && one_error_line "$TMP/l7b.err" "^error: --total-batch 100 is not a multiple" \
+   && [ "$(lsckpt "$TMP/l7")" = "ckpt_2 ckpt_4 " ] && [ ! -e "$TMP/l7/abandoned" ] && [ ! -e "$TMP/l7/.rollback" ]; then
+    ok refused_resume_leaves_the_line_as_it_was
+else fail refused_resume_leaves_the_line_as_it_was "status $st/$st2, left '$(lsckpt "$TMP/l7")': $(cat "$TMP/l7.err" "$TMP/l7b.err")"; fi
+
+# --- l8: <out>/abandoned planted as a link to a folder outside --out
+"${RUN[@]}" --out "$TMP/l8" --steps 4 --ckpt-every 2 --keep-ckpts 0 > /dev/null 2>&1
+mkdir -p "$TMP/l8elsewhere"
+ln -s "$(realpath "$TMP/l8elsewhere")" "$TMP/l8/abandoned"
+"${RUN[@]}" --out "$TMP/l8" --resume "$TMP/l8/ckpt_2" --steps 3 > /dev/null 2> "$TMP/l8.err"
+st=$?
+if [ $st -ne 0 ] && one_error_line "$TMP/l8.err" "^error: --out .*l8: .*l8/abandoned is a symbolic link or not a folder.*nothing was changed" \
+   && [ "$(lsckpt "$TMP/l8")" = "ckpt_2 ckpt_4 " ] && [ -z "$(ls -A "$TMP/l8elsewhere")" ]; then
+    ok planted_abandoned_link_is_refused_before_anything_moves
+else fail planted_abandoned_link_is_refused_before_anything_moves "status $st, left '$(lsckpt "$TMP/l8")', elsewhere '$(ls -A "$TMP/l8elsewhere")': $(cat "$TMP/l8.err")"; fi
+
+# --- l18: an unset shell variable as the value
+"$TOY" --verify-ckpt "" --out "$TMP/l18v" > /dev/null 2> "$TMP/l18.err" # (--out: a run it starts stays in TMP)
+st=$?
+"${RUN[@]}" --out "$TMP/l18" --resume "" > /dev/null 2> "$TMP/l18b.err"
+st2=$?
+if [ $st = 2 ] && one_error_line "$TMP/l18.err" "^error: --verify-ckpt was given an empty value" \
+   && [ $st2 = 2 ] && one_error_line "$TMP/l18b.err" "^error: --resume was given an empty value" && [ ! -e "$TMP/l18" ] \
+   && [ ! -e "$TMP/l18v" ]; then
+    ok empty_resume_or_verify_ckpt_is_a_usage_error
+else fail empty_resume_or_verify_ckpt_is_a_usage_error "status $st/$st2: $(cat "$TMP/l18.err" "$TMP/l18b.err")"; fi
+
 # ---------------------------------------------------------------- the GPT-2 trainer
 GPT=(./train_gpt --batch 2 --seq 32 --eval-every 0 --sample-every 0 --threads 1 --data "$DATA")
 
@@ -178,6 +243,35 @@ if [ $st = 1 ] && [ $secs -lt 20 ] && one_error_line "$TMP/s11.err" "^error: --m
    && [ $st3 = 1 ] && [ $secs3 -lt 20 ] && one_error_line "$TMP/s11c.err" "^error: --model 1.8b .* needs [0-9.]+ GiB per rank"; then
     ok model_that_cannot_fit_is_refused_up_front
 else fail model_that_cannot_fit_is_refused_up_front "status $st/$st2/$st3 in ${secs}s/${secs3}s: $(cat "$TMP/s11.err" "$TMP/s11b.err" "$TMP/s11c.err")"; fi
+
+# --- l6, l10, l11, l19: --eval-only is read-only on the run directory (e: ckpt_2, ckpt_4)
+EV=(./train_gpt --eval-only --threads 1 --data "$DATA" --eval-task "copa=test/eval/copa.jsonl")
+"${GPT[@]}" --model d2c32h4t32v4096 --steps 4 --ckpt-every 2 --keep-ckpts 0 --out "$TMP/e" > /dev/null 2>&1
+"${EV[@]}" --resume "$TMP/e/ckpt_2" --out "$TMP/e" > "$TMP/e6.out" 2>&1
+st=$?
+left=$(lsckpt "$TMP/e")
+"${GPT[@]}" --resume latest --out "$TMP/e" --steps 5 > "$TMP/e6b.out" 2>&1
+if [ $st = 0 ] && [ "$left" = "ckpt_2 ckpt_4 " ] && [ ! -e "$TMP/e/abandoned" ] \
+   && grep -q "resuming from $TMP/e/ckpt_4 at step 4" "$TMP/e6b.out"; then ok eval_only_of_an_older_checkpoint_moves_nothing
+else fail eval_only_of_an_older_checkpoint_moves_nothing "status $st, left '$left': $(grep -E 'error|resuming' "$TMP/e6.out" "$TMP/e6b.out")"; fi
+"${EV[@]}" --init "$TMP/e/ckpt_4/model.bin" --batch 2 --seq 32 --out "$TMP/e" > "$TMP/e19.out" 2>&1
+st=$?
+if [ $st = 0 ] && grep -q '"event": "eval_task"' "$TMP/e/eval.jsonl" && [ "$(lsckpt "$TMP/e")" = "ckpt_2 ckpt_4 ckpt_5 " ]; then
+    ok eval_only_runs_on_an_out_with_checkpoints
+else fail eval_only_runs_on_an_out_with_checkpoints "status $st: $(grep error "$TMP/e19.out")"; fi
+"${EV[@]}" --resume latest --out "$TMP/e_typo" > "$TMP/e10.out" 2> "$TMP/e10.err"
+st=$?
+if [ $st -ne 0 ] && one_error_line "$TMP/e10.err" "^error: --eval-only --resume latest: no checkpoint under .*e_typo to score" \
+   && [ ! -e "$TMP/e_typo" ]; then ok eval_only_without_a_checkpoint_is_refused
+else fail eval_only_without_a_checkpoint_is_refused "status $st: $(cat "$TMP/e10.err")"; fi
+cp -r "$TMP/e/ckpt_4" "$TMP/e_best"
+"${EV[@]}" --resume "$TMP/e/ckpt_4/" --out "$TMP/e11a" > /dev/null 2>&1
+st=$?
+"${EV[@]}" --resume "$TMP/e_best" --out "$TMP/e11b" > /dev/null 2>&1
+st2=$?
+if [ $st = 0 ] && [ $st2 = 0 ] && grep -q '"event": "eval_task".*"step": 4' "$TMP/e11a/eval.jsonl" \
+   && grep -q '"event": "eval_task".*"step": 4' "$TMP/e11b/eval.jsonl"; then ok eval_only_reports_the_manifests_step
+else fail eval_only_reports_the_manifests_step "status $st/$st2: $(cat "$TMP/e11a/eval.jsonl" "$TMP/e11b/eval.jsonl" 2>&1 | head -2)"; fi
 
 # --- 4: the exporter
 "${GPT[@]}" --model d2c32h4t32v4096 --steps 2 --ckpt-every 1 --out "$TMP/s4" > /dev/null 2>&1

@@ -566,6 +566,69 @@ TEST(rollback_moves_later_checkpoints_aside) {
     CHECK(file_exists(p), "%s missing", p);
 }
 
+/* Rewrites the run_id of the checkpoint <dir> (written by write_ckpt: run 00000000000000aa) to id, as if the folder
+ * had been copied in from another run. */
+static void set_run_id(const char *dir, const char *id) {
+    char path[600], buf[4096];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[n] = '\0';
+    char *at = strstr(buf, "00000000000000aa");
+    if (!at || strlen(id) != 16) fatal("set_run_id: %s has no run id to replace", path);
+    memcpy(at, id, 16);
+    write_file_atomic(path, buf, n, NULL, 0);
+}
+
+/* Issue 43, symptoms 4 and 8: a checkpoint of another run copied into --out is named by the line check and neither
+ * counted nor removed by retention; a roll-back never moves checkpoints through a link planted at <out>/abandoned:
+ * it is refused before anything moves, and so is finishing a pending roll-back into it. */
+TEST(lineage_keeps_to_its_own_run_and_its_own_folder) {
+    char out[300], dir[512], why[1024], dest[600], p[800], elsewhere[400], target[600];
+    snprintf(out, sizeof out, "%s/lineage", tmpdir);
+    for (int s = 2; s <= 6; s += 2) write_ckpt(out, s, 1);
+    CHECK(ckpt_line_check(out, why, sizeof why) == 0, "one run's checkpoints taken for two: %s", why);
+    write_ckpt(out, 8, 1);
+    ckpt_dir(dir, sizeof dir, out, 8);
+    set_run_id(dir, "00000000000000bb");
+    CHECK(ckpt_line_check(out, why, sizeof why) < 0 &&
+          strcmp(why, "run 00000000000000bb: ckpt_8; run 00000000000000aa: ckpt_6, ckpt_4, ckpt_2") == 0,
+          "line check: '%s'", why);
+    ckpt_prune(out, 1, 6); /* this run just wrote ckpt_6: keep 1 of its own, never the other run's ckpt_8 */
+    CHECK(file_exists(dir), "retention removed ckpt_8, another run's");
+    ckpt_dir(dir, sizeof dir, out, 6);
+    CHECK(file_exists(dir), "retention removed ckpt_6, the one just written");
+    ckpt_dir(dir, sizeof dir, out, 4);
+    CHECK(!file_exists(dir), "ckpt_4 kept beyond keep 1 (the other run's ckpt_8 was counted)");
+
+    snprintf(out, sizeof out, "%s/lineage_link", tmpdir);
+    snprintf(elsewhere, sizeof elsewhere, "%s/lineage_elsewhere", tmpdir);
+    write_ckpt(out, 2, 1);
+    write_ckpt(out, 4, 1);
+    make_dirs(elsewhere);
+    CHECK(realpath(elsewhere, target) != NULL, "realpath");
+    snprintf(p, sizeof p, "%s/abandoned", out);
+    CHECK(symlink(target, p) == 0, "symlink");
+    CHECK(ckpt_abandon_check(out, 4, why, sizeof why) == 0, "nothing later than 4, yet refused: %s", why);
+    CHECK(ckpt_abandon_check(out, 2, why, sizeof why) < 0 && strstr(why, "abandoned is a symbolic link"),
+          "check: %s", why);
+    CHECK(ckpt_abandon_after(out, 2, dest, sizeof dest, why, sizeof why) < 0, "roll-back through the link went on");
+    ckpt_dir(dir, sizeof dir, out, 4);
+    snprintf(p, sizeof p, "%s/.rollback", out);
+    CHECK(file_exists(dir) && !file_exists(p), "a refused roll-back moved ckpt_4 or left its intent");
+    write_file_atomic(p, "2 abandoned/after_ckpt_2\n", 25, NULL, 0); /* pending from a run killed half-way */
+    int step = -1;
+    CHECK(ckpt_rollback_pending(out, &step, why, sizeof why) == 1 && step == 2, "pending: step %d (%s)", step, why);
+    CHECK(ckpt_finish_rollback(out, why, sizeof why) < 0 && strstr(why, "abandoned is a symbolic link"),
+          "finishing through the link: %s", why);
+    snprintf(p, sizeof p, "%s/after_ckpt_2", target);
+    CHECK(file_exists(dir) && !file_exists(p), "a checkpoint or folder went through the link to %s", target);
+    snprintf(p, sizeof p, "%s/.rollback", out);
+    write_file_atomic(p, "2 abandoned/../x\n", 17, NULL, 0);
+    CHECK(ckpt_rollback_pending(out, &step, why, sizeof why) < 0 && strstr(why, "malformed"), "'../x' taken: %s", why);
+}
+
 /* Issue 34, symptom 6: the atomic write never opens a planted link: the temp name is new each time. */
 TEST(atomic_write_never_follows_a_planted_link) {
     char victim[400], dir[300], link[600], path[500];
@@ -606,6 +669,7 @@ int main(void) {
     RUN_TEST(manifest_options_keep_any_bytes_at_any_length);
     RUN_TEST(rollback_moves_later_checkpoints_aside);
     RUN_TEST(atomic_write_never_follows_a_planted_link);
+    RUN_TEST(lineage_keeps_to_its_own_run_and_its_own_folder);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) printf("note: could not remove %s\n", tmpdir);

@@ -127,11 +127,16 @@ int ckpt_find_latest(const char *out, char *buf, size_t cap);
 /* ckpt_find_latest, but quiet: the number of ckpt_<step> entries seen in *n_seen, and the notes on those passed
  * over in why_all instead of on stderr, one line each ("note: skipping checkpoint DIR: why\n"). */
 int ckpt_find_latest_why(const char *out, char *buf, size_t cap, int *n_seen, char *why_all, size_t why_cap);
+/* ckpt_find_latest_why among the checkpoints of step <= max_step only (the line a pending roll-back leaves). */
+int ckpt_find_latest_upto(const char *out, int max_step, char *buf, size_t cap, int *n_seen, char *why_all,
+                          size_t why_cap);
 /* Removes all but the newest `keep` complete checkpoints under out (keep <= 0: keep all), never the one of step
  * verified_step (the newest that verified: the one just written, checksummed from its files read back; -1: none).
- * Incomplete ones are left alone, and so is a ckpt_<step> that is a symbolic link (it is not this run's: neither
- * counted nor removed). A removal renames the folder to .deleting-ckpt_<step> first and removes what is in it
- * without following links; such folders left by a run killed half-way are removed by the next prune. */
+ * Incomplete ones are left alone, and so is a ckpt_<step> that is a symbolic link or whose manifest records
+ * another run_id than verified_step's (neither is this run's: neither counted nor removed). A removal renames the
+ * folder to .deleting-ckpt_<step> first and removes what is in it without following links; such folders left by a
+ * run killed half-way are removed by the next prune, and so is a real ckpt_<step> older than verified_step that has
+ * no manifest.json (what a removal killed between its unlinks left: it holds nothing complete). */
 void ckpt_prune(const char *out, int keep, int verified_step);
 /* Removes the real folder <out>/ckpt_<step> as a prune does (a link is left alone). */
 void ckpt_remove(const char *out, int step);
@@ -147,10 +152,21 @@ void ckpt_invalidate(const char *dir);
  * never deleted; nothing of this run sees them again), so "latest" and retention follow the new branch; a later
  * one that never got its manifest (an unfinished write) is removed instead.
  * ckpt_abandon_after does that and returns how many it moved (0: none were later), with the folder in dest;
- * -1 with why on failure. The intent is written first (<out>/.rollback), so a run killed half-way is completed by
- * ckpt_finish_rollback, which every run calls before choosing a checkpoint: 1 if it finished one, 0 if none was
- * pending, -1 with why if it cannot. */
+ * -1 with why on failure (nothing moved when <out>/abandoned is a link: ckpt_abandon_check). Every folder is
+ * opened without following links. The intent is written first (<out>/.rollback), so a run killed half-way is
+ * completed by ckpt_finish_rollback, which every training run calls before choosing a checkpoint (--eval-only only
+ * reads it): 1 if it finished one, 0 if none was pending, -1 with why if it cannot. */
 int ckpt_abandon_after(const char *out, int step, char *dest, size_t dest_cap, char *why, size_t why_cap);
 int ckpt_finish_rollback(const char *out, char *why, size_t why_cap);
+/* Changes nothing. ckpt_abandon_check: 0 if ckpt_abandon_after(out, step) can move the later checkpoints (none is
+ * later, or <out>/abandoned is absent or a real folder), -1 with why (a link there would take them outside --out;
+ * the move itself opens every folder without following links). ckpt_rollback_pending: 1 and *step if a roll-back
+ * is pending in <out>/.rollback (so only checkpoints up to *step are the line), 0 if none, -1 with why (a link, a
+ * malformed file). ckpt_line_check: 0 if every ckpt_<step> under out that records a run_id records the same one,
+ * -1 if they are two runs' (a checkpoint folder copied or linked in from another --out) with why listing each
+ * run's, e.g. "run 1f...: ckpt_6; run 9a...: ckpt_4, ckpt_2". */
+int ckpt_abandon_check(const char *out, int step, char *why, size_t why_cap);
+int ckpt_rollback_pending(const char *out, int *step, char *why, size_t why_cap);
+int ckpt_line_check(const char *out, char *why, size_t why_cap);
 
 #endif

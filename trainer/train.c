@@ -206,6 +206,9 @@ typedef struct {
     int n_restored;
     char init_hash[32];   /* XXH3 of the --init file (hex), carried forward from the checkpoint on resume; "" none */
     char run_id[32];      /* the run's identity (16 hex digits): made at step 0, carried by every resume */
+    int ckpt_step;        /* the resumed checkpoint's step as its manifest says (whatever its folder is called) */
+    int lineage_after;    /* rank 0: the line's checkpoints after this step move aside once every check has passed
+                           * (commit_lineage); LINEAGE_KEEP: none does (--eval-only) */
     int data_changed;     /* resuming with another --train/--data: the saved data position does not apply */
     char model_canon[256];/* canonical spec of the model this run trains (ModelFamily.memory_bytes), "" unknown */
     Task *tasks;          /* --eval-task, read on every rank (each scores its share of the items) */
@@ -596,6 +599,8 @@ static int ckpt_in_out(const char *ckpt, const char *out) {
     return same_file(parent, out);
 }
 
+#define LINEAGE_KEEP (-2) /* Run.lineage_after when the run changes no lineage */
+
 /* Moves the checkpoints after `step` aside (ckpt_abandon_after: the new branch is the directory's line), saying so. */
 static void abandon_after(const char *out, int step, const char *from) {
     char dest[4400], why[1024];
@@ -607,59 +612,89 @@ static void abandon_after(const char *out, int step, const char *from) {
                moved == 1 ? "" : "s", dest, moved == 1 ? "it" : "them");
 }
 
-/* Rank 0 decides which checkpoint to resume (so every rank uses the same one) and broadcasts its directory. An
- * --out holds one line of checkpoints (trainer/ckpt.h "Lineage"):
+/* fatal() unless the checkpoints under out are one run's line: a ckpt_<step> copied or linked in from another
+ * --out would be taken for this run's latest, and retention would then delete this run's own. */
+static void check_one_run(const char *out) {
+    char why[2048];
+    if (ckpt_line_check(out, why, sizeof why) < 0)
+        fatal("--out %s holds the checkpoints of two runs (%s), e.g. a ckpt_<step> folder copied in from another "
+              "--out; nothing was changed: move the other run's folders out of it (and continue one of them with "
+              "--resume DIR/ckpt_<step> into an --out of its own)", out, why);
+}
+
+/* --resume latest: the newest checkpoint of out's line (steps up to max_step) that verifies, into r->ckpt_path and
+ * r->ckpt_step, the newer ones passed over noted on stderr; -1 when out holds no checkpoint at all. fatal() when it
+ * holds some and none verifies, naming each and why. */
+static int latest_checkpoint(Run *r, int max_step) {
+    const char *out = r->c.out;
+    int seen = 0, newest;
+    size_t cap = 16384;
+    char *all = xmalloc(cap, "checkpoint notes");
+    int step = ckpt_find_latest_upto(out, max_step, r->ckpt_path, sizeof r->ckpt_path, &seen, all, cap);
+    if (step < 0 && ckpt_recorded(out, &newest) > 0) {
+        /* the notes as one line: "DIR/ckpt_8: why; DIR/ckpt_4: why" */
+        const char *pre = "note: skipping checkpoint ";
+        char *o = all;
+        for (const char *p = all; *p;) {
+            if (strncmp(p, pre, strlen(pre)) == 0) p += strlen(pre);
+            const char *e = strchr(p, '\n');
+            size_t len = e ? (size_t)(e - p) : strlen(p);
+            if (o != all) { *o++ = ';'; *o++ = ' '; }
+            memmove(o, p, len);
+            o += len;
+            p += len + (e ? 1 : 0);
+        }
+        *o = '\0';
+        fatal("--resume latest: no checkpoint under %s verifies (%s); nothing was changed: name an older one "
+              "with --resume, restore the damaged files, or pass another --out", out, all);
+    }
+    fputs(all, stderr); /* the newer ones passed over, one note each */
+    free(all);
+    if (step < 0) r->ckpt_path[0] = '\0';
+    r->ckpt_step = step < 0 ? 0 : step;
+    return step;
+}
+
+/* Rank 0 decides which checkpoint to resume (so every rank uses the same one) and broadcasts its directory and
+ * step. An --out holds one line of checkpoints (trainer/ckpt.h "Lineage"):
  *   a new run (no --resume) refuses an --out that holds another run's checkpoints;
  *   --resume latest takes the newest that verifies; with checkpoints there and none verifying it refuses (a new
  *     run there would overwrite them); with none at all it starts from step 0;
  *   --resume DIR/ckpt_<s> inside --out continues that line from s, moving later checkpoints aside (a roll-back);
- *     from another directory it needs an --out without checkpoints of its own.
- * Folders that never got their manifest (a save that died) hold nothing to keep and are removed on the way. */
+ *     from another directory it needs an --out without checkpoints of its own;
+ *   an --out whose checkpoints are two runs' is refused (a folder copied in from another --out).
+ * This only decides: what moves (the roll-back; folders that never got their manifest) is in r->lineage_after,
+ * done by commit_lineage once every check has passed. --eval-only changes nothing: it reads the checkpoint it is
+ * given (any --out), or latest (which must exist) of the line a pending roll-back leaves. */
 static void choose_checkpoint(Run *r) {
     const TrainConfig *c = &r->c;
     r->ckpt_path[0] = '\0';
+    r->ckpt_step = 0;
+    r->lineage_after = LINEAGE_KEEP;
     if (r->rank == 0) {
         char why[2048];
-        int newest;
-        if (ckpt_finish_rollback(c->out, why, sizeof why) < 0)
+        int newest, upto = INT32_MAX;
+        if (c->eval_only) {
+            int pending = ckpt_rollback_pending(c->out, &upto, why, sizeof why);
+            if (pending < 0) fatal("--out %s: %s", c->out, why);
+            if (pending == 0) upto = INT32_MAX;
+        } else if (ckpt_finish_rollback(c->out, why, sizeof why) < 0) { /* an earlier run's decision, finished */
             fatal("--out %s: an interrupted roll-back cannot be finished: %s", c->out, why);
+        }
         if (!c->resume[0]) {
-            if (ckpt_recorded(c->out, &newest) > 0)
+            if (!c->eval_only && ckpt_recorded(c->out, &newest) > 0)
                 fatal("--out %s holds the checkpoints of an earlier run (newest %s/ckpt_%d); continue it with "
                       "--resume latest, or pass another --out (a new run would overwrite them)", c->out, c->out,
                       newest);
-            abandon_after(c->out, -1, "step 0"); /* unfinished first saves only: removed */
+            if (!c->eval_only) r->lineage_after = -1; /* unfinished first saves only: removed */
         } else if (strcmp(c->resume, "latest") == 0) {
-            int seen = 0;
-            size_t cap = 16384;
-            char *all = xmalloc(cap, "checkpoint notes");
-            int step = ckpt_find_latest_why(c->out, r->ckpt_path, sizeof r->ckpt_path, &seen, all, cap);
-            if (step < 0 && ckpt_recorded(c->out, &newest) > 0) {
-                /* the notes as one line: "DIR/ckpt_8: why; DIR/ckpt_4: why" */
-                const char *pre = "note: skipping checkpoint ";
-                char *o = all;
-                for (const char *p = all; *p;) {
-                    if (strncmp(p, pre, strlen(pre)) == 0) p += strlen(pre);
-                    const char *e = strchr(p, '\n');
-                    size_t len = e ? (size_t)(e - p) : strlen(p);
-                    if (o != all) { *o++ = ';'; *o++ = ' '; }
-                    memmove(o, p, len);
-                    o += len;
-                    p += len + (e ? 1 : 0);
-                }
-                *o = '\0';
-                fatal("--resume latest: no checkpoint under %s verifies (%s); nothing was changed: name an older one "
-                      "with --resume, restore the damaged files, or pass another --out", c->out, all);
-            }
-            fputs(all, stderr); /* the newer ones passed over, one note each */
-            free(all);
-            if (step < 0) {
-                printf("--resume latest: no complete checkpoint under %s, starting from step 0\n", c->out);
-                r->ckpt_path[0] = '\0';
-                abandon_after(c->out, -1, "step 0");
-            } else {
-                abandon_after(c->out, step, r->ckpt_path);
-            }
+            check_one_run(c->out);
+            int step = latest_checkpoint(r, upto);
+            if (step < 0 && c->eval_only)
+                fatal("--eval-only --resume latest: no checkpoint under %s to score; pass the --out of a run that has "
+                      "checkpoints, or --resume DIR/ckpt_<step>", c->out);
+            if (step < 0) printf("--resume latest: no complete checkpoint under %s, starting from step 0\n", c->out);
+            if (!c->eval_only) r->lineage_after = step;
         } else {
             CkptInfo info;
             if (!file_exists(c->resume))
@@ -667,19 +702,37 @@ static void choose_checkpoint(Run *r) {
             if (!ckpt_verify(c->resume, &info, why, sizeof why))
                 fatal("--resume %s: damaged or incomplete checkpoint (%s); use an older one, or --resume latest for "
                       "the newest that verifies", c->resume, why);
-            if (ckpt_in_out(c->resume, c->out)) {
-                abandon_after(c->out, info.step, c->resume);
+            if (c->eval_only) {
+                /* read-only: any checkpoint, wherever --out is */
+            } else if (ckpt_in_out(c->resume, c->out)) {
+                check_one_run(c->out);
+                r->lineage_after = info.step;
             } else {
                 if (ckpt_recorded(c->out, &newest) > 0)
                     fatal("--out %s holds the checkpoints of another run (newest %s/ckpt_%d); continuing %s there "
                           "would mix two runs: pass an --out of its own", c->out, c->out, newest, c->resume);
-                abandon_after(c->out, -1, "step 0");
+                r->lineage_after = -1;
             }
             snprintf(r->ckpt_path, sizeof r->ckpt_path, "%s", c->resume);
+            r->ckpt_step = info.step;
         }
+        if (r->lineage_after != LINEAGE_KEEP && ckpt_abandon_check(c->out, r->lineage_after, why, sizeof why) < 0)
+            fatal("--out %s: %s; nothing was changed", c->out, why);
         fflush(stdout);
     }
     comm_bcast(r->ckpt_path, sizeof r->ckpt_path, 0);
+    comm_bcast(&r->ckpt_step, sizeof r->ckpt_step, 0);
+}
+
+/* Makes the lineage change choose_checkpoint decided (later checkpoints moved aside, unfinished saves removed), only
+ * now that every check that can refuse the run has passed on every rank (options, memory, tokenizer, data, the
+ * checkpoint's state files): a run refused before this leaves --out's checkpoints as they were. */
+static void commit_lineage(Run *r) {
+    comm_barrier();
+    if (r->rank == 0 && r->lineage_after != LINEAGE_KEEP) {
+        abandon_after(r->c.out, r->lineage_after, r->ckpt_path[0] ? r->ckpt_path : "step 0");
+        fflush(stdout);
+    }
 }
 
 /* XXH3 of a model file as 16 hex digits into hex[32]; fatal() naming the flag if it cannot be read. */
@@ -820,6 +873,22 @@ static int verify_checkpoints(const char *dir) {
     free(steps);
     fflush(stdout);
     return bad;
+}
+
+/* Exits 2 with one line when a path option is given an empty value (`--resume "$CKPT"` with CKPT unset), which
+ * would otherwise read as not given: a new training run with the defaults instead of the resume or check asked for. */
+static void refuse_empty_values(ArgSpec *opts, int n_opts) {
+    static const struct { const char *name, *fix; } paths[] = {
+        {"resume", "pass <out>/ckpt_<step> or latest"}, {"verify-ckpt", "pass <out>/ckpt_<step> or an --out dir"},
+        {"init", "pass a model file"}, {"out", "pass the output directory"}};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+        ArgSpec *s = args_find(opts, n_opts, paths[i].name);
+        if (s && s->given && !(*(const char *const *)s->field)[0]) {
+            fprintf(stderr, "error: --%s was given an empty value (an unset shell variable?); %s\n", paths[i].name,
+                    paths[i].fix);
+            exit(2);
+        }
+    }
 }
 
 /* NULL if the checkpoint fits this run, else the one-line reason (in a static buffer). */
@@ -1027,6 +1096,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     r->opts = opts;
     r->n_opts = n_opts;
     int floor_given = args_find(opts, n_opts, "lr-floor")->given;
+    refuse_empty_values(opts, n_opts);
     if (c->verify_ckpt[0]) {
         int status = verify_checkpoints(c->verify_ckpt);
         free(opts);
@@ -1050,7 +1120,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     r->world = comm_world();
     r->threads = set_threads(c->threads);
     comm_set_timeout(c->comm_timeout);
-    lock_out_dir(r, c->out);
+    if (!c->eval_only) lock_out_dir(r, c->out); /* --eval-only writes no checkpoint: --out need not be free */
 
     /* resuming: what defines the run comes from the checkpoint (apply_checkpoint_options) */
     choose_checkpoint(r);
@@ -1145,9 +1215,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         load_eval_tasks(r);
     }
     if (c->eval_only) { /* score the model of --init / --resume, no data, no optimizer, no checkpoint */
-        int step = 0;
-        const char *base = strrchr(r->ckpt_path, '/');
-        if (r->ckpt_path[0]) sscanf(base ? base + 1 : r->ckpt_path, "ckpt_%d", &step);
+        int step = r->ckpt_path[0] ? r->ckpt_step : 0; /* its manifest's step, whatever its folder is called */
         JsonLog *log = NULL;
         if (r->rank == 0) {
             make_dirs(c->out);
@@ -1256,6 +1324,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         snprintf(path, sizeof path, "%s/log.jsonl", c->out);
         r->log = jlog_open(path);
     }
+    commit_lineage(r); /* every check has passed: only now does the line of checkpoints change */
     log_start(r, start);
     if (start >= c->steps && r->rank == 0) printf("checkpoint is at step %d, --steps %d: nothing to do\n", start,
                                                    c->steps);
