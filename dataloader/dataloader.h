@@ -8,6 +8,9 @@
  *   vocabulary learned by `tok train`, whose folder is not recorded; the loader checks ids against V) in shards this
  *   runtime writes (`tok shards`), so a trainer can refuse data made for another vocabulary; llm.c's shards have
  *   zeros there and load as before (no tokenizer known);
+ *   header[5], header[6] = the low and high 32 bits of the vocabulary's hash (tokenizer_vocab_hash: XXH3-64 of its
+ *   two files), so two learned vocabularies of one size are told apart; 0 in both: none recorded (llm.c's shards,
+ *   and shards of this runtime written before the field existed, which still load: only their kind is checked);
  * then exactly n tokens (file length = 1024 + n * token size, checked).
  *
  * A training window is B*T+1 consecutive tokens of one shard: inputs are the first B*T, targets the last B*T.
@@ -35,8 +38,18 @@
  * is 2, version 7 (uint32) if 4. tokens holds n ints; fatal() if an id does not fit the token size. */
 void shard_write(const char *path, const int32_t *tokens, size_t n, int token_bytes);
 /* The same, recording in the header which tokenizer ("gpt2", "llama2", "llama3", "bpe4k", "bpe"; NULL: none) made
- * the tokens (header int 3 = SHARD_TOKENIZER_MARK, int 4 = its code 1, 2, 3, 4, 5). */
-void shard_write_tokenizer(const char *path, const int32_t *tokens, size_t n, int token_bytes, const char *tokenizer);
+ * the tokens (header int 3 = SHARD_TOKENIZER_MARK, int 4 = its code 1, 2, 3, 4, 5) and its vocabulary's hash
+ * (ints 5, 6; 0: none). */
+void shard_write_tokenizer(const char *path, const int32_t *tokens, size_t n, int token_bytes, const char *tokenizer,
+                           uint64_t vocab_hash);
+/* The vocabulary hash a shard records, or 0 when it records none. fatal() naming the file on a bad header. */
+uint64_t shard_vocab_hash(const char *path);
+/* Refuses (fatal(), naming the shard, both hashes and the fix) the first shard of spec (see shard_list) whose
+ * recorded vocabulary hash differs from vocab_hash, the hash of the tokenizer `tokenizer` (a name or folder, for
+ * the message). Shards without a hash pass, with one note on stderr for spec when some record their tokenizer but no
+ * hash (written before the hash was recorded); vocab_hash 0 (the tokenizer's files are not at hand) checks nothing
+ * and notes that once if the shards record a hash. notes 0: no note (ranks other than 0). */
+void shard_check_vocab(const char *spec, uint64_t vocab_hash, const char *tokenizer, int notes);
 /* The tokenizer a shard records ("gpt2", "llama2", "llama3", "bpe4k", "bpe"), or NULL when it records none (llm.c's shards, or
  * shards written before the field existed). fatal() naming the file on an unreadable header or an unknown code. */
 const char *shard_tokenizer(const char *path);

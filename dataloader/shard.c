@@ -71,10 +71,11 @@ static void write_failed(int fd, const char *tmp, const char *path, const char *
 static const char *const TOKENIZER_CODES[] = {NULL, "gpt2", "llama2", "llama3", "bpe4k", "bpe"};
 
 void shard_write(const char *path, const int32_t *tokens, size_t n, int token_bytes) {
-    shard_write_tokenizer(path, tokens, n, token_bytes, NULL);
+    shard_write_tokenizer(path, tokens, n, token_bytes, NULL, 0);
 }
 
-void shard_write_tokenizer(const char *path, const int32_t *tokens, size_t n, int token_bytes, const char *tokenizer) {
+void shard_write_tokenizer(const char *path, const int32_t *tokens, size_t n, int token_bytes, const char *tokenizer,
+                           uint64_t vocab_hash) {
     uint32_t code = 0;
     for (uint32_t c = 1; tokenizer && c < sizeof TOKENIZER_CODES / sizeof TOKENIZER_CODES[0]; c++)
         if (!strcmp(tokenizer, TOKENIZER_CODES[c])) code = c;
@@ -115,6 +116,8 @@ void shard_write_tokenizer(const char *path, const int32_t *tokens, size_t n, in
     if (code) {
         le32_put(header + 12, SHARD_TOKENIZER_MARK);
         le32_put(header + 16, code);
+        le32_put(header + 20, (uint32_t)vocab_hash);
+        le32_put(header + 24, (uint32_t)(vocab_hash >> 32));
     }
     if (write_all(fd, header, sizeof header) != 0) write_failed(fd, tmp, path, "writing the header");
 
@@ -176,6 +179,35 @@ const char *shard_tokenizer(const char *path) {
         fatal("%s: unknown tokenizer code %u in the header; re-create the shard with this runtime's `tok shards`", path,
               code);
     return TOKENIZER_CODES[code];
+}
+
+uint64_t shard_vocab_hash(const char *path) {
+    unsigned char header[HEADER_BYTES];
+    read_checked_header(path, header, NULL);
+    if (le32_get(header + 12) != SHARD_TOKENIZER_MARK) return 0;
+    return (uint64_t)le32_get(header + 20) | (uint64_t)le32_get(header + 24) << 32;
+}
+
+void shard_check_vocab(const char *spec, uint64_t vocab_hash, const char *tokenizer, int notes) {
+    int n, unhashed = 0, hashed = 0;
+    char **paths = shard_list(spec, &n);
+    for (int i = 0; i < n; i++) {
+        uint64_t h = shard_vocab_hash(paths[i]);
+        if (h && vocab_hash && h != vocab_hash)
+            fatal("%s was made with a vocabulary of hash %016llx, but the tokenizer %s has hash %016llx (another "
+                  "vocabulary of the same size?); pass the --tokenizer the shards were made with, or re-make them with "
+                  "`tok shards --model %s`", paths[i], (unsigned long long)h, tokenizer ? tokenizer : "(none)",
+                  (unsigned long long)vocab_hash, tokenizer ? tokenizer : "DIR");
+        hashed += h != 0;
+        unhashed += !h && shard_tokenizer(paths[i]) != NULL;
+    }
+    if (notes && vocab_hash && unhashed)
+        fprintf(stderr, "note: %d of %d shards of %s record no vocabulary hash (made before `tok shards` recorded it); "
+                "only their tokenizer kind is checked; re-make them to check the vocabulary too\n", unhashed, n, spec);
+    if (notes && !vocab_hash && hashed)
+        fprintf(stderr, "note: the vocabulary hash the shards of %s record is not checked: the files of tokenizer %s "
+                "are not at hand\n", spec, tokenizer ? tokenizer : "(none)");
+    shard_list_free(paths, n);
 }
 
 static int64_t read_checked_header(const char *path, unsigned char *header, int *token_bytes) {

@@ -614,6 +614,70 @@ TEST(rejects_bad_shards_with_one_line_naming_the_file) {
     if (d) closedir(d);
 }
 
+/* Runs fn(arg) in a forked child; returns its exit status (-1 if it did not exit) and its stderr in err. */
+static int child_status(CaseFn fn, const char *arg, char *err, size_t cap) {
+    int pipefd[2];
+    if (pipe(pipefd) != 0) return -1;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pipefd[0]);
+        dup2(pipefd[1], 2);
+        fn(arg);
+        _exit(0);
+    }
+    close(pipefd[1]);
+    size_t len = 0;
+    ssize_t r;
+    while (len < cap - 1 && (r = read(pipefd[0], err + len, cap - 1 - len)) > 0) len += (size_t)r;
+    err[len] = '\0';
+    close(pipefd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+#define VOCAB_A 0x0123456789abcdefull
+static void check_vocab_a(const char *spec) { shard_check_vocab(spec, VOCAB_A, "voc_a", 1); }
+static void check_vocab_b(const char *spec) { shard_check_vocab(spec, 0xfedcba9876543210ull, "voc_b", 1); }
+
+/* Shards carry their vocabulary's hash (header ints 5, 6): shards of another vocabulary of the same size are refused
+ * naming both hashes; shards that record their tokenizer but no hash (written before the field) still pass, with a
+ * note; llm.c's (nothing recorded) pass without one. */
+TEST(vocab_hash_is_recorded_and_checked) {
+    int32_t t[40];
+    for (int i = 0; i < 40; i++) t[i] = i;
+    const char *dir = tpath("vocab_hash");
+    make_dirs(dir);
+    char p0[600], p1[600], glob_spec[600];
+    snprintf(p0, sizeof p0, "%s/s_000000.bin", dir);
+    snprintf(p1, sizeof p1, "%s/s_000001.bin", dir);
+    snprintf(glob_spec, sizeof glob_spec, "%s/s_*.bin", dir);
+    shard_write_tokenizer(p0, t, 40, 2, "bpe", VOCAB_A);
+    shard_write_tokenizer(p1, t, 40, 2, "bpe", VOCAB_A);
+    CHECK(shard_vocab_hash(p0) == VOCAB_A, "recorded hash %016llx vs %016llx", (unsigned long long)shard_vocab_hash(p0),
+          (unsigned long long)VOCAB_A);
+    int64_t n;
+    int32_t *back = shard_read_all(p0, &n, 300); /* still a plain llm.c shard to every reader */
+    CHECK(n == 40 && back[39] == 39, "read back %lld tokens", (long long)n);
+    free(back);
+    char err[4096];
+    int st = child_status(check_vocab_a, glob_spec, err, sizeof err);
+    CHECK(st == 0 && err[0] == 0, "the same vocabulary: status 0 and no output vs %d '%s'", st, err);
+    expect_fatal(test_name_, "another vocabulary", check_vocab_b, glob_spec, "s_000000.bin", "0123456789abcdef");
+    expect_fatal(test_name_, "another vocabulary names both", check_vocab_b, glob_spec, "fedcba9876543210", "voc_b");
+    shard_write_tokenizer(p1, t, 40, 2, "bpe", 0); /* a shard written before the hash was recorded */
+    CHECK(shard_vocab_hash(p1) == 0, "no hash recorded: %016llx", (unsigned long long)shard_vocab_hash(p1));
+    st = child_status(check_vocab_a, glob_spec, err, sizeof err);
+    CHECK(st == 0 && strstr(err, "note: 1 of 2 shards") && strstr(err, "record no vocabulary hash"),
+          "an old shard: status 0 and a note vs %d '%s'", st, err);
+    shard_write(p0, t, 40, 2); /* llm.c's: nothing recorded */
+    shard_write(p1, t, 40, 2);
+    st = child_status(check_vocab_a, glob_spec, err, sizeof err);
+    CHECK(st == 0 && err[0] == 0, "llm.c's shards: status 0 and no output vs %d '%s'", st, err);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "build/test_dataloader_tmp.%d", (int)getpid());
     make_dirs(tmpdir);
@@ -627,6 +691,7 @@ int main(void) {
     RUN_TEST(validation_loader_is_sequential_and_rank_strided);
     RUN_TEST(offsets_past_4GB_in_sparse_shard);
     RUN_TEST(rejects_bad_shards_with_one_line_naming_the_file);
+    RUN_TEST(vocab_hash_is_recorded_and_checked);
     remove_tree(tmpdir);
     TEST_EXIT();
 }

@@ -64,8 +64,11 @@ def shard_tokens(out, prefix, split):
         # header[3..4]: the tokenizer record of dataloader/dataloader.h (mark 20261202, 1 = gpt2); the rest zero
         if header[3] != 20261202 or header[4] != 1:
             problems.append(f"{p}: header ints 3, 4 are {header[3]}, {header[4]}, expected 20261202, 1 (gpt2)")
-        if any(header[5:]):
-            problems.append(f"{p}: header ints 5..255 should be 0")
+        # header[5..6]: the vocabulary's hash (XXH3-64 of encoder.json then vocab.bpe), never 0; the rest zero
+        if header[5] == 0 and header[6] == 0:
+            problems.append(f"{p}: header ints 5, 6 (the vocabulary hash) are 0")
+        if any(header[7:]):
+            problems.append(f"{p}: header ints 7..255 should be 0")
         toks += t
     return paths, toks, problems
 

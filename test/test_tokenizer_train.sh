@@ -5,7 +5,9 @@
 # learned files load as the bpe4k tokenizer and make tagged uint16 shards; and bad input (no text, --vocab out
 # of range, a corpus too small, a bad --out) ends with one error line, a non-zero exit and no files.
 # The encoder with the learned vocabulary is checked in build/test_tokenizer DATA --model bpe4k and against
-# gpt-3-encoder in test_tokenizer_node.sh. Needs `make data` and ./tok; prints ok/FAIL lines.
+# gpt-3-encoder in test_tokenizer_node.sh. A trainer refuses shards of another learned vocabulary of the same size
+# (their recorded hash), and --words-out never writes through a link. Needs `make data`, ./tok and ./train_gpt;
+# prints ok/FAIL lines.
 set -u
 data="${1:-data}"
 cd "$(dirname "$0")/.."
@@ -91,6 +93,38 @@ then
     ok bpe4k_shards_are_uint16_tagged_with_eot_per_document
 else
     fail bpe4k_shards_are_uint16_tagged_with_eot_per_document "see above"
+fi
+
+# 4b. two learned vocabularies of one size: shards of one are refused by a trainer given the other, naming both
+#     hashes; given their own (or a copy of it) the run trains
+mkdir -p "$tmp/other"
+cp "$data"/sotu/txt/185*.txt "$tmp/other/"
+"$TOK" train --vocab 300 --val-percent 0 --out "$tmp/v300a" "$tmp/corpus" > /dev/null 2>&1
+"$TOK" train --vocab 300 --val-percent 0 --out "$tmp/v300b" "$tmp/other" > /dev/null 2>&1
+cp -r "$tmp/v300a" "$tmp/v300a_copy"
+"$TOK" shards --model "$tmp/v300a" --out "$tmp/sh300" --name s --val-percent 10 "$tmp/corpus" > /dev/null 2>&1
+gpt=(./train_gpt --model d1c16h2t32v300 --batch 2 --seq 32 --steps 1 --eval-every 0 --sample-every 0 --threads 1
+     --train "$tmp/sh300/s_train_*.bin" --val "$tmp/sh300/s_val_*.bin")
+"${gpt[@]}" --tokenizer "$tmp/v300b" --out "$tmp/run_b" > /dev/null 2> "$tmp/run_b.err"; st=$?
+"${gpt[@]}" --tokenizer "$tmp/v300a_copy" --out "$tmp/run_a" > /dev/null 2> "$tmp/run_a.err"; st2=$?
+ha=$("$py" -c 'import struct,sys; h=struct.unpack("<256I", open(sys.argv[1],"rb").read(1024)); print("%08x%08x" % (h[6], h[5]))' "$tmp/sh300/s_train_000000.bin")
+if [ $st = 1 ] && grep -q "^error: .*s_train_000000.bin was made with a vocabulary of hash $ha, but the tokenizer $tmp/v300b has hash [0-9a-f]\{16\}" "$tmp/run_b.err" \
+   && [ ! -e "$tmp/run_b/ckpt_1" ] && [ $st2 = 0 ] && [ -e "$tmp/run_a/ckpt_1" ]; then
+    ok trainer_refuses_shards_of_another_learned_vocabulary_of_the_same_size
+else
+    fail trainer_refuses_shards_of_another_learned_vocabulary_of_the_same_size "status $st/$st2, hash $ha: $(cat "$tmp/run_b.err" "$tmp/run_a.err" | tail -3)"
+fi
+
+# 4c. --words-out through a link replaces the link, never the file it points to; the vocabulary pair is written
+#     whole: no temp file left
+echo "precious" > "$tmp/victim.txt"
+ln -s "$tmp/victim.txt" "$tmp/words_link.txt"
+"$TOK" train --vocab 260 --val-percent 0 --out "$tmp/wl" --words-out "$tmp/words_link.txt" "$tmp/corpus" > /dev/null 2>&1; st=$?
+if [ $st = 0 ] && [ "$(cat "$tmp/victim.txt")" = precious ] && [ ! -L "$tmp/words_link.txt" ] && [ -s "$tmp/words_link.txt" ] \
+   && [ "$(ls -A "$tmp/wl" | tr '\n' ' ')" = "encoder.json vocab.bpe " ]; then
+    ok words_out_never_writes_through_a_link
+else
+    fail words_out_never_writes_through_a_link "status $st, victim '$(cat "$tmp/victim.txt")', out: $(ls -A "$tmp/wl")"
 fi
 
 # 5. bad input: one error line, non-zero exit, nothing written

@@ -33,6 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#define XXH_INLINE_ALL /* header-only: every program linking bpe.c (fuzz harnesses too) needs no -lxxhash */
+#include <xxhash.h>
 
 #include "common/util.h"
 #include "tokenizer/bpe_internal.h"
@@ -648,6 +650,51 @@ int tokenizer_is_dir(const char *kind) {
     ok = ok && stat(p, &st) == 0;
     free(p);
     return ok;
+}
+
+/* The two files of kind's vocabulary into a and b (cap bytes each): encoder.json and vocab.bpe (GPT-2, bpe4k, a
+ * learned folder), vocab.txt and merges.txt (Llama). 0 for an unknown kind. */
+static int vocab_files(const char *kind, const char *data_dir, char *a, char *b, size_t cap) {
+    int llama = !strcmp(kind, "llama2") || !strcmp(kind, "llama3");
+    const char *dir = data_dir, *sub = kind, *fa = llama ? "vocab.txt" : "encoder.json";
+    const char *fb = llama ? "merges.txt" : "vocab.bpe";
+    if (!llama && strcmp(kind, "gpt2") && strcmp(kind, "bpe4k")) {
+        if (!tokenizer_is_dir(kind)) return 0;
+        dir = kind; /* a learned vocabulary's own folder */
+        sub = ".";
+    }
+    snprintf(a, cap, "%s/%s/%s", dir, sub, fa);
+    snprintf(b, cap, "%s/%s/%s", dir, sub, fb);
+    return 1;
+}
+
+/* Adds the bytes of the file at path to st; 0 if it cannot be opened or read. */
+static int hash_file(XXH3_state_t *st, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    char buf[1 << 16];
+    size_t r;
+    while ((r = fread(buf, 1, sizeof buf, f)) > 0) XXH3_64bits_update(st, buf, r);
+    int ok = !ferror(f);
+    fclose(f);
+    return ok;
+}
+
+uint64_t tokenizer_vocab_hash(const char *kind, const char *data_dir) {
+    size_t cap = strlen(kind) + strlen(data_dir) + 32;
+    char *a = xmalloc(cap, "path"), *b = xmalloc(cap, "path");
+    uint64_t h = 0;
+    XXH3_state_t *st = XXH3_createState();
+    if (!st) fatal("out of memory hashing the vocabulary of %s", kind);
+    XXH3_64bits_reset(st);
+    if (vocab_files(kind, data_dir, a, b, cap) && hash_file(st, a) && hash_file(st, b)) {
+        h = XXH3_64bits_digest(st);
+        if (h == 0) h = 1; /* 0 means "no hash" in a shard header */
+    }
+    XXH3_freeState(st);
+    free(a);
+    free(b);
+    return h;
 }
 
 Tokenizer *tokenizer_load(const char *kind, const char *data_dir) {

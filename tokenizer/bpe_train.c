@@ -284,29 +284,44 @@ static void spell(FILE *f, const unsigned char *p, size_t n, const int cp_of[256
     }
 }
 
-/* Opens a new temp file beside dir/name (open_temp_beside) for writing; the caller passes it to finish_file. */
-static FILE *start_file(const char *dir, const char *name, char *tmp, size_t cap) {
+/* Opens a new temp file beside dir/name (open_temp_beside) for writing, its name in tmp; the caller passes it to
+ * close_file. On failure removes `pending` (an earlier temp file of the same set, or NULL) and fatal()s. */
+static FILE *start_file(const char *dir, const char *name, char *tmp, size_t cap, const char *pending) {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     int fd = open_temp_beside(path, tmp, cap);
     FILE *f = fd >= 0 && fchmod(fd, 0644) == 0 ? fdopen(fd, "wb") : NULL;
-    if (!f) fatal("cannot create a temp file beside %s: %s; check that the directory is writable", path,
-                  strerror(errno));
+    if (!f) {
+        int err = errno;
+        if (fd >= 0) { close(fd); unlink(tmp); }
+        if (pending) unlink(pending);
+        fatal("cannot create a temp file beside %s: %s; check that the directory is writable", path, strerror(err));
+    }
     return f;
 }
 
-/* Flushes, fsyncs and renames tmp to dir/name; fatal() (removing tmp) on any failure. */
-static void finish_file(FILE *f, const char *tmp, const char *dir, const char *name) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+/* Flushes, fsyncs and closes f (the temp file tmp, to become dir/name); on any failure removes tmp and `pending`
+ * and fatal()s naming dir/name. */
+static void close_file(FILE *f, const char *tmp, const char *dir, const char *name, const char *pending) {
     int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
     int err = errno;
     if (fclose(f) != 0 && !bad) { bad = 1; err = errno; }
-    if (bad || rename(tmp, path) != 0) {
-        if (!bad) err = errno;
-        unlink(tmp);
-        fatal("cannot write %s: %s; check free disk space and permissions", path, strerror(err));
-    }
+    if (!bad) return;
+    unlink(tmp);
+    if (pending) unlink(pending);
+    fatal("cannot write %s/%s: %s; check free disk space and permissions (nothing was replaced)", dir, name,
+          strerror(err));
+}
+
+/* Renames tmp to dir/name (replacing a link there, never what it points to); fatal() removing tmp and pending. */
+static void place_file(const char *tmp, const char *dir, const char *name, const char *pending) {
+    char path[8500];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (rename(tmp, path) == 0) return;
+    int err = errno;
+    unlink(tmp);
+    if (pending) unlink(pending);
+    fatal("cannot write %s: %s; check permissions of the folder", path, strerror(err));
 }
 
 void bpe_trainer_write(const BpeTrainer *bt, const char *dir) {
@@ -314,8 +329,9 @@ void bpe_trainer_write(const BpeTrainer *bt, const char *dir) {
     make_dirs(dir);
     int cp_of[256];
     bpe_byte_to_unicode(cp_of);
-    char tmp[4300];
-    FILE *f = start_file(dir, "vocab.bpe", tmp, sizeof tmp);
+    /* both files complete before either replaces an old one: never a new vocab.bpe beside an old encoder.json */
+    char tmp_bpe[4300], tmp_enc[4300];
+    FILE *f = start_file(dir, "vocab.bpe", tmp_bpe, sizeof tmp_bpe, NULL);
     fprintf(f, "#version: 0.2 (tok train: %d tokens, %d merges)\n", bt->n_tokens, bt->n_merges);
     for (int r = 0; r < bt->n_merges; r++) {
         for (int k = 0; k < 2; k++) {
@@ -324,8 +340,8 @@ void bpe_trainer_write(const BpeTrainer *bt, const char *dir) {
             fputc(k ? '\n' : ' ', f);
         }
     }
-    finish_file(f, tmp, dir, "vocab.bpe");
-    f = start_file(dir, "encoder.json", tmp, sizeof tmp);
+    close_file(f, tmp_bpe, dir, "vocab.bpe", NULL);
+    f = start_file(dir, "encoder.json", tmp_enc, sizeof tmp_enc, tmp_bpe);
     fputc('{', f);
     int eot = bt->n_tokens - 1;
     for (int id = 0; id < bt->n_tokens; id++) {
@@ -335,18 +351,31 @@ void bpe_trainer_write(const BpeTrainer *bt, const char *dir) {
         fprintf(f, "\": %d", id);
     }
     fputs("}\n", f);
-    finish_file(f, tmp, dir, "encoder.json");
+    close_file(f, tmp_enc, dir, "encoder.json", tmp_bpe);
+    place_file(tmp_enc, dir, "encoder.json", tmp_bpe);
+    place_file(tmp_bpe, dir, "vocab.bpe", NULL);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/vocab.bpe", dir);
+    fsync_parent_dir(path);
 }
 
 void bpe_trainer_write_words(const BpeTrainer *bt, const char *path) {
-    FILE *f = fopen(path, "wb");
-    if (!f) fatal("cannot create %s: %s", path, strerror(errno));
+    /* through a temp file beside path, like the vocabulary: never through a link, complete or absent */
+    char dir[4200], tmp[4300];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    const char *name = slash ? slash + 1 : path;
+    if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+    if (!*name) fatal("--words-out %s: name a file, not a folder", path);
+    FILE *f = start_file(dir, name, tmp, sizeof tmp, NULL);
     for (size_t w = 0; w < bt->n_words; w++) {
         fprintf(f, "%lld\t", (long long)bt->words[w].count);
         for (size_t j = bt->woff[w]; j < bt->woff[w + 1]; j++) fprintf(f, "%02x", bt->wbytes[j]);
         fputc('\n', f);
     }
-    if (ferror(f) || fclose(f) != 0) fatal("cannot write %s: %s", path, strerror(errno));
+    close_file(f, tmp, dir, name, NULL);
+    place_file(tmp, dir, name, NULL);
 }
 
 void bpe_trainer_free(BpeTrainer *bt) {

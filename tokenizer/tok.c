@@ -14,18 +14,25 @@
  * name (the file's base name, plus ":line" for jsonl), so the split does not depend on the order or number of
  * threads; documents are encoded in parallel and written in input order, so the bytes of every shard are the
  * same for any --threads. A shard holds --shard-tokens tokens (the last one fewer); a document may continue
- * into the next shard, as in llm.c's fineweb.py.
+ * into the next shard, as in llm.c's fineweb.py. Every shard records the tokenizer and its vocabulary's hash
+ * (dataloader.h). The set of one --name is replaced whole: written into a temp folder inside --out and moved into
+ * place once complete, so an error or a signal leaves the earlier set as it was (see Staging).
+ * Inputs: each real folder and file is read once (device and inode), whatever links lead to it, with a note for
+ * what is skipped; an --out inside an input folder is refused.
  * Not for: reading shards (dataloader/), training.
  */
 #define _GNU_SOURCE
 #define _FILE_OFFSET_BITS 64
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -53,25 +60,35 @@ static void print_help(FILE *f, const char *usage, const Opt *opts, int n) {
     fprintf(f, "  %-22s %s\n", "--help", "show this help");
 }
 
-/* Parses argv with getopt_long from the table; returns the index of the first positional argument. */
+/* Parses argv with getopt_long from the table, in order (no permutation, so an error names the argument that caused
+ * it); moves the positional arguments (those before and after the options, and all after "--") to the end of argv
+ * in their order and returns the index of the first. fatal() naming the argument on an unknown option or a missing
+ * value. */
 static int parse_opts(int argc, char **argv, const char *usage, const Opt *opts, int n) {
     struct option lo[32];
-    for (int i = 0; i < n; i++) lo[i] = (struct option){opts[i].name, opts[i].metavar ? 1 : 0, NULL, i};
+    for (int i = 0; i < n; i++) lo[i] = (struct option){opts[i].name, opts[i].metavar ? 1 : 0, NULL, 256 + i};
     lo[n] = (struct option){"help", 0, NULL, 'h'};
     lo[n + 1] = (struct option){0, 0, 0, 0};
+    char **pos = xmalloc((size_t)argc * sizeof(char *), "arguments");
+    int npos = 0;
     opterr = 0;
     optind = 1;
     for (;;) {
-        int c = getopt_long(argc, argv, "h", lo, NULL);
+        int at = optind;
+        int c = getopt_long(argc, argv, "-:h", lo, NULL);
         if (c == -1) break;
+        if (c == 1) { pos[npos++] = optarg; continue; } /* a positional argument, in its place */
         if (c == 'h') { print_help(stdout, usage, opts, n); exit(0); }
-        if (c == '?' || c == ':') {
-            const char *bad = argv[optind - 1];
-            fatal("tok %s: unknown option or missing value in '%s'; see `tok %s --help`", argv[0], bad, argv[0]);
-        }
-        *opts[c].value = opts[c].metavar ? optarg : "1";
+        if (c == ':') fatal("tok %s: %s needs a value; see `tok %s --help`", argv[0], argv[at], argv[0]);
+        if (c == '?')
+            fatal("tok %s: unknown option '%s'; see `tok %s --help` (an input whose name starts with '-' goes after "
+                  "`--`, or as ./%s)", argv[0], argv[at], argv[0], argv[at]);
+        *opts[c - 256].value = opts[c - 256].metavar ? optarg : "1";
     }
-    return optind;
+    while (optind < argc) pos[npos++] = argv[optind++];
+    for (int i = 0; i < npos; i++) argv[argc - npos + i] = pos[i];
+    free(pos);
+    return argc - npos;
 }
 
 static long parse_long(const char *flag, const char *s, long lo, long hi) {
@@ -166,10 +183,11 @@ static int cmd_encode(int argc, char **argv) {
     }
     for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
     printf("\n");
+    xflush_stdout();
     free(secs);
     free(ids);
     free(text);
-    return fflush(stdout) ? 1 : 0;
+    return 0;
 }
 
 static int cmd_decode(int argc, char **argv) {
@@ -201,11 +219,12 @@ static int cmd_decode(int argc, char **argv) {
     size_t dl;
     char *out = tokenizer_decode(tok, ids, n, &dl);
     fwrite(out, 1, dl, stdout);
+    xflush_stdout();
     free(out);
     free(ids);
     free(text);
     tokenizer_free(tok);
-    return fflush(stdout) ? 1 : 0;
+    return 0;
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -270,9 +289,58 @@ static void add_file(DocList *l, const char *path) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* Every regular file under path (not hidden; subfolders followed to any depth), into *names (full paths). */
-static void collect_files(const char *path, char ***names, size_t *n, size_t *cap, int depth) {
-    if (depth > 64) fatal("tok: %s: folders nested deeper than 64 (a loop of links?)", path);
+/* Every folder and file a walk of the inputs has met, by device and inode (an open-addressing set): each is read
+ * once however many links lead to it, and a link back to a folder above ends nothing but that branch. */
+typedef struct { dev_t dev; ino_t ino; } FileId;
+typedef struct {
+    FileId *ids; /* (cap) slots; ino 0 and dev 0 marks an empty one */
+    size_t n, cap;
+    size_t skipped; /* entries passed over, each with a note */
+} Seen;
+
+/* The slot of st's file in the set: where it is, or the empty slot where it would go (s->cap > 0, never full). */
+static FileId *seen_slot(const Seen *s, const struct stat *st) {
+    uint64_t h = ((uint64_t)st->st_dev * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)st->st_ino * 0xc2b2ae3d27d4eb4full);
+    for (size_t i = (size_t)(h % s->cap);; i = (i + 1) % s->cap) {
+        FileId *e = &s->ids[i];
+        if ((e->dev == st->st_dev && e->ino == st->st_ino) || (!e->dev && !e->ino)) return e;
+    }
+}
+
+/* 1 if st's file is in the set. */
+static int was_visited(const Seen *s, const struct stat *st) {
+    if (!s->cap) return 0;
+    const FileId *e = seen_slot(s, st);
+    return e->dev || e->ino;
+}
+
+/* 1 (and remembers it) the first time the file st describes is met; 0 after that. */
+static int first_visit(Seen *s, const struct stat *st) {
+    if (was_visited(s, st)) return 0;
+    if (2 * (s->n + 1) > s->cap) { /* grow, keeping the table at most half full */
+        Seen g = {xcalloc(s->cap ? 2 * s->cap : 1024, sizeof(FileId), "seen files"), 0, s->cap ? 2 * s->cap : 1024, 0};
+        for (size_t i = 0; i < s->cap; i++)
+            if (s->ids[i].dev || s->ids[i].ino)
+                *seen_slot(&g, &(struct stat){.st_dev = s->ids[i].dev, .st_ino = s->ids[i].ino}) = s->ids[i];
+        free(s->ids);
+        s->ids = g.ids;
+        s->cap = g.cap;
+    }
+    *seen_slot(s, st) = (FileId){st->st_dev, st->st_ino};
+    s->n++;
+    return 1;
+}
+
+static void skip_note(Seen *s, const char *path, const char *why) {
+    fprintf(stderr, "note: tok: skipping %s: %s\n", path, why);
+    s->skipped++;
+}
+
+/* Every regular file under path (not hidden; subfolders followed to any depth, each real folder and file once), into
+ * *names (full paths). What is passed over (a folder or file met before through a link, a dangling link, a device or
+ * pipe) gets a note on stderr. */
+static void collect_files(const char *path, char ***names, size_t *n, size_t *cap, int depth, Seen *seen) {
+    if (depth > 64) fatal("tok: %s: folders nested deeper than 64; give a folder nearer the files", path);
     DIR *d = opendir(path);
     if (!d) fatal("tok: cannot open directory %s: %s", path, strerror(errno));
     for (struct dirent *e; (e = readdir(d));) {
@@ -282,30 +350,34 @@ static void collect_files(const char *path, char ***names, size_t *n, size_t *ca
         snprintf(full, pl, "%s/%s", path, e->d_name);
         struct stat st;
         if (stat(full, &st) != 0) {
-            free(full);
+            skip_note(seen, full, errno == ENOENT ? "a link to nothing" : strerror(errno));
+        } else if (S_ISDIR(st.st_mode)) {
+            if (first_visit(seen, &st)) collect_files(full, names, n, cap, depth + 1, seen);
+            else skip_note(seen, full, "a folder already read (a link to it, or back to a folder above)");
+        } else if (!S_ISREG(st.st_mode)) {
+            skip_note(seen, full, "not a regular file");
+        } else if (!first_visit(seen, &st)) {
+            skip_note(seen, full, "the same file as one already read (a link)");
+        } else {
+            if (*n == *cap) *names = xrealloc(*names, (*cap = *cap ? 2 * *cap : 256) * sizeof(char *), "tok buffers");
+            (*names)[(*n)++] = full;
             continue;
         }
-        if (S_ISDIR(st.st_mode)) {
-            collect_files(full, names, n, cap, depth + 1);
-            free(full);
-            continue;
-        }
-        if (!S_ISREG(st.st_mode)) { free(full); continue; }
-        if (*n == *cap) *names = xrealloc(*names, (*cap = *cap ? 2 * *cap : 256) * sizeof(char *), "tok buffers");
-        (*names)[(*n)++] = full;
+        free(full);
     }
     closedir(d);
 }
 
 /* A file is added as it is; a directory adds its regular files and those of its subfolders, at any depth (not
- * hidden ones), sorted by path. */
-static void add_input(DocList *l, const char *path) {
+ * hidden ones), sorted by path. A folder or file already met (named twice, or through a link) is read once. */
+static void add_input(DocList *l, const char *path, Seen *seen) {
     struct stat st;
     if (stat(path, &st) != 0) fatal("tok: input %s: %s; give text files, directories or .jsonl files", path, strerror(errno));
+    if (!first_visit(seen, &st)) { skip_note(seen, path, "already read (named twice, or through a link)"); return; }
     if (!S_ISDIR(st.st_mode)) { add_file(l, path); return; }
     char **names = NULL;
     size_t n = 0, cap = 0;
-    collect_files(path, &names, &n, &cap, 0);
+    collect_files(path, &names, &n, &cap, 0, seen);
     if (n == 0) fatal("tok: directory %s holds no files", path);
     qsort(names, n, sizeof(char *), cmp_str);
     for (size_t i = 0; i < n; i++) {
@@ -313,6 +385,57 @@ static void add_input(DocList *l, const char *path) {
         free(names[i]);
     }
     free(names);
+}
+
+/* All INPUTS into docs (fatal() if they hold none); the folders and files met are left in *seen. */
+static void add_inputs(DocList *docs, char **inputs, int n, Seen *seen, const char *cmd) {
+    for (int i = 0; i < n; i++) add_input(docs, inputs[i], seen);
+    if (docs->n == 0) fatal("tok %s: the inputs hold no documents", cmd);
+    if (seen->skipped) fprintf(stderr, "note: tok %s: %zu entries of the inputs skipped (see above)\n", cmd, seen->skipped);
+}
+
+/* fatal() if --out is an input folder or lies inside one: what is written there would be read as documents by the
+ * next run over the same inputs (and could replace an input). out need not exist yet: its nearest existing folder is
+ * checked, then each folder above it. */
+static void refuse_out_in_inputs(const char *out, const Seen *seen) {
+    size_t cap = strlen(out) + 8 + 3 * 4096;
+    char *p = xmalloc(cap, "path");
+    snprintf(p, cap, "%s", out);
+    struct stat st;
+    while (stat(p, &st) != 0) { /* the nearest existing ancestor */
+        char *slash = strrchr(p, '/');
+        if (!slash || slash == p) { snprintf(p, cap, "%s", slash == p ? "/" : "."); break; }
+        *slash = 0;
+    }
+    for (int up = 0; up < 4096 && stat(p, &st) == 0; up++) {
+        if (was_visited(seen, &st))
+            fatal("--out %s lies inside the input folder %s: the next run would read what is written there as "
+                  "documents; choose an --out outside the inputs", out, p);
+        struct stat parent;
+        size_t l = strlen(p);
+        if (l + 4 >= cap) break;
+        strcpy(p + l, "/..");
+        if (stat(p, &parent) != 0 || (parent.st_dev == st.st_dev && parent.st_ino == st.st_ino)) break; /* the root */
+    }
+    free(p);
+}
+
+/* fatal() if an input document's file is one of the shards of this --name in --out, which the run replaces or
+ * removes (`tok shards --out o --name s o/s_train_000000.bin`). */
+static void refuse_inputs_among_shards(const DocList *docs, const char *out, const char *prefix) {
+    size_t pl = strlen(prefix);
+    for (size_t i = 0; i < docs->n; i++) {
+        const char *path = docs->docs[i].path, *slash = strrchr(path, '/');
+        const char *base = slash ? slash + 1 : path;
+        if (strncmp(base, prefix, pl) || (strncmp(base + pl, "_train_", 7) && strncmp(base + pl, "_val_", 5)) ||
+            !ends_with(base, ".bin"))
+            continue;
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+        if (same_file(dir, out))
+            fatal("tok shards: input %s is a shard of --name %s in --out %s, which this run replaces; give other "
+                  "inputs, another --out or another --name", path, prefix, out);
+    }
 }
 
 /* --val-percent: a number in [0, 100); fatal() otherwise. */
@@ -550,20 +673,138 @@ static void *worker(void *arg) {
     }
 }
 
-/* Accumulates one split's tokens and writes a shard whenever shard_tokens are ready. */
+/* The new shard set is written into a temp folder inside --out (OUT/.PREFIX.tok-shards.XXXXXX) and moved into place
+ * only once every shard is complete (staging_commit), so the set in --out is the old one or the new one, never a
+ * mixture of two corpora. Until then an error (fatal() on any thread) or SIGINT, SIGTERM or SIGHUP removes the temp
+ * folder and leaves --out as it was. One staging per process (the fatal hook and the signal thread find it here). */
 typedef struct {
-    const char *out, *prefix, *split;
+    const char *out, *prefix;
+    char tmp[4200];        /* the temp folder */
+    int committed;         /* the new set is in place */
+    pthread_mutex_t mu;    /* recursive: held while a shard is written and during the commit */
+} Staging;
+static Staging staging;
+
+/* Removes the temp folder and what is in it (our shards and shard temp files only; no subfolders). */
+static void staging_remove(void) {
+    DIR *d = opendir(staging.tmp);
+    if (d) {
+        for (struct dirent *e; (e = readdir(d));) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char p[4500];
+            snprintf(p, sizeof p, "%s/%s", staging.tmp, e->d_name);
+            unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(staging.tmp);
+}
+
+/* fatal()'s hook: no temp shard outlives an error, whichever thread hit it. */
+static void staging_abort(int status) {
+    (void)status;
+    pthread_mutex_lock(&staging.mu); /* waits for a shard being written; never unlocked: the process ends */
+    if (!staging.committed) staging_remove();
+}
+
+/* The signal thread: SIGINT, SIGTERM and SIGHUP (blocked in every other thread) end the run here, between shard
+ * writes, so the temp folder is removed whole and an old set is never half replaced. Exit status 128 + signal. */
+static void *staging_signals(void *arg) {
+    sigset_t *set = arg;
+    int sig = 0;
+    sigwait(set, &sig);
+    pthread_mutex_lock(&staging.mu);
+    if (!staging.committed) staging_remove();
+    fprintf(stderr, "\ntok shards: stopped by signal %d (%s); %s\n", sig, strsignal(sig),
+            staging.committed ? "the new shards were already in place"
+                              : "the unfinished shards were removed and the shards in --out are as they were");
+    _exit(128 + sig);
+}
+
+/* Creates the temp folder inside out (which exists), sets the fatal hook and starts the signal thread. */
+static void staging_begin(const char *out, const char *prefix) {
+    staging.out = out;
+    staging.prefix = prefix;
+    snprintf(staging.tmp, sizeof staging.tmp, "%s/.%s.tok-shards.XXXXXX", out, prefix);
+    if (!mkdtemp(staging.tmp))
+        fatal("cannot create a temp folder in --out %s: %s; check that it is a writable folder", out, strerror(errno));
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&staging.mu, &ma);
+    set_fatal_hook(staging_abort);
+    static sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL); /* threads started after this inherit the mask */
+    pthread_t t;
+    if (pthread_create(&t, NULL, staging_signals, &set) != 0) fatal("tok shards: cannot start the signal thread");
+    pthread_detach(t);
+}
+
+static void shard_name(char *path, size_t cap, const char *dir, const char *split, int i) {
+    snprintf(path, cap, "%s/%s_%s_%06d.bin", dir, staging.prefix, split, i);
+}
+
+/* Moves the n_train + n_val new shards from the temp folder into --out, then removes the old set's shards of this
+ * prefix the new one does not have (numbered from n on), then the temp folder. A destination that is a folder is
+ * refused before anything moves. Signals wait until it is done, and so does another `tok shards` committing into the
+ * same --out (an flock on the folder), so two runs at once leave one set or the other. */
+static void staging_commit(int n_train, int n_val) {
+    const char *splits[2] = {"train", "val"};
+    int counts[2] = {n_train, n_val};
+    char from[4500], to[4500];
+    pthread_mutex_lock(&staging.mu);
+    int dfd = open(staging.out, O_RDONLY | O_DIRECTORY);
+    if (dfd < 0 || flock(dfd, LOCK_EX) != 0)
+        fatal("cannot lock --out %s to move the new shards into place: %s", staging.out, strerror(errno));
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < counts[k]; i++) {
+            struct stat st;
+            shard_name(to, sizeof to, staging.out, splits[k], i);
+            if (lstat(to, &st) == 0 && S_ISDIR(st.st_mode))
+                fatal("%s is a folder, where a shard goes; move it away and run tok shards again (nothing was "
+                      "replaced)", to);
+        }
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < counts[k]; i++) {
+            shard_name(from, sizeof from, staging.tmp, splits[k], i);
+            shard_name(to, sizeof to, staging.out, splits[k], i);
+            if (rename(from, to) != 0)
+                fatal("cannot move %s into place: %s; --out now holds some new shards beside old ones: run tok shards "
+                      "again", to, strerror(errno));
+        }
+    for (int k = 0; k < 2; k++) /* the old set's shards past the new set's end */
+        for (int i = counts[k];; i++) {
+            shard_name(to, sizeof to, staging.out, splits[k], i);
+            if (unlink(to) != 0) break;
+        }
+    staging_remove();
+    fsync_parent_dir(to);
+    staging.committed = 1;
+    close(dfd); /* releases the lock */
+    pthread_mutex_unlock(&staging.mu);
+}
+
+/* Accumulates one split's tokens and writes a shard into the temp folder whenever shard_tokens are ready. */
+typedef struct {
+    const char *split;
     int32_t *buf;
     size_t n, shard_tokens, total;
     int files;
     int token_bytes; /* 2 (GPT-2) or 4 (Llama) */
     const char *tokenizer; /* recorded in every shard's header (dataloader.h) */
+    uint64_t vocab_hash;   /* likewise */
 } Writer;
 
 static void writer_flush(Writer *w) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s_%s_%06d.bin", w->out, w->prefix, w->split, w->files++);
-    shard_write_tokenizer(path, w->buf, w->n, w->token_bytes, w->tokenizer);
+    char path[4500];
+    shard_name(path, sizeof path, staging.tmp, w->split, w->files++);
+    pthread_mutex_lock(&staging.mu);
+    shard_write_tokenizer(path, w->buf, w->n, w->token_bytes, w->tokenizer, w->vocab_hash);
+    pthread_mutex_unlock(&staging.mu);
     w->n = 0;
 }
 
@@ -579,15 +820,6 @@ static void writer_add(Writer *w, const int32_t *ids, size_t n) {
     }
 }
 
-/* Removes PREFIX_SPLIT_NNNNNN.bin files numbered `from` and up, left by an earlier, larger run. */
-static void remove_stale(const char *out, const char *prefix, const char *split, int from) {
-    for (int i = from;; i++) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s_%s_%06d.bin", out, prefix, split, i);
-        if (unlink(path) != 0) break;
-    }
-}
-
 static int cmd_shards(int argc, char **argv) {
     char *out = NULL, *name = "shard", *val_percent = "5", *shard_tokens = "100000000", *threads_s = NULL,
          *field = "text", *data = "data", *model = "gpt2";
@@ -596,7 +828,8 @@ static int cmd_shards(int argc, char **argv) {
     snprintf(threads_def, sizeof threads_def, "%ld", ncpu > 0 ? ncpu : 1);
     threads_s = threads_def;
     Opt opts[] = {
-        {"out", "DIR", "directory for the shards (created)", &out},
+        {"out", "DIR", "directory for the shards (created; the earlier PREFIX_* set there is replaced whole, "
+                       "once the new one is complete: room for both is needed meanwhile)", &out},
         {"name", "PREFIX", "shard file prefix: PREFIX_train_000000.bin, PREFIX_val_000000.bin", &name},
         {"val-percent", "P", "share of documents for validation, chosen by a hash of the document name", &val_percent},
         {"shard-tokens", "N", "tokens per shard file (the last one of a split holds fewer)", &shard_tokens},
@@ -622,14 +855,19 @@ static int cmd_shards(int argc, char **argv) {
 
     double t0 = now_seconds();
     DocList docs = {0};
-    for (int i = first; i < argc; i++) add_input(&docs, argv[i]);
-    if (docs.n == 0) fatal("tok shards: the inputs hold no documents");
+    Seen seen = {0};
+    add_inputs(&docs, argv + first, argc - first, &seen, "shards");
+    refuse_out_in_inputs(out, &seen);
+    refuse_inputs_among_shards(&docs, out, name);
     size_t n_val = choose_val(&docs, percent);
     Tokenizer *tok = tokenizer_load(model, data);
     /* llm.c's layouts: uint16 GPT-2 style, uint32 Llama and any vocabulary beyond 65536 tokens */
     int token_bytes = strncmp(model, "llama", 5) && tokenizer_vocab_size(tok) <= 65536 ? 2 : 4;
     const char *kind = tokenizer_kind(tok); /* recorded in each shard's header ("bpe" for a learned folder) */
+    uint64_t vocab_hash = tokenizer_vocab_hash(model, data); /* likewise: tells learned vocabularies apart */
+    if (!vocab_hash) fatal("tok shards: cannot read the vocabulary files of --model %s to hash them", model);
     make_dirs(out);
+    staging_begin(out, name);
 
     Pool pool = {.tok = tok, .docs = &docs, .field = field, .window = (size_t)threads * 8 + 16};
     pool.res = xcalloc(docs.n, sizeof(Result), "results");
@@ -639,9 +877,9 @@ static int cmd_shards(int argc, char **argv) {
     for (int i = 0; i < threads; i++)
         if (pthread_create(&tids[i], NULL, worker, &pool) != 0) fatal("tok shards: cannot start thread %d", i);
 
-    Writer wt = {out, name, "train", xmalloc(per_shard * sizeof(int32_t), "shard buffer"), 0, per_shard, 0, 0,
-                 token_bytes, kind};
-    Writer wv = {out, name, "val", NULL, 0, per_shard, 0, 0, token_bytes, kind};
+    Writer wt = {"train", xmalloc(per_shard * sizeof(int32_t), "shard buffer"), 0, per_shard, 0, 0, token_bytes, kind,
+                 vocab_hash};
+    Writer wv = {"val", NULL, 0, per_shard, 0, 0, token_bytes, kind, vocab_hash};
     if (n_val) wv.buf = xmalloc(per_shard * sizeof(int32_t), "shard buffer");
     double last = t0;
     for (size_t i = 0; i < docs.n; i++) {
@@ -664,15 +902,16 @@ static int cmd_shards(int argc, char **argv) {
     for (int i = 0; i < threads; i++) pthread_join(tids[i], NULL);
     if (wt.n || wt.files == 0) writer_flush(&wt);
     if (n_val && (wv.n || wv.files == 0)) writer_flush(&wv);
-    remove_stale(out, name, "train", wt.files);
-    remove_stale(out, name, "val", wv.files);
+    staging_commit(wt.files, wv.files);
     double secs = now_seconds() - t0;
     printf("tok shards: %zu documents (%zu val), %zu tokens (train %zu, val %zu) in %.2f s, %.0f tokens/s, "
            "%d threads; %d train + %d val shards in %s\n",
            docs.n, n_val, wt.total + wv.total, wt.total, wv.total, secs, (wt.total + wv.total) / secs, threads,
            wt.files, wv.files, out);
+    xflush_stdout();
 
     free_docs(&docs);
+    free(seen.ids);
     free(pool.res);
     free(tids);
     free(wt.buf);
@@ -709,8 +948,9 @@ static int cmd_train(int argc, char **argv) {
 
     double t0 = now_seconds();
     DocList docs = {0};
-    for (int i = first; i < argc; i++) add_input(&docs, argv[i]);
-    if (docs.n == 0) fatal("tok train: the inputs hold no documents");
+    Seen seen = {0};
+    add_inputs(&docs, argv + first, argc - first, &seen, "train");
+    refuse_out_in_inputs(out, &seen);
     size_t n_val = choose_val(&docs, percent);
     BpeTrainer *bt = bpe_trainer_new();
     for (size_t i = 0; i < docs.n; i++) {
@@ -730,9 +970,11 @@ static int cmd_train(int argc, char **argv) {
            "merges) in %.2f s (counting %.2f s); wrote %s/encoder.json and %s/vocab.bpe\n",
            docs.n - n_val, n_val, (long long)bpe_trainer_text_bytes(bt), bpe_trainer_n_words(bt), vocab,
            bpe_trainer_n_merges(bt), now_seconds() - t0, t1 - t0, out, out);
+    xflush_stdout();
     free_docs(&docs);
+    free(seen.ids);
     bpe_trainer_free(bt);
-    return fflush(stdout) ? 1 : 0;
+    return 0;
 }
 
 int main(int argc, char **argv) {

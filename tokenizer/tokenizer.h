@@ -38,6 +38,10 @@ Tokenizer *tokenizer_load(const char *kind, const char *data_dir);
 /* 1 if kind names a folder holding encoder.json and vocab.bpe (a learned vocabulary), not one of the built-in
  * names. */
 int tokenizer_is_dir(const char *kind);
+/* The vocabulary's identity, recorded in every shard `tok shards` writes (dataloader.h): XXH3-64 of its two files'
+ * bytes in turn (encoder.json then vocab.bpe; Llama's vocab.txt then merges.txt), kind and data_dir as for
+ * tokenizer_load; never 0. Returns 0 when kind is unknown or a file cannot be read. */
+uint64_t tokenizer_vocab_hash(const char *kind, const char *data_dir);
 /* Frees the tokenizer and this thread's cache; other threads must be done with it (their per-thread caches
  * are freed when they exit). */
 void tokenizer_free(Tokenizer *tok);

@@ -17,5 +17,5 @@ esac
 for f in "$@"; do [ -r "$f" ] || { echo "error: cannot read $f; pass JSON-lines files (one {\"text\": ...} per line)" >&2; exit 1; }; done
 [ -x "$root/tok" ] || { echo "error: $root/tok not found; run 'make tok' in $root" >&2; exit 1; }
 "$root/tok" shards --model "$model" --data "${DATA:-$root/data}" --out "$out" --name "$corpus" \
-    --val-percent "${VAL_PERCENT:-0.5}" --jsonl-field "${JSONL_FIELD:-text}" "$@"
+    --val-percent "${VAL_PERCENT:-0.5}" --jsonl-field "${JSONL_FIELD:-text}" -- "$@"
 echo "shards in $out: train with --train '$out/${corpus}_train_*.bin' --val '$out/${corpus}_val_*.bin'"
