@@ -748,6 +748,29 @@ static void shard_name(char *path, size_t cap, const char *dir, const char *spli
     snprintf(path, cap, "%s/%s_%s_%06d.bin", dir, staging.prefix, split, i);
 }
 
+/* Removes the shards of this prefix in --out numbered at or past the new set's count of their split (counts: train,
+ * val), gaps and all: what is left of the old set once the new one is in place. */
+static void remove_old_extra(const int counts[2]) {
+    static const char *const splits[2] = {"_train_", "_val_"};
+    DIR *d = opendir(staging.out);
+    if (!d) return;
+    size_t pl = strlen(staging.prefix);
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, staging.prefix, pl)) continue;
+        for (int k = 0; k < 2; k++) {
+            size_t sl = strlen(splits[k]);
+            const char *num = e->d_name + pl + sl; /* NNNNNN.bin */
+            if (strncmp(e->d_name + pl, splits[k], sl) || strlen(num) != 10 || strspn(num, "0123456789") != 6 ||
+                strcmp(num + 6, ".bin") || atoi(num) < counts[k])
+                continue;
+            char path[4500];
+            snprintf(path, sizeof path, "%s/%s", staging.out, e->d_name);
+            unlink(path);
+        }
+    }
+    closedir(d);
+}
+
 /* Moves the n_train + n_val new shards from the temp folder into --out, then removes the old set's shards of this
  * prefix the new one does not have (numbered from n on), then the temp folder. A destination that is a folder is
  * refused before anything moves. Signals wait until it is done, and so does another `tok shards` committing into the
@@ -776,11 +799,7 @@ static void staging_commit(int n_train, int n_val) {
                 fatal("cannot move %s into place: %s; --out now holds some new shards beside old ones: run tok shards "
                       "again", to, strerror(errno));
         }
-    for (int k = 0; k < 2; k++) /* the old set's shards past the new set's end */
-        for (int i = counts[k];; i++) {
-            shard_name(to, sizeof to, staging.out, splits[k], i);
-            if (unlink(to) != 0) break;
-        }
+    remove_old_extra(counts);
     staging_remove();
     fsync_parent_dir(to);
     staging.committed = 1;
