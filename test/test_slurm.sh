@@ -4,6 +4,9 @@
 # model through EXTRA, on the bpe4k shards of DATA) is submitted with sbatch and runs its 2 ranks by srun (PMIx):
 #   slurm_job_trains_on_2_ranks_in_sync   the log says world 2, each task reports local rank 0 / 1 of 2 from MPI,
 #                                         and the losses equal the same recipe under mpirun, bit for bit;
+#   slurm_sbatch_from_another_folder_finds_the_repository  that job is submitted from a folder outside the
+#                                         repository by the script's absolute path (SLURM runs a spool copy of it):
+#                                         it finds the repository and writes its relative OUT under that folder;
 #   slurm_time_limit_requeues_and_resumes --time=1 with --signal=TERM@59: SLURM's SIGTERM ahead of the limit makes
 #                                         the trainer checkpoint and exit 143, the script requeues the job, it
 #                                         continues with --resume latest; the end equals an uninterrupted run
@@ -14,6 +17,7 @@
 set -u
 DATA=${1:-data}
 ROOT=$(pwd)
+DATA=$(cd "$DATA" && pwd) # the jobs below run from other folders
 TMP=$(mktemp -d "$ROOT/build/test_slurm.XXXXXX")
 failures=0
 ok() { echo "ok $1"; }
@@ -43,10 +47,15 @@ reference() { # reference OUT STEPS: the same recipe by mpirun on 2 ranks
 }
 job_state() { squeue -h -j "$1" -o '%T %r' 2> /dev/null; }
 
-# --- a 2-task job trains in sync
-env RECIPE=gpt345m DATA_DIR="$DATA/sotu/bpe4k" OUT="$TMP/a" EXTRA="$SMALL --steps 30" \
-    timeout 300 sbatch --wait --ntasks-per-node=2 --time=5 -o "$TMP/a.job" scripts/cluster/slurm.sbatch > "$TMP/a.sbatch" 2>&1
+# --- a 2-task job trains in sync; submitted from another folder (OUT=a is that folder's)
+mkdir -p "$TMP/sub"
+(cd "$TMP/sub" && env RECIPE=gpt345m DATA_DIR="$DATA/sotu/bpe4k" OUT=a EXTRA="$SMALL --steps 30" \
+    timeout 300 sbatch --wait --ntasks-per-node=2 --time=5 -o "$TMP/a.job" "$ROOT/scripts/cluster/slurm.sbatch") > "$TMP/a.sbatch" 2>&1
 st=$?
+if [ $st = 0 ] && grep -q "^slurm.sbatch: job [0-9]* .*, repository $ROOT$" "$TMP/a.job" && [ -s "$TMP/sub/a/log.jsonl" ]; then
+    ok slurm_sbatch_from_another_folder_finds_the_repository
+else fail slurm_sbatch_from_another_folder_finds_the_repository "sbatch status $st: $(cat "$TMP/a.sbatch"; grep -v '^step ' "$TMP/a.job" | tail -n 4)"; fi
+ln -s sub/a "$TMP/a"
 reference "$TMP/aref" 30
 if [ $st = 0 ] && grep -q '"event": "start".*"world": 2' "$TMP/a/log.jsonl" \
    && grep -q "^placement: rank 0 on .*: local rank 0 of 2, 1 thread" "$TMP/a.job" \

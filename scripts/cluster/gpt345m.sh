@@ -6,31 +6,40 @@
 # scripts give no --adam-beta2, so Megatron's default), eps 1e-8, weight decay 0.01, clip 1.0, on OpenWebText
 # (scripts/cluster/prepare_data.sh openwebtext). SCAPE (both densities): density 1.0 -> DENSITY over 10,000 steps
 # from step 0; norm gains and biases sparsified at d 0.01 (--no-topk-adams-use-exclude-from-topk). The dense
-# baselines (OPTIMIZER=adamw or adams) take the same schedule.
-# Required: DATA_DIR (shards). Optional: OPTIMIZER adamw|adams|scape (default scape), DENSITY 0.1|0.01 (default
-# 0.01), RANKS (default 32), MICRO_BATCH (sequences per rank per micro-step, default 8; accumulation makes up the
-# rest), and to depart from the recipe STEPS, WARMUP, DENSITY_DENSE, DENSITY_WARMUP, EXCLUDE_NORMS; HOSTFILE, OUT,
-# RESUME (latest: continue), TRAINER (default ./train_gpt; the CUDA build on GPUs), DRY_RUN=1 (print the command).
+# baselines (OPTIMIZER=adamw or adams) take the same schedule, and so do the peers: topk-ef with SCAPE's density
+# schedule, powersgd, onebit-adam and demo with their own settings at the trainer's defaults (EXTRA changes them).
+# Required: DATA_DIR (shards). Optional: OPTIMIZER adamw|adams|scape|topk-ef|powersgd|onebit-adam|demo (default
+# scape), DENSITY 0.1|0.01 (default 0.01; scape and topk-ef, ignored by the others), RANKS (default 32), MICRO_BATCH (sequences per
+# rank per micro-step, default 8; accumulation makes up the rest), and to depart from the recipe STEPS, WARMUP,
+# DENSITY_DENSE, DENSITY_WARMUP, EXCLUDE_NORMS; HOSTFILE, OUT (default out/gpt345m_<optimizer>[_<density>] in the
+# repository), RESUME (latest: continue), TRAINER (default the repository's train_gpt; the CUDA build on GPUs), EXTRA
+# (trainer flags, last), DRY_RUN=1 (print the command; 0 or unset: run it). Run it from any folder: relative paths
+# are relative to that folder. A value it cannot use stops it with one line, status 2, before anything starts.
 # Not run in CI (DRY_RUN is: test/test_reproduce.sh).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-. scripts/cluster/common.sh
-RANKS=${RANKS:-32}; MICRO_BATCH=${MICRO_BATCH:-8}; OPTIMIZER=${OPTIMIZER:-scape}; DENSITY=${DENSITY:-0.01}
-TRAINER=${TRAINER:-./train_gpt}
-check_density
+# the repository (the defaults of TRAINER and OUT are in it); not found when sbatch ran a spool copy of this file
+if ! ROOT=$(cd "$(dirname "$0")/../.." 2> /dev/null && pwd) || [ ! -f "$ROOT/scripts/cluster/common.sh" ]; then
+    echo "error: $0 is not in the repository (sbatch runs a copy of a script); submit scripts/cluster/slurm.sbatch with RECIPE=gpt345m instead" >&2
+    exit 2
+fi
+. "$ROOT/scripts/cluster/common.sh"
+RANKS=${RANKS:-32}; MICRO_BATCH=${MICRO_BATCH:-8}; OPTIMIZER=${OPTIMIZER:-scape}
+TRAINER=${TRAINER:-$ROOT/train_gpt}
+check_rule
 STEPS=${STEPS:-100000}; WARMUP=${WARMUP:-5000}
 DENSITY_DENSE=${DENSITY_DENSE:-0}; DENSITY_WARMUP=${DENSITY_WARMUP:-10000}
 # d 0.01 sparsifies norms and biases (its script passes --no-topk-adams-use-exclude-from-topk); the d 0.1 script
 # could not be re-read in the session that wrote this, so it follows d 0.01's (docs/reproduction.md 1.4)
 EXCLUDE_NORMS=${EXCLUDE_NORMS:-0}
-SUFFIX=; [ "$OPTIMIZER" = scape ] && SUFFIX=_$DENSITY
+SUFFIX=; if sparse_rule; then SUFFIX=_$DENSITY; fi
 need DATA_DIR
-OUT=${OUT:-out/gpt345m_${OPTIMIZER}${SUFFIX}}
-# shellcheck disable=SC2046
+check_recipe
+OUT=${OUT:-$ROOT/out/gpt345m_${OPTIMIZER}${SUFFIX}}
+optimizer_flags
 RANKS=${SLURM_NTASKS:-$RANKS}
 launch "$TRAINER" --model d24c1024h16t1024 --train "$DATA_DIR/*train*.bin" --val "$DATA_DIR/*val*.bin" \
     --seq 1024 --batch "$MICRO_BATCH" --total-batch $((512 * 1024)) --steps "$STEPS" \
     --lr 1.5e-4 --lr-floor 1e-5 --warmup "$WARMUP" --beta1 0.9 --beta2 0.999 --eps 1e-8 --weight-decay 0.01 \
-    --clip 1.0 $(optimizer_flags) \
+    --clip 1.0 "${OPT_FLAGS[@]}" \
     --eval-every 1000 --eval-batches 20 --sample-every 0 --ckpt-every 1000 --keep-ckpts 2 --out "$OUT" \
     ${RESUME:+--resume "$RESUME"}
