@@ -26,6 +26,7 @@
  * Not for: AdamW itself (optim.c), the checkpoint blob (dist_state.c).
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,6 +63,12 @@ void psgd_init(DistOptim *d) {
         if (d->psgd_rank[i]) kq += s->numel / s->shape[0] * d->psgd_rank[i];
     }
     d->psgd_kq = kq;
+    if (kq == 0 && d->rank == 0 && tab->n > 0) { /* the plain dense rule for the whole run: say so, as for --warmup */
+        printf("note: --optimizer powersgd compresses no matrix at --powersgd-rank %d and --powersgd-min-compression %g "
+               "(each has n m < min x rank x (n + m)), so the whole run is AdamW bit for bit; lower either\n",
+               d->cfg.powersgd_rank, d->cfg.powersgd_min_compression);
+        fflush(stdout);
+    }
     d->psgd_q = xmalloc((kq ? kq : 1) * sizeof(float), "PowerSGD Q");
     d->psgd_qbuf = xmalloc((kq ? kq : 1) * sizeof(float), "PowerSGD Q payload");
     Rng g;

@@ -96,6 +96,9 @@ TEST_CMDS += "test/test_scape_ref.sh $(BUILD)/scape_ref_driver"
 # alone, 2-3 min on a busy 2-core machine)
 TEST_DEPS += train_gpt data
 TEST_CMDS += "test/test_scape_gpt2.sh ./train_gpt $(DATA)"
+# settings that make a compressing rule dense for the whole run are noted; 1-bit Adam's freeze step survives a resume
+# with another --steps (the toy model, about a second)
+TEST_CMDS += "test/test_rule_settings.sh $(BUILD)/test_train_toy"
 
 # `make bench-scape`: 4-rank dense AdamS vs SCAPE d=0.1 / 0.01 (bytes, step time, hidden comm, mask coding)
 .PHONY: bench-scape
