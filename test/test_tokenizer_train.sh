@@ -127,6 +127,17 @@ else
     fail words_out_never_writes_through_a_link "status $st, victim '$(cat "$tmp/victim.txt")', out: $(ls -A "$tmp/wl")"
 fi
 
+# 4d. an output that is a pipe (or a device: /dev/full) is refused, not opened (a pipe without reader hung it) nor
+#     replaced
+mkfifo "$tmp/words_pipe"
+timeout 20 "$TOK" train --vocab 260 --val-percent 0 --out "$tmp/wp" --words-out "$tmp/words_pipe" "$tmp/corpus" > /dev/null 2> "$tmp/wp.err"; st=$?
+if [ $st = 1 ] && [ "$(wc -l < "$tmp/wp.err")" = 1 ] && grep -q "words_pipe exists and is not a regular file" "$tmp/wp.err" \
+   && [ -p "$tmp/words_pipe" ] && [ ! -e "$tmp/wp" ]; then
+    ok words_out_refuses_a_pipe
+else
+    fail words_out_refuses_a_pipe "status $st: $(cat "$tmp/wp.err")"
+fi
+
 # 5. bad input: one error line, non-zero exit, nothing written
 expect_error() { # name, expected text, tok args...
     local name=$1 want=$2

@@ -287,8 +287,13 @@ static void spell(FILE *f, const unsigned char *p, size_t n, const int cp_of[256
 /* Opens a new temp file beside dir/name (open_temp_beside) for writing, its name in tmp; the caller passes it to
  * close_file. On failure removes `pending` (an earlier temp file of the same set, or NULL) and fatal()s. */
 static FILE *start_file(const char *dir, const char *name, char *tmp, size_t cap, const char *pending) {
-    char path[4200];
+    char path[8500];
     snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+        if (pending) unlink(pending);
+        fatal("%s exists and is not a regular file (a folder, device or pipe); name another file", path);
+    }
     int fd = open_temp_beside(path, tmp, cap);
     FILE *f = fd >= 0 && fchmod(fd, 0644) == 0 ? fdopen(fd, "wb") : NULL;
     if (!f) {

@@ -685,6 +685,21 @@ typedef struct {
 } Staging;
 static Staging staging;
 
+/* The signals that stop a run: SIGINT, SIGTERM, SIGHUP. */
+static void stop_signals(sigset_t *set) {
+    sigemptyset(set);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGHUP);
+}
+
+/* Blocks them in the calling thread (old: the mask before, or NULL); a blocked signal waits until unblocked. */
+static void block_stop_signals(sigset_t *old) {
+    sigset_t set;
+    stop_signals(&set);
+    pthread_sigmask(SIG_BLOCK, &set, old);
+}
+
 /* Removes the temp folder and what is in it (our shards and shard temp files only; no subfolders). */
 static void staging_remove(void) {
     DIR *d = opendir(staging.tmp);
@@ -734,11 +749,8 @@ static void staging_begin(const char *out, const char *prefix) {
     pthread_mutex_init(&staging.mu, &ma);
     set_fatal_hook(staging_abort);
     static sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &set, NULL); /* threads started after this inherit the mask */
+    block_stop_signals(NULL); /* threads started after this inherit the mask */
+    stop_signals(&set);
     pthread_t t;
     if (pthread_create(&t, NULL, staging_signals, &set) != 0) fatal("tok shards: cannot start the signal thread");
     pthread_detach(t);
@@ -982,9 +994,17 @@ static int cmd_train(int argc, char **argv) {
     if (bpe_trainer_text_bytes(bt) == 0)
         fatal("tok train: the training documents of the inputs are empty; give text to learn from");
     double t1 = now_seconds();
-    if (words) bpe_trainer_write_words(bt, words);
+    /* a signal waits until a file being written is in place (a few ms), so none is left half-written */
+    sigset_t old;
+    if (words) {
+        block_stop_signals(&old);
+        bpe_trainer_write_words(bt, words);
+        sigprocmask(SIG_SETMASK, &old, NULL);
+    }
     bpe_trainer_train(bt, vocab);
+    block_stop_signals(&old);
     bpe_trainer_write(bt, out);
+    sigprocmask(SIG_SETMASK, &old, NULL);
     printf("tok train: %zu training documents (%zu held out), %lld bytes, %zu distinct pieces; %d tokens (%d "
            "merges) in %.2f s (counting %.2f s); wrote %s/encoder.json and %s/vocab.bpe\n",
            docs.n - n_val, n_val, (long long)bpe_trainer_text_bytes(bt), bpe_trainer_n_words(bt), vocab,
