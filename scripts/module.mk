@@ -23,6 +23,9 @@ TEST_CMDS += "/usr/bin/python3 test/test_reproduce_cost.py"
 TEST_CMDS += test/test_cluster_recipes.sh
 # issue 31: the variants study's tsv and table against the logs (~30 s)
 TEST_CMDS += "test/test_study_variants.sh $(DATA)"
+# issue 44: every command of README.md's shell blocks at tiny sizes (~90 s; the first `make llama-cpp` longer)
+TEST_DEPS += train_gpt train_llama tok export_gguf data data-llama llama-cpp
+TEST_CMDS += test/test_readme.sh
 # issue 42: the regime study's lines against the logs, resume after SIGKILL, the committed tables (~60 s)
 TEST_CMDS += "test/test_study_regime.sh $(DATA)"
 # issue 35: the first GPU run's plan (scripts/gpu_check.sh PLAN=1: order, the 8-minute estimate, T=128; ~25 s)

@@ -54,10 +54,14 @@ fi
 
 echo
 echo "=== samples (prompt: \"$PROMPT\")"
-grep '"event": "sample"' "$OUT/log.jsonl" | /usr/bin/python3 -c '
+/usr/bin/python3 - "$OUT/log.jsonl" <<'EOF'
 import json, sys
-for line in sys.stdin:
+n = 0
+for line in open(sys.argv[1]):
     o = json.loads(line)
-    print("--- step %s:\n%s\n" % (o["step"], o["text"]))
-' 2>/dev/null || grep '"event": "sample"' "$OUT/log.jsonl"
+    if o.get("event") == "sample":
+        print("--- step %s:\n%s\n" % (o["step"], o["text"]))
+        n += 1
+if not n: print("(none: SAMPLE_EVERY=0 takes no samples)")
+EOF
 scripts/plot_loss.sh "$OUT/loss.png" "$OUT/log.jsonl"
