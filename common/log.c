@@ -78,18 +78,10 @@ void json_escape(char *buf, size_t cap, size_t *len, const char *s) {
 
 JsonLog *jlog_open(const char *path) {
     JsonLog *l = xcalloc(1, sizeof *l, "log");
-    /* never through a link to a file (one planted in a shared --out would have the run append to, and cut, a file
-     * of someone else's); a link to a character device (/dev/null, /dev/full: a discarded log, the tests' full
-     * disk) is followed, since nothing there can be cut */
-    l->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-    struct stat st;
-    if (l->fd < 0 && errno == ELOOP) {
-        if (stat(path, &st) != 0 || !S_ISCHR(st.st_mode))
-            fatal("%s is a symbolic link; the run writes (and may cut) its log only in a file of its own: remove the "
-                  "link", path);
-        l->fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
-    }
-    if (l->fd < 0) fatal("cannot open %s: %s; check that --out is a writable directory", path, strerror(errno));
+    /* never through a link to a file, never a FIFO (which would block the run), never an input of the run: see
+     * out_open_append (a link to a character device, /dev/null or the tests' /dev/full, is followed) */
+    char err[4600];
+    if ((l->fd = out_open_append(path, err, sizeof err)) < 0) fatal("%s", err);
     l->path = strdup(path);
     if (!l->path) fatal("out of memory opening %s", path);
     /* a log that ends inside a line (an older run died mid-write) loses that partial line, so that every line

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -262,4 +263,196 @@ int utf8_valid_n(const char *str, size_t n) {
         i += k + 1;
     }
     return 1;
+}
+
+/* ---------------------------------------------------------------- output files (util.h) */
+
+typedef struct {
+    char name[4200]; /* the folder resolved, the last component as given */
+    dev_t dev;
+    ino_t ino;
+    int has_id;      /* dev/ino hold the file's identity (it existed when guarded) */
+    char what[96];
+} Guard;
+static Guard *guards;
+static int nguards;
+
+struct OutFile {
+    FILE *f;     /* a stream on out_write below, so the first OS error of a write is kept (err) */
+    int fd, err;
+    char path[4096], tmp[4200], what[96];
+    OutFile *next;
+};
+static OutFile *open_outs; /* temps not yet committed: removed at exit */
+
+static const char *kind_of(mode_t m) {
+    return S_ISDIR(m) ? "folder" : S_ISFIFO(m) ? "FIFO (named pipe)" : S_ISSOCK(m) ? "socket" :
+           S_ISBLK(m) ? "block device" : S_ISCHR(m) ? "character device" : S_ISLNK(m) ? "symbolic link" : "special file";
+}
+
+/* path with its folder resolved (realpath) and its last component as given; "" when the folder cannot be resolved */
+static void resolved_name(const char *path, char *out, size_t cap) {
+    char dir[4096], real[PATH_MAX];
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    snprintf(dir, sizeof dir, "%.*s", slash ? (slash == path ? 1 : (int)(slash - path)) : 1, slash ? path : ".");
+    out[0] = 0;
+    if (!*base || !strcmp(base, ".") || !strcmp(base, "..")) {
+        if (realpath(path, real)) snprintf(out, cap, "%s", real);
+    } else if (realpath(dir, real)) snprintf(out, cap, "%s/%s", strcmp(real, "/") ? real : "", base);
+}
+
+static void add_guard(const char *path, const char *what) {
+    guards = xrealloc(guards, (size_t)(nguards + 1) * sizeof(Guard), "the run's file list");
+    Guard *g = &guards[nguards++];
+    memset(g, 0, sizeof *g);
+    resolved_name(path, g->name, sizeof g->name);
+    struct stat st;
+    if (stat(path, &st) == 0) { g->dev = st.st_dev; g->ino = st.st_ino; g->has_id = 1; }
+    snprintf(g->what, sizeof g->what, "%s", what);
+}
+
+void out_guard_input(const char *path, const char *what) { add_guard(path, what); }
+
+/* the input or whole output of this run that path names, or NULL (logs are never guarded: a run reopens its own) */
+static const Guard *guarded(const char *path) {
+    char name[4200];
+    resolved_name(path, name, sizeof name);
+    struct stat st;
+    int have = stat(path, &st) == 0;
+    for (int i = 0; i < nguards; i++) {
+        const Guard *g = &guards[i];
+        if ((name[0] && !strcmp(name, g->name)) || (have && g->has_id && st.st_dev == g->dev && st.st_ino == g->ino))
+            return g;
+    }
+    return NULL;
+}
+
+static void remove_open_temps(void) {
+    for (OutFile *o = open_outs; o; o = o->next) unlink(o->tmp);
+}
+static void unlist(OutFile *o) {
+    for (OutFile **p = &open_outs; *p; p = &(*p)->next)
+        if (*p == o) { *p = o->next; break; }
+}
+
+/* the stream's write: all of it, or -1 with the OS error kept in o->err */
+static ssize_t out_write(void *cookie, const char *buf, size_t n) {
+    OutFile *o = cookie;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = write(o->fd, buf + done, n - done);
+        if (w > 0) { done += (size_t)w; continue; }
+        if (w < 0 && errno == EINTR) continue;
+        if (!o->err) o->err = w < 0 ? errno : ENOSPC;
+        return -1;
+    }
+    return (ssize_t)n;
+}
+
+OutFile *out_open(const char *path, const char *what, char *err, size_t cap) {
+    static int at_exit_set;
+    struct stat st;
+    const Guard *g;
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+        snprintf(err, cap, "%s %s: is a symbolic link; the file is written only as a file of its own, never through a "
+                 "link: remove the link or name another file", what, path);
+        return NULL;
+    }
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(err, cap, "%s %s: is a %s, not a regular file; name a file (it is replaced whole)", what, path,
+                 kind_of(st.st_mode));
+        return NULL;
+    }
+    if ((g = guarded(path))) {
+        snprintf(err, cap, "%s %s: is %s of this run; writing it would destroy it: name another file", what, path,
+                 g->what);
+        return NULL;
+    }
+    OutFile *o = xcalloc(1, sizeof *o, "an output file");
+    snprintf(o->path, sizeof o->path, "%s", path);
+    snprintf(o->what, sizeof o->what, "%s", what);
+    o->fd = open_temp_beside(path, o->tmp, sizeof o->tmp);
+    if (o->fd < 0 || !(o->f = fopencookie(o, "w", (cookie_io_functions_t){.write = out_write}))) {
+        snprintf(err, cap, "%s %s: cannot create a temp file beside it: %s; check that its folder exists and is "
+                 "writable", what, path, strerror(errno));
+        if (o->fd >= 0) { close(o->fd); unlink(o->tmp); }
+        free(o);
+        return NULL;
+    }
+    if (!at_exit_set) { atexit(remove_open_temps); at_exit_set = 1; }
+    o->next = open_outs;
+    open_outs = o;
+    char gw[128];
+    snprintf(gw, sizeof gw, "the %s file", what);
+    add_guard(path, gw);
+    return o;
+}
+
+FILE *out_stream(OutFile *o) { return o->f; }
+
+int out_ok(OutFile *o, char *err, size_t cap) {
+    if (fflush(o->f) == 0 && !ferror(o->f) && !o->err) return 1;
+    snprintf(err, cap, "%s %s: cannot write: %s; nothing of it is kept: free space (or check permissions) and run "
+             "again", o->what, o->path, strerror(o->err ? o->err : EIO));
+    return 0;
+}
+
+int out_commit(OutFile *o, char *err, size_t cap) {
+    int ok = out_ok(o, err, cap), e = 0;
+    if (ok && (fchmod(o->fd, 0644) != 0 || fsync(o->fd) != 0)) { ok = 0; e = errno; }
+    fclose(o->f); /* flushed above; the cookie has no close of its own */
+    if (close(o->fd) != 0 && ok) { ok = 0; e = errno; }
+    if (ok && rename(o->tmp, o->path) != 0) { ok = 0; e = errno; }
+    if (!ok) {
+        unlink(o->tmp);
+        if (e) snprintf(err, cap, "%s %s: cannot write: %s; nothing of it is kept: free space (or check "
+                        "permissions) and run again", o->what, o->path, strerror(e));
+    } else fsync_parent_dir(o->path);
+    unlist(o);
+    free(o);
+    return ok;
+}
+
+void out_discard(OutFile *o) {
+    if (!o) return;
+    fclose(o->f);
+    close(o->fd);
+    unlink(o->tmp);
+    unlist(o);
+    free(o);
+}
+
+int out_open_append(const char *path, char *err, size_t cap) {
+    struct stat st;
+    const Guard *g = guarded(path);
+    if (g) {
+        snprintf(err, cap, "%s: is %s of this run; a log never appends to it: give one of them another name", path,
+                 g->what);
+        return -1;
+    }
+    int linked = lstat(path, &st) == 0 && S_ISLNK(st.st_mode);
+    if (linked && (stat(path, &st) != 0 || !S_ISCHR(st.st_mode))) {
+        snprintf(err, cap, "%s is a symbolic link; the run writes (and may cut) its log only in a file of its own: "
+                 "remove the link", path);
+        return -1;
+    }
+    /* O_NONBLOCK: a FIFO without a reader fails at once (ENXIO) instead of blocking the run before its first step */
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK | (linked ? 0 : O_NOFOLLOW), 0644);
+    if (fd < 0 && errno == ENXIO) {
+        snprintf(err, cap, "%s is a FIFO (named pipe), not a regular file; the log is appended only to a file of its "
+                 "own: remove it", path);
+        return -1;
+    }
+    if (fd < 0) {
+        snprintf(err, cap, "cannot open %s: %s; check that --out is a writable directory", path, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &st) != 0 || !(S_ISREG(st.st_mode) || (linked && S_ISCHR(st.st_mode)))) {
+        snprintf(err, cap, "%s is a %s, not a regular file; the log is appended only to a file of its own: remove it",
+                 path, kind_of(st.st_mode));
+        close(fd);
+        return -1;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
 }

@@ -65,6 +65,39 @@ int file_exists(const char *path);
 /* mkdir -p; fatal() on failure. */
 void make_dirs(const char *path);
 
+/* ---- output files (issue 43): every output of a run is written the way checkpoints are ----
+ * A run names the files it reads (out_guard_input) before it opens its outputs; no output is then written over one
+ * of them, over another output of the run, or through a symbolic link. Two ways to write:
+ *   whole   out_open / out_commit: a temp file beside the target, every write and the close checked, fsync,
+ *           rename at the end; the target holds its old content or the complete new one, never a part. A temp
+ *           not committed is removed when the process exits (fatal() included) or the caller discards it.
+ *   append  out_open_append: a log that grows by whole lines (common/log.c). */
+
+/* Marks path (which exists) as an input of this run, `what` saying which ("the --eval-task file"): out_open and
+ * out_open_append then refuse it, by its resolved name and by device and inode (another spelling, a link to it or
+ * a hard link of it). */
+void out_guard_input(const char *path, const char *what);
+typedef struct OutFile OutFile;
+/* Opens a new content for `path`, `what` naming the output in messages ("--eval-dump"). Refuses, returning NULL
+ * with one line in err (cap bytes) naming path and the fix: a symbolic link, something there that is not a regular
+ * file (a folder, a FIFO, a device such as /dev/full), an input or another output of this run, a temp file that
+ * cannot be made. The target stays as it was until out_commit. */
+OutFile *out_open(const char *path, const char *what, char *err, size_t cap);
+/* The stream to write into (fprintf and friends); its errors are caught by out_commit. */
+FILE *out_stream(OutFile *o);
+/* 1 while every write so far succeeded (fflush and ferror now); 0 with err naming the file and the OS error. */
+int out_ok(OutFile *o, char *err, size_t cap);
+/* Flushes, fsyncs and closes the temp (each checked) and renames it onto the target. Returns 1, or 0 with err
+ * (one line: the target, the OS error, the fix), the temp removed and the target as it was. Frees o. */
+int out_commit(OutFile *o, char *err, size_t cap);
+/* Drops the new content: the temp is removed, the target left as it was. Frees o; NULL is a no-op. */
+void out_discard(OutFile *o);
+/* Opens `path` for appending (O_APPEND, created 0644 if missing) without ever blocking: refuses, returning -1 with
+ * one line in err, a FIFO, a socket, a folder, a block device, an input or a whole output of this run (out_open),
+ * and a symbolic link, except one to a character device (/dev/null: a discarded log; /dev/full), where nothing can
+ * be cut or overwritten. Returns the descriptor (blocking mode, close-on-exec). */
+int out_open_append(const char *path, char *err, size_t cap);
+
 /* Makes the calling thread flush denormal floats to zero (x86 MXCSR FTZ and DAZ; no-op elsewhere). Threads it
  * creates afterwards inherit the setting (pthread_create copies the floating-point environment), so call it first
  * in main, before any OpenMP region. Why: late in backward, tiny gradients become denormal and x86 handles them

@@ -85,13 +85,15 @@ static double log_prob(const float *logits, int V, int tok, int *is_max) {
 
 /* one JSON line of the dump: the row's identity and score, the texts it was built from and its tokens (what the
  * model read, then the last target) */
-static void dump_row(FILE *dump, const Task *t, const TaskItem *it, const Row *r) {
+static void dump_row(FILE *dump, int step, const Task *t, const TaskItem *it, const Row *r) {
     json_t *ids = json_array();
     for (int i = 0; i < r->n; i++) json_array_append_new(ids, json_integer(r->toks[i]));
     json_array_append_new(ids, json_integer(r->tgt[r->ncont - 1]));
-    json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:f, s:i, s:b, s:s, s:s, s:o}", "task", t->name, "line", it->line,
-                          "choice", r->choice, "label", it->label, "loglik", r->loglik, "tokens", r->ncont, "greedy",
-                          r->greedy, "context", it->context, "continuation", it->choices[r->choice], "ids", ids);
+    json_t *ll = isfinite(r->loglik) ? json_real(r->loglik) : json_null(); /* JSON has no NaN */
+    json_t *o = json_pack("{s:i, s:s, s:i, s:i, s:i, s:o, s:i, s:b, s:s, s:s, s:o}", "step", step, "task", t->name,
+                          "line", it->line, "choice", r->choice, "label", it->label, "loglik", ll, "tokens", r->ncont,
+                          "greedy", r->greedy, "context", it->context, "continuation", it->choices[r->choice], "ids",
+                          ids);
     if (!o) fatal("eval dump: cannot encode the row of %s line %d as JSON", t->path, it->line);
     char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
     fprintf(dump, "%s\n", line);
@@ -99,20 +101,20 @@ static void dump_row(FILE *dump, const Task *t, const TaskItem *it, const Row *r
     json_decref(o);
 }
 
-int eval_task(Model *m, const Tokenizer *tok, const Task *t, int B, int T, int rank, int world, EvalReduceFn reduce,
-              int skip_bad, FILE *progress, FILE *dump, TaskScore *out, char *err, size_t cap) {
-    double t0 = now_seconds();
-    memset(out, 0, sizeof *out);
-    int V = m->vocab_size, Vp = m->padded_vocab_size;
-    if (tokenizer_vocab_size(tok) != V) {
-        snprintf(err, cap, "eval task %s: the tokenizer has %d tokens, the model %d", t->name, tokenizer_vocab_size(tok), V);
-        return 0;
-    }
-    /* this rank's rows, item by item */
-    int nrows = 0, rcap = 0, skipped = 0;
+static void free_rows(Row *rows, int n) {
+    for (int k = 0; k < n; k++) { free(rows[k].toks); free(rows[k].tgt); }
+    free(rows);
+}
+
+/* This rank's rows: every choice of each of its items (i % world == rank). An item that cannot be scored is an
+ * error (returns 0 with err naming the file and line) or, with skip_bad, left out and counted in *skipped. */
+static int build_rows(const Tokenizer *tok, const Task *t, const EvalOptions *o, Row **out, int *nout, int *skipped,
+                      char *err, size_t cap) {
+    int nrows = 0, rcap = 0;
     Row *rows = NULL;
     char why[256];
-    for (int i = rank; i < t->n; i += world) {
+    *skipped = 0;
+    for (int i = o->rank; i < t->n; i += o->world) {
         const TaskItem *it = &t->items[i];
         int first = nrows, ok = 1;
         for (int j = 0; j < it->nchoice && ok; j++) {
@@ -124,26 +126,42 @@ int eval_task(Model *m, const Tokenizer *tok, const Task *t, int B, int T, int r
             memset(r, 0, sizeof *r);
             r->item = i;
             r->choice = j;
-            if (make_row(tok, it, j, T, r, why, sizeof why)) nrows++;
+            if (make_row(tok, it, j, o->T, r, why, sizeof why)) nrows++;
             else ok = 0;
         }
-        if (!ok) {
-            for (int k = first; k < nrows; k++) { free(rows[k].toks); free(rows[k].tgt); }
-            nrows = first;
-            if (!skip_bad) {
-                snprintf(err, cap, "%s:%d: %s item: %s; or pass --eval-task-skip-bad to skip such items (they are "
-                         "counted)", t->path, it->line, t->format, why);
-                for (int k = 0; k < nrows; k++) { free(rows[k].toks); free(rows[k].tgt); }
-                free(rows);
-                return 0; /* on this rank; the caller ends the job (fatal) */
-            }
-            skipped++;
+        if (ok) continue;
+        for (int k = first; k < nrows; k++) { free(rows[k].toks); free(rows[k].tgt); }
+        nrows = first;
+        if (!o->skip_bad) {
+            snprintf(err, cap, "%s:%d: %s item: %s; or pass --eval-task-skip-bad to skip such items (they are "
+                     "counted)", t->path, it->line, t->format, why);
+            free_rows(rows, nrows);
+            return 0;
         }
+        (*skipped)++;
     }
-    /* forward passes of B rows */
+    *out = rows;
+    *nout = nrows;
+    return 1;
+}
+
+int eval_check_task(const Tokenizer *tok, const Task *t, const EvalOptions *o, int *too_long, char *err, size_t cap) {
+    Row *rows;
+    int n;
+    if (!build_rows(tok, t, o, &rows, &n, too_long, err, cap)) return 0;
+    free_rows(rows, n);
+    return 1;
+}
+
+/* The forward passes: B rows at a time, each row's continuation log-likelihood and greediness. Returns 0 when
+ * *o->stop was set between two passes. */
+static int score_rows(Model *m, const Tokenizer *tok, const Task *t, const EvalOptions *o, Row *rows, int nrows,
+                      TaskScore *out) {
+    int B = o->B, T = o->T, V = m->vocab_size, Vp = m->padded_vocab_size;
     int *in = xcalloc((size_t)B * T, sizeof(int), "eval inputs");
-    double last_note = t0;
+    double t0 = now_seconds(), last_note = t0;
     for (int r0 = 0; r0 < nrows; r0 += B) {
+        if (o->stop && *o->stop) { free(in); return 0; }
         int nb = nrows - r0 < B ? nrows - r0 : B;
         for (int b = 0; b < B; b++)
             for (int p = 0; p < T; p++) {
@@ -161,26 +179,48 @@ int eval_task(Model *m, const Tokenizer *tok, const Task *t, int B, int T, int r
                 r->loglik += log_prob(logits + ((size_t)b * T + pos) * Vp, V, r->tgt[k], &is_max);
                 r->greedy &= is_max;
             }
+            if (!isfinite(r->loglik)) r->greedy = 0; /* NaN logits make no token the argmax */
         }
         out->tokens += (double)B * T;
-        if (progress && rank == 0 && now_seconds() - last_note > 10) {
+        if (o->progress && o->rank == 0 && now_seconds() - last_note > 10) {
             last_note = now_seconds();
-            fprintf(progress, "eval %s: %d/%d rows on rank 0 (%.0f%%), %.0f s\n", t->name, r0 + nb, nrows,
+            fprintf(o->progress, "eval %s: %d/%d rows on rank 0 (%.0f%%), %.0f s\n", t->name, r0 + nb, nrows,
                     100.0 * (r0 + nb) / nrows, last_note - t0);
-            fflush(progress);
+            fflush(o->progress);
         }
     }
     free(in);
-    /* per item: acc, acc_norm, or the last word's */
-    double sums[6] = {0}; /* correct, correct_norm, items, loglik sum (last word), skipped, tokens */
+    return 1;
+}
+
+int eval_task(Model *m, const Tokenizer *tok, const Task *t, const EvalOptions *o, TaskScore *out, char *err,
+              size_t cap) {
+    double t0 = now_seconds();
+    memset(out, 0, sizeof *out);
+    if (tokenizer_vocab_size(tok) != m->vocab_size) {
+        snprintf(err, cap, "eval task %s: the tokenizer has %d tokens, the model %d", t->name, tokenizer_vocab_size(tok),
+                 m->vocab_size);
+        return EVAL_FAILED;
+    }
+    Row *rows = NULL;
+    int nrows = 0, skipped = 0;
+    int built = build_rows(tok, t, o, &rows, &nrows, &skipped, err, cap);
+    if (built && !score_rows(m, tok, t, o, rows, nrows, out)) {
+        free_rows(rows, nrows);
+        snprintf(err, cap, "eval task %s: stopped by a signal before it was scored", t->name);
+        return EVAL_STOPPED;
+    }
+    /* per item: acc, acc_norm, or the last word's; an item with a non-finite loglik is counted wrong */
+    double sums[8] = {0}; /* correct, correct_norm, items, loglik sum (last word), skipped, tokens, non-finite,
+                           * ranks that failed */
     for (int a = 0; a < nrows;) {
-        int i = rows[a].item, e = a;
-        while (e < nrows && rows[e].item == i) e++;
+        int i = rows[a].item, e = a, finite = 1;
+        while (e < nrows && rows[e].item == i) finite &= isfinite(rows[e++].loglik);
         const TaskItem *it = &t->items[i];
         if (t->kind == TASK_LASTWORD) {
             sums[0] += rows[a].greedy;
             sums[3] += rows[a].loglik;
-        } else {
+        } else if (finite) {
             int best = a, bestn = a;
             for (int k = a + 1; k < e; k++) {
                 if (rows[k].loglik > rows[best].loglik) best = k;
@@ -192,22 +232,30 @@ int eval_task(Model *m, const Tokenizer *tok, const Task *t, int B, int T, int r
             sums[1] += rows[bestn].choice == it->label;
         }
         sums[2] += 1;
-        if (dump)
-            for (int k = a; k < e; k++) dump_row(dump, t, it, &rows[k]);
+        sums[6] += !finite;
+        if (o->dump)
+            for (int k = a; k < e; k++) dump_row(o->dump, o->step, t, it, &rows[k]);
         a = e;
     }
     sums[4] = skipped;
     sums[5] = out->tokens;
-    for (int k = 0; k < nrows; k++) { free(rows[k].toks); free(rows[k].tgt); }
-    free(rows);
-    if (reduce && world > 1) reduce(sums, 6);
+    sums[7] = !built;
+    free_rows(rows, nrows);
+    if (o->reduce && o->world > 1) o->reduce(sums, 8); /* every rank, failed or not: no rank waits alone */
+    if (sums[7] > 0) {
+        if (built)
+            snprintf(err, cap, "eval task %s: %.0f other rank%s could not score an item of %s (see %s error line)",
+                     t->name, sums[7], sums[7] > 1 ? "s" : "", t->path, sums[7] > 1 ? "their" : "its");
+        return EVAL_FAILED;
+    }
     out->items = (int)sums[2];
     out->skipped = (int)sums[4] + t->skipped;
     out->tokens = sums[5];
+    out->nonfinite = (int)sums[6];
     double n = sums[2] > 0 ? sums[2] : NAN;
     out->acc = sums[0] / n;
     out->acc_norm = t->kind == TASK_LASTWORD ? NAN : sums[1] / n;
     out->ppl = t->kind == TASK_LASTWORD ? exp(-sums[3] / n) : NAN;
     out->ms = 1e3 * (now_seconds() - t0);
-    return 1;
+    return EVAL_OK;
 }

@@ -5,10 +5,13 @@
 #define _GNU_SOURCE /* vasprintf */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -149,6 +152,11 @@ static int read_arc(Ctx *x, json_t *o, TaskItem *it) {
             l = json_object_get(c, "label");
         }
         if (!json_is_string(t) || !json_is_string(l)) return bad(x, "choice %zu needs a string \"text\" and \"label\"", i);
+        for (size_t k = 0; k < i; k++) { /* a repeated label would make answerKey name two choices */
+            json_t *lk = texts ? json_array_get(labels, k) : json_object_get(json_array_get(choices, k), "label");
+            if (!strcmp(json_string_value(lk), json_string_value(l)))
+                return bad(x, "choices %zu and %zu both have the label \"%s\"", k, i, json_string_value(l));
+        }
         if (!strcmp(json_string_value(l), key)) it->label = (int)i;
         if (!add_choice(x, it, strf(" %s", json_string_value(t)))) return 0;
     }
@@ -249,9 +257,52 @@ static int read_lambada_text(Ctx *x, const char *s, size_t n, TaskItem *it) {
 
 /* ---------------------------------------------------------------- the file */
 
+/* PIQA's labels file: line i holds the label of item i, "0" or "1" and nothing else (spaces around it aside); blank
+ * lines only at the end. Returns the labels (-3 for a value other than 0 or 1: that item's fault, skippable), n in
+ * *n; or NULL with err naming the file and line when a blank line or extra words would shift or garble the labels
+ * of every item after it. */
+static int *read_labels(const char *path, const char *text, size_t len, int *n, char *err, size_t cap) {
+    int *v = NULL, count = 0, line = 0, blank = 0; /* blank: the first blank line so far */
+    const char *p = text, *end = text + len;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p)), *a = p, *b = nl ? nl : end;
+        p = nl ? nl + 1 : end;
+        line++;
+        while (a < b && isspace((unsigned char)*a)) a++;
+        while (b > a && isspace((unsigned char)b[-1])) b--;
+        if (a == b) { if (!blank) blank = line; continue; }
+        const char *why = blank ? "is blank, and every label after it would belong to the item before its own"
+                                : NULL;
+        const char *w = a;
+        while (w < b && !isspace((unsigned char)*w)) w++;
+        if (!why && w < b) why = "holds more than one word; the file is not one label per line";
+        if (why) {
+            snprintf(err, cap, "%s:%d: PIQA labels line %s: want one 0 or 1 per line for each item, nothing else "
+                     "(fix the labels file)", path, blank ? blank : line, why);
+            free(v);
+            return NULL;
+        }
+        v = xrealloc(v, (size_t)(count + 1) * sizeof(int), "PIQA's labels");
+        v[count++] = b - a == 1 && (*a == '0' || *a == '1') ? *a - '0' : -3;
+    }
+    *n = count;
+    return v ? v : xmalloc(sizeof(int), "PIQA's labels");
+}
+
+/* The whole of a regular file (a folder, a FIFO or a device is refused without blocking), NUL-terminated. */
 static char *read_whole(const char *path, size_t *len, char *err, size_t cap) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { snprintf(err, cap, "%s: cannot open the task file (%s)", path, strerror(errno)); return NULL; }
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0) { snprintf(err, cap, "%s: cannot open the task file (%s)", path, strerror(errno)); return NULL; }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, cap, "%s: is a %s, not a task file; give FORMAT=FILE with the file itself", path,
+                 S_ISDIR(st.st_mode) ? "folder" : S_ISFIFO(st.st_mode) ? "FIFO" : "device or special file");
+        close(fd);
+        return NULL;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "rb");
+    if (!f) { snprintf(err, cap, "%s: cannot read the task file (%s)", path, strerror(errno)); close(fd); return NULL; }
     size_t n = 0, c = 1 << 16;
     char *buf = xmalloc(c + 1, "a task file");
     size_t r;
@@ -259,9 +310,9 @@ static char *read_whole(const char *path, size_t *len, char *err, size_t cap) {
         n += r;
         if (n == c) { c *= 2; buf = xrealloc(buf, c + 1, "a task file"); }
     }
-    int e = ferror(f);
+    int e = ferror(f) ? (errno ? errno : EIO) : 0;
     fclose(f);
-    if (e) { free(buf); snprintf(err, cap, "%s: read error", path); return NULL; }
+    if (e) { free(buf); snprintf(err, cap, "%s: cannot read the task file (%s)", path, strerror(e)); return NULL; }
     buf[n] = 0;
     *len = n;
     return buf;
@@ -311,18 +362,19 @@ int task_load(Task *t, const char *spec, int skip_bad, char *err, size_t cap) {
     size_t len;
     char *text = read_whole(t->path, &len, err, cap);
     if (!text) return 0;
-    char *labels = NULL, *lp = NULL;
-    size_t llen = 0;
-    int lline = 0;
+    int *labels = NULL, nlabels = 0, lline = 0; /* piqa: the labels file, one per item in order */
+    snprintf(t->labels, sizeof t->labels, "%s", labels_path);
     if (labels_path[0]) {
-        labels = read_whole(labels_path, &llen, err, cap);
+        size_t llen;
+        char *ltext = read_whole(labels_path, &llen, err, cap);
+        if (ltext) labels = read_labels(labels_path, ltext, llen, &nlabels, err, cap);
+        free(ltext);
         if (!labels) {
             size_t k = strlen(err);
-            snprintf(err + k, cap - k, " (PIQA's labels: give them as piqa=FILE:LABELS)");
+            if (!ltext) snprintf(err + k, cap - k, " (PIQA's labels: give them as piqa=FILE:LABELS)");
             free(text);
             return 0;
         }
-        lp = labels;
     }
     int ok = 1, cap_items = 0;
     Ctx x = {t->path, 0, ""};
@@ -343,13 +395,7 @@ int task_load(Task *t, const char *spec, int skip_bad, char *err, size_t cap) {
         int good, label_line = -1; /* piqa: this item's label, read first so a skipped item keeps them aligned */
         if (labels) {
             lline++;
-            if (!lp || lp >= labels + llen) label_line = -2;
-            else {
-                char *lnl = memchr(lp, '\n', (size_t)(labels + llen - lp)), *e2;
-                long v = strtol(lp, &e2, 10);
-                label_line = e2 == lp || (v != 0 && v != 1) ? -3 : (int)v;
-                lp = lnl ? lnl + 1 : labels + llen;
-            }
+            label_line = lline > nlabels ? -2 : labels[lline - 1];
         }
         if (!utf8_valid_n(line, n)) good = bad(&x, "invalid UTF-8");
         else if (!strcmp(format, "lambada") && line[k] != '{') good = read_lambada_text(&x, line, n, &it);
@@ -371,7 +417,7 @@ int task_load(Task *t, const char *spec, int skip_bad, char *err, size_t cap) {
         }
         if (good && it.label == -2) { /* piqa */
             if (label_line == -2) good = bad(&x, "the labels file %s has no line %d", labels_path, lline);
-            else if (label_line == -3) good = bad(&x, "%s line %d: want 0 or 1", labels_path, lline);
+            else if (label_line == -3) good = bad(&x, "its label, %s:%d, is not 0 or 1 (want 0 or 1)", labels_path, lline);
             else { it.label = label_line; good = check_label(&x, &it); }
         }
         if (good) {
@@ -390,14 +436,10 @@ int task_load(Task *t, const char *spec, int skip_bad, char *err, size_t cap) {
             }
         }
     }
-    if (ok && labels && lp && lp < labels + llen) {
-        const char *q = lp;
-        while (q < labels + llen && isspace((unsigned char)*q)) q++;
-        if (q < labels + llen) {
-            snprintf(err, cap, "%s: more labels than items in %s (%d items); the two files do not belong together",
-                     labels_path, t->path, lline);
-            ok = 0;
-        }
+    if (ok && labels && nlabels > lline) {
+        snprintf(err, cap, "%s: more labels than items in %s (%d labels, %d items); the two files do not belong together",
+                 labels_path, t->path, nlabels, lline);
+        ok = 0;
     }
     if (ok && t->n == 0) {
         snprintf(err, cap, "%s: no %s item%s", t->path, format, t->skipped ? " that could be read (all skipped)" : "");

@@ -8,8 +8,9 @@
  *   arc        JSONL: {"question": {"stem", "choices": [{"text", "label"}]}, "answerKey"} (the ARC release), or
  *              {"question", "choices": {"text": [...], "label": [...]}, "answerKey"}. context = "Question: " + stem
  *              + "\nAnswer:", choice = " " + text; answerKey is one of the choices' labels (A-E or 1-5).
- *   piqa       JSONL {"goal", "sol1", "sol2"} plus the labels file (one 0/1 per line; given as FILE:LABELS, or
- *              FILE's name with "-labels.lst" in place of ".jsonl"). context = "Question: " + goal + "\nAnswer:".
+ *   piqa       JSONL {"goal", "sol1", "sol2"} plus the labels file (one 0/1 per line and nothing else, line i for
+ *              item i, blank lines only at its end; given as FILE:LABELS, or FILE's name with "-labels.lst" in
+ *              place of ".jsonl"). context = "Question: " + goal + "\nAnswer:".
  *   lambada    plain text, one passage per line (or JSONL {"text"}); the target is the last word: context = the
  *              text before the last space, continuation = " " + last word. Scored as a last-word task.
  *   boolq      JSONL {"passage", "question", "label" (or "answer"): bool or 0/1}. context = passage +
@@ -21,7 +22,8 @@
  *              "\nA. c0\nB. c1\nC. c2\nD. c3\nAnswer:", choices " A", " B", " C", " D".
  *   jsonl      the generic form for anything else: {"context", "choices": [strings], "label"}, strings used as
  *              they are (the leading space of a choice is the user's to give).
- * Every string must be valid UTF-8; every choice non-empty; the label in range. A bad item is an error naming the
+ * Every string must be valid UTF-8; every choice non-empty; the label in range; ARC's choice labels distinct. A task
+ * file (or labels file) must be a regular file: a folder, FIFO or device is refused by name. A bad item is an error naming the
  * file, the line and what is wrong, unless the caller asks to skip bad items, which are then counted (Task.skipped).
  * Not for: scoring (eval/evaluate.h), downloading (the data sets are the user's files).
  */
@@ -44,6 +46,7 @@ typedef struct {
     char name[64];    /* the format name, or what the user called it */
     char format[16];  /* one of the formats above */
     char path[1024];
+    char labels[1100]; /* piqa: the labels file read beside path; "" for the other formats */
     TaskKind kind;
     TaskItem *items;
     int n;            /* items read */

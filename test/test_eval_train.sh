@@ -67,6 +67,127 @@ st=$?
 if [ $st = 0 ] && grep -q '"items": 1, "skipped": 1' "$TMP/skiprun/log.jsonl"; then ok bad_task_item_skipped_and_counted
 else fail bad_task_item_skipped_and_counted "exit $st: $(grep eval_task "$TMP/skiprun/log.jsonl" 2>/dev/null | head -1)"; fi
 
+# --- issue 43 ---------------------------------------------------------------------------------------------
+ckpt="$TMP/run/ckpt_6"
+# one line, non-zero status, naming what: the helper for the refusals below
+one_error() { [ "$1" = "$2" ] && [ "$(grep -c '^error' "$3")" = 1 ] && grep -q -- "$4" "$3"; }
+# a file of generic items: N items, contexts of W words (python3 writes it)
+items() {
+    /usr/bin/python3 - "$@" <<'PY2'
+import random, sys
+path, n, w = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+random.seed(1)
+words = "the a cat dog runs over fence house tree river blue green small large quickly slowly".split()
+with open(path, "w") as f:
+    for i in range(n):
+        ctx = " ".join(random.choice(words) for _ in range(w))
+        f.write('{"context": "%s", "choices": [" %s", " %s"], "label": %d}\n' % (ctx, random.choice(words), random.choice(words), i % 2))
+PY2
+}
+
+# symptom 1: an answer longer than --seq is refused before step 1, naming file and line (it used to fail at the
+# last step's scoring, before the final checkpoint, so the run ended with status 1 and nothing saved)
+long=$(printf ' w%d' $(seq 1 80))
+printf '{"context": "a", "choices": [" b", " c"], "label": 0}\n{"context": "a", "choices": ["%s", " c"], "label": 0}\n' "$long" > "$TMP/long.jsonl"
+"$trainer" "${base[@]}" --steps 3 --eval-task "jsonl=$TMP/long.jsonl" --out "$TMP/longrun" > "$TMP/long.out" 2>&1
+st=$?
+if one_error $st 1 "$TMP/long.out" "^error: $TMP/long.jsonl:2: jsonl item: choice 0 is .* raise --seq" &&
+   ! grep -q '^step ' "$TMP/long.out"; then ok an_answer_longer_than_seq_is_refused_before_step_1
+else fail an_answer_longer_than_seq_is_refused_before_step_1 "exit $st: $(grep -m3 -E '^(error|step)' "$TMP/long.out")"; fi
+
+# symptom 1: a failure at a scoring point never costs the run: a dump that cannot be written (RLIMIT_FSIZE: its
+# file outgrows the limit, the checkpoint's files do not) is dropped with a warning, the run checkpoints and ends
+# with status 1 and one error line
+items "$TMP/fat.jsonl" 300 250
+small=(--model d1c16h2t64v4096 --data "$data" --batch 4 --seq 64 --eval-every 0 --sample-every 0 --threads 1)
+( trap '' XFSZ; ulimit -f 800; exec "$trainer" "${small[@]}" --steps 2 --eval-task "jsonl=$TMP/fat.jsonl" \
+    --eval-dump "$TMP/fat.dump" --out "$TMP/fatrun" ) > "$TMP/fat.out" 2>&1
+st=$?
+if one_error $st 1 "$TMP/fat.out" "^error: --eval-dump $TMP/fat.dump: cannot write: File too large" &&
+   grep -q "^warning: step 2: --eval-dump" "$TMP/fat.out" && "$trainer" --verify-ckpt "$TMP/fatrun/ckpt_2" > /dev/null &&
+   grep -q '"event": "eval_task", "step": 2' "$TMP/fatrun/log.jsonl" && [ ! -e "$TMP/fat.dump" ] &&
+   [ -z "$(ls "$TMP" | grep 'fat.dump.tmp')" ]; then ok a_dump_that_fails_at_a_scoring_point_never_costs_the_run
+else fail a_dump_that_fails_at_a_scoring_point_never_costs_the_run "exit $st: $(grep -E '^(error|warning)' "$TMP/fat.out" | head -3)"; fi
+
+# symptom 2: --eval-dump never writes over an input (the model scored, the task file), another output of the run
+# (<out>/eval.jsonl), through a link or into a device: one line, status 1, the file as it was
+only=(--eval-only --resume "$ckpt" --data "$data" --threads 1)
+cp -r "$ckpt" "$TMP/ck"; ck=(--eval-only --resume "$TMP/ck" --data "$data" --threads 1) # a copy: this case may break it
+printf 'keep\n' > "$TMP/other.txt"; ln -sf "$TMP/other.txt" "$TMP/dump.link"
+mkdir -p "$TMP/ev"; printf '{"event": "old"}\n' > "$TMP/ev/eval.jsonl"
+cp "$ckpt/model.bin" "$TMP/model.copy"
+bad_dumps=0
+cp test/eval/generic.jsonl "$TMP/generic.jsonl" # a copy: an old trainer would write over it
+for target in "$TMP/ck/model.bin" "$TMP/generic.jsonl" "$TMP/ev/eval.jsonl" "$TMP/dump.link" /dev/full; do
+    before=; [ -f "$target" ] && before=$(sha256sum < "$target")
+    "$trainer" "${ck[@]}" --eval-task "jsonl=$TMP/generic.jsonl" --eval-dump "$target" --out "$TMP/ev" > "$TMP/d.out" 2>&1
+    st=$?
+    if ! one_error $st 1 "$TMP/d.out" "$target" || { [ -f "$target" ] && [ "$(sha256sum < "$target")" != "$before" ]; }; then
+        bad_dumps=$((bad_dumps + 1)); echo "  --eval-dump $target: exit $st: $(grep -m1 error "$TMP/d.out")"
+    fi
+done
+if [ $bad_dumps = 0 ] && cmp -s "$TMP/ck/model.bin" "$TMP/model.copy" && [ "$(cat "$TMP/ev/eval.jsonl")" = '{"event": "old"}' ] &&
+   [ "$(cat "$TMP/other.txt")" = keep ] && [ -z "$(ls -a "$TMP/ev" "$TMP/ck" "$TMP" | grep '\.tmp\.')" ]; then
+    ok eval_dump_refuses_inputs_other_outputs_links_and_devices
+else fail eval_dump_refuses_inputs_other_outputs_links_and_devices "$bad_dumps refused wrongly (above)"; fi
+
+# symptom 2: a dump that cannot be written (RLIMIT_FSIZE) and a table to a full standard output end --eval-only with
+# status 1 and one line; neither the dump nor eval.jsonl's events are written
+( trap '' XFSZ; ulimit -f 8; exec "$trainer" "${only[@]}" --eval-task "$tasks" --eval-dump "$TMP/full.dump" --out "$TMP/ef" ) > "$TMP/ef.out" 2>&1
+st=$?
+"$trainer" "${only[@]}" --eval-task "$tasks" --eval-dump "$TMP/out.dump" --out "$TMP/eo" > /dev/full 2> "$TMP/eo.err"
+st2=$?
+if one_error $st 1 "$TMP/ef.out" "^error: --eval-dump $TMP/full.dump: cannot write: File too large" && [ ! -e "$TMP/full.dump" ] &&
+   one_error $st2 1 "$TMP/eo.err" "^error: cannot write standard output: No space left on device" && [ ! -e "$TMP/out.dump" ] &&
+   ! grep -q eval_task "$TMP/eo/eval.jsonl" 2>/dev/null && [ -z "$(ls "$TMP" | grep '\.dump\.tmp\.')" ]; then
+    ok eval_only_output_errors_end_with_status_1_and_nothing_written
+else fail eval_only_output_errors_end_with_status_1_and_nothing_written "exits $st $st2: $(grep error "$TMP/ef.out" "$TMP/eo.err")"; fi
+
+# symptom 17a: a FIFO at <out>/log.jsonl is refused at once (it used to block the run before step 1)
+mkdir -p "$TMP/fifo"; mkfifo "$TMP/fifo/log.jsonl"
+timeout -k 5 20 "$trainer" "${base[@]}" --steps 2 --out "$TMP/fifo" > "$TMP/fifo.out" 2>&1
+st=$?
+if one_error $st 1 "$TMP/fifo.out" "^error: $TMP/fifo/log.jsonl is a FIFO" && ! grep -q '^step ' "$TMP/fifo.out"; then
+    ok a_fifo_at_log_jsonl_is_refused_without_blocking
+else fail a_fifo_at_log_jsonl_is_refused_without_blocking "exit $st: $(tail -1 "$TMP/fifo.out")"; fi
+
+# symptom 10: a model of NaN weights is not "chance": the table and eval.jsonl say its log-likelihoods are not finite
+/usr/bin/python3 - "$ckpt/model.bin" "$TMP/nan.bin" <<'PY2'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+nan = struct.pack("<f", float("nan"))
+for i in range(1024, len(b) - 3, 4): b[i:i + 4] = nan
+open(sys.argv[2], "wb").write(b)
+PY2
+"$trainer" --eval-only --init "$TMP/nan.bin" --data "$data" --threads 1 --eval-task "hellaswag=test/eval/hellaswag.jsonl" \
+    --out "$TMP/nan" > "$TMP/nan.out" 2>&1
+st=$?
+if [ $st = 0 ] && awk '/^task +format/ { t = 1; next } t && $1 == "hellaswag" && $9 == 3 && $5 == 0 { f = 1 } END { exit !f }' "$TMP/nan.out" &&
+   grep -q "^note: the model produced non-finite log-likelihoods (NaN or inf) on 3 of 3 items of hellaswag" "$TMP/nan.out" &&
+   grep -q '"nonfinite": 3, "note": "the model produced non-finite log-likelihoods"' "$TMP/nan/eval.jsonl"; then
+    ok a_model_of_nan_weights_is_reported_nonfinite_not_chance
+else fail a_model_of_nan_weights_is_reported_nonfinite_not_chance "exit $st: $(grep -A2 '^task' "$TMP/nan.out" | tr '\n' ' ')"; fi
+
+# symptom 11: every dump row carries the step of the model scored
+"$trainer" "${only[@]}" --eval-task "$tasks" --eval-dump "$TMP/step.dump" --out "$TMP/st" > "$TMP/st.out" 2>&1
+st=$?
+rows=$(wc -l < "$TMP/step.dump" 2>/dev/null); with=$(grep -c '^{"step":6,' "$TMP/step.dump" 2>/dev/null)
+if [ $st = 0 ] && [ "${rows:-0}" -gt 20 ] && [ "$rows" = "$with" ]; then ok eval_dump_rows_carry_the_step
+else fail eval_dump_rows_carry_the_step "exit $st: $with of $rows rows with step 6"; fi
+
+# symptom 17b: SIGINT stops a long --eval-only at once (status 130), with neither the dump nor eval.jsonl written
+items "$TMP/many.jsonl" 3000 40
+"$trainer" "${only[@]}" --eval-task "jsonl=$TMP/many.jsonl" --eval-dump "$TMP/int.dump" --out "$TMP/int" > "$TMP/int.out" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q '^eval only' "$TMP/int.out" && break; sleep 0.1; done
+sleep 0.3; kill -INT $pid; t0=$(date +%s.%N)
+wait $pid; st=$?
+took=$(echo "$(date +%s.%N) - $t0" | bc)
+if [ $st = 130 ] && [ "$(echo "$took < 2" | bc)" = 1 ] && [ ! -e "$TMP/int.dump" ] && ! grep -q eval_task "$TMP/int/eval.jsonl" 2>/dev/null &&
+   [ -z "$(ls "$TMP" | grep 'int.dump.tmp')" ] && grep -q "stopped by SIGINT during --eval-only: nothing written" "$TMP/int.out"; then
+    ok sigint_stops_eval_only_at_once_with_nothing_written
+else fail sigint_stops_eval_only_at_once_with_nothing_written "exit $st after ${took}s: $(tail -1 "$TMP/int.out")"; fi
+
 # usage errors
 "$trainer" --eval-only --eval-task "$tasks" > "$TMP/u1.out" 2>&1; s1=$?
 "$trainer" --eval-only --init "$TMP/run/ckpt_6/model.bin" > "$TMP/u2.out" 2>&1; s2=$?

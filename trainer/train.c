@@ -10,6 +10,7 @@
 #include "trainer/train.h"
 
 #include <cblas.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -213,11 +214,42 @@ typedef struct {
     char model_canon[256];/* canonical spec of the model this run trains (ModelFamily.memory_bytes), "" unknown */
     Task *tasks;          /* --eval-task, read on every rank (each scores its share of the items) */
     int ntasks;
-    FILE *eval_dump;      /* --eval-dump, this rank's file; NULL without */
+    OutFile *eval_dump;   /* --eval-dump, this rank's file (written whole at the end); NULL without, or dropped */
+    char eval_dump_err[4600]; /* why the dump was dropped during training (the run ends with status 1); "" none */
+    volatile sig_atomic_t *eval_stop; /* --eval-only: the stop signal, checked between forward passes */
 } Run;
 
-/* --eval-task: every task file, read on every rank with the model's tokenizer already loaded; fatal() naming the
- * file and line of the first bad item (unless --eval-task-skip-bad), before any training. */
+/* The files this run reads, which no output of it may replace (common/util.h out_guard_input): the task files, the
+ * model file of --init, the resumed checkpoint's files, the shards of --train and --val. */
+static void guard_run_inputs(const Run *r) {
+    const TrainConfig *c = &r->c;
+    for (int i = 0; i < r->ntasks; i++) {
+        out_guard_input(r->tasks[i].path, "the --eval-task file");
+        if (r->tasks[i].labels[0]) out_guard_input(r->tasks[i].labels, "the --eval-task labels file");
+    }
+    if (c->init[0]) out_guard_input(c->init, "the --init model file");
+    if (r->ckpt_path[0]) {
+        DIR *d = opendir(r->ckpt_path);
+        for (struct dirent *e; d && (e = readdir(d));) {
+            char f[4400];
+            snprintf(f, sizeof f, "%s/%s", r->ckpt_path, e->d_name);
+            if (e->d_name[0] != '.') out_guard_input(f, "a file of the checkpoint this run reads");
+        }
+        if (d) closedir(d);
+    }
+    const char *pats[2] = {c->train, c->val};
+    for (int k = 0; k < 2; k++) {
+        glob_t g;
+        if (pats[k][0] && glob(pats[k], 0, NULL, &g) == 0) {
+            for (size_t i = 0; i < g.gl_pathc; i++) out_guard_input(g.gl_pathv[i], "a data shard of this run");
+            globfree(&g);
+        }
+    }
+}
+
+/* --eval-task: every task file, read on every rank with the model's tokenizer already loaded, and every item
+ * checked against --seq; fatal() naming the file and line of the first bad item (unless --eval-task-skip-bad),
+ * before any training. Then --eval-dump's temp file (out_open: never an input, a link or a device). */
 static void load_eval_tasks(Run *r) {
     const TrainConfig *c = &r->c;
     char *list = xmalloc(strlen(c->eval_task) + 1, "the task list");
@@ -232,35 +264,72 @@ static void load_eval_tasks(Run *r) {
                    t->skipped ? " (bad items skipped: see its events)" : "");
     }
     free(list);
+    guard_run_inputs(r);
+    for (int i = 0; i < r->ntasks; i++) { /* every item fits --seq, checked before the first step */
+        EvalOptions o = {.B = c->B, .T = c->T, .rank = r->rank, .world = r->world, .skip_bad = c->eval_task_skip_bad};
+        char err[1200];
+        int too_long;
+        if (!eval_check_task(r->tok, &r->tasks[i], &o, &too_long, err, sizeof err)) fatal("%s", err);
+    }
     if (c->eval_dump[0]) {
-        char path[4200];
+        char path[4200], err[4600];
         if (r->world > 1) snprintf(path, sizeof path, "%s.rank%d", c->eval_dump, r->rank);
         else snprintf(path, sizeof path, "%s", c->eval_dump);
-        if (!(r->eval_dump = fopen(path, "w"))) fatal("--eval-dump %s: cannot write (%s)", path, strerror(errno));
+        if (!(r->eval_dump = out_open(path, "--eval-dump", err, sizeof err))) fatal("%s", err);
     }
 }
 
-/* Scores every --eval-task at `step`: one line each on stdout and an "eval_task" event (step, task, format, acc,
- * acc_norm or ppl, items, skipped, ms, tokens) in log; with table, a table of all of them at the end. */
-static void eval_tasks_at(Run *r, int step, JsonLog *log, int table) {
-    TaskScore *sc = xcalloc((size_t)r->ntasks, sizeof(TaskScore), "task scores");
+/* Scores every --eval-task at `step` into sc (ntasks). Returns EVAL_OK, EVAL_STOPPED (the stop signal, --eval-only),
+ * or EVAL_FAILED with err (the same on every rank, the failing rank's own reason on it). */
+static int score_eval_tasks(Run *r, int step, TaskScore *sc, char *err, size_t cap) {
+    EvalOptions o = {.B = r->c.B, .T = r->c.T, .rank = r->rank, .world = r->world, .reduce = comm_allreduce_sum_f64,
+                     .skip_bad = r->c.eval_task_skip_bad, .progress = stderr,
+                     .dump = r->eval_dump ? out_stream(r->eval_dump) : NULL, .step = step, .stop = r->eval_stop};
+    for (int i = 0; i < r->ntasks; i++) {
+        int st = eval_task(r->m, r->tok, &r->tasks[i], &o, &sc[i], err, cap);
+        if (st != EVAL_OK) return st;
+    }
+    return EVAL_OK;
+}
+
+/* One line per task on stdout (rank 0) and an "eval_task" event each (step, task, format, acc, acc_norm or ppl,
+ * items, skipped, nonfinite, ms, tokens) in log; with table, a table of all of them, printed and checked first. */
+static void report_eval_tasks(const Run *r, int step, const TaskScore *sc, JsonLog *log, int table) {
+    for (int i = 0; i < r->ntasks && r->rank == 0; i++) {
+        const Task *t = &r->tasks[i];
+        char nf[160] = "";
+        if (sc[i].nonfinite)
+            snprintf(nf, sizeof nf, " | the model produced non-finite log-likelihoods on %d items (counted wrong)",
+                     sc[i].nonfinite);
+        if (t->kind == TASK_LASTWORD)
+            printf("step %6d | eval %s acc %.4f ppl %.3f over %d items%s | %.0f ms (%.0f tok/s)%s\n", step, t->name,
+                   sc[i].acc, sc[i].ppl, sc[i].items, sc[i].skipped ? " (some skipped)" : "", sc[i].ms,
+                   sc[i].tokens / (sc[i].ms / 1e3), nf);
+        else
+            printf("step %6d | eval %s acc %.4f acc_norm %.4f over %d items%s | %.0f ms (%.0f tok/s)%s\n", step,
+                   t->name, sc[i].acc, sc[i].acc_norm, sc[i].items, sc[i].skipped ? " (some skipped)" : "",
+                   sc[i].ms, sc[i].tokens / (sc[i].ms / 1e3), nf);
+    }
+    if (table && r->rank == 0) {
+        printf("\n%-16s %-10s %8s %8s %8s %9s %9s %10s %9s\n", "task", "format", "items", "skipped", "acc", "acc_norm",
+               "ppl", "ms", "nonfinite");
+        for (int i = 0; i < r->ntasks; i++) {
+            const Task *t = &r->tasks[i];
+            char an[16] = "-", pp[16] = "-";
+            if (t->kind == TASK_LASTWORD) snprintf(pp, sizeof pp, "%.3f", sc[i].ppl);
+            else snprintf(an, sizeof an, "%.4f", sc[i].acc_norm);
+            printf("%-16s %-10s %8d %8d %8.4f %9s %9s %10.0f %9d\n", t->name, t->format, sc[i].items, sc[i].skipped,
+                   sc[i].acc, an, pp, sc[i].ms, sc[i].nonfinite);
+        }
+        for (int i = 0; i < r->ntasks; i++)
+            if (sc[i].nonfinite)
+                printf("note: the model produced non-finite log-likelihoods (NaN or inf) on %d of %d items of %s: "
+                       "its scores say nothing about the model; check it (a diverged run?)\n", sc[i].nonfinite,
+                       sc[i].items, r->tasks[i].name);
+    }
+    if (r->rank == 0) xflush_stdout(); /* a table nobody can read is an error, before any file is written */
     for (int i = 0; i < r->ntasks; i++) {
         const Task *t = &r->tasks[i];
-        char err[1200];
-        if (!eval_task(r->m, r->tok, t, r->c.B, r->c.T, r->rank, r->world, comm_allreduce_sum_f64,
-                       r->c.eval_task_skip_bad, stderr, r->eval_dump, &sc[i], err, sizeof err))
-            fatal("%s", err);
-        if (r->rank == 0) {
-            if (t->kind == TASK_LASTWORD)
-                printf("step %6d | eval %s acc %.4f ppl %.3f over %d items%s | %.0f ms (%.0f tok/s)\n", step, t->name,
-                       sc[i].acc, sc[i].ppl, sc[i].items, sc[i].skipped ? " (some skipped)" : "", sc[i].ms,
-                       sc[i].tokens / (sc[i].ms / 1e3));
-            else
-                printf("step %6d | eval %s acc %.4f acc_norm %.4f over %d items%s | %.0f ms (%.0f tok/s)\n", step,
-                       t->name, sc[i].acc, sc[i].acc_norm, sc[i].items, sc[i].skipped ? " (some skipped)" : "",
-                       sc[i].ms, sc[i].tokens / (sc[i].ms / 1e3));
-            fflush(stdout);
-        }
         jlog_begin(log, "eval_task");
         jlog_int(log, "step", step);
         jlog_str(log, "task", t->name);
@@ -270,31 +339,74 @@ static void eval_tasks_at(Run *r, int step, JsonLog *log, int table) {
         else jlog_num(log, "acc_norm", sc[i].acc_norm);
         jlog_int(log, "items", sc[i].items);
         jlog_int(log, "skipped", sc[i].skipped);
+        jlog_int(log, "nonfinite", sc[i].nonfinite);
+        if (sc[i].nonfinite) jlog_str(log, "note", "the model produced non-finite log-likelihoods");
         jlog_num(log, "ms", sc[i].ms);
         jlog_num(log, "tokens", sc[i].tokens);
         jlog_end(log);
     }
-    if (table && r->rank == 0) {
-        printf("\n%-16s %-10s %8s %8s %8s %9s %9s %10s\n", "task", "format", "items", "skipped", "acc", "acc_norm",
-               "ppl", "ms");
-        for (int i = 0; i < r->ntasks; i++) {
-            const Task *t = &r->tasks[i];
-            char an[16] = "-", pp[16] = "-";
-            if (t->kind == TASK_LASTWORD) snprintf(pp, sizeof pp, "%.3f", sc[i].ppl);
-            else snprintf(an, sizeof an, "%.4f", sc[i].acc_norm);
-            printf("%-16s %-10s %8d %8d %8.4f %9s %9s %10.0f\n", t->name, t->format, sc[i].items, sc[i].skipped,
-                   sc[i].acc, an, pp, sc[i].ms);
-        }
+}
+
+/* A scoring point during training: scores and reports every task. A failure never costs the run: it is one
+ * "warning:" line and an "eval_task_error" event, and the run goes on (its checkpoint of this step is already
+ * written). A dump that cannot be written is dropped whole (its temp removed) with a warning; the run ends with
+ * status 1 for it (free_eval_tasks). */
+static void eval_tasks_at(Run *r, int step) {
+    TaskScore *sc = xcalloc((size_t)r->ntasks, sizeof(TaskScore), "task scores");
+    char err[1200];
+    if (score_eval_tasks(r, step, sc, err, sizeof err) == EVAL_OK) report_eval_tasks(r, step, sc, r->log, 0);
+    else {
         fflush(stdout);
+        fprintf(stderr, "warning: step %d: the tasks were not scored: %s; the run goes on\n", step, err);
+        fflush(stderr);
+        jlog_begin(r->log, "eval_task_error");
+        jlog_int(r->log, "step", step);
+        jlog_str(r->log, "error", err);
+        jlog_end(r->log);
     }
-    if (r->eval_dump) fflush(r->eval_dump);
+    if (r->eval_dump && !out_ok(r->eval_dump, r->eval_dump_err, sizeof r->eval_dump_err)) {
+        out_discard(r->eval_dump);
+        r->eval_dump = NULL;
+        fprintf(stderr, "warning: step %d: %s; the dump is dropped, the run goes on (and ends with status 1)\n", step,
+                r->eval_dump_err);
+        fflush(stderr);
+    }
     free(sc);
 }
 
-static void free_eval_tasks(Run *r) {
+/* --eval-only: scores the model once, prints the table, then writes the events into log and the dump whole. A
+ * stop signal ends the process at once (128 + signal) with nothing written; any other failure is fatal. */
+static void eval_only_scores(Run *r, int step, JsonLog *log) {
+    TaskScore *sc = xcalloc((size_t)r->ntasks, sizeof(TaskScore), "task scores");
+    char err[4600];
+    int st = score_eval_tasks(r, step, sc, err, sizeof err);
+    if (st == EVAL_STOPPED) {
+        out_discard(r->eval_dump);
+        fflush(stdout);
+        fprintf(stderr, "stopped by %s during --eval-only: nothing written\n", *r->eval_stop == SIGINT ? "SIGINT" :
+                "SIGTERM");
+        fflush(stderr);
+        _exit(128 + *r->eval_stop); /* no MPI_Finalize: a job's other ranks are ended by the launcher */
+    }
+    if (st != EVAL_OK) fatal("%s", err);
+    report_eval_tasks(r, step, sc, log, 1);
+    if (r->eval_dump && !out_commit(r->eval_dump, err, sizeof err)) fatal("%s", err);
+    r->eval_dump = NULL;
+    free(sc);
+}
+
+/* Frees the tasks and commits the dump of a training run. Returns 0 (with one "error:" line) when the dump could
+ * not be written: the run's exit status is then 1. */
+static int free_eval_tasks(Run *r) {
     for (int i = 0; i < r->ntasks; i++) task_free(&r->tasks[i]);
     free(r->tasks);
-    if (r->eval_dump) fclose(r->eval_dump);
+    if (r->eval_dump) out_commit(r->eval_dump, r->eval_dump_err, sizeof r->eval_dump_err); /* err only on failure */
+    r->eval_dump = NULL;
+    if (!r->eval_dump_err[0]) return 1;
+    fflush(stdout);
+    fprintf(stderr, "error: %s\n", r->eval_dump_err);
+    fflush(stderr);
+    return 0;
 }
 
 /* An option's value as the manifest records it (args_format, whole: a string option at its full length); malloc'd. */
@@ -1224,8 +1336,10 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
             log = jlog_open(path);
             printf("eval only: %s (%s), step %d, B %d, T %d, %d rank%s\n", r->ckpt_path[0] ? r->ckpt_path : c->init,
                    r->m->desc, step, c->B, c->T, r->world, r->world == 1 ? "" : "s");
+            xflush_stdout();
         }
-        eval_tasks_at(r, step, log, 1);
+        r->eval_stop = &stop_signal; /* a signal stops the scoring at once, with nothing written */
+        eval_only_scores(r, step, log);
         jlog_close(log);
         free_eval_tasks(r);
         tokenizer_free(r->tok);
@@ -1449,7 +1563,6 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
 
         int last = t == c->steps;
         if (last || (c->eval_every > 0 && t % c->eval_every == 0)) validate(r, t);
-        if (r->ntasks && (last || (c->eval_task_every > 0 && t % c->eval_task_every == 0))) eval_tasks_at(r, t, r->log, 0);
         if (c->sample_every > 0 && (last || t % c->sample_every == 0)) sample(r, t);
         /* after sampling, so the saved sampler RNG is the one the next step would use */
         int saved = last || (c->ckpt_every > 0 && t % c->ckpt_every == 0);
@@ -1463,6 +1576,8 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
             saved = 0;
         }
         if (saved) save_checkpoint(r, t);
+        /* the tasks after the checkpoint: a scoring point never costs the run (eval_tasks_at) */
+        if (r->ntasks && (last || (c->eval_task_every > 0 && t % c->eval_task_every == 0))) eval_tasks_at(r, t);
         comm_stats_take(&cs); /* validation/checkpoint traffic is not the next step's */
         if (stop_at && !last) {
             /* preempted: a checkpoint of this step (never of a state reached through skipped steps), then out */
@@ -1514,7 +1629,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     r->u->free(r->u);
     valloader_free(r->vl);
     dataloader_free(r->dl);
-    free_eval_tasks(r);
+    if (!free_eval_tasks(r) && status == 0) status = 1; /* the dump could not be written: one "error:" line */
     if (r->tok) tokenizer_free(r->tok);
     r->m->free(r->m);
     comm_finalize();
