@@ -1163,6 +1163,18 @@ static void log_start(Run *r, int start_step) {
                    "%.4g); shorten the warm-up or train longer\n", c->density_dense ? "--density-dense-steps + " : "",
                    c->density_dense + c->density_warmup, c->steps, c->density,
                    r->u->density(r->u, c->steps));
+        /* settings that make a compressing rule its plain dense rule for the whole run */
+        if (sparse && r->u->density(r->u, c->steps) >= 1.0)
+            printf("note: the density is 1 at every step (--density %g, --density-start %g, --density-dense-steps %d, "
+                   "--steps %d), so %s is dense %s for the whole run; lower --density\n", c->density,
+                   c->density_start, c->density_dense, c->steps, c->optimizer,
+                   !strcmp(c->optimizer, "scape") ? "AdamS (to float rounding)" : "AdamW");
+        if (!strcmp(c->optimizer, "powersgd") && c->powersgd_start >= c->steps)
+            printf("note: --powersgd-start %d >= --steps %d, so PowerSGD never compresses: the whole run is AdamW bit "
+                   "for bit; lower --powersgd-start\n", c->powersgd_start, c->steps);
+        if (!strcmp(c->optimizer, "onebit-adam") && c->onebit_freeze >= c->steps)
+            printf("note: --onebit-freeze %d >= --steps %d, so 1-bit Adam never freezes its variance nor compresses: "
+                   "the whole run is AdamW bit for bit; lower --onebit-freeze\n", c->onebit_freeze, c->steps);
         if (strncmp(r->u->desc, "host", 4) != 0) printf("update: %s\n", r->u->desc);
         if (r->ckpt_path[0]) printf("resuming from %s at step %d\n", r->ckpt_path, start_step);
         fflush(stdout);
@@ -1367,6 +1379,9 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
 
     check_data_tokenizer(train_spec, shard_kind, r->m);
     check_data_tokenizer(val_spec, shard_kind, r->m);
+    uint64_t vocab_hash = tok_kind ? tokenizer_vocab_hash(tok_kind, c->data) : 0; /* 0: its files are not at hand */
+    if (tok_kind) shard_check_vocab(train_spec, vocab_hash, tok_kind, r->rank == 0);
+    if (tok_kind) shard_check_vocab(val_spec, vocab_hash, tok_kind, r->rank == 0);
     r->dl = dataloader_open(train_spec, c->B, c->T, r->rank, r->world, rng_mix(c->seed, 0x64617461ull), c->shuffle,
                             r->m->vocab_size);
     r->vl = valloader_open(val_spec, c->B, c->T, r->rank, r->world, r->m->vocab_size);
@@ -1392,7 +1407,11 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     dc.demo_chunk = c->demo_chunk;
     dc.demo_topk = c->demo_topk;
     dc.demo_decay = c->demo_decay;
-    dc.onebit_freeze = c->onebit_freeze > 0 ? c->onebit_freeze : (int)fmax(1.0, floor(0.15 * c->steps + 0.5));
+    /* 1-bit Adam's freeze step is fixed at the run's start: 0 becomes 15% of that run's --steps here, and the
+     * checkpoints record the resolved step, so a resume with another --steps keeps it */
+    if (!strcmp(c->optimizer, "onebit-adam") && c->onebit_freeze == 0)
+        c->onebit_freeze = (int)fmax(1.0, floor(0.15 * c->steps + 0.5));
+    dc.onebit_freeze = c->onebit_freeze;
     dc.double_residual = c->scape_double_residual;
     dc.variant = scape_variant_parse(c->scape_variant);
     if (dc.variant == SCAPE_CATCHUP || dc.variant == SCAPE_TENSOR_NU) dc.variant_cap = c->scape_variant_cap;
