@@ -17,6 +17,7 @@
 #endif
 
 static void (*fatal_hook)(int) = NULL;
+static void remove_open_temps(void);
 
 void set_fatal_hook(void (*hook)(int status)) { fatal_hook = hook; }
 
@@ -38,6 +39,7 @@ void fatal(const char *fmt, ...) {
     va_end(ap);
     fputc('\n', stderr);
     fflush(stderr);
+    remove_open_temps(); /* the hook (MPI_Abort) ends the process without running atexit */
     if (fatal_hook) fatal_hook(1);
     exit(1);
 }
@@ -273,6 +275,7 @@ typedef struct {
     ino_t ino;
     int has_id;      /* dev/ino hold the file's identity (it existed when guarded) */
     char what[96];
+    int log;         /* a log of the run (out_open_append): appending to it again is fine, a whole output is not */
 } Guard;
 static Guard *guards;
 static int nguards;
@@ -313,19 +316,22 @@ static void add_guard(const char *path, const char *what) {
 
 void out_guard_input(const char *path, const char *what) { add_guard(path, what); }
 
-/* the input or whole output of this run that path names, or NULL (logs are never guarded: a run reopens its own) */
-static const Guard *guarded(const char *path) {
+/* the input or output of this run that path names, or NULL; appending, a log is passed over (a run reopens its own
+ * log; a whole output is never renamed onto one) */
+static const Guard *guarded_for(const char *path, int appending) {
     char name[4200];
     resolved_name(path, name, sizeof name);
     struct stat st;
     int have = stat(path, &st) == 0;
     for (int i = 0; i < nguards; i++) {
         const Guard *g = &guards[i];
+        if (appending && g->log) continue;
         if ((name[0] && !strcmp(name, g->name)) || (have && g->has_id && st.st_dev == g->dev && st.st_ino == g->ino))
             return g;
     }
     return NULL;
 }
+static const Guard *guarded(const char *path) { return guarded_for(path, 0); }
 
 static void remove_open_temps(void) {
     for (OutFile *o = open_outs; o; o = o->next) unlink(o->tmp);
@@ -424,7 +430,7 @@ void out_discard(OutFile *o) {
 
 int out_open_append(const char *path, char *err, size_t cap) {
     struct stat st;
-    const Guard *g = guarded(path);
+    const Guard *g = guarded_for(path, 1);
     if (g) {
         snprintf(err, cap, "%s: is %s of this run; a log never appends to it: give one of them another name", path,
                  g->what);
@@ -454,5 +460,9 @@ int out_open_append(const char *path, char *err, size_t cap) {
         return -1;
     }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    if (S_ISREG(st.st_mode)) { /* no whole output opened later replaces it */
+        add_guard(path, "the log file");
+        guards[nguards - 1].log = 1;
+    }
     return fd;
 }

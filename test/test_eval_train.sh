@@ -188,6 +188,26 @@ if [ $st = 130 ] && [ "$(echo "$took < 2" | bc)" = 1 ] && [ ! -e "$TMP/int.dump"
     ok sigint_stops_eval_only_at_once_with_nothing_written
 else fail sigint_stops_eval_only_at_once_with_nothing_written "exit $st after ${took}s: $(tail -1 "$TMP/int.out")"; fi
 
+# a dump refused on one rank of two, or a check that fails on rank 0 after the others could open theirs, ends the job
+# with no rank's temp file left beside its dump; a dump never replaces the run's <out>/.lock or <out>/log.jsonl
+ln -sf "$TMP/other.txt" "$TMP/rk.rank1"; mkdir -p "$TMP/ff"; mkfifo "$TMP/ff/eval.jsonl"
+timeout -k 5 60 "${MPI[@]}" -np 2 "$trainer" "${only[@]}" --eval-task "jsonl=$TMP/generic.jsonl" --eval-dump "$TMP/rk" \
+    --out "$TMP/rk" > "$TMP/rk.out" 2>&1; s1=$?
+timeout -k 5 60 "${MPI[@]}" -np 2 "$trainer" "${only[@]}" --eval-task "jsonl=$TMP/generic.jsonl" --eval-dump "$TMP/fd" \
+    --out "$TMP/ff" > "$TMP/fd.out" 2>&1; s2=$?
+"$trainer" "${base[@]}" --steps 2 --eval-task "jsonl=$TMP/generic.jsonl" --eval-dump "$TMP/lk/.lock" --out "$TMP/lk" \
+    > "$TMP/lk.out" 2>&1; s3=$?
+"$trainer" "${base[@]}" --steps 2 --eval-task "jsonl=$TMP/generic.jsonl" --eval-dump "$TMP/lg/log.jsonl" --out "$TMP/lg" \
+    > "$TMP/lg.out" 2>&1; s4=$?
+if [ $s1 != 0 ] && grep -q "^error: --eval-dump $TMP/rk.rank1: is a symbolic link" "$TMP/rk.out" &&
+   [ $s2 != 0 ] && grep -q "^error: $TMP/ff/eval.jsonl is a FIFO" "$TMP/fd.out" &&
+   [ -z "$(ls -a "$TMP" | grep -E '^(rk|fd)\.rank[01]\.tmp\.')" ] && [ "$(cat "$TMP/other.txt")" = keep ] &&
+   one_error $s3 1 "$TMP/lk.out" "^error: --eval-dump $TMP/lk/.lock: is the --out lock file" && [ ! -d "$TMP/lk/ckpt_2" ] &&
+   one_error $s4 1 "$TMP/lg.out" "^error: --eval-dump $TMP/lg/log.jsonl: is the log file" && [ ! -d "$TMP/lg/ckpt_2" ]; then
+    ok eval_dump_refused_on_one_rank_leaves_no_temp_and_never_replaces_lock_or_log
+else fail eval_dump_refused_on_one_rank_leaves_no_temp_and_never_replaces_lock_or_log "exits $s1 $s2 $s3 $s4; left: \
+$(ls -a "$TMP" | grep -E '\.tmp\.' | tr '\n' ' '); $(grep -h '^error' "$TMP/lk.out" "$TMP/lg.out" | tr '\n' ' ')"; fi
+
 # usage errors
 "$trainer" --eval-only --eval-task "$tasks" > "$TMP/u1.out" 2>&1; s1=$?
 "$trainer" --eval-only --init "$TMP/run/ckpt_6/model.bin" > "$TMP/u2.out" 2>&1; s2=$?

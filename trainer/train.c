@@ -247,9 +247,24 @@ static void guard_run_inputs(const Run *r) {
     }
 }
 
+/* Returns when every rank opened its --eval-dump file. Otherwise every rank first drops its temp file (a rank that
+ * fails alone would otherwise abort the job with the others' temps left beside their files), then the failing rank
+ * ends the job with its line (err) and the others wait to be ended with it. */
+static void dump_opened_everywhere(Run *r, const char *err) {
+    int opened = r->eval_dump != NULL;
+    double failed = !opened;
+    if (r->world > 1) comm_allreduce_sum_f64(&failed, 1);
+    if (failed == 0) return;
+    out_discard(r->eval_dump);
+    r->eval_dump = NULL;
+    if (r->world > 1) comm_barrier(); /* every temp is gone before any rank aborts the job */
+    if (!opened) fatal("%s", err);
+    for (;;) comm_barrier(); /* a rank whose file opened: ended by the failing rank's abort */
+}
+
 /* --eval-task: every task file, read on every rank with the model's tokenizer already loaded, and every item
  * checked against --seq; fatal() naming the file and line of the first bad item (unless --eval-task-skip-bad),
- * before any training. Then --eval-dump's temp file (out_open: never an input, a link or a device). */
+ * before any training. */
 static void load_eval_tasks(Run *r) {
     const TrainConfig *c = &r->c;
     char *list = xmalloc(strlen(c->eval_task) + 1, "the task list");
@@ -271,12 +286,20 @@ static void load_eval_tasks(Run *r) {
         int too_long;
         if (!eval_check_task(r->tok, &r->tasks[i], &o, &too_long, err, sizeof err)) fatal("%s", err);
     }
-    if (c->eval_dump[0]) {
-        char path[4200], err[4600];
-        if (r->world > 1) snprintf(path, sizeof path, "%s.rank%d", c->eval_dump, r->rank);
-        else snprintf(path, sizeof path, "%s", c->eval_dump);
-        if (!(r->eval_dump = out_open(path, "--eval-dump", err, sizeof err))) fatal("%s", err);
-    }
+}
+
+/* --eval-dump's temp file on every rank (out_open: never an input, an output of the run, a link or a device), opened
+ * once every check that can refuse the run has passed and the log is open: a check failing on one rank after it
+ * would abort the job with the other ranks' temp files left behind. */
+static void open_eval_dump(Run *r) {
+    const TrainConfig *c = &r->c;
+    if (!c->eval_dump[0]) return;
+    char path[4200], err[4600] = "";
+    if (r->world > 1) snprintf(path, sizeof path, "%s.rank%d", c->eval_dump, r->rank);
+    else snprintf(path, sizeof path, "%s", c->eval_dump);
+    if (r->world > 1) comm_barrier(); /* every rank is past its checks (rank 0's log included) */
+    r->eval_dump = out_open(path, "--eval-dump", err, sizeof err);
+    dump_opened_everywhere(r, err);
 }
 
 /* Scores every --eval-task at `step` into sc (ntasks). Returns EVAL_OK, EVAL_STOPPED (the stop signal, --eval-only),
@@ -474,6 +497,7 @@ static void lock_out_dir(const Run *r, const char *out) {
     if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
         fatal("cannot write %s: %s; check free space and permissions", path, strerror(errno));
     out_lock_fd = fd; /* kept open for the run's lifetime: closing it would release the lock */
+    out_guard_input(path, "the --out lock file"); /* an output renamed onto it would free --out for a second run */
 }
 
 /* One "mask" event (scape/dist.h DistMaskStats) of step t, rank 0 only: per sparse tensor the Jaccard of
@@ -1350,6 +1374,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
                    r->m->desc, step, c->B, c->T, r->world, r->world == 1 ? "" : "s");
             xflush_stdout();
         }
+        open_eval_dump(r);
         r->eval_stop = &stop_signal; /* a signal stops the scoring at once, with nothing written */
         eval_only_scores(r, step, log);
         jlog_close(log);
@@ -1457,6 +1482,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         snprintf(path, sizeof path, "%s/log.jsonl", c->out);
         r->log = jlog_open(path);
     }
+    open_eval_dump(r);
     commit_lineage(r); /* every check has passed: only now does the line of checkpoints change */
     log_start(r, start);
     if (start >= c->steps && r->rank == 0) printf("checkpoint is at step %d, --steps %d: nothing to do\n", start,
