@@ -208,6 +208,16 @@ if [ $s1 != 0 ] && grep -q "^error: --eval-dump $TMP/rk.rank1: is a symbolic lin
 else fail eval_dump_refused_on_one_rank_leaves_no_temp_and_never_replaces_lock_or_log "exits $s1 $s2 $s3 $s4; left: \
 $(ls -a "$TMP" | grep -E '\.tmp\.' | tr '\n' ' '); $(grep -h '^error' "$TMP/lk.out" "$TMP/lg.out" | tr '\n' ' ')"; fi
 
+# --eval-only trains nothing: no note that a flag "applies from the resumed step on"; a resumed run whose checkpoint
+# had no --eval-task says "none", not an empty value
+"$trainer" "${only[@]}" --eval-task "jsonl=$TMP/generic.jsonl" --out "$TMP/nt" > "$TMP/nt.out" 2>&1; s1=$?
+"$trainer" "${base[@]}" --steps 2 --out "$TMP/nt2" > /dev/null 2>&1
+"$trainer" "${base[@]}" --steps 3 --resume latest --eval-task "jsonl=$TMP/generic.jsonl" --out "$TMP/nt2" > "$TMP/nt2.out" 2>&1; s2=$?
+if [ $s1 = 0 ] && ! grep -q "applies from the resumed step" "$TMP/nt.out" && [ $s2 = 0 ] &&
+   grep -q "^note: --eval-task jsonl=$TMP/generic.jsonl applies from the resumed step on (the checkpoint's run had none)" "$TMP/nt2.out"; then
+    ok eval_only_notes_no_flag_applying_from_a_resumed_step
+else fail eval_only_notes_no_flag_applying_from_a_resumed_step "exits $s1 $s2: $(grep -h 'applies from' "$TMP/nt.out" "$TMP/nt2.out" | tr '\n' ' ')"; fi
+
 # usage errors
 "$trainer" --eval-only --eval-task "$tasks" > "$TMP/u1.out" 2>&1; s1=$?
 "$trainer" --eval-only --init "$TMP/run/ckpt_6/model.bin" > "$TMP/u2.out" 2>&1; s2=$?

@@ -931,9 +931,9 @@ static void apply_checkpoint_options(Run *r) {
                       name, saved);
             int data = !strcmp(name, "train") || !strcmp(name, "data");
             if (data) r->data_changed = 1;
-            if (r->rank == 0)
+            if (r->rank == 0 && !r->c.eval_only) /* --eval-only trains no step: nothing applies "from" one */
                 printf("note: --%s %s applies from the resumed step on (the checkpoint's run had %s)\n", name, now,
-                       saved);
+                       saved[0] ? saved : "none");
         }
         free(now);
     }
