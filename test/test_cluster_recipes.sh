@@ -98,8 +98,17 @@ G|DRY_RUN=0 DATA_DIR=/nonexistent|error: DATA_DIR=/nonexistent is not a folder; 
 L|DATA_DIR=.|error: DATA_DIR=. has no *train*.bin shards; make them with scripts/cluster/prepare_data.sh
 G|DATA_DIR=$ROOT/data/sotu/bpe4k TRAINER=./train_gpt|error: TRAINER=./train_gpt is not an executable (relative to $TMP/elsewhere); run make in $ROOT (or make cuda for the GPU trainers), or set TRAINER
 G|DATA_DIR=$ROOT/data/sotu/bpe4k LAUNCHER=mpirun HOSTFILE=hosts|error: HOSTFILE=hosts cannot be read (relative to $TMP/elsewhere)
+L|DRY_RUN=1 DATA_DIR=/shards SLURM_JOB_ID=1 SLURM_NTASKS=8 RANKS=4|error: RANKS=4 but srun runs one rank per task of this allocation (SLURM_NTASKS=8); unset RANKS, allocate 4 tasks, or LAUNCHER=mpirun
+G|DRY_RUN=1 DATA_DIR=/shards SLURM_NTASKS=abc LAUNCHER=mpirun|error: RANKS=abc; use a whole number >= 1
 EOF2
 [ $ok_all = 1 ] && ok cluster_bad_values_stop_with_one_line
+
+# RANKS given with LAUNCHER=mpirun inside an allocation is the ranks mpirun runs (SLURM_NTASKS used to replace it
+# silently); without RANKS the allocation's task count is the default
+a=$(env DRY_RUN=1 DATA_DIR=/shards SLURM_NTASKS=8 LAUNCHER=mpirun RANKS=4 scripts/cluster/gpt345m.sh 2>&1)
+b=$(env DRY_RUN=1 DATA_DIR=/shards SLURM_NTASKS=8 LAUNCHER=mpirun scripts/cluster/llama500m.sh 2>&1)
+if [[ "$a" == "+ mpirun -np 4 "* ]] && [[ "$b" == "+ mpirun -np 8 "* ]]; then ok cluster_ranks_given_are_the_ranks_launched
+else fail cluster_ranks_given_are_the_ranks_launched "${a:0:40} / ${b:0:40}"; fi
 
 # slurm.sbatch as SLURM runs it: a copy in a spool folder, run in the folder it was submitted from (not the
 # repository): it finds the repository from SCAPE_ROOT (squeue's record of the command is test_slurm.sh's), or says

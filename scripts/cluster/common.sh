@@ -44,13 +44,24 @@ check_recipe() {
         check_choice EXCLUDE_NORMS 0 1
     fi
 }
+# uses_srun: the launch goes through srun (LAUNCHER=srun, or unset inside a SLURM allocation)
+uses_srun() { [ "${LAUNCHER:-}" = srun ] || { [ -z "${LAUNCHER:-}" ] && [ -n "${SLURM_JOB_ID:-}" ]; }; }
+# ranks_default N: RANKS as given, else the allocation's task count (SLURM_NTASKS), else N. srun runs one rank per
+# task of the allocation, so under it a RANKS other than SLURM_NTASKS is refused (it would be ignored); mpirun runs
+# RANKS ranks, inside an allocation too
+ranks_default() {
+    if [ -n "${RANKS:-}" ] && [ -n "${SLURM_NTASKS:-}" ] && [ "$RANKS" != "$SLURM_NTASKS" ] && uses_srun; then
+        die "RANKS=$RANKS but srun runs one rank per task of this allocation (SLURM_NTASKS=$SLURM_NTASKS); unset RANKS, allocate $RANKS tasks, or LAUNCHER=mpirun"
+    fi
+    RANKS=${RANKS:-${SLURM_NTASKS:-$1}}
+}
 # launch TRAINER ARGS...: under SLURM (inside an allocation: sbatch, salloc; or LAUNCHER=srun) by srun, one task
 # per rank of the allocation, MPI wired by PMIx (Open MPI and SLURM both have it in Debian; no mpirun inside the
 # job); otherwise by mpirun on RANKS ranks (HOSTFILE for several nodes). EXTRA (trainer flags) goes last, so it
 # overrides the recipe's (options may repeat, the last wins).
 launch() {
     local cmd
-    if [ "${LAUNCHER:-}" = srun ] || { [ -z "${LAUNCHER:-}" ] && [ -n "${SLURM_JOB_ID:-}" ]; }; then
+    if uses_srun; then
         cmd=(srun --mpi="${SRUN_MPI:-pmix}" --kill-on-bad-exit=1)
     else
         cmd=(mpirun -np "$RANKS" ${HOSTFILE:+--hostfile "$HOSTFILE"} --bind-to none)

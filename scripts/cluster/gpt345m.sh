@@ -9,7 +9,7 @@
 # baselines (OPTIMIZER=adamw or adams) take the same schedule, and so do the peers: topk-ef with SCAPE's density
 # schedule, powersgd, onebit-adam and demo with their own settings at the trainer's defaults (EXTRA changes them).
 # Required: DATA_DIR (shards). Optional: OPTIMIZER adamw|adams|scape|topk-ef|powersgd|onebit-adam|demo (default
-# scape), DENSITY 0.1|0.01 (default 0.01; scape and topk-ef, ignored by the others), RANKS (default 32), MICRO_BATCH (sequences per
+# scape), DENSITY 0.1|0.01 (default 0.01; scape and topk-ef, ignored by the others), RANKS (default SLURM_NTASKS in an allocation, else 32), MICRO_BATCH (sequences per
 # rank per micro-step, default 8; accumulation makes up the rest), and to depart from the recipe STEPS, WARMUP,
 # DENSITY_DENSE, DENSITY_WARMUP, EXCLUDE_NORMS; HOSTFILE, OUT (default out/gpt345m_<optimizer>[_<density>] in the
 # repository), RESUME (latest: continue), TRAINER (default the repository's train_gpt; the CUDA build on GPUs), EXTRA
@@ -23,7 +23,7 @@ if ! ROOT=$(cd "$(dirname "$0")/../.." 2> /dev/null && pwd) || [ ! -f "$ROOT/scr
     exit 2
 fi
 . "$ROOT/scripts/cluster/common.sh"
-RANKS=${RANKS:-32}; MICRO_BATCH=${MICRO_BATCH:-8}; OPTIMIZER=${OPTIMIZER:-scape}
+ranks_default 32; MICRO_BATCH=${MICRO_BATCH:-8}; OPTIMIZER=${OPTIMIZER:-scape}
 TRAINER=${TRAINER:-$ROOT/train_gpt}
 check_rule
 STEPS=${STEPS:-100000}; WARMUP=${WARMUP:-5000}
@@ -36,7 +36,6 @@ need DATA_DIR
 check_recipe
 OUT=${OUT:-$ROOT/out/gpt345m_${OPTIMIZER}${SUFFIX}}
 optimizer_flags
-RANKS=${SLURM_NTASKS:-$RANKS}
 launch "$TRAINER" --model d24c1024h16t1024 --train "$DATA_DIR/*train*.bin" --val "$DATA_DIR/*val*.bin" \
     --seq 1024 --batch "$MICRO_BATCH" --total-batch $((512 * 1024)) --steps "$STEPS" \
     --lr 1.5e-4 --lr-floor 1e-5 --warmup "$WARMUP" --beta1 0.9 --beta2 0.999 --eps 1e-8 --weight-decay 0.01 \

@@ -10,7 +10,7 @@
 # and so do the peers: topk-ef with SCAPE's density schedule, powersgd, onebit-adam and demo with their own settings
 # at the trainer's defaults (EXTRA changes them).
 # Required: DATA_DIR (shards). Optional: OPTIMIZER adamw|adams|scape|topk-ef|powersgd|onebit-adam|demo (default
-# scape), DENSITY 0.1|0.01 (default 0.01; scape and topk-ef, ignored by the others), RANKS (default 64), MICRO_BATCH (default 4), and
+# scape), DENSITY 0.1|0.01 (default 0.01; scape and topk-ef, ignored by the others), RANKS (default SLURM_NTASKS in an allocation, else 64), MICRO_BATCH (default 4), and
 # to depart from the recipe STEPS, WARMUP, DENSITY_DENSE, DENSITY_WARMUP, EXCLUDE_NORMS; HOSTFILE, OUT (default
 # out/llama500m_<optimizer>[_<density>] in the repository), RESUME, TRAINER (default the repository's train_llama),
 # EXTRA, DRY_RUN=1. Run it from any folder: relative paths are relative to that folder. A value it cannot use stops
@@ -23,7 +23,7 @@ if ! ROOT=$(cd "$(dirname "$0")/../.." 2> /dev/null && pwd) || [ ! -f "$ROOT/scr
     exit 2
 fi
 . "$ROOT/scripts/cluster/common.sh"
-RANKS=${RANKS:-64}; MICRO_BATCH=${MICRO_BATCH:-4}; OPTIMIZER=${OPTIMIZER:-scape}
+ranks_default 64; MICRO_BATCH=${MICRO_BATCH:-4}; OPTIMIZER=${OPTIMIZER:-scape}
 TRAINER=${TRAINER:-$ROOT/train_llama}
 check_rule
 STEPS=${STEPS:-100000}; WARMUP=${WARMUP:-2000}
@@ -37,7 +37,6 @@ need DATA_DIR
 check_recipe
 OUT=${OUT:-$ROOT/out/llama500m_${OPTIMIZER}${SUFFIX}}
 optimizer_flags
-RANKS=${SLURM_NTASKS:-$RANKS}
 launch "$TRAINER" --model 500mt4096 --train "$DATA_DIR/*train*.bin" --val "$DATA_DIR/*val*.bin" \
     --seq 4096 --batch "$MICRO_BATCH" --total-batch $((1024 * 4096)) --steps "$STEPS" \
     --lr 3e-4 --lr-floor 3e-5 --warmup "$WARMUP" --beta1 0.9 --beta2 0.95 --eps 1e-8 --weight-decay 0.1 --clip 1.0 \
