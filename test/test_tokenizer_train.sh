@@ -162,4 +162,18 @@ expect_error error_train_corpus_too_small "allows only 259 tokens" train --vocab
 expect_error error_train_no_inputs "no INPUTS" train --vocab 300 --out "$tmp/bad"
 expect_error error_train_out_is_a_file "$tmp/tiny.txt" train --vocab 260 --val-percent 0 --out "$tmp/tiny.txt/x" "$tmp/corpus"
 
+# --words-out never writes over an input document (it did: tok train's own training text), into an input folder, or
+# onto the encoder.json / vocab.bpe of --out (the vocabulary replaced it, exit 0)
+mkdir -p "$tmp/wi" && printf 'the words of one document\n' > "$tmp/wi/doc.txt" && cp "$tmp/wi/doc.txt" "$tmp/wi2.txt"
+before=$(cat "$tmp/wi/doc.txt")
+expect_error error_train_words_out_is_an_input "--words-out $tmp/wi/doc.txt is an input of this run" train --vocab 260 \
+    --val-percent 0 --out "$tmp/bad" --words-out "$tmp/wi/doc.txt" "$tmp/wi"
+[ "$(cat "$tmp/wi/doc.txt")" = "$before" ] || fail error_train_words_out_is_an_input "the input was written over"
+expect_error error_train_words_out_in_an_input_folder "lies inside the input folder $tmp/wi" train --vocab 260 \
+    --val-percent 0 --out "$tmp/bad" --words-out "$tmp/wi/words.txt" "$tmp/wi"
+mkdir -p "$tmp/bad2"
+expect_error error_train_words_out_is_a_vocabulary_file "is the vocab.bpe that --out $tmp/bad2 receives" train --vocab 260 \
+    --val-percent 0 --out "$tmp/bad2" --words-out "$tmp/bad2/vocab.bpe" "$tmp/wi2.txt"
+[ -z "$(ls -A "$tmp/bad2")" ] || fail error_train_words_out_is_a_vocabulary_file "files left in --out: $(ls "$tmp/bad2")"
+
 exit $((failures > 0))

@@ -394,13 +394,13 @@ static void add_inputs(DocList *docs, char **inputs, int n, Seen *seen, const ch
     if (seen->skipped) fprintf(stderr, "note: tok %s: %zu entries of the inputs skipped (see above)\n", cmd, seen->skipped);
 }
 
-/* fatal() if --out is an input folder or lies inside one: what is written there would be read as documents by the
- * next run over the same inputs (and could replace an input). out need not exist yet: its nearest existing folder is
- * checked, then each folder above it. */
-static void refuse_out_in_inputs(const char *out, const Seen *seen) {
-    size_t cap = strlen(out) + 8 + 3 * 4096;
+/* fatal() if the folder dir (of `flag shown`) is an input folder or lies inside one: what is written there would be
+ * read as documents by the next run over the same inputs (and could replace an input). dir need not exist yet: its
+ * nearest existing folder is checked, then each folder above it. */
+static void refuse_in_inputs(const char *flag, const char *shown, const char *dir, const Seen *seen) {
+    size_t cap = strlen(dir) + 8 + 3 * 4096;
     char *p = xmalloc(cap, "path");
-    snprintf(p, cap, "%s", out);
+    snprintf(p, cap, "%s", dir);
     struct stat st;
     while (stat(p, &st) != 0) { /* the nearest existing ancestor */
         char *slash = strrchr(p, '/');
@@ -409,8 +409,9 @@ static void refuse_out_in_inputs(const char *out, const Seen *seen) {
     }
     for (int up = 0; up < 4096 && stat(p, &st) == 0; up++) {
         if (was_visited(seen, &st))
-            fatal("--out %s lies inside the input folder %s: the next run would read what is written there as "
-                  "documents; choose an --out outside the inputs", out, p);
+            fatal("%s %s lies inside the input folder %s: the next run would read what is written there as "
+                  "documents; choose %s outside the inputs", flag, shown, p, !strcmp(flag, "--out") ? "an --out" :
+                  "a file");
         struct stat parent;
         size_t l = strlen(p);
         if (l + 4 >= cap) break;
@@ -418,6 +419,31 @@ static void refuse_out_in_inputs(const char *out, const Seen *seen) {
         if (stat(p, &parent) != 0 || (parent.st_dev == st.st_dev && parent.st_ino == st.st_ino)) break; /* the root */
     }
     free(p);
+}
+
+static void refuse_out_in_inputs(const char *out, const Seen *seen) { refuse_in_inputs("--out", out, out, seen); }
+
+/* fatal() unless tok train's --words-out names a file of its own: not an input document (it was written over), not
+ * in an input folder, not the encoder.json or vocab.bpe of --out (the vocabulary would replace it). */
+static void refuse_words_out(const char *words, const char *out, const Seen *seen) {
+    struct stat st, d, o;
+    if (stat(words, &st) == 0 && was_visited(seen, &st))
+        fatal("--words-out %s is an input of this run: writing it would destroy it; name a file outside the inputs",
+              words);
+    size_t len = strlen(words);
+    char *dir = xmalloc(len + 2, "path");
+    snprintf(dir, len + 2, "%s", words);
+    char *slash = strrchr(dir, '/');
+    const char *base = slash ? words + (slash - dir) + 1 : words;
+    if (!slash) snprintf(dir, len + 2, ".");
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    refuse_in_inputs("--words-out", words, dir, seen);
+    if ((!strcmp(base, "encoder.json") || !strcmp(base, "vocab.bpe")) && stat(dir, &d) == 0 && stat(out, &o) == 0 &&
+        d.st_dev == o.st_dev && d.st_ino == o.st_ino)
+        fatal("--words-out %s is the %s that --out %s receives: the vocabulary would replace it; name another file",
+              words, base, out);
+    free(dir);
 }
 
 /* fatal() if an input document's file is one of the shards of this --name in --out, which the run replaces or
@@ -982,6 +1008,7 @@ static int cmd_train(int argc, char **argv) {
     Seen seen = {0};
     add_inputs(&docs, argv + first, argc - first, &seen, "train");
     refuse_out_in_inputs(out, &seen);
+    if (words) refuse_words_out(words, out, &seen);
     size_t n_val = choose_val(&docs, percent);
     BpeTrainer *bt = bpe_trainer_new();
     for (size_t i = 0; i < docs.n; i++) {
