@@ -26,7 +26,8 @@
 #   l8  a link planted at <out>/abandoned is refused before anything moves;
 #   l10 --eval-only --resume latest with no checkpoint is refused, nothing written;
 #   l11 --eval-only reports the manifest's step (trailing slash, renamed folder);
-#   l18 --resume "" and --verify-ckpt "" are usage errors, not a training run with defaults;
+#   l18 --resume "", --verify-ckpt "" (and --train, --val, --data, --tokenizer, --eval-task, --eval-dump "") are usage
+#       errors, not a training run with defaults;
 #   l19 --eval-only runs on an --out that holds checkpoints (with --resume or --init).
 # The toy bigram model (test/test_train_toy.c) keeps the loop cases fast; the GPT-2 trainer is used where the
 # model matters (--init, memory, export, tokenizers), on data/sotu shards (make data).
@@ -192,6 +193,18 @@ if [ $st = 2 ] && one_error_line "$TMP/l18.err" "^error: --verify-ckpt was given
    && [ ! -e "$TMP/l18v" ]; then
     ok empty_resume_or_verify_ckpt_is_a_usage_error
 else fail empty_resume_or_verify_ckpt_is_a_usage_error "status $st/$st2: $(cat "$TMP/l18.err" "$TMP/l18b.err")"; fi
+# the same for the data and evaluation paths: `--train "$SHARDS"` with SHARDS unset trained on the default corpus,
+# an empty --eval-task or --eval-dump scored or dumped nothing, all with status 0
+bad=""
+for flag in train val data tokenizer eval-task eval-dump; do
+    rm -rf "$TMP/l18e"
+    "${RUN[@]}" --out "$TMP/l18e" --"$flag" "" > /dev/null 2> "$TMP/l18e.err"
+    st=$?
+    { [ $st = 2 ] && one_error_line "$TMP/l18e.err" "^error: --$flag was given an empty value" && [ ! -e "$TMP/l18e" ]; } ||
+        bad="$bad --$flag: status $st $(head -1 "$TMP/l18e.err");"
+done
+if [ -z "$bad" ]; then ok empty_data_or_eval_path_is_a_usage_error
+else fail empty_data_or_eval_path_is_a_usage_error "$bad"; fi
 
 # ---------------------------------------------------------------- the GPT-2 trainer
 GPT=(./train_gpt --batch 2 --seq 32 --eval-every 0 --sample-every 0 --threads 1 --data "$DATA")

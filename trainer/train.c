@@ -1012,11 +1012,17 @@ static int verify_checkpoints(const char *dir) {
 }
 
 /* Exits 2 with one line when a path option is given an empty value (`--resume "$CKPT"` with CKPT unset), which
- * would otherwise read as not given: a new training run with the defaults instead of the resume or check asked for. */
+ * would otherwise read as not given: a new training run with the defaults instead of the resume or check asked for,
+ * the default corpus instead of `--train "$SHARDS"`, no scoring or dump instead of the tasks asked for. */
 static void refuse_empty_values(ArgSpec *opts, int n_opts) {
     static const struct { const char *name, *fix; } paths[] = {
         {"resume", "pass <out>/ckpt_<step> or latest"}, {"verify-ckpt", "pass <out>/ckpt_<step> or an --out dir"},
-        {"init", "pass a model file"}, {"out", "pass the output directory"}};
+        {"init", "pass a model file"}, {"out", "pass the output directory"},
+        {"train", "pass training shards (file, dir or glob), or drop the flag for the default corpus"},
+        {"val", "pass validation shards (file, dir or glob), or drop the flag for the default corpus"},
+        {"data", "pass the data cache dir, or drop the flag for data"},
+        {"tokenizer", "pass gpt2, bpe4k, llama2, llama3 or a learned vocabulary's folder, or drop the flag"},
+        {"eval-task", "pass FORMAT=FILE[,...], or drop the flag"}, {"eval-dump", "pass a file, or drop the flag"}};
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
         ArgSpec *s = args_find(opts, n_opts, paths[i].name);
         if (s && s->given && !(*(const char *const *)s->field)[0]) {
