@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -30,7 +31,14 @@ void xflush_stdout(void) {
     }
 }
 
+static atomic_int fatal_taken;      /* a thread is ending the process in fatal() */
+static _Thread_local int fatal_mine; /* ... and it is this one */
+
 void fatal(const char *fmt, ...) {
+    /* one line per process: a second thread failing meanwhile (tok's encoders on two bad lines) waits for the exit */
+    if (atomic_exchange(&fatal_taken, 1) && !fatal_mine)
+        for (;;) pause();
+    fatal_mine = 1;
     va_list ap;
     fflush(stdout);
     fputs("error: ", stderr);

@@ -133,4 +133,17 @@ if [ $st = 1 ] && one_error "$tmp/err_opt" "unknown option '-part1.jsonl'" && [ 
 else
     fail an_input_named_like_an_option_is_named_and_prepare_data_takes_it "status $st/$st2: $(cat "$tmp/err_opt" "$tmp/out_pd" | tail -3)"
 fi
+
+# a wrong JSONL_FIELD: one error line however many encoding threads meet a bad line at once (each printed its own)
+for i in $(seq 400); do printf '{"text": "document %d with some words"}\n' "$i"; done > "$tmp/many.jsonl"
+lines=""
+for _ in 1 2 3; do
+    (cd "$tmp/cwd" && JSONL_FIELD=txt DATA="$OLDPWD/$data" "$OLDPWD/scripts/cluster/prepare_data.sh" openwebtext OUT2 "$tmp/many.jsonl") > "$tmp/out_jf" 2>&1
+    lines="$lines$? $(wc -l < "$tmp/out_jf") "
+done
+if [ "$lines" = "1 1 1 1 1 1 " ] && one_error "$tmp/out_jf" "many.jsonl:[0-9]*: no string field \"txt\""; then
+    ok a_bad_jsonl_field_is_one_error_line_with_several_threads
+else
+    fail a_bad_jsonl_field_is_one_error_line_with_several_threads "status/lines: $lines: $(head -3 "$tmp/out_jf")"
+fi
 exit $((failures > 0))
