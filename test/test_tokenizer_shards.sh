@@ -146,4 +146,14 @@ if [ "$lines" = "1 1 1 1 1 1 " ] && one_error "$tmp/out_jf" "many.jsonl:[0-9]*: 
 else
     fail a_bad_jsonl_field_is_one_error_line_with_several_threads "status/lines: $lines: $(head -3 "$tmp/out_jf")"
 fi
+
+# a failed tok shards leaves no --out of its own making (the empty folder stayed); an --out that was there stays
+mkdir -p "$tmp/had_out"
+"$TOK" shards --out "$tmp/new_out" --data "$data" --jsonl-field txt "$tmp/many.jsonl" > /dev/null 2> "$tmp/err_no"; st=$?
+"$TOK" shards --out "$tmp/had_out" --data "$data" --jsonl-field txt "$tmp/many.jsonl" > /dev/null 2> "$tmp/err_ho"; st2=$?
+if [ $st = 1 ] && [ $st2 = 1 ] && [ ! -e "$tmp/new_out" ] && [ -d "$tmp/had_out" ] && [ -z "$(ls -A "$tmp/had_out")" ]; then
+    ok a_failed_run_leaves_no_out_folder_of_its_own_making
+else
+    fail a_failed_run_leaves_no_out_folder_of_its_own_making "status $st/$st2: $(ls -d "$tmp/new_out" 2>&1; ls -A "$tmp/had_out")"
+fi
 exit $((failures > 0))

@@ -707,6 +707,7 @@ typedef struct {
     const char *out, *prefix;
     char tmp[4200];        /* the temp folder */
     int committed;         /* the new set is in place */
+    int made_out;          /* --out did not exist before this run: an error or signal removes it again (if empty) */
     pthread_mutex_t mu;    /* recursive: held while a shard is written and during the commit */
 } Staging;
 static Staging staging;
@@ -739,6 +740,7 @@ static void staging_remove(void) {
         closedir(d);
     }
     rmdir(staging.tmp);
+    if (staging.made_out) rmdir(staging.out); /* a failed run leaves no empty --out of its own making */
 }
 
 /* fatal()'s hook: no temp shard outlives an error, whichever thread hit it. */
@@ -923,6 +925,8 @@ static int cmd_shards(int argc, char **argv) {
     const char *kind = tokenizer_kind(tok); /* recorded in each shard's header ("bpe" for a learned folder) */
     uint64_t vocab_hash = tokenizer_vocab_hash(model, data); /* likewise: tells learned vocabularies apart */
     if (!vocab_hash) fatal("tok shards: cannot read the vocabulary files of --model %s to hash them", model);
+    struct stat out_st;
+    staging.made_out = stat(out, &out_st) != 0;
     make_dirs(out);
     staging_begin(out, name);
 
