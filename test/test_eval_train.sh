@@ -218,6 +218,12 @@ if [ $s1 = 0 ] && ! grep -q "applies from the resumed step" "$TMP/nt.out" && [ $
     ok eval_only_notes_no_flag_applying_from_a_resumed_step
 else fail eval_only_notes_no_flag_applying_from_a_resumed_step "exits $s1 $s2: $(grep -h 'applies from' "$TMP/nt.out" "$TMP/nt2.out" | tr '\n' ' ')"; fi
 
+# the refusal names what the file is once: "is a file of the resumed checkpoint of this run"
+"$trainer" "${ck[@]}" --eval-task "jsonl=$TMP/generic.jsonl" --eval-dump "$TMP/ck/model.bin" --out "$TMP/ev2" > "$TMP/ck.out" 2>&1
+if one_error $? 1 "$TMP/ck.out" "^error: --eval-dump $TMP/ck/model.bin: is a file of the resumed checkpoint of this run; writing"; then
+    ok eval_dump_refusal_says_what_the_file_is_once
+else fail eval_dump_refusal_says_what_the_file_is_once "$(grep error "$TMP/ck.out")"; fi
+
 # usage errors
 "$trainer" --eval-only --eval-task "$tasks" > "$TMP/u1.out" 2>&1; s1=$?
 "$trainer" --eval-only --init "$TMP/run/ckpt_6/model.bin" > "$TMP/u2.out" 2>&1; s2=$?

@@ -233,7 +233,7 @@ static void guard_run_inputs(const Run *r) {
         for (struct dirent *e; d && (e = readdir(d));) {
             char f[4400];
             snprintf(f, sizeof f, "%s/%s", r->ckpt_path, e->d_name);
-            if (e->d_name[0] != '.') out_guard_input(f, "a file of the checkpoint this run reads");
+            if (e->d_name[0] != '.') out_guard_input(f, "a file of the resumed checkpoint");
         }
         if (d) closedir(d);
     }
@@ -241,7 +241,7 @@ static void guard_run_inputs(const Run *r) {
     for (int k = 0; k < 2; k++) {
         glob_t g;
         if (pats[k][0] && glob(pats[k], 0, NULL, &g) == 0) {
-            for (size_t i = 0; i < g.gl_pathc; i++) out_guard_input(g.gl_pathv[i], "a data shard of this run");
+            for (size_t i = 0; i < g.gl_pathc; i++) out_guard_input(g.gl_pathv[i], "a data shard");
             globfree(&g);
         }
     }
