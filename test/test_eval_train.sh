@@ -231,4 +231,18 @@ else fail eval_dump_refusal_says_what_the_file_is_once "$(grep error "$TMP/ck.ou
 if [ $s1 = 2 ] && grep -q -- "--init MODEL_FILE or --resume" "$TMP/u1.out" && [ $s2 = 2 ] && grep -q "give the tasks" "$TMP/u2.out" &&
    [ $s3 = 2 ] && grep -q -- "apply to --eval-task" "$TMP/u3.out"; then ok eval_options_usage_errors
 else fail eval_options_usage_errors "exits $s1 $s2 $s3: $(cat "$TMP/u1.out" "$TMP/u2.out" "$TMP/u3.out" | tr '\n' ' ')"; fi
+# a resumed run (a requeued job) given the same --eval-dump keeps the earlier scoring points' rows: up to the resumed
+# step, each once; a roll-back to an earlier checkpoint scores the later points again instead of keeping them twice
+small=(--model d2c32h2t64v4096 --data "$data" --batch 2 --seq 32 --eval-every 0 --sample-every 0 --threads 1)
+"$trainer" "${small[@]}" --steps 4 --eval-task jsonl=test/eval/generic.jsonl --eval-task-every 2 --eval-dump "$TMP/rq.dump" \
+    --out "$TMP/rq" > "$TMP/rq1.out" 2>&1; s1=$?
+n=$(grep -c '"step":2,' "$TMP/rq.dump")  # rows of one scoring point (one per choice)
+"$trainer" "${small[@]}" --steps 6 --resume latest --out "$TMP/rq" --eval-dump "$TMP/rq.dump" > "$TMP/rq2.out" 2>&1; s2=$?
+after_resume=$(grep -o '"step":[0-9]*' "$TMP/rq.dump" | sort | uniq -c | awk '{printf "%s:%s ", $2, $1}')
+"$trainer" "${small[@]}" --steps 6 --resume "$TMP/rq/ckpt_4" --out "$TMP/rq" --eval-dump "$TMP/rq.dump" > "$TMP/rq3.out" 2>&1; s3=$?
+after_rollback=$(grep -o '"step":[0-9]*' "$TMP/rq.dump" | sort | uniq -c | awk '{printf "%s:%s ", $2, $1}')
+want="\"step\":2:$n \"step\":4:$n \"step\":6:$n "
+if [ $s1 = 0 ] && [ $s2 = 0 ] && [ $s3 = 0 ] && [ "$after_resume" = "$want" ] && [ "$after_rollback" = "$want" ] &&
+   [ "$n" -gt 0 ] && grep -q "kept its $((2 * n)) rows of steps up to 4" "$TMP/rq2.out"; then ok a_resumed_run_keeps_the_dumps_earlier_rows
+else fail a_resumed_run_keeps_the_dumps_earlier_rows "exits $s1 $s2 $s3; rows by step after the resume: $after_resume, after the roll-back: $after_rollback"; fi
 exit $((failures > 0))

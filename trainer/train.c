@@ -24,6 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "common/log.h"
 #include "common/rng.h"
 #include "common/schedule.h"
@@ -288,10 +290,38 @@ static void load_eval_tasks(Run *r) {
     }
 }
 
+/* A resumed training run keeps what an earlier run of its line wrote to the same --eval-dump: the rows of the scoring
+ * points up to the resumed step are copied into the new dump first (those after it are scored again), so a requeued
+ * job's dump holds every scoring point once. path was checked by out_open (a regular file or absent); a row that is
+ * not JSON with an integer "step" is dropped with one note. say: print what was kept (rank 0). */
+static void keep_earlier_dump_rows(OutFile *dump, const char *path, int resumed_step, int say) {
+    FILE *in = fopen(path, "r");
+    if (!in) return; /* no earlier dump */
+    char *line = NULL;
+    size_t cap = 0;
+    long kept = 0, dropped = 0, bad = 0;
+    while (getline(&line, &cap, in) > 0) {
+        json_t *o = json_loads(line, 0, NULL);
+        json_t *step = o ? json_object_get(o, "step") : NULL;
+        if (!json_is_integer(step)) bad++;
+        else if (json_integer_value(step) <= resumed_step) {
+            fputs(line, out_stream(dump));
+            kept++;
+        } else dropped++;
+        json_decref(o);
+    }
+    free(line);
+    fclose(in);
+    if (!say) return;
+    printf("--eval-dump %s: kept its %ld rows of steps up to %d%s", path, kept, resumed_step,
+           dropped ? "; the rows of later steps are scored again\n" : "\n");
+    if (bad) printf("note: --eval-dump %s: dropped %ld lines that are not dump rows\n", path, bad);
+}
+
 /* --eval-dump's temp file on every rank (out_open: never an input, an output of the run, a link or a device), opened
  * once every check that can refuse the run has passed and the log is open: a check failing on one rank after it
  * would abort the job with the other ranks' temp files left behind. */
-static void open_eval_dump(Run *r) {
+static void open_eval_dump(Run *r, int resumed_step) {
     const TrainConfig *c = &r->c;
     if (!c->eval_dump[0]) return;
     char path[4200], err[4600] = "";
@@ -299,6 +329,7 @@ static void open_eval_dump(Run *r) {
     else snprintf(path, sizeof path, "%s", c->eval_dump);
     if (r->world > 1) comm_barrier(); /* every rank is past its checks (rank 0's log included) */
     r->eval_dump = out_open(path, "--eval-dump", err, sizeof err);
+    if (r->eval_dump && resumed_step > 0) keep_earlier_dump_rows(r->eval_dump, path, resumed_step, r->rank == 0);
     dump_opened_everywhere(r, err);
 }
 
@@ -1380,7 +1411,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
                    r->m->desc, step, c->B, c->T, r->world, r->world == 1 ? "" : "s");
             xflush_stdout();
         }
-        open_eval_dump(r);
+        open_eval_dump(r, 0); /* a dump of this evaluation alone */
         r->eval_stop = &stop_signal; /* a signal stops the scoring at once, with nothing written */
         eval_only_scores(r, step, log);
         jlog_close(log);
@@ -1488,7 +1519,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         snprintf(path, sizeof path, "%s/log.jsonl", c->out);
         r->log = jlog_open(path);
     }
-    open_eval_dump(r);
+    open_eval_dump(r, start);
     commit_lineage(r); /* every check has passed: only now does the line of checkpoints change */
     log_start(r, start);
     if (start >= c->steps && r->rank == 0) printf("checkpoint is at step %d, --steps %d: nothing to do\n", start,
