@@ -4,8 +4,8 @@
 # runs: 100,000 steps of 0.5M tokens) on 2 cores, with the authors' GPT-345M optimizer settings and schedule
 # fractions at every length (beta2 0.999, weight decay 0.01, clip 1, lr warm-up 5% and cosine to lr/15, density
 # from 1.0 to d geometrically over 10% of the run, norms and biases sparsified).
-#   plan    print SIZE's runs in the order `run` trains them, each marked done (a line in runs.tsv) or not, with
-#           its cost estimated from the finished runs' seconds per step
+#   plan    print SIZE's runs in the order `run` trains them, each marked done (a line in runs.tsv, committed ones
+#           included) or not, with the cost left estimated from the finished runs' seconds per step
 #   run     train SIZE's runs that runs.tsv lacks, in plan order; a run cut short (a session's end, a signal)
 #           resumes from its newest checkpoint (every CKPT_EVERY steps) when `run` is started again
 #   tables  docs/study/regime.md, regime_gap_<size>_<run>.dat and regime_gap.png from runs.tsv alone
@@ -38,6 +38,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 usage="usage: $0 plan|run|tables [small|medium]   (env: ONLY, SEEDS, OUT, DOC, DATA, STUDY_COMMIT, PROBE_LRS, EVAL_BATCHES)"
+case ${1:-} in -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; echo "$usage"; exit 0 ;; esac
 [ $# -ge 1 ] && [ $# -le 2 ] || { echo "$usage" >&2; exit 2; }
 mode=$1 size=${2:-small}
 OUT=${OUT:-out/regime}

@@ -24,6 +24,19 @@ def params_of(spec):
     return V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C, L * (12 * C * C + 13 * C)
 
 
+def table_head(cols):
+    return ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+
+
+def table_row(cells):
+    return "| " + " | ".join(cells) + " |"
+
+
+def mean_sd(xs):
+    """mean +- sample sd, or the one value with (1) when there is one"""
+    return "%.4f +- %.4f (%d)" % (stats(xs) + (len(xs),)) if len(xs) > 1 else "%.4f (1)" % xs[0]
+
+
 def stats(xs):
     m = sum(xs) / len(xs)
     sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else float("nan")
@@ -77,13 +90,12 @@ def main(tsv, doc):
         if not pts:
             continue
         runs = [r for r in MAIN if any(r in by[p] for p in pts)]
-        out += ["| steps | tokens/param | epochs | AdamS val | AdamS train tail | overfit | " + " | ".join(runs) + " | cost (h) |",
-                "|---|---|---|---|---|---|" + "---|" * len(runs) + "---|"]
+        out += table_head(["steps", "tokens/param", "epochs", "AdamS val", "AdamS train tail", "overfit"] + runs + ["cost (h)"])
         for p in pts:
             steps = int(p.rsplit("steps", 1)[1])
             tpp, ep = steps * TOKENS_PER_STEP / P, steps * TOKENS_PER_STEP / TRAIN_TOKENS
             a = by[p].get("adams", {})
-            av = "%.4f +- %.4f" % stats([r["val"] for r in a.values()]) if a else ""
+            av = mean_sd([r["val"] for r in a.values()]) if a else ""
             at = "%.4f" % stats([r["tail"] for r in a.values()])[0] if a else ""
             of = "%+.3f" % stats([r["val"] - r["best"] for r in a.values()])[0] if a else ""
             cells = []
@@ -93,16 +105,13 @@ def main(tsv, doc):
                 if g:
                     dat.setdefault((spec, r), []).append((tpp,) + g)
             cost = sum(x["secs"] for rr in by[p].values() for x in rr.values()) / 3600
-            out.append("| %s | %.1f | %.1f | %s | %s | %s | %s | %.2f |" % (format(steps, ","), tpp, ep, av, at, of,
-                                                                            " | ".join(cells), cost))
-        out += ["", "Train gap (last 5% of steps) and bytes sent per step and rank (mean over steps 2..):", "",
-                "| steps | " + " | ".join("%s train gap" % r for r in runs) + " | AdamS bytes | " +
-                " | ".join("%s bytes" % r for r in runs) + " |", "|---|" + "---|" * (2 * len(runs) + 1)]
+            out.append(table_row([format(steps, ","), "%.1f" % tpp, "%.1f" % ep, av, at, of] + cells + ["%.2f" % cost]))
+        out += ["", "Train gap (last 5% of steps) and bytes sent per step and rank (mean over steps 2..):", ""]
+        out += table_head(["steps"] + ["%s train gap" % r for r in runs] + ["AdamS bytes"] + ["%s bytes" % r for r in runs])
         for p in pts:
             bytes_of = lambda r: "%.0f" % stats([x["bytes"] for x in by[p][r].values()])[0] if r in by[p] else ""
-            out.append("| %s | %s | %s | %s |" % (format(int(p.rsplit("steps", 1)[1]), ","),
-                                                  " | ".join(cell(gap(p, r, "tail")) for r in runs), bytes_of("adams"),
-                                                  " | ".join(bytes_of(r) for r in runs)))
+            out.append(table_row([format(int(p.rsplit("steps", 1)[1]), ",")] + [cell(gap(p, r, "tail")) for r in runs] +
+                                 [bytes_of("adams")] + [bytes_of(r) for r in runs]))
         # SCAPE at lr/2, lr, 2 lr against AdamS at lr, seed 1: is SCAPE's lead an lr effect?
         for p in pts:
             ctl = sorted(r for r in by[p] if re.fullmatch(r"scape_0\.0?1_lr.*", r))
