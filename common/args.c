@@ -152,8 +152,14 @@ void args_print_help(FILE *out, const ArgSpec *specs, int n, const char *usage, 
         snprintf(left, sizeof left, "--%s%s", s->name, meta);
         fprintf(out, "  %-24s %s", left, s->help);
         if (s->type == ARG_STRING && s->choices) fprintf(out, " (%s)", s->choices);
-        if (s->type != ARG_FLAG) fprintf(out, " [default %s]", s->def && s->def[0] ? s->def : "none");
-        if (s->type == ARG_INT || s->type == ARG_U64 || s->type == ARG_FLOAT || s->type == ARG_DOUBLE)
+        /* an empty default whose help says what it is ("(default <data>/...)") gets no "[default none]" beside it */
+        int empty = !s->def || !s->def[0];
+        if (s->type != ARG_FLAG && !(empty && strstr(s->help, "default")))
+            fprintf(out, " [default %s]", empty ? "none" : s->def);
+        if (s->type == ARG_U64) /* whole numbers, not 1.84467440737096e+19 */
+            fprintf(out, " [range %.0f..%llu]", s->min, s->max >= 18446744073709551615.0 ? 18446744073709551615ull
+                                                                                       : (unsigned long long)s->max);
+        else if (s->type == ARG_INT || s->type == ARG_FLOAT || s->type == ARG_DOUBLE)
             fprintf(out, " [range %.15g..%.15g]", s->min, s->max);
         fputc('\n', out);
     }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test/test_readme.sh - every command in README.md's shell blocks, run in a scratch folder that links the repository's
-# files (so outputs land in the scratch folder's own out/), at tiny sizes: training commands get a few steps of small
-# batches, a whole-suite or GPU build (`make test`, `make cuda`) is checked by `make -n`, the cluster recipes run
+# files (so outputs land in the scratch folder's own out/), at tiny sizes: training commands get a few steps (their
+# batch and sequence as written), a whole-suite or GPU build (`make test`, `make cuda`) is checked by `make -n`, the cluster recipes run
 # their DRY_RUN as the README writes them, and the README's data files (task sets, your own text) are stood in for by
 # the test's own. The table below names each README command and how it runs here; a README command the table lacks,
 # or a table row the README no longer has, fails, so the README cannot drift from the program. About 90 s.
@@ -20,7 +20,7 @@ cp test/eval/hellaswag.jsonl "$tmp/hellaswag_val.jsonl"
 cp test/eval/piqa.jsonl "$tmp/valid.jsonl"; cp test/eval/piqa-labels.lst "$tmp/valid-labels.lst"
 ln -s "$repo/data/sotu/txt" "$tmp/my_texts"
 
-tiny="--batch 2 --seq 32 --eval-every 0 --eval-batches 1 --sample-every 0"
+tiny="--eval-every 0 --eval-batches 1 --sample-every 0"  # a few steps; batch and sequence as written
 /usr/bin/python3 - "$repo/README.md" "$tmp" "$tiny" <<'EOF'
 import os, re, subprocess, sys, time
 readme, tmp, tiny = sys.argv[1:4]
@@ -36,13 +36,13 @@ TABLE = [
     ("./train_gpt --help", "=", {}),
     ("mpirun --allow-run-as-root --oversubscribe -np 4 ./train_gpt --model d4c64h4t64v4096 --batch 4 --seq 64 "
      "--optimizer scape --density 0.01 --density-warmup 200 --steps 2000 --out out/scape", "+", {"OMP_NUM_THREADS": "1"}),
-    ("./train_llama --model l4c128h4kv2v4096 --steps 500 --out out/llama", "+", {}),
+    ("make train_llama && ./train_llama --model l4c128h4kv2v4096 --steps 500 --out out/llama", "+", {}),
     ("./tok train --vocab 8192 --out my_vocab --val-percent 5 my_texts/", "=", {}),
     ("./tok shards --model my_vocab --out my_shards --name my --val-percent 5 my_texts/", "=", {}),
-    ("./train_gpt --model d4c64h4t64v8192 --tokenizer my_vocab --train 'my_shards/my_train_*' --val 'my_shards/my_val_*'",
-     "+ --steps 3 --out out/mine", {}),
-    ("./train_gpt --eval-only --resume out/small/ckpt_3000 --eval-task hellaswag=hellaswag_val.jsonl,piqa=valid.jsonl",
-     "=", {}),
+    ("./train_gpt --model d4c64h4t64v8192 --seq 64 --tokenizer my_vocab --train 'my_shards/my_train_*' "
+     "--val 'my_shards/my_val_*' --out out/mine", "+ --steps 3", {}),
+    ("./train_gpt --eval-only --resume out/small/ckpt_3000 --out out/small "
+     "--eval-task hellaswag=hellaswag_val.jsonl,piqa=valid.jsonl", "=", {}),
     ("make export_gguf && ./export_gguf --model out/small/ckpt_3000 --out out/small.gguf --type f16", "=", {}),
     ('make llama-cpp && node scripts/gguf_generate.mjs out/small.gguf "The state of the Union" 32', "=", {}),
     ("make reproduce-gpt", "=", {"QUICK": "1"}),

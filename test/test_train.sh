@@ -243,6 +243,11 @@ else fail plot_loss_writes_png "$(cat "$TMP/p.out")"; fi
 if "$TOY" --help > "$TMP/h.out" 2>&1 && grep -q -- '--resume S' "$TMP/h.out" && grep -q -- '--scape-exclude-norms N' "$TMP/h.out"; then
     ok help_exits_zero
 else fail help_exits_zero "$(head -3 "$TMP/h.out")"; fi
+# one default per option (an option whose help states its default gets no "[default none]"), whole-number ranges
+if grep -- '--train S' "$TMP/h.out" | grep -q '(default <data>' && ! grep -- '--train S' "$TMP/h.out" | grep -q 'default none' &&
+   grep -- '--seed N' "$TMP/h.out" | grep -q 'range 0\.\.18446744073709551615\]'; then
+    ok help_states_each_default_once_and_whole_ranges
+else fail help_states_each_default_once_and_whole_ranges "$(grep -E -- '--(train|seed) ' "$TMP/h.out")"; fi
 
 # --- a dense phase (--density-dense-steps S, the authors' --topk-adams-start-iter): d_start through step S + 1, then
 #     the geometric warm-up: S 3, W 2, d 0.25 logs densities 1 1 1 1 0.5 0.25

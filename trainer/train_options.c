@@ -140,8 +140,8 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
          "peak FLOP/s of one rank for MFU, 0 = print n/a", 0},
         {"eval-task", ARG_STRING, &c->eval_task, "", 0, 0, NULL,
          "downstream tasks scored on the model's forward pass, FORMAT=FILE[,FORMAT=FILE...] (or NAME:FORMAT=FILE; "
-         "piqa=FILE[:LABELS]); formats hellaswag|arc|piqa|lambada|boolq|copa|mmlu|jsonl (README: Downstream "
-         "tasks); logs an eval_task event per task with acc, acc_norm (or ppl), items, ms", 0},
+         "piqa=FILE[:LABELS]); formats hellaswag|arc|piqa|lambada|boolq|copa|mmlu|jsonl "
+         "(docs/evaluation.md); logs an eval_task event per task with acc, acc_norm (or ppl), items, ms", 0},
         {"eval-task-every", ARG_INT, &c->eval_task_every, "0", 0, IMAX, NULL,
          "score --eval-task every N steps (and at the end), 0 = only at the end", 0},
         {"eval-task-skip-bad", ARG_FLAG, &c->eval_task_skip_bad, NULL, 0, 1, NULL,
