@@ -140,7 +140,7 @@ def main(tsv, doc):
         series = ", ".join("'%s' using 1:2:4:5 with yerrorlines pt 7 title '%s %s'" % (
             os.path.join(doc, "regime_gap_%s_%s.dat" % k), k[0], k[1]) for k in sorted(dat))
         script = ("set terminal pngcairo size 1000,600 noenhanced; set output '%s'\n"
-                  "set logscale x; set xlabel 'tokens per parameter'; set ylabel 'final val loss minus AdamS (nats, "
+                  "set logscale x; set xrange [1:300]; set xlabel 'tokens per parameter'; set ylabel 'final val loss minus AdamS (nats, "
                   "mean, seed min..max)'\nset key outside right; set title 'SCAPE gap to AdamS against tokens per "
                   "parameter (issue 42)'\nplot %s, 0 with lines lc 'black' notitle, 0.02 with lines dt 2 lc 'black' "
                   "title 'paper +0.02 (d 0.1)', 0.04 with lines dt 3 lc 'black' title 'paper +0.04 (d 0.01)'\n"
