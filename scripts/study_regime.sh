@@ -31,7 +31,8 @@
 # validation loss, wall seconds (all pieces), mean bytes sent per step and rank (steps 2..), mean train loss over
 # the last 5% of steps, the lowest validation loss along the run, and the commit whose trainer ran it. The trainer
 # is built from STUDY_COMMIT (pinned below) into OUT/build-<commit>/, so work on the code while the study runs
-# cannot change its runs. ONLY="run ..." and SEEDS="s ..." restrict `run` to those runs and seeds.
+# cannot change its runs (STUDY_TRAINER=FILE runs that binary instead, its lines recording local-<sha1 of the file>:
+# for trying the script outside a git checkout). ONLY="run ..." and SEEDS="s ..." restrict `run` to those runs and seeds.
 # Run it under nice, alone (it takes both cores), e.g. `nice -n 10 scripts/study_regime.sh run small`.
 # Not for: the undertrained length and batch studies (scripts/study_gap.sh), the paper-shaped comparison
 # (scripts/reproduce_cpu.sh).
@@ -120,9 +121,14 @@ plan() {
     done
 }
 
-build_trainer() { # the trainer of STUDY_COMMIT, built once into OUT/build-<commit>
+build_trainer() { # the trainer of STUDY_COMMIT, built once into OUT/build-<commit>; or STUDY_TRAINER as it is
+    if [ -n "${STUDY_TRAINER:-}" ]; then
+        [ -x "$STUDY_TRAINER" ] || { echo "error: STUDY_TRAINER=$STUDY_TRAINER is not an executable trainer" >&2; exit 1; }
+        TRAINER=$STUDY_TRAINER COMMIT=local-$(sha1sum < "$STUDY_TRAINER" | cut -c1-12)
+        return
+    fi
     local sha
-    sha=$(git rev-parse --verify -q "$STUDY_COMMIT^{commit}") \
+    sha=$(git rev-parse --verify -q "$STUDY_COMMIT^{commit}" 2> /dev/null) \
         || { echo "error: STUDY_COMMIT $STUDY_COMMIT is not a commit of this repository; fetch it or pin another" >&2; exit 1; }
     COMMIT=${sha:0:12}
     local dir=$OUT/build-$COMMIT
