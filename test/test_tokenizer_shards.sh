@@ -120,12 +120,13 @@ st=$?
 if [ $st = 1 ] && grep -q "^error: cannot write standard output" "$tmp/err_full"; then ok shards_report_a_full_stdout
 else fail shards_report_a_full_stdout "status $st: $(tail -1 "$tmp/err_full")"; fi
 
+data_abs=$(cd "$data" && pwd) # the data cache from another working folder (DATA may be relative or absolute)
 # symptom 21b: an input whose name starts with '-': tok names that argument; prepare_data.sh passes it after --
 "$TOK" shards --out "$tmp/x" --data "$data" "$tmp/a" -part1.jsonl > /dev/null 2> "$tmp/err_opt"
 st=$?
 mkdir -p "$tmp/cwd"
 printf '{"text": "one document"}\n{"text": "and another"}\n' > "$tmp/cwd/-part1.jsonl"
-(cd "$tmp/cwd" && DATA="$OLDPWD/$data" "$OLDPWD/scripts/cluster/prepare_data.sh" openwebtext OUT -part1.jsonl) > "$tmp/out_pd" 2>&1
+(cd "$tmp/cwd" && DATA="$data_abs" "$OLDPWD/scripts/cluster/prepare_data.sh" openwebtext OUT -part1.jsonl) > "$tmp/out_pd" 2>&1
 st2=$?
 if [ $st = 1 ] && one_error "$tmp/err_opt" "unknown option '-part1.jsonl'" && [ $st2 = 0 ] \
    && [ -s "$tmp/cwd/OUT/openwebtext_train_000000.bin" ]; then
@@ -138,7 +139,7 @@ fi
 for i in $(seq 400); do printf '{"text": "document %d with some words"}\n' "$i"; done > "$tmp/many.jsonl"
 lines=""
 for _ in 1 2 3; do
-    (cd "$tmp/cwd" && JSONL_FIELD=txt DATA="$OLDPWD/$data" "$OLDPWD/scripts/cluster/prepare_data.sh" openwebtext OUT2 "$tmp/many.jsonl") > "$tmp/out_jf" 2>&1
+    (cd "$tmp/cwd" && JSONL_FIELD=txt DATA="$data_abs" "$OLDPWD/scripts/cluster/prepare_data.sh" openwebtext OUT2 "$tmp/many.jsonl") > "$tmp/out_jf" 2>&1
     lines="$lines$? $(wc -l < "$tmp/out_jf") "
 done
 if [ "$lines" = "1 1 1 1 1 1 " ] && one_error "$tmp/out_jf" "many.jsonl:[0-9]*: no string field \"txt\""; then
