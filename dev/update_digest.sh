@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # dev/update_digest.sh [TRAIN_GPT] [TRAIN_LLAMA] [DATA] - one line per run of a fixed set of short training runs
-# through the host update (dense AdamW, AdamW ZeRO-1, AdamS, SCAPE d 0.1 with the bf16 payload, SCAPE d 0.1 with
-# norms sparsified, clipping and mask statistics, topk-ef d 0.1 with mask statistics; Llama SCAPE and AdamW ZeRO-1;
-# 1 and 2 ranks): the SHA-256 of every value its log.jsonl records for train, val and mask events except timings
-# (losses, gradient norms, densities, bytes, Jaccards, energies), of its final model file and of every rank's
-# optimizer state.
+# through the host update, every rule and path it has: dense AdamW and AdamS (plain and ZeRO-1), SCAPE (fp32 and
+# bf16 payload, plain and ZeRO-1, norms sparsified with clipping and mask statistics, coded masks, the dense phase,
+# each same-bytes variant, the double-residual comparison), topk-ef, PowerSGD, 1-bit Adam and DeMo; Llama SCAPE and
+# AdamW ZeRO-1; 1 and 2 ranks (3 for the ZeRO-1 and rule runs): the SHA-256 of every value its log.jsonl records for
+# train, val and mask events except timings (losses, gradient norms, densities, bytes, Jaccards, energies), of its
+# final model file and of every rank's optimizer state.
 # Two builds whose outputs are identical ran the same arithmetic bit for bit: the check that a refactor of the
-# update side (scape/, trainer/) changed no behaviour. Not a test (it proves nothing alone); compare two outputs:
+# update side (optim/, comm/, trainer/) changed no behaviour. Not a test (it proves nothing alone); compare two
+# outputs:
 #   git stash; make train_gpt train_llama; dev/update_digest.sh > /tmp/before.txt; git stash pop
 #   make train_gpt train_llama; dev/update_digest.sh > /tmp/after.txt; diff /tmp/before.txt /tmp/after.txt
 set -euo pipefail
@@ -42,14 +44,33 @@ run() { # NAME NP TRAINER MODEL ARGS...
     fi
     digest "$name" "$TMP/$name"
 }
+S=(--optimizer scape --density 0.1 --density-warmup 4)
 for np in 1 2; do
     run gpt_adamw_n$np $np "$GPT" d2c64h2t64 --optimizer adamw
     run gpt_adamw_zero_n$np $np "$GPT" d2c64h2t64 --optimizer adamw --zero
     run gpt_adams_n$np $np "$GPT" d2c64h2t64 --optimizer adams
-    run gpt_scape_bf16_n$np $np "$GPT" d2c64h2t64 --optimizer scape --density 0.1 --density-warmup 4 --scape-payload bf16
-    run gpt_scape_norms_n$np $np "$GPT" d2c64h2t64 --optimizer scape --density 0.1 --density-warmup 4 \
-        --scape-exclude-norms 0 --mask-stats-every 1 --clip 0.5
+    run gpt_adams_zero_n$np $np "$GPT" d2c64h2t64 --optimizer adams --zero
+    run gpt_scape_n$np $np "$GPT" d2c64h2t64 "${S[@]}"
+    run gpt_scape_bf16_n$np $np "$GPT" d2c64h2t64 "${S[@]}" --scape-payload bf16
+    run gpt_scape_zero_n$np $np "$GPT" d2c64h2t64 "${S[@]}" --zero
+    run gpt_scape_zero_bf16_n$np $np "$GPT" d2c64h2t64 "${S[@]}" --zero --scape-payload bf16
+    run gpt_scape_norms_n$np $np "$GPT" d2c64h2t64 "${S[@]}" --scape-exclude-norms 0 --mask-stats-every 1 --clip 0.5
+    run gpt_scape_coded_n$np $np "$GPT" d2c64h2t64 "${S[@]}" --scape-mask-coding auto --density-dense-steps 2 \
+        --density-start 0.5
+    run gpt_scape_catchup_n$np $np "$GPT" d2c64h2t64 "${S[@]}" --scape-variant catchup --scape-variant-cap 4
+    run gpt_scape_tensornu_n$np $np "$GPT" d2c64h2t64 "${S[@]}" --scape-variant tensor-nu
+    run gpt_scape_rdecay_n$np $np "$GPT" d2c64h2t64 "${S[@]}" --scape-variant residual-decay --scape-residual-decay 0.5
+    run gpt_scape_double_n$np $np "$GPT" d2c64h2t64 "${S[@]}" --scape-double-residual-defect
     run gpt_topk_ef_n$np $np "$GPT" d2c64h2t64 --optimizer topk-ef --density 0.1 --density-warmup 4 --mask-stats-every 1
-    run llama_scape_n$np $np "$LLAMA" l2c64h4kv2v32000t64 --optimizer scape --density 0.1 --density-warmup 4
+    run gpt_powersgd_n$np $np "$GPT" d2c64h2t64 --optimizer powersgd --powersgd-rank 2 --powersgd-start 3
+    run gpt_onebit_n$np $np "$GPT" d2c64h2t64 --optimizer onebit-adam --onebit-freeze 3
+    run gpt_demo_n$np $np "$GPT" d2c64h2t64 --optimizer demo --demo-chunk 16 --demo-topk 4
+    run llama_scape_n$np $np "$LLAMA" l2c64h4kv2v32000t64 "${S[@]}"
     run llama_adamw_zero_n$np $np "$LLAMA" l2c64h4kv2v32000t64 --optimizer adamw --zero
 done
+run gpt_scape_zero_n3 3 "$GPT" d2c64h2t64 "${S[@]}" --zero
+run gpt_adamw_zero_n3 3 "$GPT" d2c64h2t64 --optimizer adamw --zero
+run gpt_topk_ef_n3 3 "$GPT" d2c64h2t64 --optimizer topk-ef --density 0.1 --density-warmup 4
+run gpt_powersgd_n3 3 "$GPT" d2c64h2t64 --optimizer powersgd --powersgd-rank 2 --powersgd-start 3
+run gpt_onebit_n3 3 "$GPT" d2c64h2t64 --optimizer onebit-adam --onebit-freeze 3
+run gpt_demo_n3 3 "$GPT" d2c64h2t64 --optimizer demo --demo-chunk 16 --demo-topk 4
