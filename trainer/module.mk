@@ -6,7 +6,7 @@
 # write it as $$(TRAIN_LINK_OBJ) in a rule's prerequisites (second expansion is on), e.g.
 #   train_gpt: $(BUILD)/train_gpt.o $$(TRAIN_LINK_OBJ)
 #   	$(MPICC) $(CFLAGS) $^ -o $@ $(TRAIN_LIBS)
-TRAIN_OBJ := $(BUILD)/trainer/train.o $(BUILD)/trainer/train_options.o $(BUILD)/trainer/sampler.o \
+TRAIN_OBJ := $(BUILD)/trainer/train.o $(BUILD)/trainer/train_options.o $(BUILD)/trainer/train_rules.o $(BUILD)/trainer/sampler.o \
              $(BUILD)/trainer/ckpt.o $(BUILD)/trainer/updater_host.o \
              $(BUILD)/common/args.o $(BUILD)/common/log.o $(BUILD)/common/schedule.o
 # recursive (=): the other components' variables are defined by module.mk files read after this one

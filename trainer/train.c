@@ -38,6 +38,7 @@
 #include "tokenizer/tokenizer.h"
 #include "trainer/ckpt.h"
 #include "trainer/sampler.h"
+#include "trainer/train_rules.h"
 #include "trainer/updater.h"
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -106,16 +107,6 @@ static CommBackend comm_backend(const char *name) {
     if (strcmp(name, "nccl") == 0) return COMM_BACKEND_NCCL;
     if (strcmp(name, "mpi") == 0) return COMM_BACKEND_MPI;
     return COMM_BACKEND_AUTO;
-}
-
-static OptimizerKind optimizer_kind(const char *name) {
-    if (strcmp(name, "adams") == 0) return OPT_ADAMS;
-    if (strcmp(name, "scape") == 0) return OPT_SCAPE;
-    if (strcmp(name, "topk-ef") == 0) return OPT_TOPK_EF;
-    if (strcmp(name, "powersgd") == 0) return OPT_POWERSGD;
-    if (strcmp(name, "onebit-adam") == 0) return OPT_ONEBIT_ADAM;
-    if (strcmp(name, "demo") == 0) return OPT_DEMO;
-    return OPT_ADAMW;
 }
 
 /* The model spec, recorded in each state file for information (an --init file is identified by its content in the
@@ -692,7 +683,7 @@ static void save_checkpoint(Run *r, int step) {
     h.blob_bytes = bytes;
     h.table_hash = param_table_hash(&r->m->table);
     h.num_params = r->m->table.total;
-    h.optimizer = (int32_t)optimizer_kind(r->c.optimizer);
+    h.optimizer = (int32_t)train_optimizer_kind(r->c.optimizer);
     h.zero = r->c.zero;
     h.B = r->c.B;
     h.T = r->c.T;
@@ -1067,13 +1058,12 @@ static void refuse_empty_values(ArgSpec *opts, int n_opts) {
 /* NULL if the checkpoint fits this run, else the one-line reason (in a static buffer). */
 static const char *fingerprint_mismatch(const Run *r, const CkptState *h, const char *path) {
     static char msg[4096 + 1024];
-    const char *names[] = {"adamw", "adams", "scape", "topk-ef", "powersgd", "onebit-adam", "demo"};
-    const char *saved_opt = h->optimizer >= 0 && h->optimizer < 7 ? names[h->optimizer] : "?";
+    const char *saved_opt = train_optimizer_name(h->optimizer);
     if (h->table_hash != param_table_hash(&r->m->table) || h->num_params != r->m->table.total)
         snprintf(msg, sizeof msg, "%s: parameter layout differs from the model in model.bin (%llu vs %zu "
                  "parameters); the checkpoint is from another model or program version", path,
                  (unsigned long long)h->num_params, r->m->table.total);
-    else if (h->optimizer != (int32_t)optimizer_kind(r->c.optimizer))
+    else if (h->optimizer != (int32_t)train_optimizer_kind(r->c.optimizer))
         snprintf(msg, sizeof msg, "%s: checkpoint was trained with --optimizer %s, this run asks for %s; pass "
                  "--optimizer %s", path, saved_opt, r->c.optimizer, saved_opt);
     else if ((int64_t)h->B * h->T != (int64_t)r->c.B * r->c.T)
@@ -1152,19 +1142,6 @@ static int restore(Run *r) {
     return step;
 }
 
-/* Bytes per parameter of the host update's state, a lower bound (scape/dist.h distopt_state_memory): the gradient
- * staging buffer every rule packs buckets into (4), plus adamw m and v (8), adams m (4), SCAPE r (4) and m at the
- * starting density (4 d_start), topk-ef and powersgd e, m, v (12; powersgd's Q is small), onebit-adam e, m, v and
- * the server error (16), demo its momentum and per-coefficient sender counts (6); ZeRO-1 shards the moments over
- * the world. */
-static double optimizer_bytes_per_param(const TrainConfig *c, int world) {
-    double moments = !strcmp(c->optimizer, "adamw") ? 8 : !strcmp(c->optimizer, "adams") ? 4
-                     : !strcmp(c->optimizer, "scape") ? 4 + 4 * fmin(1.0, c->density_start)
-                     : !strcmp(c->optimizer, "onebit-adam") ? 16 : !strcmp(c->optimizer, "demo") ? 6 : 12;
-    if (c->zero && strcmp(c->optimizer, "topk-ef") != 0) moments /= world;
-    return 4 + moments;
-}
-
 /* Refuses, before anything is allocated or initialised, a model that cannot fit in this node's memory: the model's
  * own bytes (ModelFamily.memory_bytes: parameters, gradients, activations for B x T) and the update's state, times
  * the ranks on this node, against what the machine can give (mem_available_bytes: MemAvailable, a cgroup limit, an
@@ -1174,7 +1151,7 @@ static void check_memory(Run *r, const char *init) {
     if (!r->fam->memory_bytes) return;
     size_t np;
     double model = r->fam->memory_bytes(c->model, init, c->B, c->T, &np, r->model_canon, sizeof r->model_canon);
-    double optim = optimizer_bytes_per_param(c, r->world) * (double)np;
+    double optim = train_optimizer_bytes_per_param(c, r->world) * (double)np;
     int local = local_ranks();
     char source[64];
     double avail = mem_available_bytes(source, sizeof source);
@@ -1230,12 +1207,7 @@ static void log_start(Run *r, int start_step) {
                    "--steps %d), so %s is dense %s for the whole run; lower --density\n", c->density,
                    c->density_start, c->density_dense, c->steps, c->optimizer,
                    !strcmp(c->optimizer, "scape") ? "AdamS (to float rounding)" : "AdamW");
-        if (!strcmp(c->optimizer, "powersgd") && c->powersgd_start >= c->steps)
-            printf("note: --powersgd-start %d >= --steps %d, so PowerSGD never compresses: the whole run is AdamW bit "
-                   "for bit; lower --powersgd-start\n", c->powersgd_start, c->steps);
-        if (!strcmp(c->optimizer, "onebit-adam") && c->onebit_freeze >= c->steps)
-            printf("note: --onebit-freeze %d >= --steps %d, so 1-bit Adam never freezes its variance nor compresses: "
-                   "the whole run is AdamW bit for bit; lower --onebit-freeze\n", c->onebit_freeze, c->steps);
+        train_rule_notes(c);
         if (strncmp(r->u->desc, "host", 4) != 0) printf("update: %s\n", r->u->desc);
         if (r->ckpt_path[0]) printf("resuming from %s at step %d\n", r->ckpt_path, start_step);
         fflush(stdout);
@@ -1314,31 +1286,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     if (!r->run_id[0]) new_run_id(r->run_id); /* a fresh run, or a checkpoint from before run identities */
     comm_bcast(r->run_id, sizeof r->run_id, 0);
     if ((conflict = options_conflict(c, floor_given))) fatal("%s", conflict);
-    /* a rule's parameters given without their rule would be silently ignored (checked once the checkpoint's
-     * --optimizer and --scape-variant are in) */
-    static const struct { const char *flag, *opt, *variant, *needs; } owned[] = {
-        {"scape-variant-cap", "scape", "catchup", "--scape-variant catchup or tensor-nu"}, /* (the first row of a flag */
-        {"scape-variant-cap", "scape", "tensor-nu", NULL},                               /* names what it needs) */
-        {"scape-residual-decay", "scape", "residual-decay", "--scape-variant residual-decay"},
-        {"powersgd-rank", "powersgd", NULL, "--optimizer powersgd"},
-        {"powersgd-start", "powersgd", NULL, "--optimizer powersgd"},
-        {"powersgd-min-compression", "powersgd", NULL, "--optimizer powersgd"},
-        {"powersgd-eps", "powersgd", NULL, "--optimizer powersgd"},
-        {"onebit-freeze", "onebit-adam", NULL, "--optimizer onebit-adam"},
-        {"demo-chunk", "demo", NULL, "--optimizer demo"},
-        {"demo-topk", "demo", NULL, "--optimizer demo"},
-        {"demo-decay", "demo", NULL, "--optimizer demo"},
-    };
-    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) {
-        if (!args_find(opts, n_opts, owned[i].flag)->given) continue;
-        int fits = 0;
-        for (size_t k = 0; k < sizeof owned / sizeof owned[0]; k++)
-            fits |= !strcmp(owned[k].flag, owned[i].flag) && !strcmp(c->optimizer, owned[k].opt) &&
-                    (!owned[k].variant || !strcmp(c->scape_variant, owned[k].variant));
-        if (!fits)
-            fatal("--%s applies to %s only (this run has --optimizer %s, --scape-variant %s); name it or drop the flag",
-                  owned[i].flag, owned[i].needs, c->optimizer, c->scape_variant);
-    }
+    train_rule_options_check(opts, n_opts, c);
 
     int defaults_data = !c->train[0] && !c->val[0];
 
@@ -1450,37 +1398,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     valloader_set_max_batches(r->vl, (uint64_t)c->eval_batches);
 
     DistConfig dc;
-    memset(&dc, 0, sizeof dc);
-    dc.opt.kind = optimizer_kind(c->optimizer);
-    dc.opt.beta1 = c->beta1;
-    dc.opt.beta2 = c->beta2;
-    dc.opt.eps = c->eps;
-    dc.opt.weight_decay = c->weight_decay;
-    dc.clip = c->clip;
-    dc.zero = c->zero;
-    dc.density = c->density;
-    dc.density_start = c->density_start;
-    dc.density_warmup = c->density_warmup;
-    dc.density_dense = c->density_dense;
-    dc.powersgd_rank = c->powersgd_rank;
-    dc.powersgd_start = c->powersgd_start;
-    dc.powersgd_min_compression = c->powersgd_min_compression;
-    dc.powersgd_eps = c->powersgd_eps;
-    dc.demo_chunk = c->demo_chunk;
-    dc.demo_topk = c->demo_topk;
-    dc.demo_decay = c->demo_decay;
-    /* 1-bit Adam's freeze step is fixed at the run's start: 0 becomes 15% of that run's --steps here, and the
-     * checkpoints record the resolved step, so a resume with another --steps keeps it */
-    if (!strcmp(c->optimizer, "onebit-adam") && c->onebit_freeze == 0)
-        c->onebit_freeze = (int)fmax(1.0, floor(0.15 * c->steps + 0.5));
-    dc.onebit_freeze = c->onebit_freeze;
-    dc.double_residual = c->scape_double_residual;
-    dc.variant = scape_variant_parse(c->scape_variant);
-    if (dc.variant == SCAPE_CATCHUP || dc.variant == SCAPE_TENSOR_NU) dc.variant_cap = c->scape_variant_cap;
-    if (dc.variant == SCAPE_RESIDUAL_DECAY) dc.residual_decay = c->scape_residual_decay;
-    dc.exclude_norms = c->scape_exclude_norms;
-    dc.payload_bf16 = strcmp(c->scape_payload, "bf16") == 0;
-    dc.mask_coding = strcmp(c->scape_mask_coding, "auto") == 0;
+    train_dist_config(c, &dc);
     UpdaterConfig uc;
     memset(&uc, 0, sizeof uc);
     uc.dist = dc;
