@@ -8,9 +8,9 @@
  * back after the fsync) is in the manifest. A checkpoint is complete when its manifest exists and every listed file
  * has the listed size (cheap: retention uses it), and verified when every file also has its checksum (resume and
  * --verify-ckpt use it). "latest" passes over one that does not verify, naming it; an explicit one is refused.
- * The options are every trainer option's value as typed (trainer/train.c: what defines the run is taken from the
- * checkpoint on resume); init_xxh3 identifies an --init model file by content ("" when none was given).
- * Not for: deciding when to checkpoint or restoring model/optimizer/loader (trainer/train.c).
+ * The options are every trainer option's value as typed (trainer/ckpt_policy.c: what defines the run is taken from
+ * the checkpoint on resume); init_xxh3 identifies an --init model file by content ("" when none was given).
+ * Not for: choosing, writing or restoring a run's checkpoint (trainer/ckpt_policy.c), deciding when (trainer/train.c).
  */
 #ifndef TRAINER_CKPT_H
 #define TRAINER_CKPT_H
