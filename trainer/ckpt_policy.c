@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -538,4 +539,42 @@ void newest_complete(const char *out, char *buf, size_t cap) {
     free(steps);
     if (found >= 0) snprintf(buf, cap, "the newest complete checkpoint, ckpt_%d, is kept", found);
     else snprintf(buf, cap, "there is no complete checkpoint under --out");
+}
+
+int checkpoint_at(Run *r, int t) {
+    const TrainConfig *c = &r->c;
+    int saved = t == c->steps || (c->ckpt_every > 0 && t % c->ckpt_every == 0);
+    if (saved && r->bad_run && !r->inj.ckpt_skipped) { /* never a checkpoint of a state reached through skipped steps */
+        if (r->rank == 0) {
+            char newest[128];
+            newest_complete(c->out, newest, sizeof newest);
+            printf("step %d: no checkpoint of this step, the last %d step%s skipped; %s\n", t, r->bad_run,
+                   r->bad_run == 1 ? " was" : "s were", newest);
+        }
+        saved = 0;
+    }
+    if (saved) save_checkpoint(r, t);
+    return saved;
+}
+
+int checkpoint_and_stop(Run *r, int t, int saved) {
+    const TrainConfig *c = &r->c;
+    /* preempted: a checkpoint of this step (never of a state reached through skipped steps), then out */
+    int ckpt = !r->bad_run;
+    const char *sig = r->stop_at == SIGINT ? "SIGINT" : "SIGTERM";
+    if (ckpt && !saved) save_checkpoint(r, t);
+    if (r->rank == 0) {
+        if (ckpt)
+            fprintf(stderr, "stopped by %s after step %d of %d: checkpoint %s/ckpt_%d written; continue with "
+                    "--resume latest --out %s\n", sig, t, c->steps, c->out, t, c->out);
+        else
+            fprintf(stderr, "stopped by %s after step %d of %d, a skipped step: no checkpoint of it; the newest "
+                    "complete one under %s is intact, continue with --resume latest\n", sig, t, c->steps, c->out);
+        fflush(stderr);
+    }
+    jlog_begin(r->log, "stop");
+    jlog_int(r->log, "step", t);
+    jlog_str(r->log, "reason", sig);
+    jlog_end(r->log);
+    return 128 + r->stop_at;
 }

@@ -27,6 +27,13 @@ int restore_checkpoint(Run *r);
 /* Writes the checkpoint <out>/ckpt_<step> of the run whole: model.bin, every rank's state file, the manifest with
  * every file's checksum and the run's options, then prunes to --keep-ckpts and logs a "ckpt" event. Collective. */
 void save_checkpoint(Run *r, int step);
+/* The loop's checkpoint after step t: at the last step and every --ckpt-every, unless the state was reached through
+ * skipped steps (r->bad_run; one line says which checkpoint is kept instead). Called after validation and sampling,
+ * so the saved sampler RNG is the one the next step would use. Returns 1 if it saved. Collective. */
+int checkpoint_at(Run *r, int t);
+/* A stop signal (r->stop_at) after step t: a checkpoint of it unless it was skipped or already saved (saved: what
+ * checkpoint_at returned), one line on stderr and a "stop" event; returns the exit status, 128 + the signal. */
+int checkpoint_and_stop(Run *r, int t, int saved);
 /* --verify-ckpt DIR (one checkpoint, or an --out whose checkpoints are all checked): one line each; returns the
  * exit status (0 all verified, 1 otherwise). */
 int verify_checkpoints(const char *dir);

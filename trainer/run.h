@@ -1,6 +1,7 @@
 /*
- * trainer/run.h - the state of one training run, shared by the loop's files (train.c, ckpt_policy.c, eval_hooks.c);
- * private to trainer/. Filled by train_main in order: options, checkpoint choice, model, data, update, log.
+ * trainer/run.h - the state of one training run, shared by the loop's files (train.c, ckpt_policy.c, eval_hooks.c,
+ * train_log.c); private to trainer/. Filled by train_main in order: options, checkpoint choice, model, data, update,
+ * log.
  */
 #ifndef TRAINER_RUN_H
 #define TRAINER_RUN_H
@@ -15,8 +16,10 @@
 #include "common/util.h"
 #include "dataloader/dataloader.h"
 #include "eval/tasks.h"
+#include "scape/comm.h"
 #include "tokenizer/tokenizer.h"
 #include "trainer/ckpt.h"
+#include "trainer/drills.h"
 #include "trainer/train.h"
 #include "trainer/updater.h"
 
@@ -51,6 +54,20 @@ typedef struct {
     OutFile *eval_dump;   /* --eval-dump, this rank's file (written whole at the end); NULL without, or dropped */
     char eval_dump_err[4600]; /* why the dump was dropped during training (the run ends with status 1); "" none */
     volatile sig_atomic_t *eval_stop; /* --eval-only: the stop signal, checked between forward passes */
+    NanInjection inj;     /* the test drills' faults (trainer/drills.h); all zero outside the drills */
+    int sparse_rule;      /* the rule compresses with a density (scape, topk-ef): the step line shows it */
+    int bad_run;          /* consecutive skipped steps (non-finite loss or gradient norm) so far */
+    int stop_at;          /* the signal that asks this run to stop after the current step (any rank's); 0 none */
 } Run;
+
+/* What one training step did (train_step), for its line and "train" event (log_step). */
+typedef struct {
+    float lr;         /* the schedule's learning rate of the step */
+    double loss;      /* mean training loss over every rank's micro-batches (the same on every rank) */
+    float grad_norm;  /* global gradient norm before clipping */
+    int bad;          /* skipped: the loss or the gradient norm is not finite (the same on every rank) */
+    double secs;      /* wall time of the step */
+    CommStats comm;   /* this rank's traffic during the step */
+} StepResult;
 
 #endif

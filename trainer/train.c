@@ -1,16 +1,17 @@
 /*
- * trainer/train.c - the shared training loop (see train.h). Reads top to bottom: options, set-up (threads, data,
- * model, optimizer, resume), then the step loop with its periodic validation, sampling and checkpoints.
- * One step t = 1..steps: `accum` micro-steps of forward/backward over this rank's B x T windows (the last
- * backward hands finished gradient buckets to the communication thread), then the update's step(t, lr_t)
+ * trainer/train.c - the shared training loop (see train.h). Reads top to bottom: set-up helpers, the set-up steps
+ * in train_main's order (options, batch, model, tokenizer, data, update), train_step, then train_main: parse, set
+ * up, restore, the loop {train_step, log_step, evaluation hooks, checkpoint policy}, finish.
+ * One step t = 1..steps (train_step): `accum` micro-steps of forward/backward over this rank's B x T windows (the
+ * last backward hands finished gradient buckets to the communication thread), then the update's step(t, lr_t)
  * (trainer/updater.h: the host DistOptim of scape/dist.h, or the model's device-resident update).
- * Not for: model maths (train_gpt.c, ...), update formulas and communication (scape/), file formats (ckpt.c).
+ * Not for: model maths (train_gpt.c, ...), update formulas and communication (scape/), what a step prints
+ * (train_log.c), validation and tasks (eval_hooks.c), checkpoints (ckpt_policy.c, formats in ckpt.c).
  */
 #define _GNU_SOURCE
 #include "trainer/train.h"
 
 #include <cblas.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -21,26 +22,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <time.h>
 #include <unistd.h>
-
-#include <jansson.h>
 
 #include "common/log.h"
 #include "common/rng.h"
 #include "common/schedule.h"
 #include "common/util.h"
 #include "dataloader/dataloader.h"
-#include "eval/evaluate.h"
-#include "eval/tasks.h"
 #include "scape/comm.h"
 #include "scape/dist.h"
 #include "tokenizer/tokenizer.h"
 #include "trainer/ckpt.h"
 #include "trainer/ckpt_policy.h"
+#include "trainer/drills.h"
 #include "trainer/eval_hooks.h"
 #include "trainer/run.h"
-#include "trainer/sampler.h"
+#include "trainer/train_log.h"
 #include "trainer/train_rules.h"
 #include "trainer/updater.h"
 
@@ -112,50 +109,6 @@ static CommBackend comm_backend(const char *name) {
     return COMM_BACKEND_AUTO;
 }
 
-/* Test-only fault injection for the non-finite-step drills (test/test_drills_nan.sh); deliberately not in --help.
- * SCAPE_TEST_INJECT_NAN=item[,item...], each item "N" or "loss:N" (N >= 1, a step number):
- *   N       rank 0's last backward of step N runs with loss scale NaN, so its whole local gradient is NaN and the
- *           all-reduce spreads it to every rank: the gradient-norm path (distopt_step skips);
- *   loss:N  rank 0's loss of step N is NaN before the loss all-reduce: the non-finite-loss path.
- * The variable's name says what it is for, so it is not set by accident; a malformed value is fatal.
- * SCAPE_TEST_CKPT_SKIPPED=1 lets the drill checkpoint a skipped step anyway (a run never does), so that it can show
- * by file comparison that the skipped step left params and optimizer state as they were. */
-typedef struct {
-    int *grad_steps, *loss_steps;
-    int n_grad, n_loss;
-    int ckpt_skipped;
-} NanInjection;
-
-static void nan_injection_parse(NanInjection *inj) {
-    memset(inj, 0, sizeof *inj);
-    const char *k = getenv("SCAPE_TEST_CKPT_SKIPPED");
-    inj->ckpt_skipped = k && strcmp(k, "1") == 0;
-    const char *v = getenv("SCAPE_TEST_INJECT_NAN");
-    if (!v || !v[0]) return;
-    size_t cap = strlen(v) / 2 + 1;
-    inj->grad_steps = xmalloc(cap * sizeof(int), "NaN injection steps");
-    inj->loss_steps = xmalloc(cap * sizeof(int), "NaN injection steps");
-    const char *p = v;
-    while (*p) {
-        int is_loss = strncmp(p, "loss:", 5) == 0;
-        if (is_loss) p += 5;
-        char *end;
-        long step = strtol(p, &end, 10);
-        if (end == p || step < 1 || step > 2147483647L || (*end != ',' && *end != '\0'))
-            fatal("SCAPE_TEST_INJECT_NAN=%s: expected step[,step...] with each item N or loss:N (N >= 1); unset it "
-                  "outside the drill tests", v);
-        if (is_loss) inj->loss_steps[inj->n_loss++] = (int)step;
-        else inj->grad_steps[inj->n_grad++] = (int)step;
-        p = *end == ',' ? end + 1 : end;
-    }
-}
-
-static int nan_injection_at(const int *steps, int n, int t) {
-    for (int i = 0; i < n; i++)
-        if (steps[i] == t) return 1;
-    return 0;
-}
-
 /* One run per --out: rank 0 holds an exclusive flock on <out>/.lock for the run's lifetime (the descriptor is never
  * closed; the kernel drops the lock when the process ends, however it ends, so a killed run never blocks the next).
  * A second run on the same directory stops here, before it reads or writes anything there, naming the holder's pid
@@ -202,38 +155,6 @@ static void lock_out_dir(const Run *r, const char *out) {
         fatal("cannot write %s: %s; check free space and permissions", path, strerror(errno));
     out_lock_fd = fd; /* kept open for the run's lifetime: closing it would release the lock */
     out_guard_input(path, "the --out lock file"); /* an output renamed onto it would free --out for a second run */
-}
-
-/* One "mask" event (scape/dist.h DistMaskStats) of step t, rank 0 only: per sparse tensor the Jaccard of
- * consecutive masks and the kept energy, first-moment (_m, SCAPE) and raw-gradient (_g), and their means. */
-static void log_mask_stats(Run *r, int t) {
-    const DistMaskStats *st = r->u->mask_stats(r->u);
-    if (!r->log || !st || st->step != t) return;
-    const char **names = xmalloc((size_t)(st->n ? st->n : 1) * sizeof(char *), "mask event");
-    char *buf = xmalloc((size_t)(st->n ? st->n : 1) * (PARAM_NAME_MAX + 16), "mask event");
-    for (int i = 0; i < st->n; i++) {
-        const ParamSlice *s = &r->m->table.slices[st->slice[i]];
-        char *b = buf + (size_t)i * (PARAM_NAME_MAX + 16);
-        if (s->layer >= 0) snprintf(b, PARAM_NAME_MAX + 16, "h%d.%s", s->layer, s->name);
-        else snprintf(b, PARAM_NAME_MAX + 16, "%s", s->name);
-        names[i] = b;
-    }
-    jlog_begin(r->log, "mask");
-    jlog_int(r->log, "step", t);
-    jlog_strs(r->log, "tensors", names, st->n);
-    if (st->jaccard_m) {
-        jlog_nums(r->log, "jaccard_m", st->jaccard_m, st->n);
-        jlog_nums(r->log, "energy_m", st->energy_m, st->n);
-        jlog_num(r->log, "mean_jaccard_m", st->mean_jaccard_m);
-        jlog_num(r->log, "mean_energy_m", st->mean_energy_m);
-    }
-    jlog_nums(r->log, "jaccard_g", st->jaccard_g, st->n);
-    jlog_nums(r->log, "energy_g", st->energy_g, st->n);
-    jlog_num(r->log, "mean_jaccard_g", st->mean_jaccard_g);
-    jlog_num(r->log, "mean_energy_g", st->mean_energy_g);
-    jlog_end(r->log);
-    free(names);
-    free(buf);
 }
 
 /* Every shard of spec that records its tokenizer (dataloader.h; `tok shards` writes it) must record the model's:
@@ -322,111 +243,43 @@ static void check_memory(Run *r, const char *init) {
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */
+/* set-up, in train_main's order */
 
-static void log_start(Run *r, int start_step) {
-    const TrainConfig *c = &r->c;
-    if (r->rank == 0) {
-        printf("%s %s: %zu parameters | %d rank%s x %d thread%s | B=%d T=%d accum=%d -> %lld tokens/step | "
-               "optimizer %s | steps %d | lr %g -> %g (warm-up %d)\n",
-               r->fam->family, r->m->desc, r->m->table.total, r->world, r->world == 1 ? "" : "s", r->threads,
-               r->threads == 1 ? "" : "s", c->B, c->T, r->accum, (long long)r->tokens_per_step, c->optimizer,
-               c->steps, c->lr, c->lr_floor, c->warmup);
-        if (c->warmup >= c->steps)
-            printf("note: --warmup %d >= --steps %d, so the learning rate never reaches --lr %g\n", c->warmup,
-                   c->steps, c->lr);
-        /* the density reaches --density at step W + 1 (scape/scape.h scape_density) */
-        int sparse = !strcmp(c->optimizer, "scape") || !strcmp(c->optimizer, "topk-ef");
-        if (sparse && c->density < c->density_start && c->density_dense + c->density_warmup >= c->steps)
-            printf("note: %s--density-warmup %d >= --steps %d, so the density never reaches --density %g (it ends at "
-                   "%.4g); shorten the warm-up or train longer\n", c->density_dense ? "--density-dense-steps + " : "",
-                   c->density_dense + c->density_warmup, c->steps, c->density,
-                   r->u->density(r->u, c->steps));
-        /* settings that make a compressing rule its plain dense rule for the whole run */
-        if (sparse && r->u->density(r->u, c->steps) >= 1.0)
-            printf("note: the density is 1 at every step (--density %g, --density-start %g, --density-dense-steps %d, "
-                   "--steps %d), so %s is dense %s for the whole run; lower --density\n", c->density,
-                   c->density_start, c->density_dense, c->steps, c->optimizer,
-                   !strcmp(c->optimizer, "scape") ? "AdamS (to float rounding)" : "AdamW");
-        train_rule_notes(c);
-        if (strncmp(r->u->desc, "host", 4) != 0) printf("update: %s\n", r->u->desc);
-        if (r->ckpt_path[0]) printf("resuming from %s at step %d\n", r->ckpt_path, start_step);
-        fflush(stdout);
-    }
-    jlog_begin(r->log, r->ckpt_path[0] ? "resume" : "start");
-    jlog_int(r->log, "step", start_step);
-    jlog_str(r->log, "family", r->fam->family);
-    jlog_str(r->log, "model", r->m->desc);
-    jlog_int(r->log, "params", (int64_t)r->m->table.total);
-    jlog_int(r->log, "world", r->world);
-    jlog_int(r->log, "threads", r->threads);
-    jlog_int(r->log, "B", c->B);
-    jlog_int(r->log, "T", c->T);
-    jlog_int(r->log, "accum", r->accum);
-    jlog_int(r->log, "total_batch", r->tokens_per_step);
-    jlog_str(r->log, "optimizer", c->optimizer);
-    jlog_str(r->log, "update", r->u->desc);
-    jlog_int(r->log, "steps", c->steps);
-    jlog_num(r->log, "lr", c->lr);
-    jlog_num(r->log, "lr_floor", c->lr_floor);
-    jlog_int(r->log, "warmup", c->warmup);
-    jlog_num(r->log, "weight_decay", c->weight_decay);
-    jlog_num(r->log, "density", c->density);
-    jlog_int(r->log, "seed", (int64_t)c->seed);
-    if (r->ckpt_path[0]) jlog_str(r->log, "checkpoint", r->ckpt_path);
-    jlog_end(r->log);
-}
-
-int train_main(int argc, char **argv, const ModelFamily *fam) {
-    Run run, *r = &run;
-    memset(r, 0, sizeof *r);
-    r->fam = fam;
+/* Parses argv into r->c and r->opts (options first, before MPI, so --help and usage errors need no launcher); exits
+ * 2 on a usage error: an empty path value, or options that contradict each other (checked now unless resuming; then
+ * once the checkpoint's options are in: a --density given to resume a SCAPE run is not checked against the default
+ * optimizer). Reads the test drills' variables too. Returns -1 to go on, or --verify-ckpt's exit status (0, 1).
+ * *floor_given: --lr-floor was on the command line. */
+static int parse_options(Run *r, int argc, char **argv, int *floor_given) {
     TrainConfig *c = &r->c;
-    fp_flush_denormals(); /* before any OpenMP region, so every compute thread inherits it (util.h says why) */
-
-    /* options first, before MPI, so --help and usage errors need no launcher */
     int n_opts;
-    ArgSpec *opts = train_options(c, fam, &n_opts);
+    ArgSpec *opts = train_options(c, r->fam, &n_opts);
     char usage[256];
     snprintf(usage, sizeof usage, "usage: %s [options]   (multi-rank: mpirun -np N %s [options])", argv[0], argv[0]);
     args_parse(opts, n_opts, argc, argv, usage,
                "Pre-trains a model on token shards and writes <out>/log.jsonl and <out>/ckpt_<step>/.");
     r->opts = opts;
     r->n_opts = n_opts;
-    int floor_given = args_find(opts, n_opts, "lr-floor")->given;
+    *floor_given = args_find(opts, n_opts, "lr-floor")->given;
     refuse_empty_values(opts, n_opts);
     if (c->verify_ckpt[0]) {
         int status = verify_checkpoints(c->verify_ckpt);
         free(opts);
         return status;
     }
-    /* options that contradict each other: a usage error now, before anything is set up; on resume only once the
-     * checkpoint's options are in (a --density given to resume a SCAPE run is not checked against the default
-     * optimizer) */
-    const char *conflict = c->resume[0] ? NULL : options_conflict(c, floor_given);
+    const char *conflict = c->resume[0] ? NULL : options_conflict(c, *floor_given);
     if (conflict) {
         fprintf(stderr, "error: %s\n", conflict);
         exit(2);
     }
+    nan_injection_parse(&r->inj); /* before anything is set up or written, as a usage error would be */
+    return -1;
+}
 
-    NanInjection inj; /* before anything is set up or written, as a usage error would be */
-    nan_injection_parse(&inj);
-
-    comm_init(&argc, &argv);
-    install_stop_handlers();
-    r->rank = comm_rank();
-    r->world = comm_world();
-    r->threads = set_threads(c->threads);
-    comm_set_timeout(c->comm_timeout);
-    if (!c->eval_only) lock_out_dir(r, c->out); /* --eval-only writes no checkpoint: --out need not be free */
-
-    /* resuming: what defines the run comes from the checkpoint (apply_checkpoint_options) */
-    choose_checkpoint(r);
-    if ((conflict = options_conflict(c, floor_given))) fatal("%s", conflict);
-    train_rule_options_check(opts, n_opts, c);
-
-    int defaults_data = !c->train[0] && !c->val[0];
-
-    /* batch arithmetic: total = B * T * world * accum */
+/* The batch arithmetic, total = B * T * world * accum: r->tokens_per_step (--total-batch, default one micro-batch
+ * per rank) and r->accum; fatal() when --total-batch is not a multiple of B * T * world. */
+static void batch_shape(Run *r) {
+    TrainConfig *c = &r->c;
     int64_t micro = (int64_t)c->B * c->T * r->world;
     r->tokens_per_step = c->total_batch ? c->total_batch : micro;
     if (r->tokens_per_step % micro != 0)
@@ -434,8 +287,12 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
               "multiple such as %lld", (long long)r->tokens_per_step, c->B, c->T, r->world, r->world == 1 ? "" : "s",
               (long long)micro, (long long)(r->tokens_per_step / micro + 1) * micro);
     r->accum = (int)(r->tokens_per_step / micro);
+}
 
-    /* model: from the checkpoint's model.bin when resuming, else --init or --model */
+/* The model: from the checkpoint's model.bin when resuming, else --init or --model; refused before it is allocated
+ * when it cannot fit in this node's memory (check_memory), and after when --comm or --seq asks what it cannot do. */
+static void create_model(Run *r) {
+    TrainConfig *c = &r->c;
     char model_file[sizeof r->ckpt_path + 16];
     const char *init = c->init[0] ? c->init : NULL;
     if (r->ckpt_path[0]) {
@@ -444,7 +301,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         init = model_file;
     }
     check_memory(r, init);
-    r->m = fam->create(c->model, init, c->seed, c->B, c->T);
+    r->m = r->fam->create(c->model, init, c->seed, c->B, c->T);
     comm_print_placement(r->threads); /* after create: a CUDA model has chosen its GPU */
     /* a run started from --init records the model its file holds, not the unused --model default */
     if (!r->ckpt_path[0] && c->init[0] && r->model_canon[0]) c->model = r->model_canon;
@@ -454,17 +311,22 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     if (c->T > r->m->max_seq_len)
         fatal("--seq %d exceeds the model's maximum sequence length %d; use --seq %d or less", c->T,
               r->m->max_seq_len, r->m->max_seq_len);
+}
 
-    /* data paths, after the model because its vocabulary picks the tokenizer (a Llama with V 128256 reads
-     * Llama 3 shards, the others Llama 2's); the default corpus is prepared on first use */
-    const char *tok_kind = r->m->tokenizer ? r->m->tokenizer : fam->tokenizer;
+/* The tokenizer kind of the run's data, after the model because its vocabulary picks it (a Llama with V 128256 reads
+ * Llama 3 shards, the others Llama 2's): the model's, else the family's, or --tokenizer (a built-in name, or the
+ * folder of a learned vocabulary: *learned). fatal() when --tokenizer names none, has no default corpus or does not
+ * fit the model. NULL when the family has none (the tests' toy). */
+static const char *choose_tokenizer(Run *r, int defaults_data, int *learned) {
+    TrainConfig *c = &r->c;
+    const char *tok_kind = r->m->tokenizer ? r->m->tokenizer : r->fam->tokenizer;
     if (c->tokenizer[0]) tok_kind = c->tokenizer; /* a built-in name, or the folder of a learned vocabulary */
-    int learned = tok_kind && tokenizer_is_dir(tok_kind);
-    if (c->tokenizer[0] && !learned && strcmp(tok_kind, "gpt2") && strcmp(tok_kind, "bpe4k") &&
+    *learned = tok_kind && tokenizer_is_dir(tok_kind);
+    if (c->tokenizer[0] && !*learned && strcmp(tok_kind, "gpt2") && strcmp(tok_kind, "bpe4k") &&
         strcmp(tok_kind, "llama2") && strcmp(tok_kind, "llama3"))
         fatal("--tokenizer %s: not a tokenizer; use gpt2, bpe4k, llama2, llama3 or the folder of a vocabulary learned "
               "by `tok train --out DIR` (holding encoder.json and vocab.bpe)", c->tokenizer);
-    if (learned && defaults_data)
+    if (*learned && defaults_data)
         fatal("--tokenizer %s: a learned vocabulary has no default corpus; pass --train and --val (shards made with "
               "`tok shards --model %s`)", tok_kind, tok_kind);
     if (c->tokenizer[0] && tok_kind) {
@@ -475,18 +337,15 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
                   tokenizer_vocab_size(t), tokenizer_vocab_size(t));
         tokenizer_free(t);
     }
-    if (c->eval_task[0]) load_eval_tasks(r, tok_kind);
-    if (c->eval_only) { /* score the model of --init / --resume, no data, no optimizer, no checkpoint */
-        eval_only(r, &stop_signal);
-        tokenizer_free(r->tok);
-        r->m->free(r->m);
-        comm_finalize();
-        for (int i = 0; i < r->n_restored; i++) free(r->restored[i]);
-        free(r->opts);
-        return 0;
-    }
+    return tok_kind;
+}
+
+/* The data: --train/--val or the default corpus (prepared on first use), every shard checked against the model's
+ * tokenizer, then the training and validation loaders; and the tokenizer of the samples (--sample-every). */
+static void open_data(Run *r, const char *tok_kind, int learned, int defaults_data) {
+    TrainConfig *c = &r->c;
     const char *shard_kind = learned ? "bpe" : tok_kind; /* what `tok shards` records for it */
-    const char *tokdir = tok_kind ? tok_kind : fam->family;
+    const char *tokdir = tok_kind ? tok_kind : r->fam->family;
     char train_spec[4200], val_spec[4200];
     if (c->train[0]) snprintf(train_spec, sizeof train_spec, "%s", c->train);
     else snprintf(train_spec, sizeof train_spec, "%s/sotu/%s/sotu_train_*.bin", c->data, tokdir);
@@ -510,7 +369,13 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
                             r->m->vocab_size);
     r->vl = valloader_open(val_spec, c->B, c->T, r->rank, r->world, r->m->vocab_size);
     valloader_set_max_batches(r->vl, (uint64_t)c->eval_batches);
+}
 
+/* The update: the model's own device-resident one (Model.create_updater) unless --update host or a host-only setting
+ * asks otherwise, else the host DistOptim (scape/dist.h, updater_host.c); fatal() naming the flag that asks for what
+ * this trainer lacks. */
+static void create_update(Run *r) {
+    TrainConfig *c = &r->c;
     DistConfig dc;
     train_dist_config(c, &dc);
     UpdaterConfig uc;
@@ -538,10 +403,12 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
                   "auto%s", c->optimizer, want_host ? ", or --update auto" : "");
         r->u = updater_host_create(&r->m->table, r->m->params, r->m->grads, &dc);
     }
+    r->sparse_rule = dc.opt.kind == OPT_SCAPE || dc.opt.kind == OPT_TOPK_EF; /* the step line shows d */
+}
 
-    rng_seed(&r->sample_rng, rng_mix(c->seed, 0x73616d70ull));
-    int start = r->ckpt_path[0] ? restore_checkpoint(r) : 0;
-
+/* The loop's learning-rate schedule and (B, T) input and target buffers, and rank 0's <out>/log.jsonl. */
+static void open_loop(Run *r) {
+    TrainConfig *c = &r->c;
     r->sched = (LrSchedule){c->lr, c->lr_floor, c->warmup, c->steps};
     r->inputs = xmalloc((size_t)c->B * c->T * sizeof(int), "inputs");
     r->targets = xmalloc((size_t)c->B * c->T * sizeof(int), "targets");
@@ -551,193 +418,19 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         snprintf(path, sizeof path, "%s/log.jsonl", c->out);
         r->log = jlog_open(path);
     }
-    open_eval_dump(r, start);
-    commit_lineage(r); /* every check has passed: only now does the line of checkpoints change */
-    log_start(r, start);
-    if (start >= c->steps && r->rank == 0) printf("checkpoint is at step %d, --steps %d: nothing to do\n", start,
-                                                   c->steps);
-    if (start == 0 && c->eval_every > 0) validate(r, 0);
-    CommStats cs;
-    comm_stats_take(&cs); /* set-up traffic (parameter broadcast) is not a step's */
-    int bad_run = 0, status = 0; /* consecutive skipped steps so far; exit status */
-    int stop_at = 0;             /* the signal that asks this run to stop after the current step (any rank's) */
+}
 
-    for (int t = start + 1; t <= c->steps; t++) {
-        double t0 = now_seconds();
-        float lr = lr_at(&r->sched, t);
-        double loss = 0.0;
-        /* mask statistics on logged steps and the step before (their Jaccard compares with it) */
-        int ms = c->mask_stats_every;
-        r->u->mask_stats_enable(r->u, ms > 0 && (t % ms == 0 || (t + 1) % ms == 0));
-        double mean_loss = 0.0;
-        for (int a = 0; a < r->accum; a++) {
-            int last_micro = a == r->accum - 1;
-            dataloader_next(r->dl, r->inputs, r->targets);
-            loss += r->m->forward(r->m, r->inputs, r->targets, c->B, c->T);
-            float scale = 1.0f / (float)r->accum;
-            if (last_micro) {
-                /* the step's mean loss over all ranks, known before the last backward: when it is not finite,
-                 * every rank back-propagates with a NaN scale, so the gradient norm is NaN on every rank and
-                 * distopt_step skips the step the only way that leaves its state (moments, residuals, masks)
-                 * untouched; buckets must still go on the wire, the other ranks wait for them */
-                if (r->rank == 0 && nan_injection_at(inj.loss_steps, inj.n_loss, t)) loss = NAN;
-                /* with the loss, whether any rank was asked to stop (a signal): all stop after this step */
-                double sums[2] = {loss / r->accum, stop_signal ? (double)stop_signal : 0.0};
-                comm_allreduce_sum_f64(sums, 2);
-                mean_loss = sums[0] / r->world;
-                int s = (int)sums[1]; /* another rank's signal, when only one rank got one */
-                if (s > 0 && !stop_at) stop_at = stop_signal ? stop_signal : s == SIGINT || s == SIGTERM ? s : SIGTERM;
-                if (!isfinite(mean_loss)) scale = NAN;
-                if (r->rank == 0 && nan_injection_at(inj.grad_steps, inj.n_grad, t)) scale = NAN;
-            }
-            /* only the last micro-step's gradients are final, so only then may buckets go on the wire */
-            r->m->backward(r->m, scale, last_micro ? r->u->bucket_ready : NULL, r->u);
-        }
-        float grad_norm = 0.0f;
-        int skipped = r->u->step(r->u, t, lr, &grad_norm);
-        /* skipped is the same on every rank (the norm is global), and so is mean_loss (all-reduced) */
-        int bad = skipped || !isfinite(mean_loss);
-        bad_run = bad ? bad_run + 1 : 0;
-        double secs = now_seconds() - t0;
-        comm_stats_take(&cs);
-        double tok_s = (double)r->tokens_per_step / secs;
-        float density = r->u->density(r->u, t);
-        if (r->rank == 0) {
-            char mfu[32] = "n/a";
-            if (c->peak_flops > 0)
-                snprintf(mfu, sizeof mfu, "%.1f%%",
-                         100.0 * r->m->flops_per_token * tok_s / ((double)c->peak_flops * r->world));
-            printf("step %6d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | MFU %s | comm %.2f MB",
-                   t, c->steps, mean_loss, lr, grad_norm, 1e3 * secs, tok_s, mfu, cs.bytes_sent / 1e6);
-            if (dc.opt.kind == OPT_SCAPE || dc.opt.kind == OPT_TOPK_EF) printf(" | d %.4f", density);
-            printf("\n");
-            if (bad) {
-                if (c->max_bad_steps > 0)
-                    printf("step %d: loss/grad norm is not finite; step skipped (%d of %d consecutive)\n", t, bad_run,
-                           c->max_bad_steps);
-                else
-                    printf("step %d: loss/grad norm is not finite; step skipped (%d consecutive)\n", t, bad_run);
-            }
-            xflush_stdout(); /* output that cannot be written stops the run within the step */
-        }
-        jlog_begin(r->log, "train");
-        jlog_int(r->log, "step", t);
-        jlog_num(r->log, "train_loss", mean_loss);
-        jlog_num(r->log, "lr", lr);
-        jlog_num(r->log, "grad_norm", grad_norm);
-        jlog_num(r->log, "ms", 1e3 * secs);
-        jlog_num(r->log, "tok_per_s", tok_s);
-        if (c->peak_flops > 0)
-            jlog_num(r->log, "mfu", r->m->flops_per_token * tok_s / ((double)c->peak_flops * r->world));
-        jlog_int(r->log, "comm_bytes_sent", (int64_t)cs.bytes_sent);
-        jlog_int(r->log, "comm_bytes_recv", (int64_t)cs.bytes_recv);
-        /* by collective: all-reduces (gradients, SCAPE's payload), reduce-scatters (ZeRO-1's gradients, SCAPE's
-         * payload with ZeRO-1), all-gathers (SCAPE's masks, ZeRO-1's parameters, sharded SCAPE's m_t and p values,
-         * topk-ef's pairs) and control (norms, flags, the loss); a coded SCAPE mask is counted when the next step
-         * collects it */
-        jlog_int(r->log, "comm_allreduce_bytes", (int64_t)cs.bytes_sent_kind[COMM_ALLREDUCE]);
-        jlog_int(r->log, "comm_reduce_scatter_bytes", (int64_t)cs.bytes_sent_kind[COMM_REDUCE_SCATTER]);
-        jlog_int(r->log, "comm_allgather_bytes", (int64_t)cs.bytes_sent_kind[COMM_ALLGATHER]);
-        jlog_int(r->log, "comm_control_bytes", (int64_t)cs.bytes_sent_kind[COMM_CONTROL]);
-        jlog_num(r->log, "comm_wait_ms", cs.wait_ms);
-        jlog_num(r->log, "comm_busy_ms", cs.busy_ms); /* comm thread time in collectives (scape/comm.h) */
-        jlog_num(r->log, "density", density);
-        if (r->u->memory_bytes) jlog_int(r->log, "optim_state_bytes", (int64_t)r->u->memory_bytes(r->u));
-        jlog_int(r->log, "skipped", bad);
-        jlog_end(r->log);
-        if (bad) {
-            jlog_begin(r->log, "bad_step");
-            jlog_int(r->log, "step", t);
-            jlog_num(r->log, "train_loss", mean_loss);
-            jlog_num(r->log, "grad_norm", grad_norm);
-            jlog_int(r->log, "consecutive", bad_run);
-            jlog_int(r->log, "max_bad_steps", c->max_bad_steps);
-            jlog_end(r->log);
-        }
-        if (c->max_bad_steps > 0 && bad_run >= c->max_bad_steps) {
-            /* params and optimizer state are still those of the last good step, but the checkpoints already on
-             * disk are left exactly as they are: nothing is written or pruned on the way out */
-            if (r->rank == 0) {
-                fflush(stdout);
-                fprintf(stderr, "error: step %d: %d consecutive steps with a non-finite loss or gradient norm "
-                        "(--max-bad-steps %d); stopped without a checkpoint, the newest complete one under %s is "
-                        "intact: lower --lr or check the data, then continue with --resume latest\n", t, bad_run,
-                        c->max_bad_steps, c->out);
-                fflush(stderr);
-            }
-            jlog_begin(r->log, "stop");
-            jlog_int(r->log, "step", t);
-            jlog_str(r->log, "reason", "non-finite steps");
-            jlog_int(r->log, "consecutive", bad_run);
-            jlog_end(r->log);
-            status = 1;
-            break;
-        }
-        if (c->mask_stats_every > 0 && t % c->mask_stats_every == 0) log_mask_stats(r, t);
+/* Frees the option table and the option values restored from the checkpoint. */
+static void free_options(Run *r) {
+    for (int i = 0; i < r->n_restored; i++) free(r->restored[i]);
+    free(r->opts);
+}
 
-        int last = t == c->steps;
-        if (last || (c->eval_every > 0 && t % c->eval_every == 0)) validate(r, t);
-        if (c->sample_every > 0 && (last || t % c->sample_every == 0)) sample(r, t);
-        /* after sampling, so the saved sampler RNG is the one the next step would use */
-        int saved = last || (c->ckpt_every > 0 && t % c->ckpt_every == 0);
-        if (saved && bad_run && !inj.ckpt_skipped) { /* never a checkpoint of a state reached through skipped steps */
-            if (r->rank == 0) {
-                char newest[128];
-                newest_complete(c->out, newest, sizeof newest);
-                printf("step %d: no checkpoint of this step, the last %d step%s skipped; %s\n", t, bad_run,
-                       bad_run == 1 ? " was" : "s were", newest);
-            }
-            saved = 0;
-        }
-        if (saved) save_checkpoint(r, t);
-        /* the tasks after the checkpoint: a scoring point never costs the run (eval_tasks_at) */
-        if (r->ntasks && (last || (c->eval_task_every > 0 && t % c->eval_task_every == 0))) eval_tasks_at(r, t);
-        comm_stats_take(&cs); /* validation/checkpoint traffic is not the next step's */
-        if (stop_at && !last) {
-            /* preempted: a checkpoint of this step (never of a state reached through skipped steps), then out */
-            int ckpt = !bad_run;
-            const char *sig = stop_at == SIGINT ? "SIGINT" : "SIGTERM";
-            if (ckpt && !saved) save_checkpoint(r, t);
-            if (r->rank == 0) {
-                if (ckpt)
-                    fprintf(stderr, "stopped by %s after step %d of %d: checkpoint %s/ckpt_%d written; continue with "
-                            "--resume latest --out %s\n", sig, t, c->steps, c->out, t, c->out);
-                else
-                    fprintf(stderr, "stopped by %s after step %d of %d, a skipped step: no checkpoint of it; the newest "
-                            "complete one under %s is intact, continue with --resume latest\n", sig, t, c->steps, c->out);
-                fflush(stderr);
-            }
-            jlog_begin(r->log, "stop");
-            jlog_int(r->log, "step", t);
-            jlog_str(r->log, "reason", sig);
-            jlog_end(r->log);
-            status = 128 + stop_at;
-            break;
-        }
-    }
-
-    /* the run reached --steps but its last step was skipped: its end was not saved, so it did not do what it says */
-    if (status == 0 && bad_run > 0 && start < c->steps) {
-        if (r->rank == 0) {
-            char newest[128];
-            newest_complete(c->out, newest, sizeof newest);
-            fflush(stdout);
-            fprintf(stderr, "error: the run ended with %d skipped step%s (non-finite loss or gradient norm) and so "
-                    "without a checkpoint of step %d; %s: lower --lr or check the data\n", bad_run,
-                    bad_run == 1 ? "" : "s", c->steps, newest);
-            fflush(stderr);
-        }
-        jlog_begin(r->log, "stop");
-        jlog_int(r->log, "step", c->steps);
-        jlog_str(r->log, "reason", "non-finite steps at the end");
-        jlog_int(r->log, "consecutive", bad_run);
-        jlog_end(r->log);
-        status = 1;
-    }
-
+/* Frees everything the run holds, commits the --eval-dump and ends MPI; returns the exit status: status, or 1 when
+ * the dump could not be written (one "error:" line). */
+static int finish_run(Run *r, int status) {
     jlog_close(r->log);
-    free(inj.grad_steps);
-    free(inj.loss_steps);
+    nan_injection_free(&r->inj);
     free(r->inputs);
     free(r->targets);
     r->u->free(r->u);
@@ -747,7 +440,136 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     if (r->tok) tokenizer_free(r->tok);
     r->m->free(r->m);
     comm_finalize();
-    for (int i = 0; i < r->n_restored; i++) free(r->restored[i]);
-    free(r->opts);
+    free_options(r);
     return status;
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* one training step */
+
+/* The loss vote of step t, on every rank before its last backward: the mean loss over every rank's micro-batches
+ * into *mean (loss: this rank's sum over its `accum` micro-batches), and with it whether any rank was asked to stop
+ * (a signal: all stop after this step, r->stop_at). Returns 1 when the last backward runs at scale 1/accum, 0 when
+ * it must run at scale NaN: the mean loss is not finite (so the gradient norm is NaN on every rank and the update
+ * skips the step the only way that leaves its state, moments, residuals and masks, untouched; buckets must still go
+ * on the wire, the other ranks wait for them), or a drill asks for it (trainer/drills.h). */
+static int vote_loss(Run *r, int t, double loss, double *mean) {
+    int nan_grad = nan_injection_step(&r->inj, r->rank, t, &loss);
+    double sums[2] = {loss / r->accum, stop_signal ? (double)stop_signal : 0.0};
+    comm_allreduce_sum_f64(sums, 2);
+    *mean = sums[0] / r->world;
+    int s = (int)sums[1]; /* another rank's signal, when only one rank got one */
+    if (s > 0 && !r->stop_at) r->stop_at = stop_signal ? stop_signal : s == SIGINT || s == SIGTERM ? s : SIGTERM;
+    return isfinite(*mean) && !nan_grad;
+}
+
+/* One training step t = 1..steps on every rank: `accum` micro-steps of forward and backward over this rank's B x T
+ * windows, the loss vote before the last backward, whose finished gradient buckets go to the update as they are
+ * ready, then the update's step(t, lr_t) (trainer/updater.h: the host DistOptim of scape/dist.h, or the model's
+ * device-resident update), which skips a step whose gradient norm is not finite. Returns the mean loss, the gradient
+ * norm, whether it was skipped, its time and its traffic. */
+static StepResult train_step(Run *r, int t) {
+    const TrainConfig *c = &r->c;
+    StepResult s;
+    memset(&s, 0, sizeof s);
+    double t0 = now_seconds();
+    s.lr = lr_at(&r->sched, t);
+    double loss = 0.0;
+    /* mask statistics on logged steps and the step before (their Jaccard compares with it) */
+    int ms = c->mask_stats_every;
+    r->u->mask_stats_enable(r->u, ms > 0 && (t % ms == 0 || (t + 1) % ms == 0));
+    for (int a = 0; a < r->accum; a++) {
+        int last_micro = a == r->accum - 1;
+        dataloader_next(r->dl, r->inputs, r->targets);
+        loss += r->m->forward(r->m, r->inputs, r->targets, c->B, c->T);
+        float scale = 1.0f / (float)r->accum;
+        if (last_micro && !vote_loss(r, t, loss, &s.loss)) scale = NAN;
+        /* only the last micro-step's gradients are final, so only then may buckets go on the wire */
+        r->m->backward(r->m, scale, last_micro ? r->u->bucket_ready : NULL, r->u);
+    }
+    int skipped = r->u->step(r->u, t, s.lr, &s.grad_norm);
+    /* skipped is the same on every rank (the norm is global), and so is the mean loss (all-reduced) */
+    s.bad = skipped || !isfinite(s.loss);
+    s.secs = now_seconds() - t0;
+    comm_stats_take(&s.comm);
+    return s;
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+
+int train_main(int argc, char **argv, const ModelFamily *fam) {
+    Run run, *r = &run;
+    memset(r, 0, sizeof *r);
+    r->fam = fam;
+    TrainConfig *c = &r->c;
+    fp_flush_denormals(); /* before any OpenMP region, so every compute thread inherits it (util.h says why) */
+    int floor_given, verified = parse_options(r, argc, argv, &floor_given);
+    if (verified >= 0) return verified; /* --verify-ckpt */
+
+    comm_init(&argc, &argv);
+    install_stop_handlers();
+    r->rank = comm_rank();
+    r->world = comm_world();
+    r->threads = set_threads(c->threads);
+    comm_set_timeout(c->comm_timeout);
+    if (!c->eval_only) lock_out_dir(r, c->out); /* --eval-only writes no checkpoint: --out need not be free */
+
+    /* resuming: what defines the run comes from the checkpoint (ckpt_policy.h choose_checkpoint) */
+    choose_checkpoint(r);
+    const char *conflict = options_conflict(c, floor_given);
+    if (conflict) fatal("%s", conflict);
+    train_rule_options_check(r->opts, r->n_opts, c);
+    int defaults_data = !c->train[0] && !c->val[0];
+    batch_shape(r);
+    create_model(r);
+    int learned;
+    const char *tok_kind = choose_tokenizer(r, defaults_data, &learned);
+    if (c->eval_task[0]) load_eval_tasks(r, tok_kind);
+    if (c->eval_only) { /* score the model of --init / --resume, no data, no optimizer, no checkpoint */
+        eval_only(r, &stop_signal);
+        tokenizer_free(r->tok);
+        r->m->free(r->m);
+        comm_finalize();
+        free_options(r);
+        return 0;
+    }
+    open_data(r, tok_kind, learned, defaults_data);
+    create_update(r);
+    rng_seed(&r->sample_rng, rng_mix(c->seed, 0x73616d70ull));
+    int start = r->ckpt_path[0] ? restore_checkpoint(r) : 0;
+    open_loop(r);
+    open_eval_dump(r, start);
+    commit_lineage(r); /* every check has passed: only now does the line of checkpoints change */
+    log_start(r, start);
+    if (start >= c->steps && r->rank == 0) printf("checkpoint is at step %d, --steps %d: nothing to do\n", start,
+                                                   c->steps);
+    if (start == 0 && c->eval_every > 0) validate(r, 0);
+    CommStats between;
+    comm_stats_take(&between); /* set-up traffic (parameter broadcast) is not a step's */
+    int status = 0; /* the exit status */
+
+    for (int t = start + 1; t <= c->steps; t++) {
+        StepResult s = train_step(r, t);
+        r->bad_run = s.bad ? r->bad_run + 1 : 0;
+        log_step(r, t, &s);
+        if (c->max_bad_steps > 0 && r->bad_run >= c->max_bad_steps) {
+            status = log_stop_bad_steps(r, t); /* nothing is written or pruned on the way out */
+            break;
+        }
+        if (c->mask_stats_every > 0 && t % c->mask_stats_every == 0) log_mask_stats(r, t);
+        int last = t == c->steps;
+        if (last || (c->eval_every > 0 && t % c->eval_every == 0)) validate(r, t);
+        if (c->sample_every > 0 && (last || t % c->sample_every == 0)) sample(r, t);
+        int saved = checkpoint_at(r, t); /* after sampling: the saved sampler RNG is the one the next step uses */
+        /* the tasks after the checkpoint: a scoring point never costs the run (eval_tasks_at) */
+        if (r->ntasks && (last || (c->eval_task_every > 0 && t % c->eval_task_every == 0))) eval_tasks_at(r, t);
+        comm_stats_take(&between); /* validation/checkpoint traffic is not the next step's */
+        if (r->stop_at && !last) { /* preempted: a checkpoint of this step, then out */
+            status = checkpoint_and_stop(r, t, saved);
+            break;
+        }
+    }
+    /* the run reached --steps but its last step was skipped: its end was not saved, so it did not do what it says */
+    if (status == 0 && r->bad_run > 0 && start < c->steps) status = log_end_skipped(r);
+    return finish_run(r, status);
 }
