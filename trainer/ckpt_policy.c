@@ -23,7 +23,6 @@
 #include "scape/comm.h"
 #include "trainer/train_rules.h"
 
-
 /* The model spec, recorded in each state file for information (an --init file is identified by its content in the
  * manifest, the layout by param_table_hash). */
 static void model_id(const TrainConfig *c, char *buf) { snprintf(buf, CKPT_ID_MAX, "%s", c->model); }
@@ -67,30 +66,11 @@ static void new_run_id(char *hex) {
     snprintf(hex, 32, "%016llx", (unsigned long long)v);
 }
 
-/* One checkpoint of step `step` under --out, written by every rank (collective: every rank calls it): rank 0
- * makes the folder (clearing an unfinished one of the same step, refusing a link there) and writes model.bin; each
- * rank writes its state_rank<r>.bin (CkptState header, then the update's blob) and checksums it as read back; rank
- * 0 writes the manifest from every rank's size and checksum, prunes to --keep-ckpts (never this one) and prints and
- * logs one "ckpt" line. fatal() naming the file when the disk loses data. */
-void save_checkpoint(Run *r, int step) {
-    double t0 = now_seconds();
-    char dir[4096], path[4400];
-    ckpt_dir(dir, sizeof dir, r->c.out, step);
-    if (r->rank == 0) {
-        /* the run writes only into folders of its own: never through a link planted (or left) at this name */
-        if (is_symlink(dir))
-            fatal("%s is a symbolic link; the run will not write its checkpoint through it: remove the link and "
-                  "continue with --resume latest --out %s", dir, r->c.out);
-        /* a folder of this step already there is an unfinished write of this line of checkpoints (a fresh run
-         * and a resume move every other one aside, choose_checkpoint): cleared, so no stale file stays in it */
-        if (file_exists(dir)) ckpt_remove(r->c.out, step);
-        make_dirs(dir);
-    }
-    comm_barrier();
-    if (r->rank == 0) {
-        snprintf(path, sizeof path, "%s/model.bin", dir);
-        r->m->save(r->m, path);
-    }
+/* This rank's part of the checkpoint in dir: state_rank<r>.bin (the CkptState header, then the update's blob),
+ * read back after it was written: its size and XXH3 into mine[0] and mine[1]. fatal() naming the file when the
+ * file system lost data. */
+static void write_rank_state(Run *r, const char *dir, int step, int64_t mine[2]) {
+    char path[4400];
     size_t bytes = r->u->state_bytes(r->u);
     void *blob = xmalloc(bytes, "optimizer state for the checkpoint");
     r->u->save(r->u, blob);
@@ -115,7 +95,6 @@ void save_checkpoint(Run *r, int step) {
     /* every rank checksums its file as read back from the disk and reports size and checksum to rank 0 (no shared
      * file system needed for the manifest itself) */
     snprintf(path, sizeof path, "%s/state_rank%d.bin", dir, r->rank);
-    int64_t mine[2];
     uint64_t hash;
     if (!ckpt_file_hash(path, &mine[0], &hash))
         fatal("cannot read back %s: %s; check the disk under --out %s", path, strerror(errno), r->c.out);
@@ -123,44 +102,78 @@ void save_checkpoint(Run *r, int step) {
         fatal("%s has %lld bytes after writing %zu; the file system lost data, check the disk under --out %s", path,
               (long long)mine[0], sizeof h + bytes, r->c.out);
     mine[1] = (int64_t)hash;
+}
+
+/* Rank 0: the manifest of the checkpoint in dir, written last (model.bin checksummed as read back, every rank's
+ * state file from all: world (size, XXH3) pairs, the recorded options), then retention (never this checkpoint), and
+ * its line and "ckpt" event (t0: when the save began). */
+static void finish_checkpoint(Run *r, const char *dir, int step, const int64_t *all, double t0) {
+    char path[4400];
+    CkptFile *files = xmalloc((size_t)(r->world + 1) * sizeof(CkptFile), "checkpoint files");
+    char (*rank_names)[40] = xmalloc((size_t)r->world * 40, "checkpoint names");
+    snprintf(path, sizeof path, "%s/model.bin", dir);
+    files[0].name = "model.bin";
+    if (!ckpt_file_hash(path, &files[0].bytes, &files[0].xxh3))
+        fatal("cannot read back %s: %s; the model's save() did not write it, or the disk under --out %s failed",
+              path, strerror(errno), r->c.out);
+    for (int i = 0; i < r->world; i++) {
+        snprintf(rank_names[i], 40, "state_rank%d.bin", i);
+        files[i + 1] = (CkptFile){rank_names[i], all[2 * i], (uint64_t)all[2 * i + 1]};
+    }
+    const char *names[CKPT_MAX_OPTIONS];
+    char *values[CKPT_MAX_OPTIONS];
+    int n = 0;
+    for (int i = 0; i < r->n_opts && n < CKPT_MAX_OPTIONS; i++) {
+        if (IN_LIST(r->opts[i].name, options_not_recorded)) continue;
+        values[n] = option_text(&r->opts[i]);
+        names[n++] = r->opts[i].name;
+    }
+    ckpt_write_manifest(dir, r->world, step, r->world + 1, files, n, names, (const char *const *)values,
+                        r->init_hash, r->run_id, r->ckpt_path);
+    for (int i = 0; i < n; i++) free(values[i]);
+    free(files);
+    /* the checkpoint just written verified (its checksums are of its files read back): never pruned */
+    ckpt_prune(r->c.out, r->c.keep_ckpts, step);
+    double ms = 1e3 * (now_seconds() - t0);
+    printf("step %6d | checkpoint %s (%.1f ms)\n", step, dir, ms);
+    fflush(stdout);
+    jlog_begin(r->log, "ckpt");
+    jlog_int(r->log, "step", step);
+    jlog_str(r->log, "dir", dir);
+    jlog_num(r->log, "ms", ms);
+    jlog_end(r->log);
+    free(rank_names);
+}
+
+/* One checkpoint of step `step` under --out, written by every rank (collective: every rank calls it): rank 0
+ * makes the folder (clearing an unfinished one of the same step, refusing a link there) and writes model.bin; each
+ * rank writes its state_rank<r>.bin (CkptState header, then the update's blob) and checksums it as read back; rank
+ * 0 writes the manifest from every rank's size and checksum, prunes to --keep-ckpts (never this one) and prints and
+ * logs one "ckpt" line. fatal() naming the file when the disk loses data. */
+void save_checkpoint(Run *r, int step) {
+    double t0 = now_seconds();
+    char dir[4096], path[4400];
+    ckpt_dir(dir, sizeof dir, r->c.out, step);
+    if (r->rank == 0) {
+        /* the run writes only into folders of its own: never through a link planted (or left) at this name */
+        if (is_symlink(dir))
+            fatal("%s is a symbolic link; the run will not write its checkpoint through it: remove the link and "
+                  "continue with --resume latest --out %s", dir, r->c.out);
+        /* a folder of this step already there is an unfinished write of this line of checkpoints (a fresh run
+         * and a resume move every other one aside, choose_checkpoint): cleared, so no stale file stays in it */
+        if (file_exists(dir)) ckpt_remove(r->c.out, step);
+        make_dirs(dir);
+    }
+    comm_barrier();
+    if (r->rank == 0) {
+        snprintf(path, sizeof path, "%s/model.bin", dir);
+        r->m->save(r->m, path);
+    }
+    int64_t mine[2];
+    write_rank_state(r, dir, step, mine);
     int64_t *all = xmalloc((size_t)r->world * sizeof mine, "checkpoint checksums");
     comm_allgather(mine, all, sizeof mine);
-    if (r->rank == 0) {
-        CkptFile *files = xmalloc((size_t)(r->world + 1) * sizeof(CkptFile), "checkpoint files");
-        char (*rank_names)[40] = xmalloc((size_t)r->world * 40, "checkpoint names");
-        snprintf(path, sizeof path, "%s/model.bin", dir);
-        files[0].name = "model.bin";
-        if (!ckpt_file_hash(path, &files[0].bytes, &files[0].xxh3))
-            fatal("cannot read back %s: %s; the model's save() did not write it, or the disk under --out %s failed",
-                  path, strerror(errno), r->c.out);
-        for (int i = 0; i < r->world; i++) {
-            snprintf(rank_names[i], 40, "state_rank%d.bin", i);
-            files[i + 1] = (CkptFile){rank_names[i], all[2 * i], (uint64_t)all[2 * i + 1]};
-        }
-        const char *names[CKPT_MAX_OPTIONS];
-        char *values[CKPT_MAX_OPTIONS];
-        int n = 0;
-        for (int i = 0; i < r->n_opts && n < CKPT_MAX_OPTIONS; i++) {
-            if (IN_LIST(r->opts[i].name, options_not_recorded)) continue;
-            values[n] = option_text(&r->opts[i]);
-            names[n++] = r->opts[i].name;
-        }
-        ckpt_write_manifest(dir, r->world, step, r->world + 1, files, n, names, (const char *const *)values,
-                            r->init_hash, r->run_id, r->ckpt_path);
-        for (int i = 0; i < n; i++) free(values[i]);
-        free(files);
-        /* the checkpoint just written verified (its checksums are of its files read back): never pruned */
-        ckpt_prune(r->c.out, r->c.keep_ckpts, step);
-        double ms = 1e3 * (now_seconds() - t0);
-        printf("step %6d | checkpoint %s (%.1f ms)\n", step, dir, ms);
-        fflush(stdout);
-        jlog_begin(r->log, "ckpt");
-        jlog_int(r->log, "step", step);
-        jlog_str(r->log, "dir", dir);
-        jlog_num(r->log, "ms", ms);
-        jlog_end(r->log);
-        free(rank_names);
-    }
+    if (r->rank == 0) finish_checkpoint(r, dir, step, all, t0);
     free(all);
     comm_barrier(); /* nobody races ahead (and maybe dies) before the checkpoint is complete */
 }

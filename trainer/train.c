@@ -47,6 +47,7 @@
 /* Ranks sharing this node, from MPI (scape/comm.h comm_local_size: any launcher), for the threads default. */
 static int local_ranks(void) { return comm_local_size(); }
 
+/* Sets OpenMP's and OpenBLAS's threads: --threads, or (0) the cores of this node shared by its ranks; returns them. */
 static int set_threads(int requested) {
     int threads = requested;
     if (threads <= 0) {
@@ -103,16 +104,13 @@ static void ensure_data(const TrainConfig *c, const char *tokenizer_kind, const 
               "token shards (file, dir or glob)", val, target);
 }
 
+/* --comm as the update's backend: nccl, mpi, else auto. */
 static CommBackend comm_backend(const char *name) {
     if (strcmp(name, "nccl") == 0) return COMM_BACKEND_NCCL;
     if (strcmp(name, "mpi") == 0) return COMM_BACKEND_MPI;
     return COMM_BACKEND_AUTO;
 }
 
-/* One run per --out: rank 0 holds an exclusive flock on <out>/.lock for the run's lifetime (the descriptor is never
- * closed; the kernel drops the lock when the process ends, however it ends, so a killed run never blocks the next).
- * A second run on the same directory stops here, before it reads or writes anything there, naming the holder's pid
- * (which the holder wrote into the file). fatal() also when the directory cannot be made or the file opened. */
 /* Preemption: SIGTERM (a cluster's notice before it kills a job) or SIGINT (Ctrl-C) asks the run to stop after
  * the step in progress; a second signal ends the process at once. The flag is agreed on by all ranks through the
  * step's mean-loss all-reduce, so every rank stops after the same step and writes its part of one checkpoint. */
@@ -131,6 +129,10 @@ static void install_stop_handlers(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
+/* One run per --out: rank 0 holds an exclusive flock on <out>/.lock for the run's lifetime (the descriptor is never
+ * closed; the kernel drops the lock when the process ends, however it ends, so a killed run never blocks the next).
+ * A second run on the same directory stops here, before it reads or writes anything there, naming the holder's pid
+ * (which the holder wrote into the file). fatal() also when the directory cannot be made or the file opened. */
 static int out_lock_fd = -1;
 static void lock_out_dir(const Run *r, const char *out) {
     if (r->rank != 0) return;
