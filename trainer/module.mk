@@ -1,6 +1,7 @@
 # trainer/module.mk - the shared training loop (train.c and what only it uses: options, sampler, checkpoint
-# directories, the updater seam with its host implementation), the `train` and `deps` targets, and the loop's
-# tests (a toy model trains through train_main). The loop also links the ground folder's log, args and schedule.
+# files and their policy, evaluation hooks, the step's log, test drills, the updater seam with its host
+# implementation), the `train` and `deps` targets, and the loop's tests (a toy model trains through train_main).
+# The loop also links the ground folder's log, args and schedule.
 #
 # A trainer links $(TRAIN_LINK_OBJ) and $(TRAIN_LIBS). Because module.mk files are read in alphabetical order,
 # write it as $$(TRAIN_LINK_OBJ) in a rule's prerequisites (second expansion is on), e.g.
