@@ -183,7 +183,7 @@ $(foreach h,$(FUZZ_HARNESSES),$(eval $(call FUZZ_HARNESS,$(h))))
 # (test/test_drills.c), SIGKILL against the trainer itself (test/test_drills_kill.sh), and non-finite steps
 # (test/test_drills_nan.sh).
 ifneq ($(and $(wildcard trainer/ckpt.c),$(wildcard train_gpt.c)),)
-$(BUILD)/test_drills: test/test_drills.c train_gpt.c $(BUILD)/trainer/ckpt.o $(BUILD)/common/log.o \
+$(BUILD)/test_drills: test/test_drills.c train_gpt.c $(BUILD)/trainer/ckpt.o $(BUILD)/trainer/ckpt_line.o $(BUILD)/common/log.o \
 		$(BUILD)/dataloader/shard.o $(COMMON_OBJ)
 	$(CC) $(CFLAGS) test/test_drills.c $(filter %.o,$^) -o $@ $(LDLIBS) $(BLAS_LIBS)
 HARDENING_TEST_BINS += $(BUILD)/test_drills

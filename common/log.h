@@ -5,7 +5,7 @@
  * part of the line that landed: the file never ends in half a line.
  * Numbers are written with 9 significant digits (float32 values round-trip exactly); non-finite values as null.
  * A NULL Log* makes every call a no-op, so ranks other than 0 can call the same code.
- * Not for: the human-readable per-step stdout line (trainer/train.c).
+ * Not for: the human-readable per-step stdout line (trainer/train_log.c).
  */
 #ifndef COMMON_LOG_H
 #define COMMON_LOG_H

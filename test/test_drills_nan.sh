@@ -2,7 +2,7 @@
 # test/test_drills_nan.sh TRAIN_GPT DATA - non-finite step drill for the real trainer (trainer/train.c, hardening
 # issue: "a NaN or Inf in the loss or gradient norm: the step is skipped with a message, and after a configurable
 # number of consecutive bad steps the run stops with the last good checkpoint intact; resume after it").
-# Faults come from the test-only SCAPE_TEST_INJECT_NAN (documented in trainer/train.c): "N" makes rank 0's gradient
+# Faults come from the test-only SCAPE_TEST_INJECT_NAN (documented in trainer/drills.h): "N" makes rank 0's gradient
 # of step N NaN, "loss:N" its loss. A tiny GPT-2 checkpoints every step, so each claim is an exact file comparison:
 #   - a skipped step leaves model.bin and every rank's optimizer state (the state file after its header) identical
 #     to the previous step's checkpoint, prints its one line, logs a bad_step event, and training goes on;

@@ -8,9 +8,9 @@
  * back after the fsync) is in the manifest. A checkpoint is complete when its manifest exists and every listed file
  * has the listed size (cheap: retention uses it), and verified when every file also has its checksum (resume and
  * --verify-ckpt use it). "latest" passes over one that does not verify, naming it; an explicit one is refused.
- * The options are every trainer option's value as typed (trainer/train.c: what defines the run is taken from the
- * checkpoint on resume); init_xxh3 identifies an --init model file by content ("" when none was given).
- * Not for: deciding when to checkpoint or restoring model/optimizer/loader (trainer/train.c).
+ * The options are every trainer option's value as typed (trainer/ckpt_policy.c: what defines the run is taken from
+ * the checkpoint on resume); init_xxh3 identifies an --init model file by content ("" when none was given).
+ * Not for: choosing, writing or restoring a run's checkpoint (trainer/ckpt_policy.c), deciding when (trainer/train.c).
  */
 #ifndef TRAINER_CKPT_H
 #define TRAINER_CKPT_H
@@ -111,10 +111,21 @@ typedef struct {
  * Free with ckpt_options_free. */
 int ckpt_read_options(const char *dir, CkptOptions *o);
 void ckpt_options_free(CkptOptions *o);
+/* The run_id <dir>'s manifest records into id (cap bytes; "" when it records none or cannot be read). */
+void ckpt_run_id(const char *dir, char *id, size_t cap);
+/* The whole file as a NUL-terminated string (malloc'd, caller frees); NULL if it is absent, unreadable or longer
+ * than max bytes. */
+char *ckpt_read_text(const char *path, size_t max);
+
 /* 1 if <dir> is a complete checkpoint (manifest parses, every listed file exists with its size); then *step and
  * *world are set. 0 otherwise, with the reason in why (one line, e.g. "state_rank1.bin has 100 bytes, manifest
  * says 4196"). */
 int ckpt_is_complete(const char *dir, int *step, int *world, char *why, size_t why_cap);
+/* Removes <dir>/manifest.json if present, so rewriting files in an existing checkpoint dir is never seen as
+ * complete until the new manifest lands. */
+void ckpt_invalidate(const char *dir);
+
+/* ---- the checkpoints of an --out as one line (ckpt_line.c); the functions above are one checkpoint's (ckpt.c) */
 /* 1 and *step if name is a checkpoint's: "ckpt_" and the step in canonical decimal (no sign, no leading zero, at
  * most INT_MAX); "ckpt_010", "ckpt_+10" and "ckpt_4294967306" are not, so they are never counted or removed. */
 int ckpt_parse_name(const char *name, int *step);
@@ -143,9 +154,6 @@ void ckpt_remove(const char *out, int step);
 /* How many ckpt_<step> entries under out have a manifest.json (checkpoints that were complete once, damaged or
  * not); the newest of them in *newest (-1: none). */
 int ckpt_recorded(const char *out, int *newest);
-/* Removes <dir>/manifest.json if present, so rewriting files in an existing checkpoint dir is never seen as
- * complete until the new manifest lands. */
-void ckpt_invalidate(const char *dir);
 
 /* Lineage. An --out holds one line of checkpoints: a run continued from ckpt_<step> (a roll-back: --resume
  * <out>/ckpt_4 while ckpt_8 exists) moves every later ckpt_<s> into <out>/abandoned/after_ckpt_<step>[.k]/ (kept,
