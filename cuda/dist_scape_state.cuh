@@ -1,11 +1,11 @@
 /*
  * cuda/dist_scape_state.cuh - the device SCAPE's life cycle and checkpoint: scape_updater_create (state, streams,
- * events, plans, the collectives' buffers), the checkpoint blob through scape/dist_state.c's distopt_scape_blob_*
+ * events, plans, the collectives' buffers), the checkpoint blob through optim/dist_state.c's distopt_scape_blob_*
  * (the host's exact layout, so either path resumes the other's checkpoints), the SCAPE_CHECK_SYNC check and free.
  * Part of cuda/dist.cu's translation unit, after cuda/dist_scape.cuh and cuda/dist_mask_stats.cuh.
  */
 
-/* ---- checkpoint blob: distopt_save's SCAPE layout through scape/dist_state.c's distopt_scape_blob_* ---- */
+/* ---- checkpoint blob: distopt_save's SCAPE layout through optim/dist_state.c's distopt_scape_blob_* ---- */
 
 static unsigned long long scape_dev_count_cur(ScapeDev *u) {
     if (!u->have_cur) return 0;

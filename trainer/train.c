@@ -3,8 +3,8 @@
  * model, optimizer, resume), then the step loop with its periodic validation, sampling and checkpoints.
  * One step t = 1..steps: `accum` micro-steps of forward/backward over this rank's B x T windows (the last
  * backward hands finished gradient buckets to the communication thread), then the update's step(t, lr_t)
- * (trainer/updater.h: the host DistOptim of scape/dist.h, or the model's device-resident update).
- * Not for: model maths (train_gpt.c, ...), update formulas and communication (scape/), file formats (ckpt.c).
+ * (trainer/updater.h: the host DistOptim of optim/dist.h, or the model's device-resident update).
+ * Not for: model maths (train_gpt.c, ...), update formulas and communication (optim/), file formats (ckpt.c).
  */
 #define _GNU_SOURCE
 #include "trainer/train.h"
@@ -33,8 +33,8 @@
 #include "dataloader/dataloader.h"
 #include "eval/evaluate.h"
 #include "eval/tasks.h"
-#include "scape/comm.h"
-#include "scape/dist.h"
+#include "comm/comm.h"
+#include "optim/dist.h"
 #include "tokenizer/tokenizer.h"
 #include "trainer/ckpt.h"
 #include "trainer/sampler.h"
@@ -44,7 +44,7 @@
 /* ------------------------------------------------------------------------------------------------------------ */
 /* set-up helpers */
 
-/* Ranks sharing this node, from MPI (scape/comm.h comm_local_size: any launcher), for the threads default. */
+/* Ranks sharing this node, from MPI (comm/comm.h comm_local_size: any launcher), for the threads default. */
 static int local_ranks(void) { return comm_local_size(); }
 
 static int set_threads(int requested) {
@@ -184,7 +184,7 @@ typedef struct {
     const ModelFamily *fam;
     int rank, world, accum, threads;
     Model *m;
-    Updater *u; /* the parameter update: host (scape/dist.h) or the model's own (Model.create_updater) */
+    Updater *u; /* the parameter update: host (optim/dist.h) or the model's own (Model.create_updater) */
     DataLoader *dl;
     ValLoader *vl;
     Tokenizer *tok;
@@ -522,7 +522,7 @@ static void lock_out_dir(const Run *r, const char *out) {
     out_guard_input(path, "the --out lock file"); /* an output renamed onto it would free --out for a second run */
 }
 
-/* One "mask" event (scape/dist.h DistMaskStats) of step t, rank 0 only: per sparse tensor the Jaccard of
+/* One "mask" event (optim/dist.h DistMaskStats) of step t, rank 0 only: per sparse tensor the Jaccard of
  * consecutive masks and the kept energy, first-moment (_m, SCAPE) and raw-gradient (_g), and their means. */
 static void log_mask_stats(Run *r, int t) {
     const DistMaskStats *st = r->u->mask_stats(r->u);
@@ -1194,7 +1194,7 @@ static void log_start(Run *r, int start_step) {
         if (c->warmup >= c->steps)
             printf("note: --warmup %d >= --steps %d, so the learning rate never reaches --lr %g\n", c->warmup,
                    c->steps, c->lr);
-        /* the density reaches --density at step W + 1 (scape/scape.h scape_density) */
+        /* the density reaches --density at step W + 1 (optim/scape.h scape_density) */
         int sparse = !strcmp(c->optimizer, "scape") || !strcmp(c->optimizer, "topk-ef");
         if (sparse && c->density < c->density_start && c->density_dense + c->density_warmup >= c->steps)
             printf("note: %s--density-warmup %d >= --steps %d, so the density never reaches --density %g (it ends at "
@@ -1526,7 +1526,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         jlog_int(r->log, "comm_allgather_bytes", (int64_t)cs.bytes_sent_kind[COMM_ALLGATHER]);
         jlog_int(r->log, "comm_control_bytes", (int64_t)cs.bytes_sent_kind[COMM_CONTROL]);
         jlog_num(r->log, "comm_wait_ms", cs.wait_ms);
-        jlog_num(r->log, "comm_busy_ms", cs.busy_ms); /* comm thread time in collectives (scape/comm.h) */
+        jlog_num(r->log, "comm_busy_ms", cs.busy_ms); /* comm thread time in collectives (comm/comm.h) */
         jlog_num(r->log, "density", density);
         if (r->u->memory_bytes) jlog_int(r->log, "optim_state_bytes", (int64_t)r->u->memory_bytes(r->u));
         jlog_int(r->log, "skipped", bad);

@@ -86,7 +86,7 @@ void train_dist_config(TrainConfig *c, DistConfig *dc) {
     dc->mask_coding = strcmp(c->scape_mask_coding, "auto") == 0;
 }
 
-/* Bytes per parameter of the host update's state, a lower bound (scape/dist.h distopt_state_memory): the gradient
+/* Bytes per parameter of the host update's state, a lower bound (optim/dist.h distopt_state_memory): the gradient
  * staging buffer every rule packs buckets into (4), plus adamw m and v (8), adams m (4), SCAPE r (4) and m at the
  * starting density (4 d_start), topk-ef and powersgd e, m, v (12; powersgd's Q is small), onebit-adam e, m, v and
  * the server error (16), demo its momentum and per-coefficient sender counts (6); ZeRO-1 shards the moments over

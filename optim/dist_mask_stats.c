@@ -1,5 +1,5 @@
 /*
- * scape/dist_mask_stats.c - mask stability for SCAPE and topk-ef (DistMaskStats in scape/dist.h): per sparse slice
+ * optim/dist_mask_stats.c - mask stability for SCAPE and topk-ef (DistMaskStats in optim/dist.h): per sparse slice
  * the Jaccard of consecutive masks and the energy a mask keeps, for SCAPE's first-moment mask M_t and for the
  * raw-gradient top-k G_t it is compared with (topk-ef: its own selection). Rank 0 only, nothing while off.
  * Not for: choosing masks (dist_scape.c, dist_topk_ef.c); the device version is cuda/dist_mask_stats.cuh.
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "scape/dist_impl.h"
+#include "optim/dist_impl.h"
 
 /* |A n B| / |A u B| over bits [lo, hi) (1 when the union is empty) */
 static double mask_jaccard(const uint8_t *a, const uint8_t *b, size_t lo, size_t hi) {

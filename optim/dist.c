@@ -1,7 +1,7 @@
 /*
- * scape/dist.c - the data-parallel parameter update of scape/dist.h, its entry: creation, the hand-off of each
+ * optim/dist.c - the data-parallel parameter update of optim/dist.h, its entry: creation, the hand-off of each
  * gradient bucket as backward finishes it, and the dispatch of each step on the optimizer kind to the file of
- * that update rule (all of them share DistOptim, scape/dist_impl.h):
+ * that update rule (all of them share DistOptim, optim/dist_impl.h):
  *   dist_dense.c       dense AdamW/AdamS: per-bucket averaging all-reduce, or ZeRO-1 (reduce-scatter to the
  *                      owners, update of the owned shard, all-gather of the parameters)
  *   dist_scape.c       SCAPE (SCAPE.md section 3): c_i per bucket, the compact payload all-reduce, error feedback,
@@ -16,10 +16,10 @@
  *   dist_state.c       every optimizer's checkpoint blob (save, load, other world sizes)
  * Here too: the zeroing at the end of every step, the gradient norm's fixed-order sum, the SCAPE_CHECK_SYNC
  * check and the inspection functions of dist.h.
- * Built with -ffp-contract=off (scape/module.mk) so every rank and every run rounds identically.
+ * Built with -ffp-contract=off (optim/module.mk) so every rank and every run rounds identically.
  * Not for: the collectives themselves (comm.c), top-k and masks (scape.c), the dense update formulas (optim.c).
  */
-#include "scape/dist.h"
+#include "optim/dist.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -27,8 +27,8 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "scape/dist_impl.h"
-#include "scape/scape.h"
+#include "optim/dist_impl.h"
+#include "optim/scape.h"
 
 static const char *const variant_names[] = {"faithful", "catchup", "tensor-nu", "residual-decay"};
 

@@ -1,5 +1,5 @@
 /*
- * scape/dist_onebit_adam.c - 1-bit Adam (--optimizer onebit-adam; Tang, Gan, Awan, Rajbhandari, Li, Lian, Liu,
+ * optim/dist_onebit_adam.c - 1-bit Adam (--optimizer onebit-adam; Tang, Gan, Awan, Rajbhandari, Li, Lian, Liu,
  * Zhang, He, "1-bit Adam: Communication Efficient Large-Scale Training with Adam's Convergence Speed", ICML 2021,
  * Algorithm 1, with the compressed all-reduce of its section 4 / DeepSpeed's implementation: error compensation on
  * the worker side and on the server side of the reduction, one scale per tensor).
@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "scape/dist_impl.h"
+#include "optim/dist_impl.h"
 
 /* chunk length L_s of slice s: a multiple of 8, N L_s >= n_s */
 static size_t ob_chunk(size_t n, int world) {

@@ -1,11 +1,11 @@
 /*
- * scape/dist_impl.h - the inside of scape/dist.h's DistOptim, shared by the files that make up the host update and
- * by nothing else: scape/dist.c (creation, bucket hand-off, the dispatch on the optimizer kind, inspection),
+ * optim/dist_impl.h - the inside of optim/dist.h's DistOptim, shared by the files that make up the host update and
+ * by nothing else: optim/dist.c (creation, bucket hand-off, the dispatch on the optimizer kind, inspection),
  * dist_dense.c (dense all-reduce and ZeRO-1), dist_scape.c (SCAPE), dist_topk_ef.c (top-k EF), dist_powersgd.c
  * (PowerSGD), dist_onebit_adam.c (1-bit Adam), dist_demo.c (DeMo), dist_mask_stats.c
  * (mask stability) and dist_state.c (checkpoint blobs). Each rule file gives dist.c an init (its state, called by
  * distopt_create), a bucket hand-off (called by distopt_bucket_ready) and a step (called by distopt_step).
- * Not for: anything outside those files; users include scape/dist.h.
+ * Not for: anything outside those files; users include optim/dist.h.
  */
 #ifndef SCAPE_DIST_IMPL_H
 #define SCAPE_DIST_IMPL_H
@@ -13,8 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "scape/dist.h"
-#include "scape/scape.h"
+#include "optim/dist.h"
+#include "optim/scape.h"
 
 /* one selected coordinate of topk-ef on the wire: flat index and value, 8 bytes */
 typedef struct {

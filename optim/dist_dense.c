@@ -1,10 +1,10 @@
 /*
- * scape/dist_dense.c - dense data-parallel AdamW / AdamS (scape/optim.h's formulas) on every coordinate:
+ * optim/dist_dense.c - dense data-parallel AdamW / AdamS (optim/optim.h's formulas) on every coordinate:
  *   plain:   each gradient bucket is copied into stage and averaged by one all-reduce as soon as backward has
  *            finished it; at the step every rank holds the mean gradient g, takes its norm, clips and updates
  *            every parameter (identical results on every rank, no parameter traffic).
  *   ZeRO-1:  the buckets are reduce-scattered instead, each rank receiving the mean of its owned slices (the
- *            owner table of scape/scape.h, the same one SCAPE's top-k uses); m (and v) exist for the owned shard
+ *            owner table of optim/scape.h, the same one SCAPE's top-k uses); m (and v) exist for the owned shard
  *            only; the norm takes one more all-reduce of a double; each rank updates its shard and the parameters
  *            are all-gathered.
  * Bytes per rank and step (comm.h's ring model): 2 * 4P (N-1)/N for either; ZeRO-1 moves them as a reduce-scatter
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "scape/dist_impl.h"
+#include "optim/dist_impl.h"
 
 /* m (and v for AdamW) over [slo, shi): everything, or with ZeRO-1 this rank's shard, whose mean gradients the
  * reduce-scatter writes into rs_out (owned_total floats). */

@@ -1,5 +1,5 @@
 /*
- * scape/dist_powersgd.c - PowerSGD (--optimizer powersgd; Vogels, Karimireddy, Jaggi, "PowerSGD: Practical Low-Rank
+ * optim/dist_powersgd.c - PowerSGD (--optimizer powersgd; Vogels, Karimireddy, Jaggi, "PowerSGD: Practical Low-Rank
  * Gradient Compression for Distributed Optimization", NeurIPS 2019, Algorithm 1 with error feedback and warm
  * start), its result fed into dense AdamW as the gradient, as PyTorch's PowerSGD communication hook is used with
  * Adam. Per rank i at step t > S (cfg.powersgd_start; steps 1..S all-reduce the gradient whole, as the hook's
@@ -32,7 +32,7 @@
 
 #include "common/rng.h"
 #include "common/util.h"
-#include "scape/dist_impl.h"
+#include "optim/dist_impl.h"
 
 /* rank r_s of slice i if it is compressed, else 0 */
 static size_t psgd_rank_of(const DistOptim *d, const ParamSlice *s) {

@@ -1,5 +1,5 @@
 /*
- * scape/dist_demo.c - DeMo, decoupled momentum optimization (--optimizer demo; Peng, Quesnelle, Kingma, "DeMo:
+ * optim/dist_demo.c - DeMo, decoupled momentum optimization (--optimizer demo; Peng, Quesnelle, Kingma, "DeMo:
  * Decoupled Momentum Optimization", arXiv 2411.19870, Algorithm 1): each rank keeps its own momentum, sends only
  * its fastest-moving components, taken as the largest DCT coefficients of chunks of each tensor, removes what it sent
  * from its momentum, and steps on the sign of the ranks' combined components. Per rank i at step t, with
@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "scape/dist_impl.h"
+#include "optim/dist_impl.h"
 
 /* the largest divisor of n not above s (n itself if n <= s) */
 static size_t demo_split(size_t n, size_t s) {

@@ -1,7 +1,7 @@
 /*
- * scape/dist_topk_ef.c - the baseline SCAPE is compared with (--optimizer topk-ef): per-slice top-k of each rank's
+ * optim/dist_topk_ef.c - the baseline SCAPE is compared with (--optimizer topk-ef): per-slice top-k of each rank's
  * raw gradient plus error feedback, exchanged as (index, value) pairs on one all-gather per bucket, and their mean
- * fed into dense AdamW. Formulas and sources at distopt_create in scape/dist.h. Unlike SCAPE's, the selections
+ * fed into dense AdamW. Formulas and sources at distopt_create in optim/dist.h. Unlike SCAPE's, the selections
  * differ per rank, so the support of the mean grows with N (the "fill-in") and the indices go on the wire.
  * State (dist_impl.h): r = e_i (P), m, v (AdamW's, P), mask_cur = this rank's selection S_t, stage = acc_i (P,
  * flat), pairs = every rank's pairs by bucket.
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "scape/dist_impl.h"
+#include "optim/dist_impl.h"
 
 /* e, AdamW's m and v, the selection bits and the top-k scratch; the pairs buffer grows at the first step. */
 void topk_init(DistOptim *d) {

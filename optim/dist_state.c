@@ -1,5 +1,5 @@
 /*
- * scape/dist_state.c - every optimizer's checkpoint blob (distopt_state_bytes / save / load of scape/dist.h) and the
+ * optim/dist_state.c - every optimizer's checkpoint blob (distopt_state_bytes / save / load of optim/dist.h) and the
  * same layouts from explicit views for the CUDA trainers' device update (distopt_dense_blob_*, distopt_scape_blob_*),
  * so that host and device write and read each other's checkpoints. A blob is one rank's file of a checkpoint:
  * header, then
@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "scape/dist_impl.h"
+#include "optim/dist_impl.h"
 
 #define DIST_MAGIC 0x45504353u /* "SCPE" */
 #define DIST_VERSION 1

@@ -1,5 +1,5 @@
 /*
- * scape/comm.c - the communication layer (see comm.h): Open MPI collectives on host buffers, executed in order by
+ * comm/comm.c - the communication layer (see comm.h): Open MPI collectives on host buffers, executed in order by
  * one communication thread from a ticketed job queue, so that backward can queue a bucket's collective and go on.
  * Not for: deciding what to send (dist.c, scape.c).
  *
@@ -13,9 +13,9 @@
  * therefore started nonblocking (MPI_I*) and completed by MPI_Test with sleeps that grow by 1.5x from 10 us to
  * 500 us (SCAPE_COMM_SLEEP_MAX_US changes the cap). MPI_Test also drives Open MPI's progress, so a transfer in
  * flight keeps moving at every test. SCAPE_COMM_SPIN=1 restores plain MPI_Wait, for comparison
- * (scape/bench_comm.c).
+ * (comm/bench_comm.c).
  */
-#include "scape/comm.h"
+#include "comm/comm.h"
 
 #include <limits.h>
 #include <stdio.h>
