@@ -125,7 +125,9 @@ static void count_block(DistOptim *d, const ParamSlice *s, size_t origin, size_t
     if (n > d->demo_maxblk) d->demo_maxblk = n;
 }
 
-void demo_init(DistOptim *d) {
+extern const UpdateRule rule_demo;
+
+static void demo_init(DistOptim *d, size_t owned_total) {
     d->slo = 0;
     d->shi = d->P;
     d->r = xcalloc(d->P ? d->P : 1, sizeof(float), "DeMo momentum");
@@ -149,9 +151,9 @@ void demo_init(DistOptim *d) {
     d->demo_bits = xmalloc(mask_bytes(d->demo_maxblk) + 8, "DeMo block selection");
 }
 
-size_t distopt_demo_count(const DistOptim *d) { return d->cfg.opt.kind == OPT_DEMO ? d->demo_k : 0; }
+size_t distopt_demo_count(const DistOptim *d) { return d->rule == &rule_demo ? d->demo_k : 0; }
 
-void demo_bucket_ready(DistOptim *d, int b) { (void)d; (void)b; /* everything happens at the step */ }
+static void demo_bucket_ready(DistOptim *d, int b) { (void)d; (void)b; /* everything happens at the step */ }
 
 /* block b_r x b_c at origin (row stride ld) of x to a dense array, and back */
 static void block_get(const float *x, size_t origin, size_t br, size_t bc, size_t ld, float *out) {
@@ -204,7 +206,7 @@ static void decode_block(DistOptim *d, const ParamSlice *s, size_t origin, size_
         }
 }
 
-int demo_step(DistOptim *d, int t, float lr, float *grad_norm) {
+static int demo_step(DistOptim *d, int t, float lr, float *grad_norm) {
     (void)t;
     float *g = d->grads;
     double ctl[2] = {dist_sumsq(g, 0, d->P), 0};
@@ -217,7 +219,7 @@ int demo_step(DistOptim *d, int t, float lr, float *grad_norm) {
     }
     float norm = (float)sqrt(ctl[0] / d->world);
     *grad_norm = norm;
-    float sc = d->cfg.clip > 0 && norm > d->cfg.clip ? d->cfg.clip / (norm + 1e-6f) : 1.0f;
+    float sc = dist_clip_scale(d->cfg.clip, norm);
     for (int i = 0; i < d->tab->n; i++) {
         const ParamSlice *s = &d->tab->slices[i];
         if (!s->decay || d->cfg.opt.weight_decay == 0.0f) continue;
@@ -246,3 +248,27 @@ int demo_step(DistOptim *d, int t, float lr, float *grad_norm) {
     d->last_t = t;
     return 0;
 }
+
+/* the block side, coefficients per block and decay, when DeMo is the chosen rule */
+static void demo_check(const DistConfig *cfg, const UpdateRule *chosen) {
+    if (chosen == &rule_demo && !(cfg->demo_chunk >= 1 && cfg->demo_chunk <= 256 && cfg->demo_topk >= 1 &&
+                                  cfg->demo_decay >= 0 && cfg->demo_decay <= 1))
+        fatal("DeMo: --demo-chunk %d must be in 1..256, --demo-topk %d >= 1, --demo-decay %g in [0, 1]", cfg->demo_chunk,
+              cfg->demo_topk, cfg->demo_decay);
+}
+
+/* the local momentum delta */
+static size_t demo_state_memory(const DistOptim *d) { return d->P * sizeof(float); }
+
+static const RuleOption demo_owned[] = {
+    {"demo-chunk", NULL, "--optimizer demo"},
+    {"demo-topk", NULL, "--optimizer demo"},
+    {"demo-decay", NULL, "--optimizer demo"},
+};
+
+const UpdateRule rule_demo = {
+    .name = "demo", .owned = demo_owned, .n_owned = 3, .kind = OPT_DEMO, .index32 = 1, .stage = 1,
+    .check = demo_check, .init = demo_init, .bucket_ready = demo_bucket_ready, .step = demo_step,
+    .state_bytes = demo_state_bytes, .save = demo_save, .blob_payload = demo_blob_payload, .load = demo_load,
+    .state_memory = demo_state_memory,
+};

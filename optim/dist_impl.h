@@ -1,10 +1,10 @@
 /*
  * optim/dist_impl.h - the inside of optim/dist.h's DistOptim, shared by the files that make up the host update and
- * by nothing else: optim/dist.c (creation, bucket hand-off, the dispatch on the optimizer kind, inspection),
+ * by nothing else: optim/dist.c (creation, bucket hand-off, the calls through the rule's row, inspection),
  * dist_dense.c (dense all-reduce and ZeRO-1), dist_scape.c (SCAPE), dist_topk_ef.c (top-k EF), dist_powersgd.c
  * (PowerSGD), dist_onebit_adam.c (1-bit Adam), dist_demo.c (DeMo), dist_mask_stats.c
- * (mask stability) and dist_state.c (checkpoint blobs). Each rule file gives dist.c an init (its state, called by
- * distopt_create), a bucket hand-off (called by distopt_bucket_ready) and a step (called by distopt_step).
+ * (mask stability) and dist_state.c (checkpoint blobs). Each rule file fills one UpdateRule (optim/rule.h), through
+ * which dist.c calls it; what the rules share (norm, clip factor, end of step, blob helpers) is declared here.
  * Not for: anything outside those files; users include optim/dist.h.
  */
 #ifndef SCAPE_DIST_IMPL_H
@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "optim/dist.h"
+#include "optim/rule.h"
 #include "optim/scape.h"
 
 /* one selected coordinate of topk-ef on the wire: flat index and value, 8 bytes */
@@ -24,6 +25,7 @@ typedef struct {
 _Static_assert(sizeof(TopkPair) == 8, "topk-ef pairs are 8 bytes on the wire");
 
 struct DistOptim {
+    const UpdateRule *rule; /* the rule's row (optim/rule.h): every rule-specific call goes through it */
     const ParamTable *tab;
     float *params, *grads; /* (P) the model's buffers */
     DistConfig cfg;
@@ -146,17 +148,18 @@ struct DistOptim {
 static inline int dist_slice_sparse(const DistOptim *d, const ParamSlice *s) {
     return !(d->cfg.exclude_norms && s->dense_only);
 }
-/* A dense update (AdamW, AdamS) on one rank without ZeRO-1: the mean over one rank is the gradient itself (x / 1
- * == x), so the buckets stay where backward wrote them: no staging buffer, no copy into it and back (dist_dense.c). */
-static inline int dist_dense_in_place(const DistOptim *d) {
-    return (d->cfg.opt.kind == OPT_ADAMW || d->cfg.opt.kind == OPT_ADAMS) && d->world == 1 && !d->cfg.zero;
-}
 /* Slice i (ParamTable index) is in this rank's part of the owner table. */
 static inline int dist_is_owned_slice(const DistOptim *d, int i) {
     return i >= d->own.first[d->rank] && i < d->own.first[d->rank + 1];
 }
 
 /* ---- dist.c: shared by the rules ---- */
+/* FNV-1a 64 of n bytes at p continued from h (the SCAPE_CHECK_SYNC hash; start from 1469598103934665603). */
+uint64_t dist_fnv1a(uint64_t h, const void *p, size_t n);
+/* The global-norm clip factor: clip / (norm + 1e-6) when clipping is on (clip > 0) and norm exceeds it, else 1. */
+static inline float dist_clip_scale(float clip, float norm) {
+    return clip > 0 && norm > clip ? clip / (norm + 1e-6f) : 1.0f;
+}
 /* Sum of squares in double over x[lo, hi) in fixed 64Ki chunks added in order: the same bits for any thread
  * count, so every rank takes the same clip and skip decisions. Within a chunk, 256 lanes: lane l adds the squares
  * ((double)x * (double)x, rounded, then added: no FMA) of the chunk's elements l, l + 256, ... in turn, and the
@@ -167,17 +170,12 @@ double dist_sumsq(const float *x, size_t lo, size_t hi);
  * "nothing done". */
 void dist_end_step(DistOptim *d);
 
-/* ---- dist_dense.c: AdamW / AdamS with an averaging all-reduce, or ZeRO-1 ---- */
-/* owned_total: elements of this rank's slices (the ZeRO-1 shard). */
-void dense_init(DistOptim *d, size_t owned_total);
-void dense_queue_bucket(DistOptim *d, int b);
-int dense_step(DistOptim *d, int t, float lr, float *grad_norm);
-
-/* ---- dist_scape.c: SCAPE.md section 3 ---- */
-void scape_init(DistOptim *d);
+/* ---- dist_scape.c: SCAPE.md section 3, what its other files (dist_scape_row.c, dist_scape_zero.c,
+ * dist_mask_stats.c, dist_state.c) use ---- */
+/* init, bucket hand-off and step: the hooks of SCAPE's row (dist_scape_row.c) */
+void scape_init(DistOptim *d, size_t owned_total);
 void scape_bucket_ready(DistOptim *d, int b);
-int scape_step(DistOptim *d, int t, float lr, float *grad_norm);
-/* Waits for the all-gather of the mask made at the last step and assembles it into mask_next (no-op if none). */
+int scape_step(DistOptim *d, int t, float lr, float *grad_norm);/* Waits for the all-gather of the mask made at the last step and assembles it into mask_next (no-op if none). */
 void scape_collect_next(DistOptim *d);
 /* The compact first moment as a dense (P) vector into out (zero off mask_m). */
 void scape_m_expand(const DistOptim *d, float *out);
@@ -210,27 +208,41 @@ void scape_zero_r_unfold(const DistOptim *d, float *out);
  * bf16 payload (fp32: added, as it is 0 there) */
 void scape_zero_r_fold(DistOptim *d, const float *m);
 
-/* ---- dist_topk_ef.c: the top-k error-feedback baseline (formulas at distopt_create in dist.h) ---- */
-void topk_init(DistOptim *d);
-void topk_bucket_ready(DistOptim *d, int b);
-int topk_step(DistOptim *d, int t, float lr, float *grad_norm);
-
-/* ---- dist_powersgd.c: PowerSGD into AdamW (formulas in its header) ---- */
-void psgd_init(DistOptim *d);
-void psgd_bucket_ready(DistOptim *d, int b);
-int psgd_step(DistOptim *d, int t, float lr, float *grad_norm);
-
-/* ---- dist_onebit_adam.c: 1-bit Adam (formulas in its header) ---- */
-void onebit_init(DistOptim *d);
-void onebit_bucket_ready(DistOptim *d, int b);
-int onebit_step(DistOptim *d, int t, float lr, float *grad_norm);
-/* Zeroes the server error off the chunks this rank reduces (after a load that summed every saved rank's). */
+/* ---- dist_onebit_adam.c: 1-bit Adam (formulas in its header) ---- *//* Zeroes the server error off the chunks this rank reduces (after a load that summed every saved rank's). */
 void onebit_keep_own_chunks(DistOptim *d);
 
-/* ---- dist_demo.c: DeMo (formulas in its header) ---- */
-void demo_init(DistOptim *d);
-void demo_bucket_ready(DistOptim *d, int b);
-int demo_step(DistOptim *d, int t, float lr, float *grad_norm);
+/* ---- dist_dense.c: bucket b into stage and its collective (the averaging all-reduce, or with ZeRO-1 the
+ * reduce-scatter to the owners): the dense rules' hand-off, also 1-bit Adam's during its warm-up ---- */
+void dense_queue_bucket(DistOptim *d, int b);
+/* SCAPE_CHECK_SYNC's shared state of the rules on e, m, v (topk-ef, powersgd, onebit-adam; dist.c): m, v and
+ * PowerSGD's Q, continuing h */
+uint64_t dist_sync_hash_mv(DistOptim *d, uint64_t h);
+
+/* ---- dist_state.c: each rule's checkpoint blob, the hooks of its row (optim/rule.h; layouts in dist_state.c) ---- */
+size_t dense_state_bytes(const DistOptim *d);
+void dense_save(const DistOptim *d, void *blob);
+size_t dense_blob_payload(const BlobHeader *h, int i);
+void dense_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
+size_t scape_state_bytes(const DistOptim *d);
+void scape_save(const DistOptim *d, void *blob);
+size_t scape_blob_payload(const BlobHeader *h, int i);
+void scape_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
+size_t topk_state_bytes(const DistOptim *d);
+void topk_save(const DistOptim *d, void *blob);
+size_t topk_blob_payload(const BlobHeader *h, int i);
+void topk_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
+size_t psgd_state_bytes(const DistOptim *d);
+void psgd_save(const DistOptim *d, void *blob);
+size_t psgd_blob_payload(const BlobHeader *h, int i);
+void psgd_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
+size_t onebit_state_bytes(const DistOptim *d);
+void onebit_save(const DistOptim *d, void *blob);
+size_t onebit_blob_payload(const BlobHeader *h, int i);
+void onebit_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
+size_t demo_state_bytes(const DistOptim *d);
+void demo_save(const DistOptim *d, void *blob);
+size_t demo_blob_payload(const BlobHeader *h, int i);
+void demo_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
 
 /* ---- dist_mask_stats.c: DistMaskStats of dist.h, on rank 0 ---- */
 /* Fills d->st for step t. gmask/gvec: the raw-gradient mask of this step and the vector its energy is of (SCAPE:

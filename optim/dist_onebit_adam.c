@@ -41,7 +41,9 @@ static size_t ob_chunk(size_t n, int world) {
     return (n + w8 - 1) / w8 * 8;
 }
 
-void onebit_init(DistOptim *d) {
+extern const UpdateRule rule_onebit_adam;
+
+static void onebit_init(DistOptim *d, size_t owned_total) {
     const ParamTable *tab = d->tab;
     d->slo = 0;
     d->shi = d->P;
@@ -61,9 +63,9 @@ void onebit_init(DistOptim *d) {
     if (!d->stage) d->stage = xmalloc((d->P ? d->P : 1) * sizeof(float), "gradient staging buffer");
 }
 
-size_t distopt_onebit_block_bytes(const DistOptim *d) { return d->cfg.opt.kind == OPT_ONEBIT_ADAM ? d->ob_block : 0; }
+size_t distopt_onebit_block_bytes(const DistOptim *d) { return d->rule == &rule_onebit_adam ? d->ob_block : 0; }
 
-void onebit_bucket_ready(DistOptim *d, int b) {
+static void onebit_bucket_ready(DistOptim *d, int b) {
     int t = d->last_t + 1;
     if (t > d->cfg.onebit_freeze) return; /* compression: everything happens at the step */
     dense_queue_bucket(d, b);
@@ -145,7 +147,7 @@ static void ob_compressed_allreduce(DistOptim *d) {
     }
 }
 
-int onebit_step(DistOptim *d, int t, float lr, float *grad_norm) {
+static int onebit_step(DistOptim *d, int t, float lr, float *grad_norm) {
     const float clip = d->cfg.clip;
     const int F = d->cfg.onebit_freeze;
     if (t <= F) {
@@ -181,7 +183,7 @@ int onebit_step(DistOptim *d, int t, float lr, float *grad_norm) {
     }
     float norm = (float)sqrt(ss);
     *grad_norm = norm;
-    float sc = clip > 0 && norm > clip ? clip / (norm + 1e-6f) : 1.0f;
+    float sc = dist_clip_scale(clip, norm);
     if (t <= F) {
         if (sc != 1.0f)
             for (size_t j = 0; j < d->P; j++) g[j] *= sc;
@@ -215,3 +217,23 @@ void onebit_keep_own_chunks(DistOptim *d) {
             if (j < lo || j >= hi) d->ob_es[s->offset + j] = 0.0f;
     }
 }
+
+/* the freeze step, when 1-bit Adam is the chosen rule */
+static void onebit_check(const DistConfig *cfg, const UpdateRule *chosen) {
+    if (chosen == &rule_onebit_adam && cfg->onebit_freeze < 1)
+        fatal("--onebit-freeze %d: 1-bit Adam needs at least 1 step of Adam before its variance freezes", cfg->onebit_freeze);
+}
+
+/* e, m, v and the server error */
+static size_t onebit_state_memory(const DistOptim *d) { return 4 * d->P * sizeof(float); }
+
+const float *distopt_onebit_server_error(const DistOptim *d) { return d->rule == &rule_onebit_adam ? d->ob_es : NULL; }
+
+static const RuleOption onebit_owned[] = {{"onebit-freeze", NULL, "--optimizer onebit-adam"}};
+
+const UpdateRule rule_onebit_adam = {
+    .name = "onebit-adam", .owned = onebit_owned, .n_owned = 1, .kind = OPT_ONEBIT_ADAM, .stage = 1,
+    .check = onebit_check, .init = onebit_init, .bucket_ready = onebit_bucket_ready, .step = onebit_step,
+    .state_bytes = onebit_state_bytes, .save = onebit_save, .blob_payload = onebit_blob_payload, .load = onebit_load,
+    .state_memory = onebit_state_memory, .sync_hash = dist_sync_hash_mv,
+};

@@ -44,7 +44,7 @@ static size_t psgd_rank_of(const DistOptim *d, const ParamSlice *s) {
     return r;
 }
 
-void psgd_init(DistOptim *d) {
+static void psgd_init(DistOptim *d, size_t owned_total) {
     const ParamTable *tab = d->tab;
     d->slo = 0;
     d->shi = d->P;
@@ -125,7 +125,7 @@ static void psgd_queue_bucket(DistOptim *d, int b) {
     d->bstate[b] = 2;
 }
 
-void psgd_bucket_ready(DistOptim *d, int b) {
+static void psgd_bucket_ready(DistOptim *d, int b) {
     if (!d->step_begun) psgd_begin(d, d->last_t + 1);
     psgd_queue_bucket(d, b);
 }
@@ -148,7 +148,7 @@ static void psgd_orthogonalize(float *P, size_t n, size_t r, float eps) {
 
 /* Step t: the buckets backward did not send, the P all-reduces, the skip decision (any rank's non-finite M or
  * gradient), P orthogonalized, Q_i = M^T P and its all-reduce, g = P Q^T and e = M - P Q^T, the clip and AdamW. */
-int psgd_step(DistOptim *d, int t, float lr, float *grad_norm) {
+static int psgd_step(DistOptim *d, int t, float lr, float *grad_norm) {
     if (d->step_begun && d->cur_t != t && d->psgd_compress == (t > d->cfg.powersgd_start))
         d->cur_t = t; /* buckets went out for another step number (after a skipped step) in the same phase: the
                        * payload does not depend on t */
@@ -234,10 +234,9 @@ int psgd_step(DistOptim *d, int t, float lr, float *grad_norm) {
     double ss = dist_sumsq(g, 0, d->P);
     float norm = (float)sqrt(ss);
     *grad_norm = norm;
-    if (d->cfg.clip > 0 && norm > d->cfg.clip) {
-        float sc = d->cfg.clip / (norm + 1e-6f);
+    float sc = dist_clip_scale(d->cfg.clip, norm);
+    if (sc != 1.0f)
         for (size_t j = 0; j < d->P; j++) g[j] *= sc;
-    }
     adamw_update(d->tab, d->params, g, d->m, d->v, 0, d->P, t, lr, &d->cfg.opt);
     d->last_k = 0;
     for (int b = 0; b < d->nb; b++) d->last_k += d->bucket_k[b];
@@ -247,3 +246,35 @@ int psgd_step(DistOptim *d, int t, float lr, float *grad_norm) {
     d->last_t = t;
     return 0;
 }
+
+extern const UpdateRule rule_powersgd;
+
+/* the approximation's rank and epsilon, when PowerSGD is the chosen rule */
+static void psgd_check(const DistConfig *cfg, const UpdateRule *chosen) {
+    if (chosen != &rule_powersgd) return;
+    if (cfg->powersgd_rank < 1)
+        fatal("--powersgd-rank %d: the approximation's rank must be >= 1 (1 is the PyTorch hook's default)", cfg->powersgd_rank);
+    if (!(cfg->powersgd_eps >= 0)) fatal("--powersgd-eps %g must be >= 0", cfg->powersgd_eps);
+}
+
+/* e, m, v and the warm-started Q */
+static size_t psgd_state_memory(const DistOptim *d) { return 3 * d->P * sizeof(float) + d->psgd_kq * sizeof(float); }
+
+const float *distopt_powersgd_q(const DistOptim *d, size_t *n) {
+    *n = d->rule == &rule_powersgd ? d->psgd_kq : 0;
+    return d->rule == &rule_powersgd ? d->psgd_q : NULL;
+}
+
+static const RuleOption psgd_owned[] = {
+    {"powersgd-rank", NULL, "--optimizer powersgd"},
+    {"powersgd-start", NULL, "--optimizer powersgd"},
+    {"powersgd-min-compression", NULL, "--optimizer powersgd"},
+    {"powersgd-eps", NULL, "--optimizer powersgd"},
+};
+
+const UpdateRule rule_powersgd = {
+    .name = "powersgd", .owned = psgd_owned, .n_owned = 4, .kind = OPT_POWERSGD,
+    .check = psgd_check, .init = psgd_init, .bucket_ready = psgd_bucket_ready, .step = psgd_step,
+    .state_bytes = psgd_state_bytes, .save = psgd_save, .blob_payload = psgd_blob_payload, .load = psgd_load,
+    .state_memory = psgd_state_memory, .sync_hash = dist_sync_hash_mv,
+};

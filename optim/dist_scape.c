@@ -38,7 +38,8 @@
  * qerr. The passes run over fixed chunks of at most SCAPE_CHUNK elements in parallel, partial sums added in chunk
  * order, so no result depends on the thread count.
  * Not for: top-k, masks and the update formula of one coordinate (scape.c, scape.h), the collectives (comm.c),
- * the checkpoint blob (dist_state.c), mask statistics (dist_mask_stats.c).
+ * the checkpoint blob (dist_state.c), mask statistics (dist_mask_stats.c), the rule's row and settings
+ * (dist_scape_row.c).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -50,7 +51,7 @@
 #include "optim/mask_code.h"
 
 /* SCAPE's state, the chunks of the step passes and the owners' mask segments (one per rank, in rank order). */
-void scape_init(DistOptim *d) {
+void scape_init(DistOptim *d, size_t owned_total) {
     const ParamTable *tab = d->tab;
     d->slo = 0;
     d->shi = d->P;
@@ -761,9 +762,8 @@ int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
         dist_end_step(d);
         return 1;
     }
-    float sc = 1.0f;
     int clipped = d->cfg.clip > 0 && norm > d->cfg.clip;
-    if (clipped) sc = d->cfg.clip / (norm + 1e-6f);
+    float sc = dist_clip_scale(d->cfg.clip, norm);
 
     if (d->st_on) stats_scape(d, t, d->swapped && !bootstrapped);
     /* next mask from |c| (c still in grads), gathered while the update and the next forward/backward run */
