@@ -193,30 +193,6 @@ int comm_node_id(void) { return C.inited ? C.node_id : 0; }
 const char *comm_host(void) { return C.host[0] ? C.host : "?"; }
 void comm_note_gpu(int device) { C.gpu = device; }
 
-int comm_gpu_for_rank(int local_rank, int local_size, int visible) {
-    (void)local_size; /* ranks beyond the visible GPUs share them round-robin */
-    if (visible <= 1) return 0; /* one visible GPU (CUDA_VISIBLE_DEVICES per task): each rank takes it */
-    return local_rank % visible;
-}
-
-int comm_node_keys_distinct(const char *key) {
-    enum { KEY = 64 };
-    char mine[KEY + 8];
-    memset(mine, 0, sizeof mine);
-    int id = comm_node_id();
-    memcpy(mine, &id, sizeof id);
-    snprintf(mine + 8, KEY, "%s", key);
-    int world = comm_world();
-    char *all = xmalloc((size_t)world * sizeof mine, "node keys");
-    comm_allgather(mine, all, sizeof mine);
-    int distinct = 1;
-    for (int a = 0; a < world && distinct; a++)
-        for (int b = a + 1; b < world && distinct; b++)
-            if (!memcmp(all + (size_t)a * sizeof mine, all + (size_t)b * sizeof mine, sizeof mine)) distinct = 0;
-    free(all);
-    return distinct;
-}
-
 void comm_print_placement(int threads) {
     enum { LINE = 160 };
     char mine[LINE];

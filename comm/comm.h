@@ -76,6 +76,13 @@ void comm_allreduce_max_i64(int64_t *buf, size_t n);
 void comm_bcast(void *buf, size_t bytes, int root);
 /* all-gather of `bytes` from every rank into out (world * bytes). */
 void comm_allgather(const void *in, void *out, size_t bytes);
+/* The ranks-in-sync check of SCAPE.md section 9.3 (host and device updates, at the end of a run): 1 when
+ * SCAPE_CHECK_SYNC=1 is in the environment; then every rank hashes what must be identical everywhere and calls
+ * comm_sync_check, which all-gathers the hashes and fatal()s "sync check: rank R's <state> hash ... differs from
+ * rank 0's ...; the ranks diverged" naming the first rank that differs, or prints on rank 0 "sync check: <same>
+ * identical on N ranks (hash ...)". A collective: every rank calls it. */
+int comm_sync_check_enabled(void);
+void comm_sync_check(uint64_t hash, const char *state, const char *same);
 
 /* Counters since the last call; resets them. */
 void comm_stats_take(CommStats *out);

@@ -303,11 +303,10 @@ static void du_load(Updater *base, const void *const *blobs, const size_t *sizes
     cudaCheck(cudaStreamSynchronize(u->dm.stream));
 }
 
-/* SCAPE_CHECK_SYNC=1 (optim/dist.c's sync check): master weights and floatX copy hashed on every rank and compared;
+/* SCAPE_CHECK_SYNC=1 (comm_sync_check of comm/comm.h): master weights and floatX copy hashed on every rank and compared;
  * one line on rank 0, or fatal() naming the rank that differs. A collective: every rank calls it from free. */
 static void sync_check(DevUpdater *u) {
-    const char *e = getenv("SCAPE_CHECK_SYNC");
-    if (!e || strcmp(e, "1") != 0) return;
+    if (!comm_sync_check_enabled()) return;
     cudaCheck(cudaStreamSynchronize(u->dm.stream));
     float *h = (float *)xmalloc(u->P * sizeof(float), "sync check");
     cudaCheck(cudaMemcpy(h, u->dm.master, u->P * sizeof(float), cudaMemcpyDeviceToHost));
@@ -317,17 +316,7 @@ static void sync_check(DevUpdater *u) {
         hash = fnv1a(hash, h, u->P * sizeof(floatX));
     }
     free(h);
-    uint64_t *all = (uint64_t *)xmalloc((size_t)u->world * sizeof(uint64_t), "sync check");
-    comm_allgather(&hash, all, sizeof hash);
-    for (int r = 1; r < u->world; r++)
-        if (all[r] != all[0])
-            fatal("sync check: rank %d's device parameters hash %016llx differs from rank 0's %016llx; the ranks "
-                  "diverged", r, (unsigned long long)all[r], (unsigned long long)all[0]);
-    if (u->rank == 0)
-        printf("sync check: device parameters identical on %d ranks (hash %016llx)\n", u->world,
-               (unsigned long long)all[0]);
-    fflush(stdout);
-    free(all);
+    comm_sync_check(hash, "device parameters", "device parameters");
 }
 
 static void du_free(Updater *base) {

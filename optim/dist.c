@@ -16,7 +16,7 @@
  *   dist_mask_stats.c  mask stability (Jaccard, kept energy) per slice, on rank 0, when enabled
  *   dist_state.c       every optimizer's checkpoint blob (save, load, other world sizes)
  * Here too, shared by the rules: the zeroing at the end of every step, the gradient norm's fixed-order sum, the
- * SCAPE_CHECK_SYNC check, and the inspection functions of dist.h.
+ * hash of the SCAPE_CHECK_SYNC check (comm_sync_check compares it), and the inspection functions of dist.h.
  * Built with -ffp-contract=off (optim/module.mk) so every rank and every run rounds identically.
  * Not for: the collectives themselves (comm.c), top-k and masks (scape.c), the dense update formulas (optim.c).
  */
@@ -108,21 +108,10 @@ uint64_t dist_sync_hash_mv(DistOptim *d, uint64_t h) {
  * them, and prints one line on rank 0, or fatal() naming the first rank that differs. A collective: every rank
  * calls it from distopt_free. */
 static void sync_check(DistOptim *d) {
-    const char *e = getenv("SCAPE_CHECK_SYNC");
-    if (!e || strcmp(e, "1") != 0) return;
+    if (!comm_sync_check_enabled()) return;
     uint64_t h = dist_fnv1a(1469598103934665603ull, d->params, d->P * sizeof(float));
     if (d->rule->sync_hash) h = d->rule->sync_hash(d, h);
-    uint64_t *all = xmalloc((size_t)d->world * sizeof(uint64_t), "sync check");
-    comm_allgather(&h, all, sizeof h);
-    for (int r = 1; r < d->world; r++)
-        if (all[r] != all[0])
-            fatal("sync check: rank %d's parameters/optimizer state hash %016llx differs from rank 0's %016llx; "
-                  "the ranks diverged", r, (unsigned long long)all[r], (unsigned long long)all[0]);
-    if (d->rank == 0)
-        printf("sync check: parameters and shared optimizer state identical on %d ranks (hash %016llx)\n", d->world,
-               (unsigned long long)all[0]);
-    fflush(stdout);
-    free(all);
+    comm_sync_check(h, "parameters/optimizer state", "parameters and shared optimizer state");
 }
 
 void distopt_free(DistOptim *d) {
