@@ -99,7 +99,6 @@ uint64_t dist_fnv1a(uint64_t h, const void *p, size_t n) {
 uint64_t dist_sync_hash_mv(DistOptim *d, uint64_t h) {
     h = dist_fnv1a(h, d->m, d->P * sizeof(float));
     h = dist_fnv1a(h, d->v, d->P * sizeof(float));
-    if (d->psgd_q) h = dist_fnv1a(h, d->psgd_q, d->psgd_kq * sizeof(float));
     return h;
 }
 
@@ -119,6 +118,7 @@ void distopt_free(DistOptim *d) {
     sync_check(d);
     comm_wait(d->next_h);
     for (int b = 0; b < d->nb; b++) comm_wait(d->bh[b]);
+    if (d->rule->free) d->rule->free(d); /* after the waits: a collective may still use its buffers */
     param_table_bucket_slices_free(d->nb, d->bn, d->bslices);
     free(d->bucket_off); free(d->bucket_numel); free(d->rs_off);
     free(d->bucket_k); free(d->bh); free(d->bstate); free(d->stage); free(d->stage16); free(d->qerr); free(d->rs_out);
@@ -129,11 +129,6 @@ void distopt_free(DistOptim *d) {
     free(d->seg_bytes); free(d->seg_off); free(d->topk_tmp);
     free(d->code_mine); free(d->code_all); free(d->code_sizes);
     free(d->ch_lo); free(d->ch_hi); free(d->ch_q); free(d->ch_slice); free(d->ch_bucket); free(d->ch_ss); free(d->ch_bad);
-    free(d->psgd_rank); free(d->psgd_qoff); free(d->psgd_poff); free(d->psgd_q); free(d->psgd_qbuf);
-    free(d->ob_es); free(d->ob_boff); free(d->ob_send); free(d->ob_recv);
-    if (d->demo_dct)
-        for (int b = 0; b <= d->cfg.demo_chunk; b++) free(d->demo_dct[b]);
-    free(d->demo_dct); free(d->demo_koff); free(d->demo_cnt); free(d->demo_tmp); free(d->demo_bits);
     free(d->age); free(d->ch_ss_stay); free(d->ch_n_stay); free(d->slice_s2);
     free(d->pairs); free(d->pair_off);
     free(d->st_slice); free(d->st_jm); free(d->st_em); free(d->st_jg); free(d->st_eg); free(d->st_g);

@@ -26,6 +26,8 @@ _Static_assert(sizeof(TopkPair) == 8, "topk-ef pairs are 8 bytes on the wire");
 
 struct DistOptim {
     const UpdateRule *rule; /* the rule's row (optim/rule.h): every rule-specific call goes through it */
+    void *state;            /* the rule's own state, a struct private to its file (rule->free frees it); NULL for
+                             * the rules whose state is still the fields below (dense, SCAPE, topk-ef) */
     const ParamTable *tab;
     float *params, *grads; /* (P) the model's buffers */
     DistConfig cfg;
@@ -83,25 +85,6 @@ struct DistOptim {
     double *ch_ss_stay;
     size_t *ch_n_stay;
     float *slice_s2;
-    /* PowerSGD (dist_powersgd.c): per slice its rank r_s (0: not compressed), Q offset and payload offset; the
-     * warm-started Q (shared) and the Q payload (psgd_kq values each); whether the step in flight compresses */
-    size_t *psgd_rank, *psgd_qoff, *psgd_poff, psgd_kq;
-    float *psgd_q, *psgd_qbuf;
-    int psgd_compress;
-    /* 1-bit Adam (dist_onebit_adam.c): the server error (P, nonzero on this rank's chunks), per slice the offset of
-     * its chunk's sign bytes within a block, the block size Bk, the all-to-all's send (also the all-gather's
-     * buffer) and receive blocks (world * Bk bytes each) */
-    float *ob_es;
-    size_t *ob_boff, ob_block;
-    uint8_t *ob_send, *ob_recv;
-    /* DeMo (dist_demo.c): the DCT-II matrices by size (NULL until used), per block its first pair in a rank's part,
-     * the pairs per rank K, the largest block, per coefficient how many ranks sent it, block scratch (3 blocks) and
-     * the block's selection bits; r is delta_i, stage the coefficients, pairs the all-gather */
-    float **demo_dct;
-    size_t *demo_koff, demo_k, demo_maxblk;
-    uint16_t *demo_cnt;
-    float *demo_tmp;
-    uint8_t *demo_bits;
     /* SCAPE's first moment, compact (issue 17): m is zero off the mask it was last updated on (SCAPE.md section 3
      * items 3-4), so it holds only its m_n values on mask_m, packed in payload order (chunk by chunk; ch_qm[c] is
      * chunk c's first). The update pass writes m_t into m_new (at the payload's offsets, ch_q); then the two swap
@@ -208,15 +191,25 @@ void scape_zero_r_unfold(const DistOptim *d, float *out);
  * bf16 payload (fp32: added, as it is 0 there) */
 void scape_zero_r_fold(DistOptim *d, const float *m);
 
-/* ---- dist_onebit_adam.c: 1-bit Adam (formulas in its header) ---- *//* Zeroes the server error off the chunks this rank reduces (after a load that summed every saved rank's). */
-void onebit_keep_own_chunks(DistOptim *d);
 
 /* ---- dist_dense.c: bucket b into stage and its collective (the averaging all-reduce, or with ZeRO-1 the
  * reduce-scatter to the owners): the dense rules' hand-off, also 1-bit Adam's during its warm-up ---- */
 void dense_queue_bucket(DistOptim *d, int b);
-/* SCAPE_CHECK_SYNC's shared state of the rules on e, m, v (topk-ef, powersgd, onebit-adam; dist.c): m, v and
- * PowerSGD's Q, continuing h */
+/* SCAPE_CHECK_SYNC's shared state of the rules on e, m, v (topk-ef, powersgd, onebit-adam; dist.c): m and v,
+ * continuing h */
 uint64_t dist_sync_hash_mv(DistOptim *d, uint64_t h);
+
+/* ---- dist_state.c: what the blobs of the rules share ---- */
+/* The header of this rank's blob: optimizer kind, world, rank, ZeRO, last step, mask flags, P and [slo, shi). */
+BlobHeader dist_blob_header(const DistOptim *d);
+/* e (DistOptim's r), m, v (P each) after the header, and *h = dist_blob_header (the caller adds K and writes it):
+ * the start of the topk-ef, PowerSGD and 1-bit Adam blobs; dist_emv_load reads them back (e by
+ * dist_load_residual) and clears have_cur. */
+void dist_emv_save(const DistOptim *d, void *blob, BlobHeader *h);
+void dist_emv_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, int n_blobs);
+/* DistOptim's r (P) from the (P) floats after each blob's header: this rank's own when the world is unchanged (or
+ * one blob), else the mean over all saved ranks in rank order (SCAPE.md section 8). */
+void dist_load_residual(DistOptim *d, const void *const *blobs, int n_blobs, int saved_world);
 
 /* ---- dist_state.c: each rule's checkpoint blob, the hooks of its row (optim/rule.h; layouts in dist_state.c) ---- */
 size_t dense_state_bytes(const DistOptim *d);
@@ -231,18 +224,6 @@ size_t topk_state_bytes(const DistOptim *d);
 void topk_save(const DistOptim *d, void *blob);
 size_t topk_blob_payload(const BlobHeader *h, int i);
 void topk_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
-size_t psgd_state_bytes(const DistOptim *d);
-void psgd_save(const DistOptim *d, void *blob);
-size_t psgd_blob_payload(const BlobHeader *h, int i);
-void psgd_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
-size_t onebit_state_bytes(const DistOptim *d);
-void onebit_save(const DistOptim *d, void *blob);
-size_t onebit_blob_payload(const BlobHeader *h, int i);
-void onebit_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
-size_t demo_state_bytes(const DistOptim *d);
-void demo_save(const DistOptim *d, void *blob);
-size_t demo_blob_payload(const BlobHeader *h, int i);
-void demo_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
 
 /* ---- dist_mask_stats.c: DistMaskStats of dist.h, on rank 0 ---- */
 /* Fills d->st for step t. gmask/gvec: the raw-gradient mask of this step and the vector its energy is of (SCAPE:

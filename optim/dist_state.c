@@ -1,5 +1,6 @@
 /*
- * optim/dist_state.c - every optimizer's checkpoint blob (distopt_state_bytes / save / load of optim/dist.h) and the
+ * optim/dist_state.c - the checkpoint blobs (distopt_state_bytes / save / load of optim/dist.h, through each rule's
+ * row; the code of the powersgd, onebit-adam and demo blobs is in their own files, on the helpers here) and the
  * same layouts from explicit views for the CUDA trainers' device update (distopt_dense_blob_*, distopt_scape_blob_*),
  * so that host and device write and read each other's checkpoints. A blob is one rank's file of a checkpoint:
  * header, then
@@ -121,7 +122,7 @@ static void load_residual_into(float *r, size_t P, int world, int rank, const vo
     }
     for (size_t j = 0; j < P; j++) r[j] /= (float)n_blobs;
 }
-static void load_residual(DistOptim *d, const void *const *blobs, int n_blobs, int saved_world) {
+void dist_load_residual(DistOptim *d, const void *const *blobs, int n_blobs, int saved_world) {
     load_residual_into(d->r, d->P, d->world, d->rank, blobs, n_blobs, saved_world);
 }
 
@@ -192,7 +193,7 @@ int distopt_scape_blob_load(size_t P, int world, int rank, float *r, uint8_t *ma
 
 /* ---- the blob of each rule (optim/rule.h's state_bytes, save, blob_payload and load) ---- */
 
-static BlobHeader blob_header(const DistOptim *d) {
+BlobHeader dist_blob_header(const DistOptim *d) {
     BlobHeader h = {.magic = DIST_MAGIC, .version = DIST_VERSION, .kind = (int32_t)d->cfg.opt.kind,
                     .world = d->world, .rank = d->rank, .zero = d->cfg.zero, .last_t = d->last_t,
                     .have_cur = d->have_cur, .have_next = d->have_next, .P = d->P, .lo = d->slo, .hi = d->shi};
@@ -275,16 +276,16 @@ void scape_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, co
 }
 
 /* topk-ef, powersgd, onebit-adam: e (P), m (P), v (P), then powersgd's Q (K) or onebit-adam's server error (P) */
-static void emv_save(const DistOptim *d, void *blob, BlobHeader *h) {
-    *h = blob_header(d);
+void dist_emv_save(const DistOptim *d, void *blob, BlobHeader *h) {
+    *h = dist_blob_header(d);
     char *p = (char *)blob + sizeof *h;
     memcpy(p, d->r, d->P * sizeof(float));
     memcpy(p + d->P * sizeof(float), d->m, d->P * sizeof(float));
     memcpy(p + 2 * d->P * sizeof(float), d->v, d->P * sizeof(float));
 }
 /* e_i: this rank's own when the world is unchanged, else the mean over the saved ranks (as SCAPE's r); m, v */
-static void emv_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, int n_blobs) {
-    load_residual(d, blobs, n_blobs, h0->world);
+void dist_emv_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, int n_blobs) {
+    dist_load_residual(d, blobs, n_blobs, h0->world);
     const float *mv = (const float *)((const char *)blobs[0] + sizeof(BlobHeader)) + d->P;
     memcpy(d->m, mv, d->P * sizeof(float));
     memcpy(d->v, mv + d->P, d->P * sizeof(float));
@@ -294,66 +295,12 @@ static void emv_load(DistOptim *d, const BlobHeader *h0, const void *const *blob
 size_t topk_state_bytes(const DistOptim *d) { return sizeof(BlobHeader) + 3 * d->P * sizeof(float); }
 void topk_save(const DistOptim *d, void *blob) {
     BlobHeader h;
-    emv_save(d, blob, &h);
+    dist_emv_save(d, blob, &h);
     memcpy(blob, &h, sizeof h);
 }
 size_t topk_blob_payload(const BlobHeader *h, int i) { return 3 * h->P * sizeof(float); }
 void topk_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs) {
-    emv_load(d, h0, blobs, n_blobs);
-}
-
-size_t psgd_state_bytes(const DistOptim *d) { return sizeof(BlobHeader) + (3 * d->P + d->psgd_kq) * sizeof(float); }
-void psgd_save(const DistOptim *d, void *blob) {
-    BlobHeader h;
-    emv_save(d, blob, &h);
-    memcpy((char *)blob + sizeof h + 3 * d->P * sizeof(float), d->psgd_q, d->psgd_kq * sizeof(float));
-    h.K = d->psgd_kq;
-    memcpy(blob, &h, sizeof h);
-}
-size_t psgd_blob_payload(const BlobHeader *h, int i) { return (3 * h->P + h->K) * sizeof(float); }
-void psgd_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs) {
-    emv_load(d, h0, blobs, n_blobs);
-    if (h0->K != d->psgd_kq)
-        fatal("optimizer state holds %llu PowerSGD Q values, this run needs %zu; resume with the --powersgd-rank "
-              "and --powersgd-min-compression of the checkpoint", (unsigned long long)h0->K, d->psgd_kq);
-    memcpy(d->psgd_q, (const float *)((const char *)blobs[0] + sizeof(BlobHeader)) + 3 * d->P, d->psgd_kq * sizeof(float));
-}
-
-size_t onebit_state_bytes(const DistOptim *d) { return sizeof(BlobHeader) + 4 * d->P * sizeof(float); }
-void onebit_save(const DistOptim *d, void *blob) {
-    BlobHeader h;
-    emv_save(d, blob, &h);
-    memcpy((char *)blob + sizeof h + 3 * d->P * sizeof(float), d->ob_es, d->P * sizeof(float));
-    memcpy(blob, &h, sizeof h);
-}
-size_t onebit_blob_payload(const BlobHeader *h, int i) { return 4 * h->P * sizeof(float); }
-void onebit_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs) {
-    emv_load(d, h0, blobs, n_blobs);
-    /* es: after e, m, v */
-    if (h0->world == d->world) { /* this rank's own (a same-world resume passes just its own blob) */
-        memcpy(d->ob_es, (const float *)((const char *)blobs[n_blobs == 1 ? 0 : d->rank] + sizeof(BlobHeader)) + 3 * d->P,
-               d->P * sizeof(float));
-    } else { /* each saved rank's is zero off its chunks: their sum holds every coordinate's once */
-        memset(d->ob_es, 0, d->P * sizeof(float));
-        for (int i = 0; i < n_blobs; i++) {
-            const float *es = (const float *)((const char *)blobs[i] + sizeof(BlobHeader)) + 3 * d->P;
-            for (size_t j = 0; j < d->P; j++) d->ob_es[j] += es[j];
-        }
-        onebit_keep_own_chunks(d);
-    }
-}
-
-/* demo: delta (P), this rank's own or the mean over the saved ranks (as topk-ef's e) */
-size_t demo_state_bytes(const DistOptim *d) { return sizeof(BlobHeader) + d->P * sizeof(float); }
-void demo_save(const DistOptim *d, void *blob) {
-    BlobHeader h = blob_header(d);
-    memcpy((char *)blob + sizeof h, d->r, d->P * sizeof(float));
-    memcpy(blob, &h, sizeof h);
-}
-size_t demo_blob_payload(const BlobHeader *h, int i) { return h->P * sizeof(float); }
-void demo_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs) {
-    load_residual(d, blobs, n_blobs, h0->world);
-    d->have_cur = 0;
+    dist_emv_load(d, h0, blobs, n_blobs);
 }
 
 /* ---- through the rule's row ---- */

@@ -58,6 +58,8 @@ typedef struct UpdateRule {
     void (*save)(const DistOptim *d, void *blob);
     size_t (*blob_payload)(const BlobHeader *h, int i);
     void (*load)(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
+    /* frees the rule's own state (DistOptim's state pointer; NULL: the rule keeps none), from distopt_free */
+    void (*free)(DistOptim *d);
     /* bytes of optimizer state this rank holds now (distopt_state_memory) */
     size_t (*state_memory)(const DistOptim *d);
     /* the shared state beside the parameters that SCAPE_CHECK_SYNC hashes (dist_fnv1a continued from h); NULL: none */
