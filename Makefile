@@ -112,9 +112,9 @@ FUZZ_HARNESSES := shard loader
 FUZZ_SRC_shard  := test/fuzz/fuzz_shard.c dataloader/shard.c $(COMMON_SRC)
 FUZZ_SRC_loader := test/fuzz/fuzz_loader.c dataloader/shard.c dataloader/dataloader.c $(COMMON_SRC)
 FUZZ_LIBS_loader := -lpthread
-# SCAPE's coded mask segments as received from the mask all-gather (scape/mask_code.c)
+# SCAPE's coded mask segments as received from the mask all-gather (optim/mask_code.c)
 FUZZ_HARNESSES += mask_code
-FUZZ_SRC_mask_code := test/fuzz/fuzz_mask_code.c scape/mask_code.c $(COMMON_SRC)
+FUZZ_SRC_mask_code := test/fuzz/fuzz_mask_code.c optim/mask_code.c $(COMMON_SRC)
 FUZZ_REPLAY_FLAGS_loader := --any-error
 # tokenizer: encode/decode with the real vocabulary (needs `make data`), and the vocabulary loader
 ifneq ($(wildcard tokenizer/bpe.c),)

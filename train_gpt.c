@@ -5,7 +5,7 @@
  * This is the reference every other backend is checked against, and test/test_gpt2.c checks it against PyTorch
  * (dev/ref/gpt2_ref.py). It reads top to bottom: layers as <layer>_forward / <layer>_backward pairs over raw
  * pointers, then the model (table, memory, forward, backward), then model files, then the family.
- * Not for: data, optimizer, logging, checkpoints of training state (common/, scape/).
+ * Not for: data, optimizer, logging, checkpoints of training state (common/, optim/).
  *
  * Shapes: B batch, T sequence length, C channels, NH heads, hs = C/NH head size, L layers, V vocabulary (50257),
  * Vp padded vocabulary (multiple of 128, 50304), maxT the model's maximum sequence length, N = B*T rows.

@@ -8,7 +8,7 @@
  * against PyTorch (dev/ref/llama_ref.py). It reads top to bottom like train_gpt.c: layers as
  * <layer>_forward / <layer>_backward pairs over raw pointers, then the model (table, memory, forward, backward),
  * then model files, then the family.
- * Not for: data, optimizer, logging, checkpoints of training state (common/, scape/), tokenizers (tokenizer/).
+ * Not for: data, optimizer, logging, checkpoints of training state (common/, optim/), tokenizers (tokenizer/).
  *
  * Shapes: B batch, T sequence length, C channels, NH query heads, NKV key/value heads (NH % NKV == 0),
  * hd = C/NH head dimension, KVC = NKV*hd, F the SwiGLU hidden size, L layers, V vocabulary, Vp padded vocabulary

@@ -1,7 +1,7 @@
 /*
  * common/schedule.h - the learning-rate schedule: linear warm-up, then cosine decay to an absolute floor
  * (as in llm.c and nanoGPT; the cosine form is SGDR's, Loshchilov & Hutter, arXiv 1608.03983, eq. 5, one cycle).
- * Not for: SCAPE's density schedule (scape/dist.h, distopt_density).
+ * Not for: SCAPE's density schedule (optim/dist.h, distopt_density).
  */
 #ifndef COMMON_SCHEDULE_H
 #define COMMON_SCHEDULE_H

@@ -1,15 +1,15 @@
 /*
  * cuda/dist.cu - the device-resident parameter update of the CUDA trainers (cuda/dist.h), its entry: the choice of
  * collectives (NCCL, host-staged MPI, none), shared helpers, and device_updater_create's dispatch on the optimizer
- * kind to the file of each update rule, the device counterparts of scape/'s host files:
- *   cuda/dist_dense.cuh        dense AdamW / AdamS, plain or ZeRO-1          (scape/dist_dense.c)
- *   cuda/dist_scape.cuh        SCAPE                                         (scape/dist_scape.c)
- *   cuda/dist_scape_state.cuh  SCAPE's create, free, sync check, checkpoint  (scape/dist_state.c, dist.c)
- *   cuda/dist_mask_stats.cuh   mask statistics of the device SCAPE           (scape/dist_mask_stats.c)
- *   cuda/dist_scape_zero.cuh   SCAPE with ZeRO-1: reduce-scatter, sparse sync (scape/dist_scape_zero.c)
+ * kind to the file of each update rule, the device counterparts of optim/'s host files:
+ *   cuda/dist_dense.cuh        dense AdamW / AdamS, plain or ZeRO-1          (optim/dist_dense.c)
+ *   cuda/dist_scape.cuh        SCAPE                                         (optim/dist_scape.c)
+ *   cuda/dist_scape_state.cuh  SCAPE's create, free, sync check, checkpoint  (optim/dist_state.c, dist.c)
+ *   cuda/dist_mask_stats.cuh   mask statistics of the device SCAPE           (optim/dist_mask_stats.c)
+ *   cuda/dist_scape_zero.cuh   SCAPE with ZeRO-1: reduce-scatter, sparse sync (optim/dist_scape_zero.c)
  * The rule files are included below: one translation unit per precision (floatX), compiled by cuda/mk/dist.mk.
  * topk-ef has no device update (create returns NULL: the host path runs it). Kernels: cuda/optimizer.cuh
- * (scape/optim.c's formulas) and cuda/scape.cuh (scape/scape.c's).
+ * (optim/optim.c's formulas) and cuda/scape.cuh (optim/scape.c's).
  */
 #include <math.h>
 #include <stdio.h>
@@ -24,9 +24,9 @@
 #endif
 extern "C" {
 #include "common/util.h"
-#include "scape/comm.h"
-#include "scape/dist.h"
-#include "scape/scape.h"
+#include "comm/comm.h"
+#include "optim/dist.h"
+#include "optim/scape.h"
 }
 
 #ifdef ENABLE_NCCL
@@ -104,7 +104,7 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
 
 
 #ifdef ENABLE_NCCL
-/* comm_iallreduce_avg_bf16 (scape/comm.h) over NCCL on the communication stream, with the same parts and the same
+/* comm_iallreduce_avg_bf16 (comm/comm.h) over NCCL on the communication stream, with the same parts and the same
  * arithmetic: an all-to-all of the parts (grouped send/recv; this rank's own part by a device copy), the owner's
  * mean (scape_bf16_mean) into its part of p16 and of err, then every part broadcast from its owner. err (n) gets
  * 0 outside this rank's part. recv16: scratch of world * (the largest part, comm_part) values. Used by the device SCAPE's bf16

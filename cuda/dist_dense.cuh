@@ -1,5 +1,5 @@
 /*
- * cuda/dist_dense.cuh - the device-resident dense update (AdamW / AdamS, plain or ZeRO-1): scape/dist_dense.c's
+ * cuda/dist_dense.cuh - the device-resident dense update (AdamW / AdamS, plain or ZeRO-1): optim/dist_dense.c's
  * path (buckets, averaging all-reduce or ZeRO-1 reduce-scatter, norm, clip, skip, AdamW/AdamS, all-gather, zeroed
  * gradients) with the state on the GPU, step for step in the same order and with the same rounding, so that master
  * weights, moments and checkpoint blobs equal the CPU update's bit for bit (given the same gradients and ranks).
@@ -15,7 +15,7 @@
  * the parameter all-gather (ncclBroadcast from each owner of its range) waits on ev_update, recorded after the
  * update, and the compute stream waits on ev_gather before it rebuilds the floatX copy of the other ranks' slices.
  * MPI (host-staged): bucket_ready downloads the bucket's slices into pinned memory on the communication stream,
- * waits for that, and queues scape/comm.h's averaging all-reduce (or reduce-scatter) on the communication thread;
+ * waits for that, and queues comm/comm.h's averaging all-reduce (or reduce-scatter) on the communication thread;
  * step() waits for the jobs and uploads the results. One rank: no collective at all. step() ends by zeroing the
  * gradients on the compute stream and recording dm.grads_free after it (cuda/device_model.h's protocol).
  * Gradients travel in fp32, as on the host path, so comm_bytes_* in log.jsonl mean the same on both.
@@ -65,7 +65,7 @@ static int owned(const DevUpdater *u, int slice) { return owner_of(u, slice) == 
 
 /* ---- buckets ---- */
 
-/* Hands bucket b's gradients to the collectives (scape/dist_dense.c's dense_queue_bucket). */
+/* Hands bucket b's gradients to the collectives (optim/dist_dense.c's dense_queue_bucket). */
 static void queue_bucket(DevUpdater *u, int b) {
     const ParamTable *tab = u->tab;
     size_t n = u->bucket_numel[b];
@@ -119,7 +119,7 @@ static void du_bucket_ready(void *ctx, int bucket) {
 }
 
 /* After the step's collectives: the averaged gradients (this rank's owned slices with ZeRO-1) in dm.grads,
- * ordered before whatever the compute stream does next (scape/dist_dense.c's dense_unpack_bucket). */
+ * ordered before whatever the compute stream does next (optim/dist_dense.c's dense_unpack_bucket). */
 static void finish_buckets(DevUpdater *u) {
     if (u->world == 1) return;
     if (u->nccl) {
@@ -143,7 +143,7 @@ static void finish_buckets(DevUpdater *u) {
 
 /* zeroed gradients for the next step, then dm.grads_free (on the compute stream, as the zeroing: the model's
  * wait on it is a no-op here, but the protocol of cuda/device_model.h is the same for every update); buckets
- * unqueued (scape/dist.c's dist_end_step) */
+ * unqueued (optim/dist.c's dist_end_step) */
 static void end_step(DevUpdater *u) {
     cudaCheck(cudaMemsetAsync(u->dm.grads, 0, u->P * sizeof(float), u->dm.stream));
     cudaCheck(cudaEventRecord(u->dm.grads_free, u->dm.stream));
@@ -164,7 +164,7 @@ static void rebuild_copy(DevUpdater *u, int t, int all) {
     }
 }
 
-/* ZeRO-1: every rank's updated range to every rank (scape/dist_dense.c: comm_iallgatherv of params) */
+/* ZeRO-1: every rank's updated range to every rank (optim/dist_dense.c: comm_iallgatherv of params) */
 static void gather_params(DevUpdater *u, int t) {
     if (u->world == 1) {
         comm_stats_add(COMM_ALLGATHER, 4ull * u->P, 0.0);
@@ -199,7 +199,7 @@ static void gather_params(DevUpdater *u, int t) {
     rebuild_copy(u, t, 0);
 }
 
-/* scape/dist_dense.c's dense_step on the device */
+/* optim/dist_dense.c's dense_step on the device */
 static int du_step(Updater *base, int t, float lr, float *grad_norm) {
     DevUpdater *u = du(base);
     if (t < 1) fatal("device update: step %d < 1; steps count from 1", t);
@@ -260,7 +260,7 @@ static float du_density(const Updater *u, int t) { return 1.0f; }
 static void du_mask_stats_enable(Updater *u, int on) {}
 static const DistMaskStats *du_mask_stats(const Updater *u) { return NULL; }
 
-/* ---- checkpoint blob: distopt_save's dense layout, through scape/dist_state.c's helpers ---- */
+/* ---- checkpoint blob: distopt_save's dense layout, through optim/dist_state.c's helpers ---- */
 
 static size_t du_state_bytes(const Updater *base) {
     const DevUpdater *u = du(base);
@@ -303,11 +303,10 @@ static void du_load(Updater *base, const void *const *blobs, const size_t *sizes
     cudaCheck(cudaStreamSynchronize(u->dm.stream));
 }
 
-/* SCAPE_CHECK_SYNC=1 (scape/dist.c's sync check): master weights and floatX copy hashed on every rank and compared;
+/* SCAPE_CHECK_SYNC=1 (comm_sync_check of comm/comm.h): master weights and floatX copy hashed on every rank and compared;
  * one line on rank 0, or fatal() naming the rank that differs. A collective: every rank calls it from free. */
 static void sync_check(DevUpdater *u) {
-    const char *e = getenv("SCAPE_CHECK_SYNC");
-    if (!e || strcmp(e, "1") != 0) return;
+    if (!comm_sync_check_enabled()) return;
     cudaCheck(cudaStreamSynchronize(u->dm.stream));
     float *h = (float *)xmalloc(u->P * sizeof(float), "sync check");
     cudaCheck(cudaMemcpy(h, u->dm.master, u->P * sizeof(float), cudaMemcpyDeviceToHost));
@@ -317,17 +316,7 @@ static void sync_check(DevUpdater *u) {
         hash = fnv1a(hash, h, u->P * sizeof(floatX));
     }
     free(h);
-    uint64_t *all = (uint64_t *)xmalloc((size_t)u->world * sizeof(uint64_t), "sync check");
-    comm_allgather(&hash, all, sizeof hash);
-    for (int r = 1; r < u->world; r++)
-        if (all[r] != all[0])
-            fatal("sync check: rank %d's device parameters hash %016llx differs from rank 0's %016llx; the ranks "
-                  "diverged", r, (unsigned long long)all[r], (unsigned long long)all[0]);
-    if (u->rank == 0)
-        printf("sync check: device parameters identical on %d ranks (hash %016llx)\n", u->world,
-               (unsigned long long)all[0]);
-    fflush(stdout);
-    free(all);
+    comm_sync_check(hash, "device parameters", "device parameters");
 }
 
 static void du_free(Updater *base) {

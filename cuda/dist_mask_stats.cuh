@@ -1,5 +1,5 @@
 /*
- * cuda/dist_mask_stats.cuh - mask statistics of the device SCAPE (scape/dist_mask_stats.c on the device, the same
+ * cuda/dist_mask_stats.cuh - mask statistics of the device SCAPE (optim/dist_mask_stats.c on the device, the same
  * DistMaskStats values): while enabled, rank 0 copies g_i per bucket, and at the step computes G_t (scape.cuh's
  * top-k) and the per-slice popcounts and energies on the device (scape_mask_stats); the host only divides.
  * Jaccards equal the host's exactly; energies to the rounding of double sums added in another order. Nothing is
@@ -42,7 +42,7 @@ static void sd_mask_stats_enable(Updater *base, int on) {
     u->st_gprev_t = -1;
 }
 
-/* scape/dist_mask_stats.c's stats_scape at step t on the device, enqueued after the skip decision and before the update: G_t =
+/* optim/dist_mask_stats.c's stats_scape at step t on the device, enqueued after the skip decision and before the update: G_t =
  * top-k_s of |g_i| (the density in force at t) per sparse slice from d_st_g, then per slice the popcounts and
  * energies of (M_t, M_{t-1}, c_i) and (G_t, G_{t-1}, g_i) (c_i is still in dm.grads; M_{t-1} is d_next after
  * this step's swap, have_mprev) and their download; sd_mask_stats waits for it. G_t becomes G_{t-1}. */
@@ -79,7 +79,7 @@ static double scape_dev_jaccard(const ScapeMaskStatsSums *x) { return x->uni ? (
 static double scape_dev_energy(const ScapeMaskStatsSums *x) { return x->all > 0 ? x->kept / x->all : 1.0; }
 
 /* distopt_mask_stats on the device: the last completed step's statistics (waits for their download the first
- * time it is asked), or NULL (off, skipped step, ranks other than 0). Means by scape/dist_mask_stats.c's distopt_mask_stats_means. */
+ * time it is asked), or NULL (off, skipped step, ranks other than 0). Means by optim/dist_mask_stats.c's distopt_mask_stats_means. */
 static const DistMaskStats *sd_mask_stats(const Updater *base) {
     ScapeDev *u = sdu(base);
     if (u->st_pending) {

@@ -1,5 +1,5 @@
 /*
- * cuda/dist_scape.cuh - SCAPE (../shared/SCAPE.md) as a device-resident Updater (trainer/updater.h): scape/dist_scape.c's
+ * cuda/dist_scape.cuh - SCAPE (../shared/SCAPE.md) as a device-resident Updater (trainer/updater.h): optim/dist_scape.c's
  * SCAPE path (scape_begin, scape_c_bucket, scape_queue_bucket, scape_make_mask, scape_collect_next,
  * scape_norm_pass, scape_update_pass, scape_step, the SCAPE checkpoint blob) with r, m, masks and payload on the
  * GPU and cuda/scape.cuh's kernels doing the arithmetic, in the same order and with the same rounding, so that in
@@ -9,7 +9,7 @@
  * Included by cuda/dist.cu (one translation unit: it reuses that file's helpers); device_updater_create
  * hands --optimizer scape to scape_updater_create.
  *
- * Per step t (mirroring scape/dist_scape.c):
+ * Per step t (mirroring optim/dist_scape.c):
  *   first bucket (begin):  wait for M_t's all-gather (made at t-1), OR the owners' segments into the next-mask
  *                          words, swap it in as M_t; per bucket the payload offsets of M_t; K_b on the host (the
  *                          collectives need the counts) from the density M_t was made with, checked against the
@@ -19,7 +19,7 @@
  *                          host) and c on M_t compacted into the payload (bucket b's part starts at the bucket's
  *                          element offset in bucket order, dist.c's bucket_off); then the averaging all-reduce of
  *                          K_b values: NCCL on the communication stream (sum, then / N), or host-staged MPI
- *                          (download on the communication stream, scape/comm.h's job), or nothing with one rank
+ *                          (download on the communication stream, comm/comm.h's job), or nothing with one rank
  *   step():                (step 1 without a mask: c for all buckets, M_1 = all ones or the owners' top-k gathered
  *                          at once); wait for the payloads; sum g_hat^2 on M_t; the non-finite check of c (any
  *                          rank, one control all-reduce as dist.c); skip, or clip factor; the masked AdamS update
@@ -53,7 +53,7 @@
  * stream takes it back to h_r. ev_stage_free[i] follows the last use of buffer i (kernel or copy) on whichever
  * stream; ev_stage_ready[i] the last hand-over. Same kernels (the per-slice variants), same arithmetic: results
  * equal those without offload bit for bit.
- * bf16 payload (--scape-payload bf16, scape/dist.h): each bucket's payload is rounded to bf16 on the
+ * bf16 payload (--scape-payload bf16, optim/dist.h): each bucket's payload is rounded to bf16 on the
  * communication stream and averaged exactly as comm_iallreduce_avg_bf16 does (host-staged: that function; NCCL:
  * scape_nccl_allreduce_bf16, an all-to-all, the owner's mean kernel, broadcasts of the parts), the rounding errors
  * go to r in the update (cuda/scape.cuh); one rank rounds in place. Bitwise the host's in fp32.
@@ -63,7 +63,7 @@
  * mask's top-k is queued on cs (the next forward waits for the sync, not for the top-k); the branches below call it
  * where the step differs.
  * Mask statistics (sd_mask_stats_enable, sd_mask_stats: distopt_mask_stats_enable / distopt_mask_stats of
- * scape/dist.h, same values): rank 0 copies g_i per bucket while enabled, and at the step computes G_t (the top-k
+ * optim/dist.h, same values): rank 0 copies g_i per bucket while enabled, and at the step computes G_t (the top-k
  * of scape.cuh) and the per-slice popcounts and energies on the device (scape_mask_stats); the host only divides.
  * Jaccards equal dist.c's exactly; energies to the rounding of double sums added in another order. Nothing is
  * allocated or run while they are off.
@@ -104,7 +104,7 @@ typedef struct {
     size_t *seg_bytes, *seg_off, seg_total;
     float *d_payload;      /* (P) compact payload by bucket */
     float *h_payload;      /* pinned (P) (world > 1, MPI) */
-    int bf16;              /* --scape-payload bf16 (scape/dist.h: payload_bf16) */
+    int bf16;              /* --scape-payload bf16 (optim/dist.h: payload_bf16) */
     uint16_t *d_payload16; /* (P) bf16: the payload as sent, then b (world > 1) */
     float *d_qerr;         /* (P) bf16: the mean's rounding errors on this rank's parts, 0 elsewhere (world > 1) */
     uint16_t *d_recv16;    /* bf16, NCCL: one bucket's part of every rank (world * the largest part) */
@@ -128,7 +128,7 @@ typedef struct {
     cudaEvent_t ev_c;      /* compute stream, once c in dm.grads is final: cs waits for it before the owners' top-k */
     cudaEvent_t ev_gather; /* cs, after the owners' top-k (and NCCL's broadcasts): d_seg holds M_{t+1}'s segments */
     cudaEvent_t ev_used;   /* compute stream, after the step's last read of dm.grads: cs waits before zeroing it */
-    /* SCAPE with ZeRO-1 (--zero 1; scape/dist_scape_zero.c, see the top of this file) */
+    /* SCAPE with ZeRO-1 (--zero 1; optim/dist_scape_zero.c, see the top of this file) */
     int zero;
     size_t mlo, mhi;       /* this rank's owned range */
     /* m compact (as the host's): this rank's m_{t-1} on its mask in memory order; see ScapeCompactM (scape.cuh) */
@@ -140,7 +140,7 @@ typedef struct {
     int *d_tile_mo;        /* (ntiles_all) each bucket tile's index in mo */
     int *bt0, *bt1;        /* per bucket: this rank's tiles in plan[b], [bt0, bt1) */
     int *tile_base, ntiles_all; /* per bucket: its first tile among all buckets' tiles; their number */
-    int *tile_chunk;       /* (ntiles_all) the host's chunk (scape/dist_scape.c) of each tile */
+    int *tile_chunk;       /* (ntiles_all) the host's chunk (optim/dist_scape.c) of each tile */
     size_t nch;            /* the host's number of chunks */
     float *d_ez;           /* (P) bf16 payload: what the unsharded r holds on m's mask (the rounding losses), 0 off it */
     uint16_t *h_rs16;      /* pinned (bf16, MPI, world > 1): the owned bf16 means the reduce-scatters deliver */
@@ -237,7 +237,7 @@ static void scape_swap_masks(ScapeDev *u) {
     u->next_dens = td;
 }
 
-/* scape/dist_scape.c's scape_collect_next: wait for the all-gather of the mask made last step, assemble d_next on the compute
+/* optim/dist_scape.c's scape_collect_next: wait for the all-gather of the mask made last step, assemble d_next on the compute
  * stream, which waits for ev_gather first (the owners' top-k and NCCL's broadcasts on cs; host-staged, the host
  * synchronised cs after the top-k already, and the other ranks' segments come from the host here). Every
  * scape_dev_make_mask is followed by one call of this, so a caller that then synchronises the compute stream
@@ -262,7 +262,7 @@ static void scape_dev_collect_next(ScapeDev *u) {
     u->have_next = 1;
 }
 
-/* scape/dist_scape.c's scape_make_mask on the communication stream, which first waits for ev_c (the caller records it on the
+/* optim/dist_scape.c's scape_make_mask on the communication stream, which first waits for ev_c (the caller records it on the
  * compute stream once c is final in dm.grads; the compute stream may run on meanwhile, it only reads c): top-k
  * of |c| over this rank's owned slices at density dens into its segment, then the all-gather of all segments
  * (NCCL broadcasts on cs, or the own segment downloaded on cs for the host's), then ev_gather on cs; collected by
@@ -387,7 +387,7 @@ static void scape_dev_momentum(ScapeDev *u, int b, const uint32_t *mask) {
     cudaStream_t s = u->dm.stream;
     float *payload = u->d_payload + u->bucket_off[b];
     const ScapeBucketPlan *pl = &u->plan[b];
-    if (u->st_step) /* the statistics' g_i, before c overwrites it (scape/dist_scape.c's scape_c_bucket) */
+    if (u->st_step) /* the statistics' g_i, before c overwrites it (optim/dist_scape.c's scape_c_bucket) */
         for (int k = 0; k < u->bn[b]; k++) {
             const ParamSlice *sl = &u->tab->slices[u->bslices[b][k]];
             if (sl->numel)
@@ -456,7 +456,7 @@ static void scape_dev_c_and_queue(ScapeDev *u, int b) {
     scape_dev_comm_bucket(u, b);
 }
 
-/* scape/dist_scape.c's scape_begin: at the step's first bucket M_t becomes the current mask */
+/* optim/dist_scape.c's scape_begin: at the step's first bucket M_t becomes the current mask */
 static void scape_dev_begin(ScapeDev *u) {
     u->step_begun = 1;
     u->swapped = 0;
@@ -484,7 +484,7 @@ static void sd_bucket_ready(void *ctx, int bucket) {
     scape_dev_c_and_queue(u, bucket);
 }
 
-/* scape/dist.c's dist_end_step: dm.grads zeroed on the communication stream, after the compute stream's reads of this step
+/* optim/dist.c's dist_end_step: dm.grads zeroed on the communication stream, after the compute stream's reads of this step
  * (ev_used: the update's c, the statistics) and after whatever cs has queued (the owners' top-k reads c there),
  * then dm.grads_free recorded on cs for the model's next writes (cuda/device_model.h); the buckets unqueued. */
 static void scape_dev_end_step(ScapeDev *u) {
@@ -504,7 +504,7 @@ static void scape_dev_stats(ScapeDev *u, int t, int have_mprev);
 
 /* ---- the step ---- */
 
-/* scape/dist_scape.c's scape_step on the device */
+/* optim/dist_scape.c's scape_step on the device */
 static int sd_step(Updater *base, int t, float lr, float *grad_norm) {
     ScapeDev *u = sdu(base);
     if (t < 1) fatal("distopt_step: step %d < 1; steps count from 1", t);

@@ -1,11 +1,11 @@
 /*
  * cuda/dist_scape_state.cuh - the device SCAPE's life cycle and checkpoint: scape_updater_create (state, streams,
- * events, plans, the collectives' buffers), the checkpoint blob through scape/dist_state.c's distopt_scape_blob_*
+ * events, plans, the collectives' buffers), the checkpoint blob through optim/dist_state.c's distopt_scape_blob_*
  * (the host's exact layout, so either path resumes the other's checkpoints), the SCAPE_CHECK_SYNC check and free.
  * Part of cuda/dist.cu's translation unit, after cuda/dist_scape.cuh and cuda/dist_mask_stats.cuh.
  */
 
-/* ---- checkpoint blob: distopt_save's SCAPE layout through scape/dist_state.c's distopt_scape_blob_* ---- */
+/* ---- checkpoint blob: distopt_save's SCAPE layout through optim/dist_state.c's distopt_scape_blob_* ---- */
 
 static unsigned long long scape_dev_count_cur(ScapeDev *u) {
     if (!u->have_cur) return 0;
@@ -110,10 +110,9 @@ static void sd_load(Updater *base, const void *const *blobs, const size_t *sizes
 }
 
 /* SCAPE_CHECK_SYNC=1: master, floatX copy, m (not with ZeRO-1: each rank holds its own part) and masks hashed on
- * every rank and compared (dist.c's sync check). */
+ * every rank and compared (comm_sync_check of comm/comm.h). */
 static void scape_dev_sync_check(ScapeDev *u) {
-    const char *e = getenv("SCAPE_CHECK_SYNC");
-    if (!e || strcmp(e, "1") != 0) return;
+    if (!comm_sync_check_enabled()) return;
     scape_dev_collect_next(u);
     cudaCheck(cudaStreamSynchronize(u->dm.stream));
     float *h = (float *)xmalloc(u->P * sizeof(float), "sync check");
@@ -136,17 +135,7 @@ static void scape_dev_sync_check(ScapeDev *u) {
         hash = fnv1a(hash, h, mask_bytes(u->P));
     }
     free(h);
-    uint64_t *all = (uint64_t *)xmalloc((size_t)u->world * sizeof(uint64_t), "sync check");
-    comm_allgather(&hash, all, sizeof hash);
-    for (int r = 1; r < u->world; r++)
-        if (all[r] != all[0])
-            fatal("sync check: rank %d's device parameters/SCAPE state hash %016llx differs from rank 0's %016llx; "
-                  "the ranks diverged", r, (unsigned long long)all[r], (unsigned long long)all[0]);
-    if (u->rank == 0)
-        printf("sync check: device parameters and shared SCAPE state identical on %d ranks (hash %016llx)\n", u->world,
-               (unsigned long long)all[0]);
-    fflush(stdout);
-    free(all);
+    comm_sync_check(hash, "device parameters/SCAPE state", "device parameters and shared SCAPE state");
 }
 
 static void sd_free(Updater *base) {

@@ -1,6 +1,6 @@
 /*
  * cuda/dist_scape_zero.cuh - the device SCAPE with ZeRO-1 (--zero 1; issue 17): the parts of cuda/dist_scape.cuh's
- * step that differ, the counterpart of scape/dist_scape_zero.c with the same arithmetic, so that in fp32 the
+ * step that differ, the counterpart of optim/dist_scape_zero.c with the same arithmetic, so that in fp32 the
  * master weights, masks and checkpoint blobs equal the host's sharded (and so the unsharded) SCAPE bit for bit.
  * Part of cuda/dist.cu's translation unit, after cuda/dist_scape.cuh.
  *
@@ -30,7 +30,7 @@
  *              into the others' r; then the owners' updated params the same way, scattered into the master
  *              weights and the floatX copy (rounded as the owner rounded its own)
  * Collectives per step: the host's exactly (calls and bytes per kind), so log.jsonl reads the same.
- * Checkpoints keep the unsharded layout (scape/dist_state.c): m gathered from the owners at the save (a
+ * Checkpoints keep the unsharded layout (optim/dist_state.c): m gathered from the owners at the save (a
  * collective: every rank saves), r saved unfolded; a load folds beta1 m into r. So either path, sharded or
  * not, resumes the other's checkpoints, on any number of ranks.
  * The bf16 payload (--scape-payload bf16): the owners reduce in bf16 as comm_ireduce_scatter_avg_bf16 does (NCCL:
@@ -322,7 +322,7 @@ static void scape_zero_receive(ScapeDev *u) {
     }
 }
 
-/* scape/dist_scape_zero.c's scape_zero_reduce_norm: the owners' per-tile sums of g_hat^2, added per host chunk
+/* optim/dist_scape_zero.c's scape_zero_reduce_norm: the owners' per-tile sums of g_hat^2, added per host chunk
  * in tile order, and this rank's bad-c flag (u->h_ctl, already downloaded and synchronised by the caller's
  * stream sync: call scape_zero_norm_enqueue before it) in the one control all-reduce; returns the sum of the
  * chunk sums in chunk order, *bad = some rank saw a non-finite c. */
@@ -442,7 +442,7 @@ static void scape_zero_allgather(ScapeDev *u) {
     }
 }
 
-/* scape/dist_scape_zero.c's scape_zero_sync after the update: the owners' m_t folded into the others' r
+/* optim/dist_scape_zero.c's scape_zero_sync after the update: the owners' m_t folded into the others' r
  * (r = fl(beta1 m_t) on M_t; the owners wrote theirs in the update), then their params on M_t into the others'
  * master weights and floatX copies. Compute stream; d_payload is free (the update has read the averages). */
 static void scape_zero_sync(ScapeDev *u, const ScapeUpdateArgs *a) {
@@ -498,7 +498,7 @@ static void scape_zero_save_state(ScapeDev *u, float *m, float *r) {
 }
 
 /* A loaded state into the sharded layout, part 1 (before r is uploaded): r += beta1 m on the mask m is on (mc,
- * when hc), scape/dist_scape_zero.c's scape_zero_r_fold (bf16: r there moves to ez, r = beta1 m). */
+ * when hc), optim/dist_scape_zero.c's scape_zero_r_fold (bf16: r there moves to ez, r = beta1 m). */
 static void scape_zero_load_state(ScapeDev *u, const float *m, float *r, const uint8_t *mc, int hc) {
     if (u->d_ez) cudaCheck(cudaMemset(u->d_ez, 0, u->P * sizeof(float)));
     if (!hc) return;

@@ -37,9 +37,9 @@ CUDA_LIBS := -lcublasLt -lcublas $(CUDNN_LIBS)
 
 # kernel tests: dev/cuda/<name>.cu -> $(CUDA_BUILD)/test_<name>; each checks its kernels against a CPU reference
 CUDA_KERNEL_TESTS := encoder layernorm gelu matmul attention classifier optimizer global_norm
-# the optimizer test checks the device AdamW/AdamS against scape/optim.c itself
-$(CUDA_BUILD)/test_optimizer: $(BUILD)/scape/optim.o $(COMMON_OBJ)
-$(CUDA_BUILD)/test_optimizer: CUDA_EXTRA_OBJ = $(BUILD)/scape/optim.o $(COMMON_OBJ) -Xcompiler -fopenmp
+# the optimizer test checks the device AdamW/AdamS against optim/optim.c itself
+$(CUDA_BUILD)/test_optimizer: $(BUILD)/optim/optim.o $(COMMON_OBJ)
+$(CUDA_BUILD)/test_optimizer: CUDA_EXTRA_OBJ = $(BUILD)/optim/optim.o $(COMMON_OBJ) -Xcompiler -fopenmp
 
 $(CUDA_BUILD)/test_%: dev/cuda/%.cu
 	@mkdir -p $(dir $@)
@@ -85,7 +85,7 @@ endif
 $(BUILD)/cuda/gpt2_host_noblas.o: cuda/gpt2_host.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Icuda/fallback -c $< -o $@
-$(BUILD)/cuda/test_gpt2cu $(BUILD)/cuda-fp32/test_gpt2cu: %/test_gpt2cu: %/test_gpt2cu.o $(GPT2_HOST_TEST_OBJ) $(BUILD)/scape/optim.o $(COMMON_OBJ)
+$(BUILD)/cuda/test_gpt2cu $(BUILD)/cuda-fp32/test_gpt2cu: %/test_gpt2cu: %/test_gpt2cu.o $(GPT2_HOST_TEST_OBJ) $(BUILD)/optim/optim.o $(COMMON_OBJ)
 	$(CC) $(CFLAGS) $^ -o $@ $(GPT2_HOST_TEST_LIBS) $(LDLIBS) $(CUDA_TRAIN_LIBS)
 CUDA_MODEL_TESTS := $(BUILD)/cuda/test_gpt2cu $(BUILD)/cuda-fp32/test_gpt2cu
 

@@ -1,10 +1,10 @@
 /*
  * cuda/optimizer.cuh - AdamW and AdamS parameter updates on the device with exactly the formulas and rounding of
- * scape/optim.c (so fp32 master weights match the CPU bit for bit): fp32 master weights and moments, floatX
+ * optim/optim.c (so fp32 master weights match the CPU bit for bit): fp32 master weights and moments, floatX
  * gradients, and a floatX parameter copy for the next forward, written with stochastic rounding from a
  * reproducible per-tensor/per-step seed (sr_seed in common.cuh). Plus the deterministic global gradient norm.
  * Intrinsics (__fmul_rn, ...) keep nvcc from contracting into FMAs, which the CPU build (-ffp-contract=off) never
- * does. Not for: SCAPE's masked update (scape/).
+ * does. Not for: SCAPE's masked update (optim/).
  */
 #ifndef CUDA_OPTIMIZER_CUH
 #define CUDA_OPTIMIZER_CUH
@@ -12,7 +12,7 @@
 #include <math.h>
 #include "cuda/common.cuh"
 
-/* AdamW (Loshchilov & Hutter, arXiv 1711.05101, Algorithm 2, Adam bias correction), see scape/optim.h:
+/* AdamW (Loshchilov & Hutter, arXiv 1711.05101, Algorithm 2, Adam bias correction), see optim/optim.h:
  *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p -= lr * ( (m/bc1) / (sqrt(v/bc2) + eps) + wd * p ) */
 template <typename TG>
 __global__ static void adamw_kernel(float *master, floatX *copy, const TG *grad, float *m, float *v, long n,
@@ -50,7 +50,7 @@ __global__ static void adams_kernel(float *master, floatX *copy, const TG *grad,
 }
 
 /* One AdamW step on one tensor of n elements (t >= 1 the step; wd 0 for gains and biases). Bias corrections
- * are computed in double and cast, like scape/optim.c. copy may be NULL (no floatX copy wanted). The gradient
+ * are computed in double and cast, like optim/optim.c. copy may be NULL (no floatX copy wanted). The gradient
  * is floatX (the kernel tests) or float (the device update's averaged fp32 gradient, cuda/dist.cu). Element
  * i of the copy is rounded with hash_u32(i, seed): i counts from the pointer passed, so pass whole tensors. */
 template <typename TG>
@@ -115,7 +115,7 @@ static void grad_accumulate(float *acc, const floatX *g, long n, cudaStream_t s)
     cudaCheckLaunch();
 }
 
-/* x[i] = x[i] / N: the averaging of a summed all-reduce, the division scape/comm.c does after MPI's sum */
+/* x[i] = x[i] / N: the averaging of a summed all-reduce, the division comm/comm.c does after MPI's sum */
 __global__ static void div_f32_kernel(float *x, long n, float N) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = __fdiv_rn(x[i], N);
@@ -126,7 +126,7 @@ static void div_f32(float *x, long n, float N, cudaStream_t s) {
     cudaCheckLaunch();
 }
 
-/* x[i] *= sc in fp32 (gradient clipping of the averaged gradient, as scape/dist_dense.c's dense_step) */
+/* x[i] *= sc in fp32 (gradient clipping of the averaged gradient, as optim/dist_dense.c's dense_step) */
 __global__ static void scale_f32_kernel(float *x, long n, float sc) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = __fmul_rn(x[i], sc);
@@ -150,7 +150,7 @@ static void sr_copy(floatX *copy, const float *master, long n, uint32_t seed, cu
     cudaCheckLaunch();
 }
 
-/* Sum of squares in float64 exactly as scape/dist.c's dist_sumsq (its header gives the order): chunk c covers
+/* Sum of squares in float64 exactly as optim/dist.c's dist_sumsq (its header gives the order): chunk c covers
  * [c*SUMSQ_CHUNK, ...) of x (n floats) and is one block of SUMSQ_LANES threads; lane l adds the squares of
  * elements l, l + SUMSQ_LANES, ... of the chunk in turn ((double)x * (double)x, then add, each rounded: no FMA),
  * then the lanes are added by the fixed halving tree lane[l] += lane[l + w], w = SUMSQ_LANES/2 .. 1; part[c] gets

@@ -1,6 +1,6 @@
 /*
  * cuda/scape.cuh - SCAPE's device kernels (../shared/SCAPE.md section 3), each the counterpart of a CPU function
- * in scape/scape.c or scape/dist.c with the same formulas in the same order: the arithmetic uses __fmul_rn /
+ * in optim/scape.c or optim/dist.c with the same formulas in the same order: the arithmetic uses __fmul_rn /
  * __fadd_rn / ... intrinsics so nvcc cannot contract it into FMAs (the CPU build uses -ffp-contract=off), hence
  * every fp32 result equals the CPU's bit for bit. What is here:
  *   bucket plan       a gradient bucket (its slices in memory order) cut into tiles of SCAPE_TILE elements
@@ -9,18 +9,18 @@
  *   momentum_compact  c = b1 m + (1-b1) g + r on every coordinate, the masked c compacted into the payload
  *                     (scape_corrected_momentum + scape_gather_masked); per bucket, or per slice with r and c
  *                     in a staging buffer of the slice (residual offload)
- *   norm              sum of g_hat^2 over the mask, deterministic (scape/dist_scape.c's scape_norm_pass)
+ *   norm              sum of g_hat^2 over the mask, deterministic (optim/dist_scape.c's scape_norm_pass)
  *   update            scatter of the averaged payload, g_hat, optional clip, AdamS on the mask, weight decay off
- *                     it, r = c off the mask and 0 on it (scape/dist_scape.c's scape_update_pass / scape_update_on); per
+ *                     it, r = c off the mask and 0 on it (optim/dist_scape.c's scape_update_pass / scape_update_on); per
  *                     bucket or per slice, like momentum_compact
  *   ZeRO-1            the owners' norm and update with m compact in memory order (ScapeCompactM), the others'
- *                     off-mask update, and the sparse sync's fold and scatter (scape/dist_scape_zero.c)
+ *                     off-mask update, and the sparse sync's fold and scatter (optim/dist_scape_zero.c)
  *   top-k             exact per-slice top-k of |c| by radix select, many blocks per slice (scape_topk_mask;
  *                     in cuda/scape_mask.cuh, included at the end, with the segment OR and the statistics)
  *   masks             pack from bytes, unpack, set a range, count a range (mask_or_bits, mask_set_range,
  *                     mask_count)
  *   mask statistics   per slice AND / OR popcounts of two masks and the energy of a vector on a mask, for
- *                     DistMaskStats (scape/dist_mask_stats.c's mask_jaccard, mask_energy); deterministic double sums
+ *                     DistMaskStats (optim/dist_mask_stats.c's mask_jaccard, mask_energy); deterministic double sums
  * Masks on the device are arrays of uint32 words, element j = bit (j & 31) of word j >> 5; on a little-endian
  * host (x86-64, AArch64) that is byte for byte scape.h's LSB-first layout, so a host mask is copied as bytes. A
  * mask of n elements needs scape_mask_words(n) words, 4-byte aligned (every cudaMalloc is).
@@ -43,7 +43,7 @@
 extern "C" {
 #include "common/params.h"
 #include "common/bf16.h"
-#include "scape/scape.h"
+#include "optim/scape.h"
 }
 
 #define SCAPE_THREADS 256                          /* block size of every kernel here (a multiple of 32) */
@@ -109,7 +109,7 @@ static __device__ inline int scape_block_exclusive_count(int flag, int *total, i
     return base + pre;
 }
 
-/* ---- masks (scape/scape.h's mask_* on the device) ---- */
+/* ---- masks (optim/scape.h's mask_* on the device) ---- */
 
 __global__ static void scape_mask_set_range_kernel(uint32_t *bits, long long lo, long long hi) {
     long long w = (lo >> 5) + (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -293,7 +293,7 @@ __global__ static void scape_momentum_compact_kernel(float *c, float *payload, i
         int on = 0;
         if (e < t.len) {
             /* scape_corrected_momentum: beta1 * m[j] + omb1 * g[j] + r[j], left to right; with ZeRO-1 (m NULL) r
-             * holds beta1 m_{t-1} already (the fold, scape/dist_scape_zero.c): (omb1 * g[j] + r[j]) + 0 */
+             * holds beta1 m_{t-1} already (the fold, optim/dist_scape_zero.c): (omb1 * g[j] + r[j]) + 0 */
             if (m) cj = __fadd_rn(__fadd_rn(__fmul_rn(b1, m[j]), __fmul_rn(omb1, to_float(grad[j]))), r[j - rc_origin]);
             else cj = __fadd_rn(__fadd_rn(__fmul_rn(omb1, to_float(grad[j])), r[j - rc_origin]), ez ? ez[j] : 0.0f);
             c[j - rc_origin] = cj; /* after this thread's read of r: c may be r itself */
@@ -315,7 +315,7 @@ __global__ static void scape_momentum_compact_kernel(float *c, float *payload, i
  * which is the new residual off the mask; scape_update zeroes it on the mask). nonfinite (device int, may be
  * NULL) is ORed with 1 if any c is NaN or inf (the CPU norm pass's check; the caller clears it each step).
  * m NULL (SCAPE with ZeRO-1, whose r holds fl(b1 m_{t-1}) on the mask m is on): c[j] = ((1 - b1) * grad[j] + r[j])
- * + ez[j], scape/dist_scape.c's scape_c_chunk under cfg.zero, the same bits as the dense expression; ez (P, may
+ * + ez[j], optim/dist_scape.c's scape_c_chunk under cfg.zero, the same bits as the dense expression; ez (P, may
  * be NULL for 0) is what the unsharded r holds on that mask (the bf16 payload's rounding losses), 0 elsewhere.
  * Needs scape_payload_offsets for this mask first. grad: floatX or float. */
 template <typename Tg>
@@ -343,7 +343,7 @@ static void scape_momentum_compact_slice(float *c_slice, float *payload, int *no
 }
 
 /* payload[q(tile) + rank among the tile's masked elements] = c[j] for the masked j of each tile: the compaction
- * half of scape_momentum_compact, for step 1 whose mask is made after c (scape/dist_scape.c: scape_c_bucket for all buckets,
+ * half of scape_momentum_compact, for step 1 whose mask is made after c (optim/dist_scape.c: scape_c_bucket for all buckets,
  * then the mask, then scape_queue_bucket). One block per tile. */
 __global__ static void scape_gather_kernel(float *payload, const ScapeTile *tiles, const long long *q, const float *c,
                                            const uint32_t *mask) {
@@ -445,7 +445,7 @@ typedef struct {
     int payload_bf16;
     float fN;
     const float *qerr;
-    /* SCAPE with ZeRO-1 (scape/dist_scape_zero.c): zero 1 = another rank's tiles: off M_t error feedback and
+    /* SCAPE with ZeRO-1 (optim/dist_scape_zero.c): zero 1 = another rank's tiles: off M_t error feedback and
      * decay as usual (m is not touched: this rank holds none there), on M_t only r = 0 (m_t, params and the copy
      * there come with the sync, scape_zero_fold / scape_zero_scatter); the owner's tiles run
      * scape_zero_update_owned. 0: unsharded. */
@@ -484,12 +484,12 @@ static ScapeUpdateArgs scape_update_args(int t, float lr, float b1, float b2, fl
     return a;
 }
 
-/* The residual on M_t with the bf16 payload, scape/dist_scape.c's RESIDUAL_ON: (c - bf16(c)) + fN * e (c - bf16(c) is exact). */
+/* The residual on M_t with the bf16 payload, optim/dist_scape.c's RESIDUAL_ON: (c - bf16(c)) + fN * e (c - bf16(c) is exact). */
 static __device__ inline float scape_bf16_residual(float c, float e, float fN) {
     return __fadd_rn(__fsub_rn(c, bf16_to_f32(bf16_from_f32(c))), __fmul_rn(fN, e));
 }
 
-/* scape_update_on (scape/scape.h), operation for operation */
+/* scape_update_on (optim/scape.h), operation for operation */
 static __device__ inline void scape_update_on_dev(float *p, float *m, float mt, const ScapeUpdateArgs &a, float wd) {
     const float mp = *m;
     float gh = scape_ghat(mt, mp, a.b1, a.omb1);
@@ -582,7 +582,7 @@ static void scape_update_slice(float *params, floatX *copy, float *m, float *r_s
     cudaCheckLaunch();
 }
 
-/* ---- SCAPE with ZeRO-1: the sparse synchronisation (scape/dist_scape_zero.c's sync_values) ----
+/* ---- SCAPE with ZeRO-1: the sparse synchronisation (optim/dist_scape_zero.c's sync_values) ----
  * The owners' values on M_t travel in memory order (all masked coordinates, ascending: a plan over every slice in
  * memory order, whose payload offsets q number them); after the all-gather every rank writes them back. */
 
@@ -635,7 +635,7 @@ __global__ static void scape_zero_norm_kernel(double *partial, const ScapeTile *
 }
 /* One sum of g_hat^2 per tile of the plan's tiles [t0, t1) (an owner's) into partial[0 .. t1 - t0), m_{t-1} compact
  * (cm.tile_mo for those tiles): the terms and order of scape_norm_partial's one-tile blocks. The host adds them per
- * 16384-element chunk of scape/dist_scape.c (a chunk is whole tiles). */
+ * 16384-element chunk of optim/dist_scape.c (a chunk is whole tiles). */
 static void scape_zero_norm(double *partial, const ScapeBucketPlan *pl, int t0, int t1, const float *payload,
                             const uint32_t *mask, const ScapeCompactM *cm, float b1, cudaStream_t s) {
     if (t1 <= t0) return;
@@ -739,11 +739,11 @@ static void scape_zero_scatter(float *params, floatX *copy, const ScapeBucketPla
     cudaCheckLaunch();
 }
 
-/* ---- bf16 payload (SCAPE.md section 7): scape/dist.c with payload_bf16 and comm_iallreduce_avg_bf16 ----
+/* ---- bf16 payload (SCAPE.md section 7): optim/dist.c with payload_bf16 and comm_iallreduce_avg_bf16 ----
  * The payload of a bucket is rounded to bf16 before it goes out (q = bf16(c) on M_t), the owner of each part
  * averages the parts in fp32 in rank order and rounds the mean, the rounded parts are gathered, and the error of
  * both roundings goes to r in the update (ScapeUpdateArgs.payload_bf16). Same formulas as the host, so in fp32
- * the device equals scape/dist.c bit for bit. */
+ * the device equals optim/dist.c bit for bit. */
 
 /* q < n (n = *count when count is not NULL, else n_fixed): out16[q] = bf16(pay[q]) if out16, and with widen
  * pay[q] = (float)bf16(pay[q]) in place (one rank: the rounded payload is the mean). Grid-stride. */

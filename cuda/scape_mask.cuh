@@ -1,7 +1,7 @@
 /*
- * cuda/scape_mask.cuh - SCAPE's kernels that make and measure masks: the exact per-slice top-k of |c| (scape/scape.c's
+ * cuda/scape_mask.cuh - SCAPE's kernels that make and measure masks: the exact per-slice top-k of |c| (optim/scape.c's
  * scape_topk_mask on the device), the OR of an owner's segment into the full mask (mask_or_bits), and the mask
- * statistics' popcounts and energies (scape/dist_mask_stats.c's mask_jaccard and mask_energy). Part of
+ * statistics' popcounts and energies (optim/dist_mask_stats.c's mask_jaccard and mask_energy). Part of
  * cuda/scape.cuh, which includes it at its end (its helpers, plans and constants are defined there); include that.
  */
 #ifndef CUDA_SCAPE_MASK_CUH
@@ -15,7 +15,7 @@
  * and the marking pass sets every key > T and the first `need` keys == T in index order. All counts are
  * integers, so the result does not depend on the grid or on timing; it is exactly scape_topk_mask's. */
 
-/* ScapeTopkState (the select steps' state) is in scape/scape.h, shared with the host. */
+/* ScapeTopkState (the select steps' state) is in optim/scape.h, shared with the host. */
 
 /* Scratch of the top-k of slices up to max_n elements; one per stream that runs top-k concurrently. */
 typedef struct {
@@ -90,7 +90,7 @@ __global__ static void scape_topk_hist_kernel(unsigned int *hist, const ScapeTop
         if (sh[i]) atomicAdd(&hist[i], sh[i]);
 }
 
-/* One block: the select step (scape_topk_select of scape/scape.h, the CPU loop's equivalent) on this pass's
+/* One block: the select step (scape_topk_select of optim/scape.h, the CPU loop's equivalent) on this pass's
  * histogram, the group sums computed one per thread. */
 __global__ static void scape_topk_select_kernel(ScapeTopkState *st, const unsigned int *hist, int pass, long long k) {
     __shared__ unsigned int h[TOPK_BINS];
@@ -211,7 +211,7 @@ static void scape_topk_mask_gpu(uint32_t *bits, long long bit_off, const float *
 
 /* dst bits [dst_off, dst_off + n) |= src bits [0, n) (src: word-aligned packed mask, element e = bit e & 31 of
  * word e >> 5). One thread per destination word; partial words at the ends use atomicOr (a neighbour's segment
- * shares them). mask_or_bits of scape/scape.h on device words. */
+ * shares them). mask_or_bits of optim/scape.h on device words. */
 __global__ static void scape_or_segment_kernel(uint32_t *dst, long long dst_off, const uint32_t *src, long long n) {
     long long w = (dst_off >> 5) + (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (w > (dst_off + n - 1) >> 5) return;
@@ -233,7 +233,7 @@ static void scape_or_segment(uint32_t *dst, long long dst_off, const uint32_t *s
     cudaCheckLaunch();
 }
 
-/* ---- mask statistics (scape/dist_mask_stats.c's mask_jaccard and mask_energy, for DistMaskStats) ----
+/* ---- mask statistics (optim/dist_mask_stats.c's mask_jaccard and mask_energy, for DistMaskStats) ----
  * Per slice s of a plan (scape_plan_build over the slices to report), for a mask `cur`, the previous step's mask
  * `prev` and a vector x (all indexed by the flat element index):
  *   inter = |cur n prev| and uni = |cur u prev| over s (popcounts of the packed words' AND / OR; exact integers),

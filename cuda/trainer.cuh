@@ -30,7 +30,7 @@ extern "C" {
 #if !defined(TESTING) || defined(TESTING_DEVICE_UPDATE)
 #include "cuda/dist.h"
 extern "C" {
-#include "scape/comm.h"
+#include "comm/comm.h"
 }
 #endif
 
@@ -44,7 +44,7 @@ static void *dalloc(size_t bytes, const char *what) {
     return p;
 }
 
-/* Picks this process's GPU by its node-local rank from MPI (scape/comm.h comm_gpu_for_rank: any launcher; with
+/* Picks this process's GPU by its node-local rank from MPI (comm/comm.h comm_gpu_for_rank: any launcher; with
  * one visible device per task, that device). fatal() naming `trainer` and the CPU trainer to use instead when no
  * device is usable. */
 static void select_gpu(const char *trainer, const char *cpu_trainer) {

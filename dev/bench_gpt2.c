@@ -8,7 +8,7 @@
 #define TESTING
 #include "train_gpt.c"
 
-#include "scape/optim.h"
+#include "optim/optim.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

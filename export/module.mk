@@ -4,7 +4,7 @@
 # logits and greedy continuation with this runtime's.
 # The models are read through cuda/gpt2_host.c and cuda/llama_host.c (the CPU model files compiled without their
 # main, as the CUDA trainers use them; plain C, no CUDA needed).
-EXPORT_MODEL_OBJ := $(BUILD)/cuda/gpt2_host.o $(BUILD)/cuda/llama_host.o $(BUILD)/scape/optim.o
+EXPORT_MODEL_OBJ := $(BUILD)/cuda/gpt2_host.o $(BUILD)/cuda/llama_host.o $(BUILD)/optim/optim.o
 export_gguf: $(BUILD)/export/export_gguf.o $(BUILD)/export/gguf.o $(EXPORT_MODEL_OBJ) $(BUILD)/common/args.o \
 		$(BUILD)/trainer/ckpt.o $(BUILD)/common/log.o $$(TOKENIZER_OBJ) $(COMMON_OBJ)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(BLAS_LIBS) $(PCRE2_LIBS) -lpthread -lxxhash

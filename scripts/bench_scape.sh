@@ -6,7 +6,7 @@
 # bytes each rank sends per step and the ratio to dense (targets: >= 6x fewer at 0.1, >= 80x at 0.01 coded), the step
 # time, and the share of communication hidden behind compute: 1 - W / B over the run's gradient/payload
 # all-reduces and mask (or ZeRO) all-gathers, W the time the compute thread waited for them and B the time the
-# communication thread spent in them (SCAPE_COMM_REPORT=1, scape/comm.c; includes step 1). Then what
+# communication thread spent in them (SCAPE_COMM_REPORT=1, comm/comm.c; includes step 1). Then what
 # the mask costs: 1 bit per parameter (the packed bitmask sent now) against the entropy floor H(d) and the actual
 # Golomb-Rice and Elias-Fano sizes of the real final masks (read from the checkpoint), per parameter.
 # Needs train_gpt and `make data`. Not a test: it prints figures; steps 2.. are measured (step 1 bootstraps).

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # scripts/bench_zero.sh [DENSITY...] - SCAPE with ZeRO-1 (issue 17) against dense AdamS and unsharded SCAPE: the
 # largest rank's optimizer-state bytes and the bytes each rank sends per step, for GPT-2 d12 and Llama 500m at
-# N = 1, 2, 4, 8 (computed from the trainers' slice and owner tables), then measured with scape/dist.c on a small
+# N = 1, 2, 4, 8 (computed from the trainers' slice and owner tables), then measured with optim/dist.c on a small
 # GPT-2-shaped table under mpirun at N = 1, 2, 4, 8, each beside the same formula (ratio 1.000 = as computed).
-# DENSITY: SCAPE's target densities (default 0.1 0.01). Formulas: scape/bench_zero.c's header. Not a test.
+# DENSITY: SCAPE's target densities (default 0.1 0.01). Formulas: optim/bench_zero.c's header. Not a test.
 set -eu
 cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || set -- 0.1 0.01

@@ -213,7 +213,7 @@ elif [ -z "$NVCC" ] && [ "${SKIP_BUILD:-0}" != 1 ]; then
 elif [ "${SKIP_BUILD:-0}" != 1 ]; then
     t0=$(date +%s)
     # shared CPU objects first (both precisions link them), then each precision's tests in one parallel make
-    build common_objs build/scape/optim.o build/common/util.o build/common/params.o build/common/rng.o ||
+    build common_objs build/optim/optim.o build/common/util.o build/common/params.o build/common/rng.o ||
         fail build_common_objs "$(grep -m3 -E 'error' "$WORK/build_common_objs.log" | tr '\n' ' ')"
     build kernels_bf16 -k build/cuda/gpu_probe "${K_BINS[@]/#/build/cuda/test_}"
     build kernels_fp32 -k PRECISION=FP32 "${K_BINS[@]/#/build/cuda-fp32/test_}"

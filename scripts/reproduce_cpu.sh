@@ -214,7 +214,7 @@ for L in lengths:
             name, m, sd, lo, hi, m - rm, r["bytes"], r["bytes_last"],
             ref["bytes_last"] / r["bytes_last"] if r["bytes_last"] else float("inf"), r["ms"]))
     stab = []
-    for name in names:  # "mask" events (scape/dist.h DistMaskStats): means over the logged steps after the warm-up
+    for name in names:  # "mask" events (optim/dist.h DistMaskStats): means over the logged steps after the warm-up
         if name not in res: continue
         mk = res[name]["mask"]
         if not mk: continue

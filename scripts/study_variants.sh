@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/study_variants.sh run|tables - issue 31: SCAPE's same-bytes variants (--scape-variant; formulas in
-# scape/dist_scape.c) beside faithful SCAPE, dense AdamS and topk-ef on the CPU reproduction recipe of
+# optim/dist_scape.c) beside faithful SCAPE, dense AdamS and topk-ef on the CPU reproduction recipe of
 # scripts/reproduce_cpu.sh gpt (d12c128h4t128v4096, bpe4k corpus, 4 ranks, B 4, T 128, lr 1e-3 cosine to 1e-4 with
 # 5% warm-up, the trainer's beta2 0.95 and weight decay 0.1, clip 1.0, density 1 -> d over 30% of the run, norms and
 # biases sparsified), STEPS steps (default 1000), SEEDS (default 1 2 3).

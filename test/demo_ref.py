@@ -1,6 +1,6 @@
 """test/demo_ref.py - an independent float64 numpy DeMo (Peng, Quesnelle, Kingma, arXiv 2411.19870, Algorithm 1: a
 local momentum per rank, its largest DCT coefficients per block extracted, removed from it and all-gathered, a sign
-step on the ranks' combined coefficients, decoupled weight decay), checked step by step against scape/dist_demo.c's
+step on the ranks' combined coefficients, decoupled weight decay), checked step by step against optim/dist_demo.c's
 dumps from test/scape_ref_driver.c (the toy problem of test/scape_ref.py, recomputed here from the reference's own
 parameters; blocks of side 8, decay 0.999).
 Usage: python3 demo_ref.py OUT_PREFIX TOPK CLIP NAME [MISTAKE]
@@ -8,7 +8,7 @@ MISTAKE (a negative control: the reference then makes this mistake and must FAIL
 the momentum), no-dct (the top-k taken in the parameter domain), sum (coefficients several ranks sent are summed, not
 averaged).
 Each step starts from the C's state after the previous one (theta, every rank's momentum) and checks what the step
-makes of it. Written from the paper and scape/dist_demo.c's header (blocks, tie rule, the mean over senders); shares
+makes of it. Written from the paper and optim/dist_demo.c's header (blocks, tie rule, the mean over senders); shares
 no code with the C. Prints "ok NAME" or "FAIL NAME: ..." and exits non-zero on failure.
 Not for: training or performance.
 """

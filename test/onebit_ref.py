@@ -1,6 +1,6 @@
 """test/onebit_ref.py - an independent float64 numpy 1-bit Adam (Tang et al., ICML 2021, Algorithm 1: Adam for a
 warm-up, then the variance frozen and the momentum averaged by a 1-bit compressed all-reduce with error compensation
-on the worker and on the server side, one scale per tensor), checked step by step against scape/dist_onebit_adam.c's
+on the worker and on the server side, one scale per tensor), checked step by step against optim/dist_onebit_adam.c's
 dumps from test/scape_ref_driver.c (the toy problem of test/scape_ref.py, recomputed here from the reference's own
 parameters).
 Usage: python3 onebit_ref.py OUT_PREFIX FREEZE CLIP NAME [MISTAKE]
@@ -9,7 +9,7 @@ not fed back), no-server-ef (the server error is not fed back), one-scale (one s
 one per tensor).
 Each step starts from the C's state after the previous one (theta, the shared m, every rank's worker and server
 errors) and checks what the step makes of it; v is the reference's own, accumulated over the warm-up from the C's
-parameters. Written from the paper and scape/dist_onebit_adam.c's header (which states the chunking and where this
+parameters. Written from the paper and optim/dist_onebit_adam.c's header (which states the chunking and where this
 runtime departs from the paper); shares no code with the C. Prints "ok NAME" or "FAIL NAME: ..." and exits non-zero
 on failure.
 Not for: training or performance.

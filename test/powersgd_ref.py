@@ -1,13 +1,13 @@
 """test/powersgd_ref.py - an independent float64 numpy PowerSGD into AdamW (Vogels, Karimireddy, Jaggi, NeurIPS 2019,
 Algorithm 1 with error feedback and a warm-started Q; the aggregated gradient fed to AdamW, as PyTorch's PowerSGD hook
-is used with Adam), checked step by step against scape/dist_powersgd.c's dumps from test/scape_ref_driver.c (the toy
+is used with Adam), checked step by step against optim/dist_powersgd.c's dumps from test/scape_ref_driver.c (the toy
 problem of test/scape_ref.py, recomputed here from the reference's own parameters).
 Usage: python3 powersgd_ref.py OUT_PREFIX RANK CLIP NAME [MISTAKE]
 MISTAKE (a negative control: the reference then makes this mistake and must FAIL): no-ef (no error feedback),
 no-orth (P not orthogonalized), no-warm (Q not kept between steps: the initial Q every step).
 Each step starts from the C's own state after the previous one (theta, every rank's e, AdamW's m and Q from the dumps;
 Q's initial value, a random draw, too) and checks what the step makes of it: e, Q, m and the gradient norm. Written from
-the paper and scape/dist_powersgd.c's header; shares no code with the C. Prints "ok NAME" or "FAIL NAME: ..." and
+the paper and optim/dist_powersgd.c's header; shares no code with the C. Prints "ok NAME" or "FAIL NAME: ..." and
 exits non-zero on failure.
 Not for: training or performance.
 """

@@ -1,9 +1,9 @@
 """test/scape_ref.py - an independent float64 numpy implementation of SCAPE (SCAPE.md sections 3 and 5), checked
-step by step against scape/dist.c's dumps from test/scape_ref_driver.c (same toy problem, recomputed here from the
+step by step against optim/dist.c's dumps from test/scape_ref_driver.c (same toy problem, recomputed here from the
 reference's own parameters, so an error anywhere compounds instead of being reset each step).
 
 Usage: python3 scape_ref.py OUT_PREFIX DENSITY WARMUP CLIP NAME [VARIANT PARAM]
-VARIANT (issue 31; formulas in scape/dist_scape.c's header): faithful (default), catchup or tensor-nu with PARAM the
+VARIANT (issue 31; formulas in optim/dist_scape.c's header): faithful (default), catchup or tensor-nu with PARAM the
 cap A, residual-decay with PARAM rho. Prints "ok NAME" or "FAIL NAME: ..." and exits non-zero on failure. Written from SCAPE.md only; shares no code
 with dist.c. The owner table and slice layout are read from the dump (layout, not algorithm).
 Not for: training or performance.

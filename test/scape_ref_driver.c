@@ -1,5 +1,5 @@
 /*
- * test/scape_ref_driver.c - runs scape/dist_scape.c's SCAPE on a toy problem whose gradients a float64 reference can
+ * test/scape_ref_driver.c - runs optim/dist_scape.c's SCAPE on a toy problem whose gradients a float64 reference can
  * recompute from its own parameters, and dumps every step's state for test/scape_ref.py (an independent numpy
  * implementation of SCAPE.md section 3) to compare with, step by step.
  * Toy: per-coordinate weighted least squares, g_{i,j} = w_j (theta_j - x_{t,i,j}) with w_j = 1 + j % 7 and
@@ -25,8 +25,8 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "scape/dist.h"
-#include "scape/scape.h"
+#include "optim/dist.h"
+#include "optim/scape.h"
 
 int main(int argc, char **argv) {
     comm_init(&argc, &argv);

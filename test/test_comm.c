@@ -1,5 +1,5 @@
 /*
- * test/test_comm.c - the communication layer (scape/comm.h) on 1..N ranks: each collective's result against
+ * test/test_comm.c - the communication layer (comm/comm.h) on 1..N ranks: each collective's result against
  * values every rank can compute itself, queue ordering, the per-kind byte counters against the ring formulas of
  * SCAPE.md section 6. With --die-rank R / --fatal-rank R it instead makes rank R die (SIGKILL) or fail (fatal())
  * while the others block in a collective; test/test_comm_kill.sh checks that the job then ends, non-zero, soon.

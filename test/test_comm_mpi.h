@@ -6,7 +6,7 @@
 #ifndef TEST_COMM_MPI_H
 #define TEST_COMM_MPI_H
 
-#include "scape/comm.h"
+#include "comm/comm.h"
 #include "test/test.h"
 
 #define MPI_RUN_TEST(fn)                                                                         \

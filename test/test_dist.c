@@ -1,5 +1,5 @@
 /*
- * test/test_dist.c - the data-parallel update (scape/dist.h) and SCAPE (SCAPE.md section 9 invariants) on
+ * test/test_dist.c - the data-parallel update (optim/dist.h) and SCAPE (SCAPE.md section 9 invariants) on
  * 1..N ranks, with a synthetic differentiable model: per-coordinate weighted least squares over random samples,
  *   loss_s = 0.5 sum_j w_j (theta_j - x_{s,j})^2,  grad_j = mean over this rank's samples of w_j (theta_j - x_{s,j}),
  * laid out like a transformer (tensor-major slices, one bucket per layer, gains/biases dense-only). Sample s of
@@ -16,8 +16,8 @@
 #include "common/bf16.h"
 #include "common/rng.h"
 #include "common/util.h"
-#include "scape/dist.h"
-#include "scape/scape.h"
+#include "optim/dist.h"
+#include "optim/scape.h"
 #include "test/test_comm_mpi.h"
 
 static int R, N;
@@ -918,7 +918,7 @@ TEST(nonfinite_gradient_skips_adamw_step_unchanged) { skip_case(test_name_, conf
 TEST(nonfinite_gradient_skips_topk_ef_step_unchanged) { skip_case(test_name_, topk_config()); }
 TEST(nonfinite_gradient_skips_scape_bf16_step_unchanged) { skip_case(test_name_, bf16_config()); }
 
-/* ---- SCAPE with ZeRO-1 (scape/dist_scape_zero.c) against the unsharded step ---- */
+/* ---- SCAPE with ZeRO-1 (optim/dist_scape_zero.c) against the unsharded step ---- */
 
 static DistConfig zero_config(void) {
     DistConfig c = sparse_config();
@@ -1158,7 +1158,7 @@ TEST(mask_stats_scape_equal_direct_recomputation) { mask_stats_case(test_name_, 
 TEST(mask_stats_topk_ef_equal_direct_recomputation) { mask_stats_case(test_name_, topk_config()); }
 TEST(mask_stats_scape_zero1_equal_direct_recomputation) { mask_stats_case(test_name_, zero_config()); }
 
-/* ---- SCAPE's same-bytes variants (issue 31; scape/dist_scape.c's header) ---- */
+/* ---- SCAPE's same-bytes variants (issue 31; optim/dist_scape.c's header) ---- */
 
 static DistConfig variant_config(int v) {
     DistConfig c = sparse_config();
@@ -1266,7 +1266,7 @@ TEST(variant_residual_decay_save_resume_continues_bit_identically) {
     save_resume_case(test_name_, variant_config(SCAPE_RESIDUAL_DECAY));
 }
 
-/* ---- PowerSGD (issue 33; scape/dist_powersgd.c) ---- */
+/* ---- PowerSGD (issue 33; optim/dist_powersgd.c) ---- */
 
 static DistConfig psgd_config(void) {
     DistConfig c = config(OPT_POWERSGD);
@@ -1358,7 +1358,7 @@ TEST(powersgd_full_rank_is_adamw) {
 TEST(powersgd_save_resume_continues_bit_identically) { save_resume_case(test_name_, psgd_config()); }
 TEST(nonfinite_gradient_skips_powersgd_step_unchanged) { skip_case(test_name_, psgd_config()); }
 
-/* ---- 1-bit Adam (issue 33; scape/dist_onebit_adam.c) ---- */
+/* ---- 1-bit Adam (issue 33; optim/dist_onebit_adam.c) ---- */
 
 static DistConfig onebit_config(void) {
     DistConfig c = config(OPT_ONEBIT_ADAM);
@@ -1443,7 +1443,7 @@ TEST(nonfinite_gradient_skips_onebit_warmup_step_unchanged) {
     skip_case(test_name_, c);
 }
 
-/* ---- DeMo (issue 33; scape/dist_demo.c) ---- */
+/* ---- DeMo (issue 33; optim/dist_demo.c) ---- */
 
 static DistConfig demo_config(void) {
     DistConfig c = config(OPT_DEMO);
@@ -1583,7 +1583,7 @@ TEST(resume_on_other_world_starts_from_mean_residual) {
     DistConfig cfg = resume_config();
     DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
     distopt_load(d, blobs, sizes, resume_world);
-    /* the residual follows the 72-byte header in each blob (scape/dist.c) */
+    /* the residual follows the 72-byte header in each blob (optim/dist.c) */
     for (int i = 0; i < resume_world; i++) {
         const float *ri = (const float *)((const char *)blobs[i] + 72);
         for (size_t j = 0; j < P; j++) mean[j] += ri[j];

@@ -1,5 +1,5 @@
 /*
- * test/test_gpt2.c - checks train_gpt.c (and scape/optim.c) against the PyTorch float64 reference
+ * test/test_gpt2.c - checks train_gpt.c (and optim/optim.c) against the PyTorch float64 reference
  * test/ref/gpt2_ref.bin written by dev/ref/gpt2_ref.py, plus model files, specs and the backward contract.
  *
  * Usage: build/test_gpt2 DATA_DIR        run every case (DATA_DIR holds sotu/gpt2/sotu_val_000000.bin)
@@ -16,7 +16,7 @@
 
 #include <sys/wait.h>
 
-#include "scape/optim.h"
+#include "optim/optim.h"
 #include "test/ref_compare.h"
 #include "test/test.h"
 

@@ -1,5 +1,5 @@
 /*
- * test/test_llama.c - checks train_llama.c (with scape/optim.c's updates) against the PyTorch float64 reference
+ * test/test_llama.c - checks train_llama.c (with optim/optim.c's updates) against the PyTorch float64 reference
  * test/ref/llama_ref.bin written by dev/ref/llama_ref.py, plus RoPE against the complex-number formula, model
  * files, specs and the backward contract of trainer/model.h.
  *
@@ -22,7 +22,7 @@
 #include <fcntl.h>
 #include <sys/wait.h>
 
-#include "scape/optim.h"
+#include "optim/optim.h"
 #include "test/ref_compare.h"
 #include "test/test.h"
 

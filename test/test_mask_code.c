@@ -1,5 +1,5 @@
 /*
- * test/test_mask_code.c - scape/mask_code.c: every coded segment decodes to exactly the mask encoded (random
+ * test/test_mask_code.c - optim/mask_code.c: every coded segment decodes to exactly the mask encoded (random
  * masks at densities 1e-4 .. 0.5, clustered masks, masks near the previous one, segment lengths that are not
  * multiples of 8 or 64, unaligned offsets into the previous mask, empty segments); the code chooses the method the
  * data call for and comes close to the entropy floor; bad input (truncated, trailing bytes, unknown method, XOR
@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "common/rng.h"
-#include "scape/mask_code.h"
-#include "scape/scape.h"
+#include "optim/mask_code.h"
+#include "optim/scape.h"
 #include "test/test.h"
 
 static uint8_t *new_mask(size_t n) { return calloc(mask_bytes(n) + MASK_PAD, 1); }

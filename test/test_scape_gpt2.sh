@@ -2,7 +2,7 @@
 # test/test_scape_gpt2.sh [TRAIN_GPT] [DATA] - SCAPE and data parallelism through the whole GPT-2 trainer on real
 # tokens (the sotu shards of `make data`), a tiny model (d2c32h2t32, 1.6M parameters, mostly wte), N = 1..4 ranks
 # under mpirun: density 1 == dense AdamS; every rank ends with identical parameters and shared SCAPE state
-# (SCAPE_CHECK_SYNC=1, scape/dist.c); SCAPE save/resume/continue == uninterrupted at N=1 and N=4 (losses and model
+# (SCAPE_CHECK_SYNC=1, optim/dist.c); SCAPE save/resume/continue == uninterrupted at N=1 and N=4 (losses and model
 # file bytes); N ranks x batch B == 1 rank x batch N*B; ZeRO-1 == no ZeRO; logged comm_bytes_sent == SCAPE.md
 # section 6 for this model's slice table; SCAPE with ZeRO-1 == unsharded SCAPE; a killed rank ends the job non-zero in bounded time; resume on another
 # N says so in one line and continues. topk-ef: density 1 == dense AdamW, identical ranks, save/resume bit for
@@ -93,7 +93,7 @@ if run nozero3 3 --batch 2 --optimizer adamw && run zero3 3 --batch 2 --optimize
     else fail zero1_equals_no_zero_3_ranks "$msg"; fi
 else fail zero1_equals_no_zero_3_ranks "$(tail -2 "$TMP/nozero3.out" "$TMP/zero3.out")"; fi
 
-# 5b. SCAPE with ZeRO-1 (scape/dist_scape_zero.c) == unsharded SCAPE: bit for bit on 2 ranks (losses, model file),
+# 5b. SCAPE with ZeRO-1 (optim/dist_scape_zero.c) == unsharded SCAPE: bit for bit on 2 ranks (losses, model file),
 #     within 1e-6 on 4 (the payload reduce-scatter may add a coordinate's 4 values in another order than the
 #     all-reduce); every rank identical (sync check); the logged optimizer state smaller (m lives on its owners);
 #     a ZeRO-1 checkpoint resumes unsharded and continues as the uninterrupted run; the bf16 payload.

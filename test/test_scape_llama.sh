@@ -2,7 +2,7 @@
 # test/test_scape_llama.sh [TRAIN_LLAMA] [DATA] - the whole Llama trainer under the shared loop, data parallel and
 # SCAPE, on real Llama 2 tokens (the sotu shards of `make data-llama`) with a tiny GQA Llama (l2c32h4kv2t32: 2.1M
 # parameters, mostly wte and lm_head) on 2 ranks under mpirun: SCAPE at density 1 == dense AdamS (losses and final
-# model.bin); every rank ends with identical parameters and shared SCAPE state (SCAPE_CHECK_SYNC=1, scape/dist.c,
+# model.bin); every rank ends with identical parameters and shared SCAPE state (SCAPE_CHECK_SYNC=1, optim/dist.c,
 # the same check as test/test_scape_gpt2.sh) for adamw, adams and sparse scape; SCAPE save at step 3 / resume /
 # continue == uninterrupted, bit for bit (losses and model.bin bytes); SCAPE with ZeRO-1 == unsharded; the log has the GPT-2 trainer's events and
 # keys; samples decode to text that starts with the prompt. Prints "ok <name>"/"FAIL <name>: ..."; exits non-zero

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/test_scape_ref.sh DRIVER - scape/dist_scape.c's SCAPE against an independent float64 numpy implementation of
+# test/test_scape_ref.sh DRIVER - optim/dist_scape.c's SCAPE against an independent float64 numpy implementation of
 # SCAPE.md section 3 (test/scape_ref.py) on a toy least-squares problem, step by step (theta, m, every rank's r,
 # masks exactly, gradient norm): 1-3 ranks, with and without clipping, density warm-up and a fixed d=0.01; and the
 # same-bytes variants of issue 31 (catchup, tensor-nu, residual-decay), each with a control run in which the

@@ -3,7 +3,7 @@
  * GPU: the kernels' decomposition (three histogram passes, a select step after each, per-chunk counts of the keys
  * equal to the threshold T and their exclusive scan, then the marking pass chunk by chunk in rounds of one
  * block) run with the kernels' own select step and marking rule (scape_topk_select / scape_topk_walk /
- * scape_topk_take of scape/scape.h, compiled for both), checked against scape_topk_mask on random and adversarial
+ * scape_topk_take of optim/scape.h, compiled for both), checked against scape_topk_mask on random and adversarial
  * slices, and scape_topk_walk against the CPU's bin-by-bin loop on random histograms.
  * What it does not check: the CUDA parts (warp votes, shared-memory histograms, atomics on mask words, CUB),
  * which dev/cuda/scape.cu checks against scape_topk_mask on a GPU.
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "scape/scape.h"
+#include "optim/scape.h"
 #include "test/test.h"
 
 #define EMUL_THREADS 256 /* SCAPE_THREADS of cuda/scape.cuh: the marking kernel's block, one round per 256 elements */

@@ -20,7 +20,7 @@
 #include "common/log.h"
 #include "common/rng.h"
 #include "common/util.h"
-#include "scape/comm.h"
+#include "comm/comm.h"
 #include "trainer/train_rules.h"
 
 /* The model spec, recorded in each state file for information (an --init file is identified by its content in the

@@ -19,7 +19,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "eval/evaluate.h"
-#include "scape/comm.h"
+#include "comm/comm.h"
 #include "trainer/sampler.h"
 
 /* The files this run reads, which no output of it may replace (common/util.h out_guard_input): the task files, the

@@ -16,7 +16,7 @@
 #include "common/util.h"
 #include "dataloader/dataloader.h"
 #include "eval/tasks.h"
-#include "scape/comm.h"
+#include "comm/comm.h"
 #include "tokenizer/tokenizer.h"
 #include "trainer/ckpt.h"
 #include "trainer/drills.h"
@@ -28,7 +28,7 @@ typedef struct {
     const ModelFamily *fam;
     int rank, world, accum, threads;
     Model *m;
-    Updater *u; /* the parameter update: host (scape/dist.h) or the model's own (Model.create_updater) */
+    Updater *u; /* the parameter update: host (optim/dist.h) or the model's own (Model.create_updater) */
     DataLoader *dl;
     ValLoader *vl;
     Tokenizer *tok;

@@ -4,8 +4,8 @@
  * up, restore, the loop {train_step, log_step, evaluation hooks, checkpoint policy}, finish.
  * One step t = 1..steps (train_step): `accum` micro-steps of forward/backward over this rank's B x T windows (the
  * last backward hands finished gradient buckets to the communication thread), then the update's step(t, lr_t)
- * (trainer/updater.h: the host DistOptim of scape/dist.h, or the model's device-resident update).
- * Not for: model maths (train_gpt.c, ...), update formulas and communication (scape/), what a step prints
+ * (trainer/updater.h: the host DistOptim of optim/dist.h, or the model's device-resident update).
+ * Not for: model maths (train_gpt.c, ...), update formulas and communication (optim/), what a step prints
  * (train_log.c), validation and tasks (eval_hooks.c), checkpoints (ckpt_policy.c, formats in ckpt.c).
  */
 #define _GNU_SOURCE
@@ -29,8 +29,8 @@
 #include "common/schedule.h"
 #include "common/util.h"
 #include "dataloader/dataloader.h"
-#include "scape/comm.h"
-#include "scape/dist.h"
+#include "comm/comm.h"
+#include "optim/dist.h"
 #include "tokenizer/tokenizer.h"
 #include "trainer/ckpt.h"
 #include "trainer/ckpt_policy.h"
@@ -44,7 +44,7 @@
 /* ------------------------------------------------------------------------------------------------------------ */
 /* set-up helpers */
 
-/* Ranks sharing this node, from MPI (scape/comm.h comm_local_size: any launcher), for the threads default. */
+/* Ranks sharing this node, from MPI (comm/comm.h comm_local_size: any launcher), for the threads default. */
 static int local_ranks(void) { return comm_local_size(); }
 
 /* Sets OpenMP's and OpenBLAS's threads: --threads, or (0) the cores of this node shared by its ranks; returns them. */
@@ -374,7 +374,7 @@ static void open_data(Run *r, const char *tok_kind, int learned, int defaults_da
 }
 
 /* The update: the model's own device-resident one (Model.create_updater) unless --update host or a host-only setting
- * asks otherwise, else the host DistOptim (scape/dist.h, updater_host.c); fatal() naming the flag that asks for what
+ * asks otherwise, else the host DistOptim (optim/dist.h, updater_host.c); fatal() naming the flag that asks for what
  * this trainer lacks. */
 static void create_update(Run *r) {
     TrainConfig *c = &r->c;
@@ -467,7 +467,7 @@ static int vote_loss(Run *r, int t, double loss, double *mean) {
 
 /* One training step t = 1..steps on every rank: `accum` micro-steps of forward and backward over this rank's B x T
  * windows, the loss vote before the last backward, whose finished gradient buckets go to the update as they are
- * ready, then the update's step(t, lr_t) (trainer/updater.h: the host DistOptim of scape/dist.h, or the model's
+ * ready, then the update's step(t, lr_t) (trainer/updater.h: the host DistOptim of optim/dist.h, or the model's
  * device-resident update), which skips a step whose gradient norm is not finite. Returns the mean loss, the gradient
  * norm, whether it was skipped, its time and its traffic. */
 static StepResult train_step(Run *r, int t) {

@@ -1,8 +1,8 @@
 /*
  * trainer/train.h - the shared CPU training loop: one call runs a whole pre-training job for any ModelFamily
  * (train_gpt.c, train_llama.c, the toy model of the tests). It owns the command line, data, optimizer and
- * communication (scape/dist.h), validation, sampling, checkpoints/resume and logging.
- * Not for: model maths (the model files) or the update formulas (scape/).
+ * communication (optim/dist.h), validation, sampling, checkpoints/resume and logging.
+ * Not for: model maths (the model files) or the update formulas (optim/).
  */
 #ifndef TRAINER_TRAIN_H
 #define TRAINER_TRAIN_H
@@ -25,15 +25,15 @@ typedef struct {
     int threads, shuffle, zero;
     double density, density_start; /* double: k = floor(d n) must see the density as typed (0.01, not 0.01f) */
     int density_warmup, density_dense, scape_exclude_norms, scape_offload_residual, scape_double_residual;
-    const char *scape_variant;      /* faithful|catchup|tensor-nu|residual-decay (scape/dist.h, issue 31) */
+    const char *scape_variant;      /* faithful|catchup|tensor-nu|residual-decay (optim/dist.h, issue 31) */
     float scape_variant_cap, scape_residual_decay;
-    int powersgd_rank, powersgd_start; /* --optimizer powersgd (scape/dist_powersgd.c) */
+    int powersgd_rank, powersgd_start; /* --optimizer powersgd (optim/dist_powersgd.c) */
     double powersgd_min_compression;
     float powersgd_eps;
-    int onebit_freeze; /* --optimizer onebit-adam (scape/dist_onebit_adam.c); 0: 15% of --steps */
-    int demo_chunk, demo_topk; /* --optimizer demo (scape/dist_demo.c) */
+    int onebit_freeze; /* --optimizer onebit-adam (optim/dist_onebit_adam.c); 0: 15% of --steps */
+    int demo_chunk, demo_topk; /* --optimizer demo (optim/dist_demo.c) */
     float demo_decay;
-    int mask_stats_every; /* log a "mask" event every N steps (scape/dist.h DistMaskStats), 0 = off */
+    int mask_stats_every; /* log a "mask" event every N steps (optim/dist.h DistMaskStats), 0 = off */
     float peak_flops;
     int max_bad_steps; /* stop after this many consecutive non-finite steps, 0 = never */
     int comm_timeout;  /* seconds a collective may wait before the watchdog ends the job, 0 = never */

@@ -11,8 +11,8 @@
 
 #include "common/log.h"
 #include "common/util.h"
-#include "scape/comm.h"
-#include "scape/dist.h"
+#include "comm/comm.h"
+#include "optim/dist.h"
 #include "trainer/ckpt_policy.h"
 #include "trainer/train_rules.h"
 
@@ -27,7 +27,7 @@ void log_start(Run *r, int start_step) {
         if (c->warmup >= c->steps)
             printf("note: --warmup %d >= --steps %d, so the learning rate never reaches --lr %g\n", c->warmup,
                    c->steps, c->lr);
-        /* the density reaches --density at step W + 1 (scape/scape.h scape_density) */
+        /* the density reaches --density at step W + 1 (optim/scape.h scape_density) */
         int sparse = !strcmp(c->optimizer, "scape") || !strcmp(c->optimizer, "topk-ef");
         if (sparse && c->density < c->density_start && c->density_dense + c->density_warmup >= c->steps)
             printf("note: %s--density-warmup %d >= --steps %d, so the density never reaches --density %g (it ends at "
@@ -112,7 +112,7 @@ void log_step(Run *r, int t, const StepResult *s) {
     jlog_int(r->log, "comm_allgather_bytes", (int64_t)cs->bytes_sent_kind[COMM_ALLGATHER]);
     jlog_int(r->log, "comm_control_bytes", (int64_t)cs->bytes_sent_kind[COMM_CONTROL]);
     jlog_num(r->log, "comm_wait_ms", cs->wait_ms);
-    jlog_num(r->log, "comm_busy_ms", cs->busy_ms); /* comm thread time in collectives (scape/comm.h) */
+    jlog_num(r->log, "comm_busy_ms", cs->busy_ms); /* comm thread time in collectives (comm/comm.h) */
     jlog_num(r->log, "density", density);
     if (r->u->memory_bytes) jlog_int(r->log, "optim_state_bytes", (int64_t)r->u->memory_bytes(r->u));
     jlog_int(r->log, "skipped", s->bad);
@@ -128,7 +128,7 @@ void log_step(Run *r, int t, const StepResult *s) {
     }
 }
 
-/* One "mask" event (scape/dist.h DistMaskStats) of step t, rank 0 only: per sparse tensor the Jaccard of
+/* One "mask" event (optim/dist.h DistMaskStats) of step t, rank 0 only: per sparse tensor the Jaccard of
  * consecutive masks and the kept energy, first-moment (_m, SCAPE) and raw-gradient (_g), and their means. */
 void log_mask_stats(Run *r, int t) {
     const DistMaskStats *st = r->u->mask_stats(r->u);

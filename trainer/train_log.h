@@ -16,7 +16,7 @@ void log_start(Run *r, int start_step);
 /* Step t's line (loss, lr, norm, ms, tok/s, MFU, comm MB, the density of a compressing rule; a second line when it
  * was skipped) and its "train" event, plus a "bad_step" event when it was skipped (r->bad_run counts it). */
 void log_step(Run *r, int t, const StepResult *s);
-/* One "mask" event of step t (scape/dist.h DistMaskStats), rank 0 only: per sparse tensor the Jaccard of consecutive
+/* One "mask" event of step t (optim/dist.h DistMaskStats), rank 0 only: per sparse tensor the Jaccard of consecutive
  * masks and the kept energy, first-moment (_m, SCAPE) and raw-gradient (_g), and their means. */
 void log_mask_stats(Run *r, int t);
 /* --max-bad-steps reached at step t: one "error:" line and a "stop" event; returns the exit status, 1. */

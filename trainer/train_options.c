@@ -72,7 +72,7 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
          "one GPU per rank), auto (nccl for several ranks each with its own GPU, else mpi)", 0},
         {"update", ARG_STRING, &c->update, "auto", 0, 0, "auto|host|device",
          "where the parameter update runs: device (GPU-resident adamw/adams/scape of the CUDA trainers), host "
-         "(scape/dist.h on host buffers; the only one of the CPU trainers, and of topk-ef), auto (device where "
+         "(optim/dist.h on host buffers; the only one of the CPU trainers, and of topk-ef), auto (device where "
          "the trainer has one for the optimizer)", 0},
         {"comm-timeout", ARG_INT, &c->comm_timeout, "900", 0, 86400, NULL,
          "watchdog: a collective that waits this many seconds for another rank ends the job on every rank, naming "
@@ -90,7 +90,7 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
          "comparison only: reproduces a defect of the authors' newest SCAPE reducer, which writes the residual twice "
          "per step off the mask (r <- r + 2 (beta1 m + (1 - beta1) g) there); host update, no --zero", 0},
         {"scape-variant", ARG_STRING, &c->scape_variant, "faithful", 0, 0, "faithful|catchup|tensor-nu|residual-decay",
-         "SCAPE's update: faithful (the paper's), or a same-bytes variant (issue 31; formulas in scape/dist_scape.c): "
+         "SCAPE's update: faithful (the paper's), or a same-bytes variant (issue 31; formulas in optim/dist_scape.c): "
          "catchup scales a coordinate's step on entering the mask by 1 + the steps it missed, capped; tensor-nu takes "
          "an entering coordinate's nu from its tensor's mean g_hat^2 over the coordinates that stayed on the mask, "
          "its step capped at --scape-variant-cap times the faithful one; residual-decay keeps rho of the old "
@@ -127,7 +127,7 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
          "residual (SCAPE.md section 7)", 0},
         {"scape-mask-coding", ARG_STRING, &c->scape_mask_coding, "auto", 0, 0, "none|auto",
          "SCAPE mask all-gather: auto codes each owner's mask segment (gaps, Golomb-Rice; or the change from the "
-         "last mask; or raw bits, whichever is smallest: scape/mask_code.h), none sends 1 bit per parameter; "
+         "last mask; or raw bits, whichever is smallest: optim/mask_code.h), none sends 1 bit per parameter; "
          "results identical (the host update; the device update sends 1 bit)", 0},
         {"scape-exclude-norms", ARG_INT, &c->scape_exclude_norms, "1", 0, 1, NULL,
          "1: norm gains and biases stay dense under SCAPE / topk-ef", 0},

@@ -8,48 +8,41 @@
 #include <string.h>
 
 #include "common/util.h"
+#include "optim/rule.h"
 
 OptimizerKind train_optimizer_kind(const char *name) {
-    if (strcmp(name, "adams") == 0) return OPT_ADAMS;
-    if (strcmp(name, "scape") == 0) return OPT_SCAPE;
-    if (strcmp(name, "topk-ef") == 0) return OPT_TOPK_EF;
-    if (strcmp(name, "powersgd") == 0) return OPT_POWERSGD;
-    if (strcmp(name, "onebit-adam") == 0) return OPT_ONEBIT_ADAM;
-    if (strcmp(name, "demo") == 0) return OPT_DEMO;
-    return OPT_ADAMW;
+    const UpdateRule *r = update_rule_by_name(name);
+    return r ? r->kind : OPT_ADAMW;
 }
 
 const char *train_optimizer_name(int kind) {
-    static const char *const names[] = {"adamw", "adams", "scape", "topk-ef", "powersgd", "onebit-adam", "demo"};
-    return kind >= 0 && kind < (int)(sizeof names / sizeof names[0]) ? names[kind] : "?";
+    const UpdateRule *r = update_rule(kind);
+    return r ? r->name : "?";
+}
+
+/* Whether the rule row u owns a row for flag that fits this run's --optimizer and --scape-variant. */
+static int owned_fits(const char *flag, const TrainConfig *c) {
+    for (int k = 0; k < update_rule_count; k++) {
+        const UpdateRule *u = update_rules[k];
+        for (int j = 0; j < u->n_owned; j++)
+            if (!strcmp(u->owned[j].flag, flag) && !strcmp(c->optimizer, u->name) &&
+                (!u->owned[j].variant || !strcmp(c->scape_variant, u->owned[j].variant)))
+                return 1;
+    }
+    return 0;
 }
 
 void train_rule_options_check(ArgSpec *opts, int n_opts, const TrainConfig *c) {
     /* a rule's parameters given without their rule would be silently ignored (checked once the checkpoint's
-     * --optimizer and --scape-variant are in) */
-    static const struct { const char *flag, *opt, *variant, *needs; } owned[] = {
-        {"scape-variant-cap", "scape", "catchup", "--scape-variant catchup or tensor-nu"}, /* (the first row of a flag */
-        {"scape-variant-cap", "scape", "tensor-nu", NULL},                               /* names what it needs) */
-        {"scape-residual-decay", "scape", "residual-decay", "--scape-variant residual-decay"},
-        {"powersgd-rank", "powersgd", NULL, "--optimizer powersgd"},
-        {"powersgd-start", "powersgd", NULL, "--optimizer powersgd"},
-        {"powersgd-min-compression", "powersgd", NULL, "--optimizer powersgd"},
-        {"powersgd-eps", "powersgd", NULL, "--optimizer powersgd"},
-        {"onebit-freeze", "onebit-adam", NULL, "--optimizer onebit-adam"},
-        {"demo-chunk", "demo", NULL, "--optimizer demo"},
-        {"demo-topk", "demo", NULL, "--optimizer demo"},
-        {"demo-decay", "demo", NULL, "--optimizer demo"},
-    };
-    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) {
-        if (!args_find(opts, n_opts, owned[i].flag)->given) continue;
-        int fits = 0;
-        for (size_t k = 0; k < sizeof owned / sizeof owned[0]; k++)
-            fits |= !strcmp(owned[k].flag, owned[i].flag) && !strcmp(c->optimizer, owned[k].opt) &&
-                    (!owned[k].variant || !strcmp(c->scape_variant, owned[k].variant));
-        if (!fits)
+     * --optimizer and --scape-variant are in); the options each rule owns are in its row (optim/rule.h), and a
+     * flag's first row names what it needs */
+    for (int k = 0; k < update_rule_count; k++)
+        for (int j = 0; j < update_rules[k]->n_owned; j++) {
+            const RuleOption *o = &update_rules[k]->owned[j];
+            if (!args_find(opts, n_opts, o->flag)->given || owned_fits(o->flag, c)) continue;
             fatal("--%s applies to %s only (this run has --optimizer %s, --scape-variant %s); name it or drop the flag",
-                  owned[i].flag, owned[i].needs, c->optimizer, c->scape_variant);
-    }
+                  o->flag, o->needs, c->optimizer, c->scape_variant);
+        }
 }
 
 void train_dist_config(TrainConfig *c, DistConfig *dc) {
@@ -86,7 +79,7 @@ void train_dist_config(TrainConfig *c, DistConfig *dc) {
     dc->mask_coding = strcmp(c->scape_mask_coding, "auto") == 0;
 }
 
-/* Bytes per parameter of the host update's state, a lower bound (scape/dist.h distopt_state_memory): the gradient
+/* Bytes per parameter of the host update's state, a lower bound (optim/dist.h distopt_state_memory): the gradient
  * staging buffer every rule packs buckets into (4), plus adamw m and v (8), adams m (4), SCAPE r (4) and m at the
  * starting density (4 d_start), topk-ef and powersgd e, m, v (12; powersgd's Q is small), onebit-adam e, m, v and
  * the server error (16), demo its momentum and per-coefficient sender counts (6); ZeRO-1 shards the moments over

@@ -1,13 +1,13 @@
 /*
  * trainer/train_rules.h - what the training loop knows of the update rules: their names, the options each owns,
- * the DistConfig (scape/dist.h) made from the command line, their state's size for the memory check, and the notes
+ * the DistConfig (optim/dist.h) made from the command line, their state's size for the memory check, and the notes
  * a run's settings call for. The one place the loop looks at a rule by name.
  */
 #ifndef TRAINER_TRAIN_RULES_H
 #define TRAINER_TRAIN_RULES_H
 
 #include "common/args.h"
-#include "scape/dist.h"
+#include "optim/dist.h"
 #include "trainer/train.h"
 
 /* The rule --optimizer NAME selects (adamw for an unknown name: args_parse has checked it against the choices),

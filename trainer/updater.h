@@ -2,12 +2,12 @@
  * trainer/updater.h - the parameter update as the training loop (trainer/train.c) sees it: a small table of
  * functions called once per step (bucket_ready during the last micro-step's backward, then step), plus the
  * checkpoint and mask-statistics hooks. Two implementations:
- *   host   (updater_host_create, trainer/updater_host.c): scape/dist.h's DistOptim on the model's host params/grads,
+ *   host   (updater_host_create, trainer/updater_host.c): optim/dist.h's DistOptim on the model's host params/grads,
  *          unchanged: what the CPU trainers use, and the CUDA trainers for topk-ef (or --update host);
  *   device (cuda/dist.h): fp32 master weights and optimizer state on the GPU, NCCL or host-staged MPI,
  *          for adamw/adams/scape in the CUDA trainers (Model.create_updater, trainer/model.h).
  * Both write the same checkpoint blob for the same optimizer, world and ZeRO setting.
- * Not for: update formulas (scape/optim.h, cuda/optimizer.cuh) or collectives (scape/comm.h).
+ * Not for: update formulas (optim/optim.h, cuda/optimizer.cuh) or collectives (comm/comm.h).
  */
 #ifndef TRAINER_UPDATER_H
 #define TRAINER_UPDATER_H
@@ -20,15 +20,15 @@ extern "C" {
 #endif
 
 #include "common/params.h"
-#include "scape/dist.h"
+#include "optim/dist.h"
 
 /* Which collectives carry gradients and parameters (--comm). AUTO: the device update picks NCCL when there are
  * several ranks, each with its own GPU, and the build has NCCL; MPI otherwise. The host update always uses MPI
- * (scape/comm.h). */
+ * (comm/comm.h). */
 typedef enum { COMM_BACKEND_AUTO = 0, COMM_BACKEND_MPI = 1, COMM_BACKEND_NCCL = 2 } CommBackend;
 
 typedef struct UpdaterConfig {
-    DistConfig dist;   /* optimizer, clip, ZeRO-1, SCAPE settings (scape/dist.h) */
+    DistConfig dist;   /* optimizer, clip, ZeRO-1, SCAPE settings (optim/dist.h) */
     CommBackend comm;  /* --comm */
     uint64_t seed;     /* --seed: the device update derives its stochastic-rounding seeds from it */
     int scape_offload_residual; /* device SCAPE: r in pinned host memory, staged per slice (SCAPE.md section 7) */
@@ -39,7 +39,7 @@ struct Updater {
     char desc[96]; /* one line for the log, e.g. "host (MPI)", "device (NCCL, ZeRO-1)" */
     /* BucketReadyFn (trainer/model.h) for the last micro-step's backward; ctx is this Updater. */
     void (*bucket_ready)(void *ctx, int bucket);
-    /* distopt_step's contract (scape/dist.h): finishes step t >= 1 with rate lr, *grad_norm = global gradient
+    /* distopt_step's contract (optim/dist.h): finishes step t >= 1 with rate lr, *grad_norm = global gradient
      * norm before clipping; returns 1 (state unchanged) when it was not finite, else 0. */
     int (*step)(Updater *u, int t, float lr, float *grad_norm);
     float (*density)(const Updater *u, int t);

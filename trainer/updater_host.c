@@ -1,15 +1,15 @@
 /*
- * trainer/updater_host.c - the host update behind the loop's Updater (trainer/updater.h): scape/dist.h's DistOptim
+ * trainer/updater_host.c - the host update behind the loop's Updater (trainer/updater.h): optim/dist.h's DistOptim
  * on the model's host params/grads, each table entry one call of dist.h. What the CPU trainers use, and the CUDA
  * trainers for topk-ef or --update host.
- * Not for: the update itself (scape/dist.c and the rule files beside it).
+ * Not for: the update itself (optim/dist.c and the rule files beside it).
  */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "common/util.h"
-#include "scape/comm.h"
-#include "scape/dist.h"
+#include "comm/comm.h"
+#include "optim/dist.h"
 #include "trainer/updater.h"
 
 typedef struct {

@@ -17,7 +17,7 @@ NCCL_LIBS :=
 endif
 UPDATER_NVCC := $(filter-out -DENABLE_FP32,$(NVCC_FLAGS)) $(UPDATER_NVCC_FLAGS)
 
-# -ffp-contract=off: the host code of the update (the sharded SCAPE's fold at a load) must round as scape/'s does
+# -ffp-contract=off: the host code of the update (the sharded SCAPE's fold at a load) must round as optim/'s does
 $(BUILD)/cuda/dist.o: cuda/dist.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(UPDATER_NVCC) -Xcompiler -ffp-contract=off -MMD -MP -c $< -o $@
@@ -30,9 +30,9 @@ train_gptcu: $(BUILD)/cuda/dist.o
 train_gptcu_fp32: $(BUILD)/cuda-fp32/dist.o
 train_gptcu train_gptcu_fp32: CUDA_TRAIN_LIBS += $(NCCL_LIBS)
 
-# test/gpu/test_updater.cu: the device update against scape/dist.c's host update, bf16 and fp32 builds; linked by
+# test/gpu/test_updater.cu: the device update against optim/dist.c's host update, bf16 and fp32 builds; linked by
 # $(MPICC) (the communication layer is Open MPI's; run alone or under mpirun, several ranks may share one GPU).
-# $$(DIST_OBJ): scape/module.mk, which defines it, is read after this file (second expansion is on).
+# $$(DIST_OBJ): optim/module.mk, which defines it, is read after this file (second expansion is on).
 $(BUILD)/cuda/test_updater.o: test/gpu/test_updater.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(UPDATER_NVCC) -MMD -MP -c $< -o $@
@@ -54,7 +54,7 @@ $(BUILD)/cuda/test_gpt2cu_update $(BUILD)/cuda-fp32/test_gpt2cu_update: %/test_g
 	$(MPICC) $(CFLAGS) $^ -o $@ $(GPT2_HOST_TEST_LIBS) $(LDLIBS) -lpthread $(CUDA_TRAIN_LIBS) $(NCCL_LIBS)
 CUDA_MODEL_TESTS += $(BUILD)/cuda/test_gpt2cu_update $(BUILD)/cuda-fp32/test_gpt2cu_update
 
-# test/gpu/test_scape_updater.cu: device SCAPE (cuda/dist_scape.cuh inside cuda/dist.cu) against scape/dist.c's
+# test/gpu/test_scape_updater.cu: device SCAPE (cuda/dist_scape.cuh inside cuda/dist.cu) against optim/dist.c's
 # host SCAPE, bf16 and fp32 builds, 1 rank or under mpirun (ranks may share one GPU). Host code without FMA
 # contraction: its conservation check recomputes c on the CPU bit for bit.
 $(BUILD)/cuda/test_scape_updater.o: test/gpu/test_scape_updater.cu

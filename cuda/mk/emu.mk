@@ -21,11 +21,11 @@ CUEMU_LIBS = $(BLAS_LIBS) -lm -lstdc++ -lpthread
 CUEMU_HDRS := $(wildcard dev/cuda/emu/include/*.h dev/cuda/emu/include/cub/*.cuh dev/cuda/emu/include/cub/device/*.cuh)
 # the host headers the CUDA sources include (struct layouts such as trainer/updater.h's Updater): the rewritten copies
 # under $(CUEMU)/src do not carry their dependencies, so a changed header must rebuild the emulator objects too
-CUEMU_HDRS += $(wildcard common/*.h scape/*.h trainer/*.h dataloader/*.h tokenizer/*.h)
+CUEMU_HDRS += $(wildcard common/*.h optim/*.h trainer/*.h dataloader/*.h tokenizer/*.h)
 CUEMU_SRC = $(wildcard cuda/*.cuh cuda/*.cu dev/cuda/*.cu dev/cuda/*.cuh test/gpu/*.cu test/gpu/*.cuh train_gpt.cu train_llama.cu) \
             dev/cuda/emu/selftest.cu
-# host objects the kernel tests may link (the optimizer and SCAPE tests check against scape/*.c)
-CUEMU_HOST_OBJ = $(BUILD)/scape/optim.o $(BUILD)/scape/scape.o $(COMMON_OBJ)
+# host objects the kernel tests may link (the optimizer and SCAPE tests check against optim/*.c)
+CUEMU_HOST_OBJ = $(BUILD)/optim/optim.o $(BUILD)/optim/scape.o $(COMMON_OBJ)
 CUEMU_ENV := ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 
 $(CUEMU)/src/.stamp: $$(CUEMU_SRC) dev/cuda/emu/rewrite.py
@@ -58,12 +58,12 @@ $(CUEMU)/fp32/test_%: $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $$(CUEMU_HOS
 CUEMU_PREC_bf16 :=
 CUEMU_PREC_fp32 := -DENABLE_FP32
 define CUEMU_MODEL
-$(CUEMU)/$(1)/test_gpt2cu: test/gpu/test_gpt2cu.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(BUILD)/cuda/gpt2_host.o $(BUILD)/scape/optim.o $(COMMON_OBJ)
+$(CUEMU)/$(1)/test_gpt2cu: test/gpu/test_gpt2cu.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(BUILD)/cuda/gpt2_host.o $(BUILD)/optim/optim.o $(COMMON_OBJ)
 	@mkdir -p $$(dir $$@)
-	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ $(CUEMU)/src/test/gpu/test_gpt2cu.cu -x none $(CUEMU_RT) $(BUILD)/cuda/gpt2_host.o $(BUILD)/scape/optim.o $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
-$(CUEMU)/$(1)/test_llamacu: test/gpu/test_llamacu.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(BUILD)/cuda/llama_host.o $(BUILD)/scape/optim.o $(COMMON_OBJ)
+	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ $(CUEMU)/src/test/gpu/test_gpt2cu.cu -x none $(CUEMU_RT) $(BUILD)/cuda/gpt2_host.o $(BUILD)/optim/optim.o $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
+$(CUEMU)/$(1)/test_llamacu: test/gpu/test_llamacu.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(BUILD)/cuda/llama_host.o $(BUILD)/optim/optim.o $(COMMON_OBJ)
 	@mkdir -p $$(dir $$@)
-	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ $(CUEMU)/src/test/gpu/test_llamacu.cu -x none $(CUEMU_RT) $(BUILD)/cuda/llama_host.o $(BUILD)/scape/optim.o $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
+	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ $(CUEMU)/src/test/gpu/test_llamacu.cu -x none $(CUEMU_RT) $(BUILD)/cuda/llama_host.o $(BUILD)/optim/optim.o $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
 $(CUEMU)/$(1)/dist.o: cuda/dist.cu $(CUEMU)/src/.stamp $(CUEMU_HDRS)
 	@mkdir -p $$(dir $$@)
 	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -DENABLE_NCCL -x c++ -c $(CUEMU)/src/cuda/dist.cu -o $$@

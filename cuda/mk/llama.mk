@@ -47,7 +47,7 @@ endif
 $(BUILD)/cuda/llama_host_noblas.o: cuda/llama_host.c train_llama.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Icuda/fallback -c $< -o $@
-$(BUILD)/cuda/test_llamacu $(BUILD)/cuda-fp32/test_llamacu: %/test_llamacu: %/test_llamacu.o $(LLAMA_HOST_TEST_OBJ) $(BUILD)/scape/optim.o $(COMMON_OBJ)
+$(BUILD)/cuda/test_llamacu $(BUILD)/cuda-fp32/test_llamacu: %/test_llamacu: %/test_llamacu.o $(LLAMA_HOST_TEST_OBJ) $(BUILD)/optim/optim.o $(COMMON_OBJ)
 	$(CC) $(CFLAGS) $^ -o $@ $(LLAMA_HOST_TEST_LIBS) $(LDLIBS) $(CUDA_TRAIN_LIBS)
 CUDA_MODEL_TESTS += $(BUILD)/cuda/test_llamacu $(BUILD)/cuda-fp32/test_llamacu
 

@@ -47,7 +47,7 @@ int main(void) {
         cudaCheck(cudaFree(d_x));
         free(x);
     }
-    /* the update's float64 norm partials (sumsq_partials): per chunk, bitwise the order scape/dist.c's dist_sumsq
+    /* the update's float64 norm partials (sumsq_partials): per chunk, bitwise the order optim/dist.c's dist_sumsq
      * documents (lanes, then the halving tree), written out again here; and within 1e-12 of a long double sum */
     {
         const long ns[] = {1, 255, 256, 257, 65535, 65536, 65537, 3 * 65536 + 1000};

@@ -1,5 +1,5 @@
 /*
- * dev/cuda/optimizer.cu - checks cuda/optimizer.cuh against scape/optim.c itself (linked in): three AdamW and
+ * dev/cuda/optimizer.cu - checks cuda/optimizer.cuh against optim/optim.c itself (linked in): three AdamW and
  * three AdamS steps on a table with a decayed matrix and an undecayed bias must give bit-identical fp32 master
  * weights and moments. The stochastically rounded bf16 copy must bracket the master value (round down or up),
  * be unbiased on average, be reproducible for a seed and change with the seed. Then times one update of 124M
@@ -9,7 +9,7 @@
 #include "cuda/optimizer.cuh"
 extern "C" {
 #include "common/params.h"
-#include "scape/optim.h"
+#include "optim/optim.h"
 }
 
 static void run_case(const char *name, OptimizerKind kind) {
@@ -57,14 +57,14 @@ static void run_case(const char *name, OptimizerKind kind) {
             free(gv);
         }
         if (bad) {
-            printf("FAIL %s: step %d: %zu of %zu values differ from scape/optim.c; [%zu] param %.9g vs %.9g, m %.9g vs %.9g\n",
+            printf("FAIL %s: step %d: %zu of %zu values differ from optim/optim.c; [%zu] param %.9g vs %.9g, m %.9g vs %.9g\n",
                    name, t, bad, P, first, gp[first], p[first], gm[first], m[first]);
             dev_failures++;
             ok = 0;
         }
         free(gp); free(gm); free(g);
     }
-    if (ok) printf("ok %s (3 steps, %zu params, bitwise equal to scape/optim.c)\n", name, P);
+    if (ok) printf("ok %s (3 steps, %zu params, bitwise equal to optim/optim.c)\n", name, P);
 #ifndef ENABLE_FP32
     /* stochastic rounding of the last step's copy */
     float *c = from_device(d_copy, P);

@@ -1,6 +1,6 @@
 /*
- * dev/cuda/scape.cu - checks cuda/scape.cuh against the CPU SCAPE code itself (scape/scape.c linked in, and the
- * shared scape_update_on of scape/scape.h), then times each kernel.
+ * dev/cuda/scape.cu - checks cuda/scape.cuh against the CPU SCAPE code itself (optim/scape.c linked in, and the
+ * shared scape_update_on of optim/scape.h), then times each kernel.
  *   masks:    pack / unpack / set range / count at unaligned bit offsets, neighbouring bits kept
  *             (exact, against mask_set / mask_get / mask_set_range / mask_count)
  *   top-k:    scape_topk_mask on random data, all-zero and few-valued slices (huge ties across many chunks), NaN,
@@ -28,7 +28,7 @@
 #include "cuda/scape.cuh"
 extern "C" {
 #include "common/params.h"
-#include "scape/scape.h"
+#include "optim/scape.h"
 }
 
 /* CUDA_EMU: built by the CPU emulation of dev/cuda/emu (make test-emu), the large top-k cases shrink to 1/16 and

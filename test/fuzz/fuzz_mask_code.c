@@ -1,5 +1,5 @@
 /*
- * test/fuzz/fuzz_mask_code.c - SCAPE's coded mask segments (scape/mask_code.c), as a rank receives them from the
+ * test/fuzz/fuzz_mask_code.c - SCAPE's coded mask segments (optim/mask_code.c), as a rank receives them from the
  * mask all-gather. Input: two bytes of segment length n (< 4096 elements), two of the previous mask's bit offset,
  * then the coded segment. mask_decode must refuse it (-1) or accept it; it must never read or write outside its
  * buffers (the sanitizers watch: seg is allocated at exactly mask_bytes(n)), and an accepted segment must have no
@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "scape/mask_code.h"
-#include "scape/scape.h"
+#include "optim/mask_code.h"
+#include "optim/scape.h"
 #include "test/fuzz/fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -3,7 +3,7 @@
  * checked against PyTorch by test/test_gpt2.c), same spec, seed and tokens: loss, logits, every parameter
  * gradient, bucket order, gradient accumulation over micro-steps, bitwise repeatability, a shorter T.
  *
- * Also 10 AdamW and 10 AdamS steps (host optimizer, scape/optim.c) on the PyTorch reference's batch and model
+ * Also 10 AdamW and 10 AdamS steps (host optimizer, optim/optim.c) on the PyTorch reference's batch and model
  * (test/ref/gpt2_ref.bin, written by dev/ref/gpt2_ref.py; read as test/test_gpt2.c documents it): every step's
  * loss within 1e-4 (fp32) / 2e-2 (bf16) relative of PyTorch's float64 losses.
  *
@@ -16,7 +16,7 @@
 #include "train_gpt.cu"
 #include "test/test.h"
 extern "C" {
-#include "scape/optim.h"
+#include "optim/optim.h"
 }
 
 #ifdef ENABLE_FP32

@@ -1,7 +1,7 @@
 /*
  * test/gpu/test_gpt2cu_update.cu - the CUDA GPT-2 (train_gpt.cu) trained through its device-resident update
  * (Model.create_updater -> cuda/dist.h) against the same model trained through the loop's host update
- * (scape/dist.h on the host buffers, what train_gptcu did before and still does for scape/topk-ef): same spec,
+ * (optim/dist.h on the host buffers, what train_gptcu did before and still does for scape/topk-ef): same spec,
  * seed and tokens, 4 AdamW steps of 2 micro-steps each with clipping at 1.0, as trainer/train.c drives them.
  *   fp32 build: every micro-step's loss, every gradient norm and the final master weights bitwise equal (the
  *     forward reads the same fp32 weights, gradients are summed alike, the update is bit-identical);
@@ -17,8 +17,8 @@
 #include "train_gpt.cu"
 #include "test/test.h"
 extern "C" {
-#include "scape/comm.h"
-#include "scape/dist.h"
+#include "comm/comm.h"
+#include "optim/dist.h"
 }
 
 static const char *spec = "d2c64h4t64";

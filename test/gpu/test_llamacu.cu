@@ -3,7 +3,7 @@
  * checked against PyTorch by test/test_llama.c), same spec, seed and tokens, in one process: loss, logits, every
  * parameter gradient (each table entry: tensor x layer), bucket order, gradient accumulation over micro-steps,
  * bitwise repeatability, a shorter T and a forward without targets, the model-file round trip, and 10 AdamW and
- * 10 AdamS steps (host optimizer, scape/optim.c) on both models with every step's loss compared.
+ * 10 AdamS steps (host optimizer, optim/optim.c) on both models with every step's loss compared.
  *
  * Usage: build/cuda/test_llamacu [SPEC...]   run from the repo root; default two specs, B=4, T=64:
  *   l2c64h4kv2f176v512   GQA (4 query heads share 2 key/value heads, hd 16), V a multiple of 128
@@ -17,7 +17,7 @@
 #include "train_llama.cu"
 #include "test/test.h"
 extern "C" {
-#include "scape/optim.h"
+#include "optim/optim.h"
 }
 
 #ifdef ENABLE_FP32

@@ -1,7 +1,7 @@
 /*
  * test/gpu/test_llamacu_update.cu - the CUDA Llama (train_llama.cu) trained through its device-resident update
  * (Model.create_updater -> cuda/dist.h) against the same model trained through the loop's host update
- * (scape/dist.h on the host buffers, what train_llamacu does for scape/topk-ef and with --update host): same spec,
+ * (optim/dist.h on the host buffers, what train_llamacu does for scape/topk-ef and with --update host): same spec,
  * seed and tokens, 4 steps of 2 micro-steps each with clipping at 1.0 (clipping is active: the printed norms exceed
  * it), as trainer/train.c drives them, with AdamW, with AdamS and with SCAPE at density 0.05 (also with --zero 1).
  *   fp32 build: every micro-step's loss, every gradient norm and the final master weights bitwise equal (the
@@ -21,8 +21,8 @@
 #include "train_llama.cu"
 #include "test/test.h"
 extern "C" {
-#include "scape/comm.h"
-#include "scape/dist.h"
+#include "comm/comm.h"
+#include "optim/dist.h"
 }
 
 static const char *spec = "l2c64h4kv2f176v512t64";
@@ -218,7 +218,7 @@ TEST(adams_device_update_matches_host_update) { device_update_matches_host_updat
 /* SCAPE at density 0.05 from step 1: its top-k and the zeroing of the gradients run on the update's communication
  * stream, so the trainer's first gradient write of each step must wait for DeviceModel.grads_free */
 TEST(scape_device_update_matches_host_update) { device_update_matches_host_update(test_name_, OPT_SCAPE, 0.05, "scape"); }
-/* SCAPE with --zero 1 on both sides (cuda/dist_scape_zero.cuh against scape/dist_scape_zero.c): the fold of beta1 m
+/* SCAPE with --zero 1 on both sides (cuda/dist_scape_zero.cuh against optim/dist_scape_zero.c): the fold of beta1 m
  * into r, the owners' update and the sparse sync through the model's buffers (one rank owns every tensor here;
  * test_scape_updater runs it on two ranks) */
 TEST(scape_zero_device_update_matches_host_update) {

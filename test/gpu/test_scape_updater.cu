@@ -1,6 +1,6 @@
 /*
  * test/gpu/test_scape_updater.cu - SCAPE on the device (cuda/dist_scape.cuh, behind device_updater_create) against
- * the host DistOptim's SCAPE (scape/dist.c, what the CPU trainers run) on test_updater.cu's synthetic ParamTable
+ * the host DistOptim's SCAPE (optim/dist.c, what the CPU trainers run) on test_updater.cu's synthetic ParamTable
  * (an embedding of 77357 elements, 3 layers of (w, b, g) in llm.c's tensor-major order so a bucket's slices are not
  * contiguous, a gain in the last bucket; b, g and gain are dense-only). Each step's gradient arrives as the model
  * delivers it: two floatX micro-steps added into the fp32 accumulator, the second bucket by bucket with
@@ -87,7 +87,7 @@ static float *initial_params(void) {
 }
 static float lr_at(int t) { return 1e-3f * (float)t / (float)STEPS + 1e-4f; }
 
-/* ---- the SCAPE blob (scape/dist.c's layout): header fields and section views ---- */
+/* ---- the SCAPE blob (optim/dist.c's layout): header fields and section views ---- */
 #define BLOB_HEADER 72
 typedef struct {
     int last_t, have_cur, have_next;
@@ -274,7 +274,7 @@ TEST(scape_bf16_payload_nonfinite_skips_like_host) {
     bf16_payload_ = 0;
 }
 
-/* --zero 1 (cuda/dist_scape_zero.cuh) against the host's sharded SCAPE (scape/dist_scape_zero.c): master, blob
+/* --zero 1 (cuda/dist_scape_zero.cuh) against the host's sharded SCAPE (optim/dist_scape_zero.c): master, blob
  * (the unsharded layout: m gathered, r unfolded), norm and the collectives per kind (reduce-scatters, the control
  * all-reduce of the chunk sums, the sync's two all-gathers) as in vs_host; with warm-up and clipping, the step-1
  * bootstraps, and a NaN step */

@@ -1,6 +1,6 @@
 /*
  * test/gpu/test_updater.cu - the device-resident update (cuda/dist.h) against the host DistOptim
- * (scape/dist.h, what the CPU trainers run) on a synthetic ParamTable: 3 layers of (w, b, g) in llm.c's
+ * (optim/dist.h, what the CPU trainers run) on a synthetic ParamTable: 3 layers of (w, b, g) in llm.c's
  * tensor-major order (a bucket's slices are not contiguous) plus an embedding of more than 65536 elements and a
  * gain in the last bucket. Each step's gradient arrives as the model delivers it: two floatX micro-steps added into
  * the fp32 accumulator (grad_accumulate), the second bucket by bucket with bucket_ready after each.
@@ -16,7 +16,7 @@
  *   stochastic rounding: a sample of the floatX copy equals a CPU re-computation (bf16 builds; fp32: the copy is
  *     the master).
  * Runs as 1 rank, or under mpirun (e.g. -np 2 on ONE GPU: --comm mpi is used, host-staged through
- * scape/comm.h), where each rank gets its own gradients and both updates average them. With exactly 2 ranks on
+ * comm/comm.h), where each rank gets its own gradients and both updates average them. With exactly 2 ranks on
  * 2 GPUs and NCCL in the build, two more cases run the NCCL path (plain and ZeRO-1) against the host update.
  * Timing ("time" line, 1 rank, GPU only; the emulator prints "emu: not checked"): one AdamW step on GPT-2 124M's
  * table and its norm pass.

@@ -8,9 +8,9 @@
 #define TEST_GPU_UPDATER_FIXTURE_CUH
 extern "C" {
 #include "common/util.h"
-#include "scape/comm.h"
-#include "scape/dist.h"
-#include "scape/scape.h"
+#include "comm/comm.h"
+#include "optim/dist.h"
+#include "optim/scape.h"
 }
 
 #define STEPS 10

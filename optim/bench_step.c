@@ -1,8 +1,8 @@
 /*
- * scape/bench_step.c - times one optimizer step of scape/dist.c (no model): a GPT-2-like parameter table of about
+ * optim/bench_step.c - times one optimizer step of optim/dist.c (no model): a GPT-2-like parameter table of about
  * P floats, random gradients, and distopt_step for adamw, adams, adams with ZeRO-1, scape, scape with coded masks
- * (scape+code: the owner's encode and every segment's decode, scape/mask_code.h, are inside the timed step) and scape
- * with ZeRO-1 (scape/dist_scape_zero.c); prints the median ms per step.
+ * (scape+code: the owner's encode and every segment's decode, optim/mask_code.h, are inside the timed step) and scape
+ * with ZeRO-1 (optim/dist_scape_zero.c); prints the median ms per step.
  * Usage: build/bench_step [P_millions=10.75] [steps=7] [density=0.1]   (run under mpirun for N > 1)
  * Not a test: it asserts nothing; use it to compare versions of the update (same machine, same command).
  */
@@ -13,7 +13,7 @@
 
 #include "common/rng.h"
 #include "common/util.h"
-#include "scape/dist.h"
+#include "optim/dist.h"
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

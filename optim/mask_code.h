@@ -1,5 +1,5 @@
 /*
- * scape/mask_code.h - lossless coding of one owner's segment of a SCAPE mask for the mask all-gather (SCAPE.md
+ * optim/mask_code.h - lossless coding of one owner's segment of a SCAPE mask for the mask all-gather (SCAPE.md
  * section 6: a mask of density d carries about H(d) bits per parameter, 0.081 at d = 0.01, against the 1 bit of
  * the packed bitmask). A coded segment is one method byte and the method's body:
  *   MASK_CODE_RAW   the packed bits as they are: mask_bytes(n) bytes, bits past n zero.
@@ -11,7 +11,7 @@
  *                   rank holds (consecutive first-moment masks overlap: Jaccard 0.6-0.7 measured here, so the
  *                   difference has fewer positions than the mask).
  * The encoder writes whichever is smallest (ties: RAW, then RICE); b is the best for the gaps at hand.
- * Masks are packed LSB first as in scape/scape.h; segments start at bit 0 of their buffer.
+ * Masks are packed LSB first as in optim/scape.h; segments start at bit 0 of their buffer.
  * Not for: choosing the mask (scape.c), sending it (dist_scape.c through comm.h).
  */
 #ifndef SCAPE_MASK_CODE_H

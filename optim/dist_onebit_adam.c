@@ -1,5 +1,5 @@
 /*
- * scape/dist_onebit_adam.c - 1-bit Adam (--optimizer onebit-adam; Tang, Gan, Awan, Rajbhandari, Li, Lian, Liu,
+ * optim/dist_onebit_adam.c - 1-bit Adam (--optimizer onebit-adam; Tang, Gan, Awan, Rajbhandari, Li, Lian, Liu,
  * Zhang, He, "1-bit Adam: Communication Efficient Large-Scale Training with Adam's Convergence Speed", ICML 2021,
  * Algorithm 1, with the compressed all-reduce of its section 4 / DeepSpeed's implementation: error compensation on
  * the worker side and on the server side of the reduction, one scale per tensor).
@@ -26,14 +26,25 @@
  * i.e. about P/4 (N-1)/N, 1/32 of the dense all-reduce; the control all-reduce (16 bytes) is counted as control.
  * State (dist_impl.h): r = e_i (P), ob_es = es (P, nonzero on this rank's chunks only), m, v (P, m shared), stage
  * (warm-up buckets), ob_send/ob_recv (N Bk bytes each).
- * Not for: AdamW itself (optim.c), the checkpoint blob (dist_state.c).
+ * Not for: AdamW itself (optim.c).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/util.h"
-#include "scape/dist_impl.h"
+#include "optim/dist_impl.h"
+
+/* 1-bit Adam's own state (DistOptim's state): the server error es (P, nonzero on this rank's chunks), per slice
+ * the offset of its chunk's sign bytes within a block, the block size Bk, the all-to-all's send (also the
+ * all-gather's buffer) and receive blocks (world * Bk bytes each). The worker error, m and v are DistOptim's r, m, v. */
+typedef struct {
+    float *es;
+    size_t *boff, block;
+    uint8_t *send, *recv;
+} OnebitState;
+static inline OnebitState *onebit(const DistOptim *d) { return (OnebitState *)d->state; }
+
 
 /* chunk length L_s of slice s: a multiple of 8, N L_s >= n_s */
 static size_t ob_chunk(size_t n, int world) {
@@ -41,29 +52,32 @@ static size_t ob_chunk(size_t n, int world) {
     return (n + w8 - 1) / w8 * 8;
 }
 
-void onebit_init(DistOptim *d) {
+extern const UpdateRule rule_onebit_adam;
+
+static void onebit_init(DistOptim *d, size_t owned_total) {
+    d->state = xcalloc(1, sizeof(OnebitState), "1-bit Adam state");
     const ParamTable *tab = d->tab;
     d->slo = 0;
     d->shi = d->P;
     d->m = xcalloc(d->P ? d->P : 1, sizeof(float), "1-bit Adam first moment");
     d->v = xcalloc(d->P ? d->P : 1, sizeof(float), "1-bit Adam second moment");
     d->r = xcalloc(d->P ? d->P : 1, sizeof(float), "1-bit Adam worker error");
-    d->ob_es = xcalloc(d->P ? d->P : 1, sizeof(float), "1-bit Adam server error");
-    d->ob_boff = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(size_t), "1-bit Adam chunk offsets");
+    onebit(d)->es = xcalloc(d->P ? d->P : 1, sizeof(float), "1-bit Adam server error");
+    onebit(d)->boff = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(size_t), "1-bit Adam chunk offsets");
     size_t sb = 0;
     for (int i = 0; i < tab->n; i++) {
-        d->ob_boff[i] = sb;
+        onebit(d)->boff[i] = sb;
         sb += ob_chunk(tab->slices[i].numel, d->world) / 8;
     }
-    d->ob_block = 4 * (size_t)tab->n + sb;
-    d->ob_send = xcalloc((size_t)d->world * d->ob_block + 1, 1, "1-bit Adam send blocks");
-    d->ob_recv = xcalloc((size_t)d->world * d->ob_block + 1, 1, "1-bit Adam receive blocks");
+    onebit(d)->block = 4 * (size_t)tab->n + sb;
+    onebit(d)->send = xcalloc((size_t)d->world * onebit(d)->block + 1, 1, "1-bit Adam send blocks");
+    onebit(d)->recv = xcalloc((size_t)d->world * onebit(d)->block + 1, 1, "1-bit Adam receive blocks");
     if (!d->stage) d->stage = xmalloc((d->P ? d->P : 1) * sizeof(float), "gradient staging buffer");
 }
 
-size_t distopt_onebit_block_bytes(const DistOptim *d) { return d->cfg.opt.kind == OPT_ONEBIT_ADAM ? d->ob_block : 0; }
+size_t distopt_onebit_block_bytes(const DistOptim *d) { return d->rule == &rule_onebit_adam ? onebit(d)->block : 0; }
 
-void onebit_bucket_ready(DistOptim *d, int b) {
+static void onebit_bucket_ready(DistOptim *d, int b) {
     int t = d->last_t + 1;
     if (t > d->cfg.onebit_freeze) return; /* compression: everything happens at the step */
     dense_queue_bucket(d, b);
@@ -82,8 +96,8 @@ static float ob_scale(const float *x, size_t n) {
 static void ob_compressed_allreduce(DistOptim *d) {
     const ParamTable *tab = d->tab;
     const int N = d->world, me = d->rank, S = tab->n;
-    const size_t Bk = d->ob_block;
-    uint8_t *send = d->ob_send, *recv = d->ob_recv;
+    const size_t Bk = onebit(d)->block;
+    uint8_t *send = onebit(d)->send, *recv = onebit(d)->recv;
     memset(send, 0, (size_t)N * Bk);
     /* the worker side: x = m_i + e_i, its scale into every block, its signs into the block of each chunk's owner */
     for (int i = 0; i < S; i++) {
@@ -97,7 +111,7 @@ static void ob_compressed_allreduce(DistOptim *d) {
             float c = pos ? a : -a;
             e[j] = x[j] - c;
             size_t r = j / L, k = j % L;
-            if (pos) send[r * Bk + 4 * (size_t)S + d->ob_boff[i] + k / 8] |= (uint8_t)(1u << (k % 8));
+            if (pos) send[r * Bk + 4 * (size_t)S + onebit(d)->boff[i] + k / 8] |= (uint8_t)(1u << (k % 8));
         }
         for (int r = 0; r < N; r++) memcpy(send + (size_t)r * Bk + 4 * (size_t)i, &a, 4);
     }
@@ -111,10 +125,10 @@ static void ob_compressed_allreduce(DistOptim *d) {
         const ParamSlice *s = &tab->slices[i];
         size_t n = s->numel, L = ob_chunk(n, N), lo = (size_t)me * L, hi = lo + L < n ? lo + L : n;
         size_t len = hi > lo ? hi - lo : 0;
-        float *es = d->ob_es + s->offset + lo, *y = d->m + s->offset + lo; /* y: m's elements there, as scratch */
+        float *es = onebit(d)->es + s->offset + lo, *y = d->m + s->offset + lo; /* y: m's elements there, as scratch */
         for (int w = 0; w < N; w++) memcpy(&sc[w], recv + (size_t)w * Bk + 4 * (size_t)i, 4);
         for (size_t k = 0; k < len; k++) {
-            size_t byte = 4 * (size_t)S + d->ob_boff[i] + k / 8;
+            size_t byte = 4 * (size_t)S + onebit(d)->boff[i] + k / 8;
             uint8_t bit = (uint8_t)(1u << (k % 8));
             float acc = 0.0f;
             for (int w = 0; w < N; w++) acc += recv[(size_t)w * Bk + byte] & bit ? sc[w] : -sc[w];
@@ -124,7 +138,7 @@ static void ob_compressed_allreduce(DistOptim *d) {
         for (size_t k = 0; k < len; k++) {
             int pos = y[k] >= 0.0f;
             es[k] = y[k] - (pos ? b : -b);
-            if (pos) mine[4 * (size_t)S + d->ob_boff[i] + k / 8] |= (uint8_t)(1u << (k % 8));
+            if (pos) mine[4 * (size_t)S + onebit(d)->boff[i] + k / 8] |= (uint8_t)(1u << (k % 8));
         }
         memcpy(mine + 4 * (size_t)i, &b, 4);
     }
@@ -140,12 +154,12 @@ static void ob_compressed_allreduce(DistOptim *d) {
             const uint8_t *blk = send + r * Bk;
             float b;
             memcpy(&b, blk + 4 * (size_t)i, 4);
-            m[j] = blk[4 * (size_t)S + d->ob_boff[i] + k / 8] & (1u << (k % 8)) ? b : -b;
+            m[j] = blk[4 * (size_t)S + onebit(d)->boff[i] + k / 8] & (1u << (k % 8)) ? b : -b;
         }
     }
 }
 
-int onebit_step(DistOptim *d, int t, float lr, float *grad_norm) {
+static int onebit_step(DistOptim *d, int t, float lr, float *grad_norm) {
     const float clip = d->cfg.clip;
     const int F = d->cfg.onebit_freeze;
     if (t <= F) {
@@ -181,7 +195,7 @@ int onebit_step(DistOptim *d, int t, float lr, float *grad_norm) {
     }
     float norm = (float)sqrt(ss);
     *grad_norm = norm;
-    float sc = clip > 0 && norm > clip ? clip / (norm + 1e-6f) : 1.0f;
+    float sc = dist_clip_scale(clip, norm);
     if (t <= F) {
         if (sc != 1.0f)
             for (size_t j = 0; j < d->P; j++) g[j] *= sc;
@@ -207,11 +221,65 @@ int onebit_step(DistOptim *d, int t, float lr, float *grad_norm) {
     return 0;
 }
 
-void onebit_keep_own_chunks(DistOptim *d) {
+/* Zeroes the server error off the chunks this rank reduces (after a load that summed every saved rank's). */
+static void onebit_keep_own_chunks(DistOptim *d) {
     for (int i = 0; i < d->tab->n; i++) {
         const ParamSlice *s = &d->tab->slices[i];
         size_t n = s->numel, L = ob_chunk(n, d->world), lo = (size_t)d->rank * L, hi = lo + L < n ? lo + L : n;
         for (size_t j = 0; j < n; j++)
-            if (j < lo || j >= hi) d->ob_es[s->offset + j] = 0.0f;
+            if (j < lo || j >= hi) onebit(d)->es[s->offset + j] = 0.0f;
     }
 }
+
+/* the freeze step, when 1-bit Adam is the chosen rule */
+static void onebit_check(const DistConfig *cfg, const UpdateRule *chosen) {
+    if (chosen == &rule_onebit_adam && cfg->onebit_freeze < 1)
+        fatal("--onebit-freeze %d: 1-bit Adam needs at least 1 step of Adam before its variance freezes", cfg->onebit_freeze);
+}
+
+/* e, m, v and the server error */
+static size_t onebit_state_memory(const DistOptim *d) { return 4 * d->P * sizeof(float); }
+
+const float *distopt_onebit_server_error(const DistOptim *d) { return d->rule == &rule_onebit_adam ? onebit(d)->es : NULL; }
+
+static const RuleOption onebit_owned[] = {{"onebit-freeze", NULL, "--optimizer onebit-adam"}};
+
+static size_t onebit_state_bytes(const DistOptim *d) { return sizeof(BlobHeader) + 4 * d->P * sizeof(float); }
+static void onebit_save(const DistOptim *d, void *blob) {
+    BlobHeader h;
+    dist_emv_save(d, blob, &h);
+    memcpy((char *)blob + sizeof h + 3 * d->P * sizeof(float), onebit(d)->es, d->P * sizeof(float));
+    memcpy(blob, &h, sizeof h);
+}
+static size_t onebit_blob_payload(const BlobHeader *h, int i) { return 4 * h->P * sizeof(float); }
+static void onebit_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs) {
+    dist_emv_load(d, h0, blobs, n_blobs);
+    /* es: after e, m, v */
+    if (h0->world == d->world) { /* this rank's own (a same-world resume passes just its own blob) */
+        memcpy(onebit(d)->es, (const float *)((const char *)blobs[n_blobs == 1 ? 0 : d->rank] + sizeof(BlobHeader)) + 3 * d->P,
+               d->P * sizeof(float));
+    } else { /* each saved rank's is zero off its chunks: their sum holds every coordinate's once */
+        memset(onebit(d)->es, 0, d->P * sizeof(float));
+        for (int i = 0; i < n_blobs; i++) {
+            const float *es = (const float *)((const char *)blobs[i] + sizeof(BlobHeader)) + 3 * d->P;
+            for (size_t j = 0; j < d->P; j++) onebit(d)->es[j] += es[j];
+        }
+        onebit_keep_own_chunks(d);
+    }
+}
+
+static void onebit_free(DistOptim *d) {
+    OnebitState *s = onebit(d);
+    if (!s) return;
+    free(s->es); free(s->boff); free(s->send); free(s->recv);
+    free(s);
+}
+
+const UpdateRule rule_onebit_adam = {
+    .name = "onebit-adam", .owned = onebit_owned, .n_owned = 1, .kind = OPT_ONEBIT_ADAM, .stage = 1,
+    .check = onebit_check, .init = onebit_init, .bucket_ready = onebit_bucket_ready, .step = onebit_step,
+    .state_bytes = onebit_state_bytes, .save = onebit_save, .blob_payload = onebit_blob_payload, .load = onebit_load,
+    .state_memory = onebit_state_memory, .sync_hash = dist_sync_hash_mv,
+    .free = onebit_free,
+};
+

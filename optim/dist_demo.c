@@ -1,5 +1,5 @@
 /*
- * scape/dist_demo.c - DeMo, decoupled momentum optimization (--optimizer demo; Peng, Quesnelle, Kingma, "DeMo:
+ * optim/dist_demo.c - DeMo, decoupled momentum optimization (--optimizer demo; Peng, Quesnelle, Kingma, "DeMo:
  * Decoupled Momentum Optimization", arXiv 2411.19870, Algorithm 1): each rank keeps its own momentum, sends only
  * its fastest-moving components, taken as the largest DCT coefficients of chunks of each tensor, removes what it sent
  * from its momentum, and steps on the sign of the ranks' combined components. Per rank i at step t, with
@@ -25,14 +25,29 @@
  * Bytes per rank and step: 8 K (N-1), K = sum over blocks of min(k, |B|) (an all-gather of N K pairs, comm.h's ring
  * model), identical on every rank.
  * State (dist_impl.h): r = delta_i (P), stage = the DCT coefficients (P, scratch), pairs (N K), the DCT matrices.
- * Not for: the checkpoint blob (dist_state.c).
+ * Not for: the collectives (comm/comm.c).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/util.h"
-#include "scape/dist_impl.h"
+#include "optim/dist_impl.h"
+
+/* DeMo's own state (DistOptim's state): the DCT-II matrices by size (NULL until used; dct_n + 1 of them), per block
+ * its first pair in a rank's part, the pairs per rank K, the largest block, per coefficient how many ranks sent it,
+ * block scratch (3 blocks) and the block's selection bits. DistOptim's r is delta_i, stage the coefficients, pairs
+ * the all-gather. */
+typedef struct {
+    float **dct;
+    size_t dct_n;
+    size_t *koff, k, maxblk;
+    uint16_t *cnt;
+    float *tmp;
+    uint8_t *bits;
+} DemoState;
+static inline DemoState *demo(const DistOptim *d) { return (DemoState *)d->state; }
+
 
 /* the largest divisor of n not above s (n itself if n <= s) */
 static size_t demo_split(size_t n, size_t s) {
@@ -56,16 +71,16 @@ static void demo_blocks(const DistOptim *d, const ParamSlice *s, size_t *br, siz
 
 /* the orthonormal DCT-II matrix of size b (row u: frequency u), cached by size */
 static const float *demo_dct(DistOptim *d, size_t b) {
-    if (!d->demo_dct[b]) {
+    if (!demo(d)->dct[b]) {
         float *D = xmalloc(b * b * sizeof(float), "DCT matrix");
         for (size_t u = 0; u < b; u++)
             for (size_t j = 0; j < b; j++) {
                 double c = u == 0 ? sqrt(1.0 / (double)b) : sqrt(2.0 / (double)b);
                 D[u * b + j] = (float)(c * cos(3.14159265358979323846 * (2.0 * (double)j + 1.0) * (double)u / (2.0 * (double)b)));
             }
-        d->demo_dct[b] = D;
+        demo(d)->dct[b] = D;
     }
-    return d->demo_dct[b];
+    return demo(d)->dct[b];
 }
 
 /* out = D_r in D_c^T (forward) or D_r^T in D_c (inverse), in and out dense r x c row-major (distinct); for a vector
@@ -120,16 +135,20 @@ static void count_block(DistOptim *d, const ParamSlice *s, size_t origin, size_t
                         void *arg) {
     (void)s; (void)origin; (void)ld;
     size_t n = br * bc, k = (size_t)d->cfg.demo_topk < n ? (size_t)d->cfg.demo_topk : n;
-    d->demo_koff[blk] = *(size_t *)arg;
+    demo(d)->koff[blk] = *(size_t *)arg;
     *(size_t *)arg += k;
-    if (n > d->demo_maxblk) d->demo_maxblk = n;
+    if (n > demo(d)->maxblk) demo(d)->maxblk = n;
 }
 
-void demo_init(DistOptim *d) {
+extern const UpdateRule rule_demo;
+
+static void demo_init(DistOptim *d, size_t owned_total) {
+    d->state = xcalloc(1, sizeof(DemoState), "DeMo state");
     d->slo = 0;
     d->shi = d->P;
     d->r = xcalloc(d->P ? d->P : 1, sizeof(float), "DeMo momentum");
-    d->demo_dct = xcalloc((size_t)d->cfg.demo_chunk + 1, sizeof(float *), "DCT matrices");
+    demo(d)->dct = xcalloc((size_t)d->cfg.demo_chunk + 1, sizeof(float *), "DCT matrices");
+    demo(d)->dct_n = (size_t)d->cfg.demo_chunk;
     size_t nblk = 0;
     for (int i = 0; i < d->tab->n; i++) {
         const ParamSlice *s = &d->tab->slices[i];
@@ -137,21 +156,21 @@ void demo_init(DistOptim *d) {
         demo_blocks(d, s, &br, &bc);
         nblk += s->numel / (br * bc);
     }
-    d->demo_koff = xcalloc(nblk + 1, sizeof(size_t), "DeMo block offsets");
+    demo(d)->koff = xcalloc(nblk + 1, sizeof(size_t), "DeMo block offsets");
     size_t K = 0;
     demo_for_blocks(d, count_block, &K);
-    d->demo_k = K;
+    demo(d)->k = K;
     d->pairs = xmalloc(((size_t)d->world * K + 1) * sizeof(TopkPair), "DeMo all-gather buffer");
     if (!d->stage) d->stage = xmalloc((d->P ? d->P : 1) * sizeof(float), "DeMo coefficients");
-    d->demo_cnt = xmalloc((d->P ? d->P : 1) * sizeof(uint16_t), "DeMo coefficient counts");
-    d->demo_tmp = xmalloc((3 * d->demo_maxblk + 1) * sizeof(float), "DeMo block scratch");
-    d->topk_tmp = xmalloc((d->demo_maxblk + 1) * sizeof(uint32_t), "DeMo top-k scratch");
-    d->demo_bits = xmalloc(mask_bytes(d->demo_maxblk) + 8, "DeMo block selection");
+    demo(d)->cnt = xmalloc((d->P ? d->P : 1) * sizeof(uint16_t), "DeMo coefficient counts");
+    demo(d)->tmp = xmalloc((3 * demo(d)->maxblk + 1) * sizeof(float), "DeMo block scratch");
+    d->topk_tmp = xmalloc((demo(d)->maxblk + 1) * sizeof(uint32_t), "DeMo top-k scratch");
+    demo(d)->bits = xmalloc(mask_bytes(demo(d)->maxblk) + 8, "DeMo block selection");
 }
 
-size_t distopt_demo_count(const DistOptim *d) { return d->cfg.opt.kind == OPT_DEMO ? d->demo_k : 0; }
+size_t distopt_demo_count(const DistOptim *d) { return d->rule == &rule_demo ? demo(d)->k : 0; }
 
-void demo_bucket_ready(DistOptim *d, int b) { (void)d; (void)b; /* everything happens at the step */ }
+static void demo_bucket_ready(DistOptim *d, int b) { (void)d; (void)b; /* everything happens at the step */ }
 
 /* block b_r x b_c at origin (row stride ld) of x to a dense array, and back */
 static void block_get(const float *x, size_t origin, size_t br, size_t bc, size_t ld, float *out) {
@@ -164,17 +183,17 @@ static void block_get(const float *x, size_t origin, size_t br, size_t bc, size_
 static void encode_block(DistOptim *d, const ParamSlice *s, size_t origin, size_t br, size_t bc, size_t ld, size_t blk,
                          void *arg) {
     (void)s;
-    TopkPair *out = (TopkPair *)arg + d->demo_koff[blk];
+    TopkPair *out = (TopkPair *)arg + demo(d)->koff[blk];
     const size_t n = br * bc, k = (size_t)d->cfg.demo_topk < n ? (size_t)d->cfg.demo_topk : n;
     const float *Dr = demo_dct(d, br), *Dc = bc > 1 ? demo_dct(d, bc) : NULL;
-    float *x = d->demo_tmp, *C = x + d->demo_maxblk, *tmp = C + d->demo_maxblk;
+    float *x = demo(d)->tmp, *C = x + demo(d)->maxblk, *tmp = C + demo(d)->maxblk;
     block_get(d->r, origin, br, bc, ld, x);
     demo_transform(Dr, Dc, x, C, br, bc, 0, tmp);
-    memset(d->demo_bits, 0, mask_bytes(n));
-    scape_topk_mask(C, n, k, d->demo_bits, 0, d->topk_tmp);
+    memset(demo(d)->bits, 0, mask_bytes(n));
+    scape_topk_mask(C, n, k, demo(d)->bits, 0, d->topk_tmp);
     size_t q = 0;
     for (size_t j = 0; j < n; j++) {
-        if (mask_get(d->demo_bits, j)) {
+        if (mask_get(demo(d)->bits, j)) {
             out[q].idx = (uint32_t)(origin + j / bc * ld + j % bc);
             out[q].val = C[j];
             q++;
@@ -194,7 +213,7 @@ static void decode_block(DistOptim *d, const ParamSlice *s, size_t origin, size_
     (void)s; (void)blk;
     const float lr = *(const float *)arg;
     const float *Dr = demo_dct(d, br), *Dc = bc > 1 ? demo_dct(d, bc) : NULL;
-    float *x = d->demo_tmp, *y = x + d->demo_maxblk, *tmp = y + d->demo_maxblk;
+    float *x = demo(d)->tmp, *y = x + demo(d)->maxblk, *tmp = y + demo(d)->maxblk;
     block_get(d->stage, origin, br, bc, ld, x);
     demo_transform(Dr, Dc, x, y, br, bc, 1, tmp);
     for (size_t i = 0; i < br; i++)
@@ -204,7 +223,7 @@ static void decode_block(DistOptim *d, const ParamSlice *s, size_t origin, size_
         }
 }
 
-int demo_step(DistOptim *d, int t, float lr, float *grad_norm) {
+static int demo_step(DistOptim *d, int t, float lr, float *grad_norm) {
     (void)t;
     float *g = d->grads;
     double ctl[2] = {dist_sumsq(g, 0, d->P), 0};
@@ -217,7 +236,7 @@ int demo_step(DistOptim *d, int t, float lr, float *grad_norm) {
     }
     float norm = (float)sqrt(ctl[0] / d->world);
     *grad_norm = norm;
-    float sc = d->cfg.clip > 0 && norm > d->cfg.clip ? d->cfg.clip / (norm + 1e-6f) : 1.0f;
+    float sc = dist_clip_scale(d->cfg.clip, norm);
     for (int i = 0; i < d->tab->n; i++) {
         const ParamSlice *s = &d->tab->slices[i];
         if (!s->decay || d->cfg.opt.weight_decay == 0.0f) continue;
@@ -226,23 +245,71 @@ int demo_step(DistOptim *d, int t, float lr, float *grad_norm) {
     }
     const float beta = d->cfg.demo_decay;
     for (size_t j = 0; j < d->P; j++) d->r[j] = beta * d->r[j] + lr * (g[j] * sc);
-    TopkPair *mine = d->pairs + (size_t)d->rank * d->demo_k;
+    TopkPair *mine = d->pairs + (size_t)d->rank * demo(d)->k;
     demo_for_blocks(d, encode_block, mine);
-    comm_wait(comm_iallgather(d->pairs, d->demo_k, sizeof(TopkPair)));
+    comm_wait(comm_iallgather(d->pairs, demo(d)->k, sizeof(TopkPair)));
     /* Q: the mean over the ranks that sent each coefficient, summed in rank order */
     memset(d->stage, 0, d->P * sizeof(float));
-    memset(d->demo_cnt, 0, d->P * sizeof(uint16_t));
-    for (size_t q = 0; q < (size_t)d->world * d->demo_k; q++) {
+    memset(demo(d)->cnt, 0, d->P * sizeof(uint16_t));
+    for (size_t q = 0; q < (size_t)d->world * demo(d)->k; q++) {
         uint32_t j = d->pairs[q].idx;
         d->stage[j] += d->pairs[q].val;
-        d->demo_cnt[j]++;
+        demo(d)->cnt[j]++;
     }
     for (size_t j = 0; j < d->P; j++)
-        if (d->demo_cnt[j] > 1) d->stage[j] /= (float)d->demo_cnt[j];
+        if (demo(d)->cnt[j] > 1) d->stage[j] /= (float)demo(d)->cnt[j];
     demo_for_blocks(d, decode_block, &lr);
     if (d->dbg_ghat) memcpy(d->dbg_ghat, g, d->P * sizeof(float));
-    d->last_k = d->demo_k;
+    d->last_k = demo(d)->k;
     dist_end_step(d);
     d->last_t = t;
     return 0;
 }
+
+/* the block side, coefficients per block and decay, when DeMo is the chosen rule */
+static void demo_check(const DistConfig *cfg, const UpdateRule *chosen) {
+    if (chosen == &rule_demo && !(cfg->demo_chunk >= 1 && cfg->demo_chunk <= 256 && cfg->demo_topk >= 1 &&
+                                  cfg->demo_decay >= 0 && cfg->demo_decay <= 1))
+        fatal("DeMo: --demo-chunk %d must be in 1..256, --demo-topk %d >= 1, --demo-decay %g in [0, 1]", cfg->demo_chunk,
+              cfg->demo_topk, cfg->demo_decay);
+}
+
+/* the local momentum delta */
+static size_t demo_state_memory(const DistOptim *d) { return d->P * sizeof(float); }
+
+static const RuleOption demo_owned[] = {
+    {"demo-chunk", NULL, "--optimizer demo"},
+    {"demo-topk", NULL, "--optimizer demo"},
+    {"demo-decay", NULL, "--optimizer demo"},
+};
+
+/* demo: delta (P), this rank's own or the mean over the saved ranks (as topk-ef's e) */
+static size_t demo_state_bytes(const DistOptim *d) { return sizeof(BlobHeader) + d->P * sizeof(float); }
+static void demo_save(const DistOptim *d, void *blob) {
+    BlobHeader h = dist_blob_header(d);
+    memcpy((char *)blob + sizeof h, d->r, d->P * sizeof(float));
+    memcpy(blob, &h, sizeof h);
+}
+static size_t demo_blob_payload(const BlobHeader *h, int i) { return h->P * sizeof(float); }
+static void demo_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs) {
+    dist_load_residual(d, blobs, n_blobs, h0->world);
+    d->have_cur = 0;
+}
+
+static void demo_free(DistOptim *d) {
+    DemoState *s = demo(d);
+    if (!s) return;
+    if (s->dct)
+        for (size_t b = 0; b <= s->dct_n; b++) free(s->dct[b]);
+    free(s->dct); free(s->koff); free(s->cnt); free(s->tmp); free(s->bits);
+    free(s);
+}
+
+const UpdateRule rule_demo = {
+    .name = "demo", .owned = demo_owned, .n_owned = 3, .kind = OPT_DEMO, .index32 = 1, .stage = 1,
+    .check = demo_check, .init = demo_init, .bucket_ready = demo_bucket_ready, .step = demo_step,
+    .state_bytes = demo_state_bytes, .save = demo_save, .blob_payload = demo_blob_payload, .load = demo_load,
+    .state_memory = demo_state_memory,
+    .free = demo_free,
+};
+

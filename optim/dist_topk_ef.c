@@ -1,7 +1,7 @@
 /*
- * scape/dist_topk_ef.c - the baseline SCAPE is compared with (--optimizer topk-ef): per-slice top-k of each rank's
+ * optim/dist_topk_ef.c - the baseline SCAPE is compared with (--optimizer topk-ef): per-slice top-k of each rank's
  * raw gradient plus error feedback, exchanged as (index, value) pairs on one all-gather per bucket, and their mean
- * fed into dense AdamW. Formulas and sources at distopt_create in scape/dist.h. Unlike SCAPE's, the selections
+ * fed into dense AdamW. Formulas and sources at distopt_create in optim/dist.h. Unlike SCAPE's, the selections
  * differ per rank, so the support of the mean grows with N (the "fill-in") and the indices go on the wire.
  * State (dist_impl.h): r = e_i (P), m, v (AdamW's, P), mask_cur = this rank's selection S_t, stage = acc_i (P,
  * flat), pairs = every rank's pairs by bucket.
@@ -12,10 +12,10 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "scape/dist_impl.h"
+#include "optim/dist_impl.h"
 
 /* e, AdamW's m and v, the selection bits and the top-k scratch; the pairs buffer grows at the first step. */
-void topk_init(DistOptim *d) {
+static void topk_init(DistOptim *d, size_t owned_total) {
     const ParamTable *tab = d->tab;
     d->slo = 0;
     d->shi = d->P;
@@ -78,14 +78,14 @@ static void topk_queue_bucket(DistOptim *d, int b) {
 
 /* The bucket hand-off (distopt_bucket_ready). The step number is not passed here: it is the one after the last
  * completed step; topk_step redoes the selection if the loop's t differs (after a skipped step). */
-void topk_bucket_ready(DistOptim *d, int b) {
+static void topk_bucket_ready(DistOptim *d, int b) {
     if (!d->step_begun) topk_begin(d, d->last_t + 1);
     topk_queue_bucket(d, b);
 }
 
 /* Step t: the buckets backward did not send, the wait, the mean of every rank's pairs in rank order, the skip
  * decision (any rank's non-finite acc), statistics, e_i, the clip and AdamW. */
-int topk_step(DistOptim *d, int t, float lr, float *grad_norm) {
+static int topk_step(DistOptim *d, int t, float lr, float *grad_norm) {
     if (d->step_begun && d->cur_t != t) {
         /* buckets went out for another step number (the loop retried or skipped one): redo them for t */
         for (int b = 0; b < d->nb; b++) {
@@ -131,10 +131,9 @@ int topk_step(DistOptim *d, int t, float lr, float *grad_norm) {
     }
     if (d->st_on) stats_compute(d, t, d->mask_cur, acc, NULL, NULL);
     for (size_t j = 0; j < d->P; j++) d->r[j] = mask_get(d->mask_cur, j) ? 0.0f : acc[j];
-    if (d->cfg.clip > 0 && norm > d->cfg.clip) {
-        float sc = d->cfg.clip / (norm + 1e-6f);
+    float sc = dist_clip_scale(d->cfg.clip, norm);
+    if (sc != 1.0f)
         for (size_t j = 0; j < d->P; j++) g[j] *= sc;
-    }
     adamw_update(d->tab, d->params, g, d->m, d->v, 0, d->P, t, lr, &d->cfg.opt);
     d->last_k = 0;
     for (int b = 0; b < d->nb; b++) d->last_k += d->bucket_k[b];
@@ -143,3 +142,16 @@ int topk_step(DistOptim *d, int t, float lr, float *grad_norm) {
     d->last_t = t;
     return 0;
 }
+
+/* e, m, v */
+static size_t topk_state_memory(const DistOptim *d) { return 3 * d->P * sizeof(float); }
+
+/* the last completed step's selection S_t (no next mask: it is chosen at the step) */
+static const uint8_t *topk_mask(DistOptim *d, int next) { return !next && d->have_cur ? d->mask_cur : NULL; }
+
+const UpdateRule rule_topk_ef = {
+    .name = "topk-ef", .kind = OPT_TOPK_EF, .sparse = 1, .index32 = 1, .stage = 1,
+    .init = topk_init, .bucket_ready = topk_bucket_ready, .step = topk_step,
+    .state_bytes = topk_state_bytes, .save = topk_save, .blob_payload = topk_blob_payload, .load = topk_load,
+    .state_memory = topk_state_memory, .sync_hash = dist_sync_hash_mv, .mask = topk_mask,
+};

@@ -1,10 +1,10 @@
 /*
- * scape/dist_dense.c - dense data-parallel AdamW / AdamS (scape/optim.h's formulas) on every coordinate:
+ * optim/dist_dense.c - dense data-parallel AdamW / AdamS (optim/optim.h's formulas) on every coordinate:
  *   plain:   each gradient bucket is copied into stage and averaged by one all-reduce as soon as backward has
  *            finished it; at the step every rank holds the mean gradient g, takes its norm, clips and updates
  *            every parameter (identical results on every rank, no parameter traffic).
  *   ZeRO-1:  the buckets are reduce-scattered instead, each rank receiving the mean of its owned slices (the
- *            owner table of scape/scape.h, the same one SCAPE's top-k uses); m (and v) exist for the owned shard
+ *            owner table of optim/scape.h, the same one SCAPE's top-k uses); m (and v) exist for the owned shard
  *            only; the norm takes one more all-reduce of a double; each rank updates its shard and the parameters
  *            are all-gathered.
  * Bytes per rank and step (comm.h's ring model): 2 * 4P (N-1)/N for either; ZeRO-1 moves them as a reduce-scatter
@@ -16,22 +16,32 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "scape/dist_impl.h"
+#include "optim/dist_impl.h"
 
 /* m (and v for AdamW) over [slo, shi): everything, or with ZeRO-1 this rank's shard, whose mean gradients the
  * reduce-scatter writes into rs_out (owned_total floats). */
-void dense_init(DistOptim *d, size_t owned_total) {
+extern const UpdateRule rule_adamw, rule_adams;
+
+/* A dense update (AdamW, AdamS) on one rank without ZeRO-1: the mean over one rank is the gradient itself (x / 1
+ * == x), so the buckets stay where backward wrote them: no staging buffer, no copy into it and back. (1-bit Adam's
+ * warm-up queues its buckets here too, and stages them.) */
+static int dense_in_place(const DistOptim *d) {
+    return (d->rule == &rule_adamw || d->rule == &rule_adams) && d->world == 1 && !d->cfg.zero;
+}
+
+static void dense_init(DistOptim *d, size_t owned_total) {
     d->slo = d->cfg.zero ? d->own.lo[d->rank] : 0;
     d->shi = d->cfg.zero ? d->own.hi[d->rank] : d->P;
     size_t n = d->shi - d->slo;
     d->m = xcalloc(n ? n : 1, sizeof(float), "first moment");
     if (d->cfg.opt.kind == OPT_ADAMW) d->v = xcalloc(n ? n : 1, sizeof(float), "second moment");
     if (d->cfg.zero) d->rs_out = xmalloc((owned_total ? owned_total : 1) * sizeof(float), "ZeRO gradient shard");
+    if (!dense_in_place(d)) d->stage = xmalloc(d->P * sizeof(float), "gradient staging buffer");
 }
 
 /* Bucket b's gradients into stage and its collective: the averaging all-reduce, or the reduce-scatter to owners. */
 void dense_queue_bucket(DistOptim *d, int b) {
-    if (dist_dense_in_place(d)) {
+    if (dense_in_place(d)) {
         /* counted as the bucket's averaging all-reduce, which moves 0 bytes on one rank, so the per-kind statistics
          * read the same as the device update's (test/gpu/test_updater.cu compares them) */
         comm_stats_add(COMM_ALLREDUCE, d->bucket_numel[b] * sizeof(float), 0.0);
@@ -64,7 +74,7 @@ void dense_queue_bucket(DistOptim *d, int b) {
 
 /* The reduced bucket b back into grads: all of it, or with ZeRO-1 the owned slices. */
 static void dense_unpack_bucket(DistOptim *d, int b) {
-    if (dist_dense_in_place(d)) return;
+    if (dense_in_place(d)) return;
     if (!d->cfg.zero) {
         const float *st = d->stage + d->bucket_off[b];
         for (int k = 0; k < d->bn[b]; k++) {
@@ -86,7 +96,7 @@ static void dense_unpack_bucket(DistOptim *d, int b) {
 
 /* Step t: the buckets not yet sent go out, all are waited for and unpacked, then the global norm (skip when not
  * finite), the clip, the update of [slo, shi) and with ZeRO-1 the all-gather of the parameters. */
-int dense_step(DistOptim *d, int t, float lr, float *grad_norm) {
+static int dense_step(DistOptim *d, int t, float lr, float *grad_norm) {
     for (int b = 0; b < d->nb; b++)
         if (!d->bstate[b]) dense_queue_bucket(d, b);
     for (int b = 0; b < d->nb; b++) {
@@ -105,14 +115,11 @@ int dense_step(DistOptim *d, int t, float lr, float *grad_norm) {
      * covers every gradient, so it scales them by the clip factor and clears them as it reads them (the same bits
      * as a pass for each; dist_end_step then skips its own) */
     int whole = d->slo == 0 && d->shi == d->P;
-    float sc = 1.0f;
-    if (d->cfg.clip > 0 && norm > d->cfg.clip) {
-        sc = d->cfg.clip / (norm + 1e-6f);
+    float sc = dist_clip_scale(d->cfg.clip, norm);
+    if (sc != 1.0f && !whole) {
         float *g = d->grads;
-        if (!whole) {
-            #pragma omp parallel for schedule(static)
-            for (size_t j = d->slo; j < d->shi; j++) g[j] *= sc;
-        }
+        #pragma omp parallel for schedule(static)
+        for (size_t j = d->slo; j < d->shi; j++) g[j] *= sc;
     }
     if (d->cfg.opt.kind == OPT_ADAMW && whole)
         adamw_update_and_zero(d->tab, d->params, d->grads, d->m, d->v, 0, d->P, t, lr, &d->cfg.opt, sc);
@@ -133,3 +140,21 @@ int dense_step(DistOptim *d, int t, float lr, float *grad_norm) {
     d->last_t = t;
     return 0;
 }
+
+/* m and v (AdamW) or m (AdamS) over [slo, shi) */
+static size_t dense_state_memory(const DistOptim *d) {
+    return (d->rule == &rule_adamw ? 2 : 1) * (d->shi - d->slo) * sizeof(float);
+}
+
+const UpdateRule rule_adamw = {
+    .name = "adamw", .kind = OPT_ADAMW, .zero_ok = 1, .any_shard = 1,
+    .init = dense_init, .bucket_ready = dense_queue_bucket, .step = dense_step,
+    .state_bytes = dense_state_bytes, .save = dense_save, .blob_payload = dense_blob_payload, .load = dense_load,
+    .state_memory = dense_state_memory,
+};
+const UpdateRule rule_adams = {
+    .name = "adams", .kind = OPT_ADAMS, .zero_ok = 1, .any_shard = 1,
+    .init = dense_init, .bucket_ready = dense_queue_bucket, .step = dense_step,
+    .state_bytes = dense_state_bytes, .save = dense_save, .blob_payload = dense_blob_payload, .load = dense_load,
+    .state_memory = dense_state_memory,
+};

@@ -1,5 +1,5 @@
 /*
- * scape/dist_mask_stats.c - mask stability for SCAPE and topk-ef (DistMaskStats in scape/dist.h): per sparse slice
+ * optim/dist_mask_stats.c - mask stability for SCAPE and topk-ef (DistMaskStats in optim/dist.h): per sparse slice
  * the Jaccard of consecutive masks and the energy a mask keeps, for SCAPE's first-moment mask M_t and for the
  * raw-gradient top-k G_t it is compared with (topk-ef: its own selection). Rank 0 only, nothing while off.
  * Not for: choosing masks (dist_scape.c, dist_topk_ef.c); the device version is cuda/dist_mask_stats.cuh.
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "scape/dist_impl.h"
+#include "optim/dist_impl.h"
 
 /* |A n B| / |A u B| over bits [lo, hi) (1 when the union is empty) */
 static double mask_jaccard(const uint8_t *a, const uint8_t *b, size_t lo, size_t hi) {
@@ -35,8 +35,11 @@ static double mask_energy(const uint8_t *M, const float *x, size_t lo, size_t hi
     return all > 0 ? kept / all : 1.0;
 }
 
+extern const UpdateRule rule_scape;
+
+/* the sparse rules (SCAPE, topk-ef) have masks to compare */
 void distopt_mask_stats_enable(DistOptim *d, int on) {
-    d->st_on = on && d->rank == 0 && (d->cfg.opt.kind == OPT_SCAPE || d->cfg.opt.kind == OPT_TOPK_EF);
+    d->st_on = on && d->rank == 0 && d->rule->sparse;
     if (!d->st_on || d->st_slice) return;
     int n = d->tab->n;
     d->st_slice = xmalloc((size_t)n * sizeof(int), "mask statistics");
@@ -46,7 +49,7 @@ void distopt_mask_stats_enable(DistOptim *d, int on) {
     d->st_eg = xmalloc((size_t)n * sizeof(double), "mask statistics");
     d->st_gprev = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "mask statistics");
     d->st_gprev_t = -1;
-    if (d->cfg.opt.kind == OPT_SCAPE) {
+    if (d->rule == &rule_scape) {
         size_t maxn = 1;
         for (int i = 0; i < n; i++)
             if (d->tab->slices[i].numel > maxn) maxn = d->tab->slices[i].numel;
@@ -77,7 +80,7 @@ void distopt_mask_stats_means(DistMaskStats *st, const ParamTable *tab) {
 
 void stats_compute(DistOptim *d, int t, const uint8_t *gmask, const float *gvec, const uint8_t *mprev,
                           const float *c) {
-    int scape = d->cfg.opt.kind == OPT_SCAPE;
+    int scape = d->rule == &rule_scape;
     int have_gprev = d->st_gprev_t == t - 1;
     int n = 0;
     for (int i = 0; i < d->tab->n; i++) {

@@ -1,5 +1,5 @@
 /*
- * scape/comm.c - the communication layer (see comm.h): Open MPI collectives on host buffers, executed in order by
+ * comm/comm.c - the communication layer (see comm.h): Open MPI collectives on host buffers, executed in order by
  * one communication thread from a ticketed job queue, so that backward can queue a bucket's collective and go on.
  * Not for: deciding what to send (dist.c, scape.c).
  *
@@ -13,9 +13,9 @@
  * therefore started nonblocking (MPI_I*) and completed by MPI_Test with sleeps that grow by 1.5x from 10 us to
  * 500 us (SCAPE_COMM_SLEEP_MAX_US changes the cap). MPI_Test also drives Open MPI's progress, so a transfer in
  * flight keeps moving at every test. SCAPE_COMM_SPIN=1 restores plain MPI_Wait, for comparison
- * (scape/bench_comm.c).
+ * (comm/bench_comm.c).
  */
-#include "scape/comm.h"
+#include "comm/comm.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -192,30 +192,6 @@ int comm_local_size(void) { return C.inited ? C.local_size : 1; }
 int comm_node_id(void) { return C.inited ? C.node_id : 0; }
 const char *comm_host(void) { return C.host[0] ? C.host : "?"; }
 void comm_note_gpu(int device) { C.gpu = device; }
-
-int comm_gpu_for_rank(int local_rank, int local_size, int visible) {
-    (void)local_size; /* ranks beyond the visible GPUs share them round-robin */
-    if (visible <= 1) return 0; /* one visible GPU (CUDA_VISIBLE_DEVICES per task): each rank takes it */
-    return local_rank % visible;
-}
-
-int comm_node_keys_distinct(const char *key) {
-    enum { KEY = 64 };
-    char mine[KEY + 8];
-    memset(mine, 0, sizeof mine);
-    int id = comm_node_id();
-    memcpy(mine, &id, sizeof id);
-    snprintf(mine + 8, KEY, "%s", key);
-    int world = comm_world();
-    char *all = xmalloc((size_t)world * sizeof mine, "node keys");
-    comm_allgather(mine, all, sizeof mine);
-    int distinct = 1;
-    for (int a = 0; a < world && distinct; a++)
-        for (int b = a + 1; b < world && distinct; b++)
-            if (!memcmp(all + (size_t)a * sizeof mine, all + (size_t)b * sizeof mine, sizeof mine)) distinct = 0;
-    free(all);
-    return distinct;
-}
 
 void comm_print_placement(int threads) {
     enum { LINE = 160 };

@@ -1,5 +1,5 @@
 /*
- * scape/dist_scape.c - SCAPE's data-parallel step (SCAPE.md section 3; Zheng, Chen, Xie, Zhang, arXiv 2607.01678)
+ * optim/dist_scape.c - SCAPE's data-parallel step (SCAPE.md section 3; Zheng, Chen, Xie, Zhang, arXiv 2607.01678)
  * on the host, in the order of that section:
  *   start   at the step's first bucket M_t, all-gathered during this step's backward, becomes the current mask
  *           (scape_collect_next, scape_begin; step 1 without a mask: the bootstrap of section 5 in scape_step)
@@ -10,7 +10,7 @@
  *           (scape_norm_pass, in scape_step)
  *   item 8  the owners' top-k of |c_i| for M_{t+1} and its asynchronous all-gather (scape_make_mask), started
  *           before the update so that it overlaps it and the next forward/backward; with cfg.mask_coding each
- *           owner's segment travels coded (scape/mask_code.h) against M_t and is decoded on collection
+ *           owner's segment travels coded (optim/mask_code.h) against M_t and is decoded on collection
  *   item 3, 4, 7  error feedback r_i = c_i off M_t, m_t = b on M_t, the masked AdamS update and weight decay
  *           alone off the mask (scape_update_pass); cfg.double_residual, for comparison only, reproduces the
  *           authors' newest reducers, which write it twice off the mask (r_i = 2 c_i - r_i,old)
@@ -38,7 +38,8 @@
  * qerr. The passes run over fixed chunks of at most SCAPE_CHUNK elements in parallel, partial sums added in chunk
  * order, so no result depends on the thread count.
  * Not for: top-k, masks and the update formula of one coordinate (scape.c, scape.h), the collectives (comm.c),
- * the checkpoint blob (dist_state.c), mask statistics (dist_mask_stats.c).
+ * the checkpoint blob (dist_state.c), mask statistics (dist_mask_stats.c), the rule's row and settings
+ * (dist_scape_row.c).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -46,11 +47,11 @@
 
 #include "common/bf16.h"
 #include "common/util.h"
-#include "scape/dist_impl.h"
-#include "scape/mask_code.h"
+#include "optim/dist_impl.h"
+#include "optim/mask_code.h"
 
 /* SCAPE's state, the chunks of the step passes and the owners' mask segments (one per rank, in rank order). */
-void scape_init(DistOptim *d) {
+void scape_init(DistOptim *d, size_t owned_total) {
     const ParamTable *tab = d->tab;
     d->slo = 0;
     d->shi = d->P;
@@ -761,9 +762,8 @@ int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
         dist_end_step(d);
         return 1;
     }
-    float sc = 1.0f;
     int clipped = d->cfg.clip > 0 && norm > d->cfg.clip;
-    if (clipped) sc = d->cfg.clip / (norm + 1e-6f);
+    float sc = dist_clip_scale(d->cfg.clip, norm);
 
     if (d->st_on) stats_scape(d, t, d->swapped && !bootstrapped);
     /* next mask from |c| (c still in grads), gathered while the update and the next forward/backward run */

@@ -1,10 +1,10 @@
-# scape/module.mk - shared by two engineers; each keeps to its own marked section.
+# optim/module.mk - shared by two engineers; each keeps to its own marked section.
 
 # --- optimizers (model engineer)
-# scape/optim.c (AdamW, AdamS) and, for want of a top-level module.mk, the GPT-2 parity test of train_gpt.c:
+# optim/optim.c (AdamW, AdamS) and, for want of a top-level module.mk, the GPT-2 parity test of train_gpt.c:
 # build/test_gpt2 DATA checks the model against test/ref/gpt2_ref.bin and regenerates that file with
 # dev/ref/gpt2_ref.py (needs `make data` for the validation shard). `make gpt2-ref` rewrites the committed file.
-OPTIM_OBJ := $(BUILD)/scape/optim.o
+OPTIM_OBJ := $(BUILD)/optim/optim.o
 # no fused multiply-adds, like scape.o: dense AdamS and SCAPE at density 1 must round identically;
 # -fno-math-errno lets sqrtf vectorize (nothing reads errno)
 $(OPTIM_OBJ): CFLAGS += -ffp-contract=off -fno-math-errno
@@ -32,55 +32,40 @@ TEST_DEPS += data
 TEST_CMDS += "PYTHON_REF=$(PYTHON_REF) $(BUILD)/test_gpt2 $(DATA)"
 # --- end optimizers
 
-# --- communication, data-parallel update and SCAPE (distributed engineer)
-# Programs that use DIST_OBJ link with $(MPICC) (Open MPI) and -lpthread.
-DIST_RULES := dist dist_dense dist_scape dist_scape_zero dist_topk_ef dist_powersgd dist_onebit_adam dist_demo dist_mask_stats dist_state
-DIST_OBJ := $(BUILD)/scape/comm.o $(DIST_RULES:%=$(BUILD)/scape/%.o) $(BUILD)/scape/scape.o $(BUILD)/scape/mask_code.o $(OPTIM_OBJ)
-MPI_CFLAGS := $(shell $(MPICC) --showme:compile 2>/dev/null)
-$(BUILD)/scape/comm.o: CFLAGS += $(MPI_CFLAGS)
+# --- data-parallel update and SCAPE (distributed engineer)
+# Programs that use DIST_OBJ link with $(MPICC) (Open MPI) and -lpthread; the collectives, MPI_CFLAGS and
+# MPIRUN_TEST are comm/module.mk's (read before this file).
+DIST_RULES := dist rules dist_dense dist_scape dist_scape_row dist_scape_zero dist_topk_ef dist_powersgd dist_onebit_adam dist_demo dist_mask_stats dist_state
+DIST_OBJ := $(COMM_OBJ) $(DIST_RULES:%=$(BUILD)/optim/%.o) $(BUILD)/optim/scape.o $(BUILD)/optim/mask_code.o $(OPTIM_OBJ)
 # no fused multiply-adds: SCAPE's conservation test recomputes c bit for bit, and ranks must round alike
-$(DIST_RULES:%=$(BUILD)/scape/%.o) $(BUILD)/scape/scape.o: CFLAGS += -ffp-contract=off
-MPIRUN_TEST := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe --bind-to none
+$(DIST_RULES:%=$(BUILD)/optim/%.o) $(BUILD)/optim/scape.o: CFLAGS += -ffp-contract=off
 
 .PHONY: scape
 scape: $(DIST_OBJ) $(BUILD)/test_comm $(BUILD)/test_dist
-
-$(BUILD)/test_comm: test/test_comm.c $(BUILD)/scape/comm.o $(COMMON_OBJ)
-	@mkdir -p $(dir $@)
-	$(MPICC) $(CFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS) -lpthread
 
 $(BUILD)/test_dist: test/test_dist.c $(DIST_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) -ffp-contract=off $(filter %.c %.o,$^) -o $@ $(LDLIBS) -lpthread
 
 # bench_step: median ms of one update step per optimizer (not a test; see the file's header)
-$(BUILD)/bench_step: scape/bench_step.c $(DIST_OBJ) $(COMMON_OBJ)
+$(BUILD)/bench_step: optim/bench_step.c $(DIST_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS) -lpthread
 
 # bench_zero: per-rank state and bytes per step, AdamS and SCAPE with and without ZeRO-1 (not a test; the file's
 # header; scripts/bench_zero.sh runs it)
-$(BUILD)/bench_zero: scape/bench_zero.c $(DIST_OBJ) $(COMMON_OBJ)
+$(BUILD)/bench_zero: optim/bench_zero.c $(DIST_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS) -lpthread
 
-# bench_comm: CPU the communication thread takes while it waits (SCAPE_COMM_SPIN=1 vs default); not a test
-$(BUILD)/bench_comm: scape/bench_comm.c $(BUILD)/scape/comm.o $(COMMON_OBJ)
-	@mkdir -p $(dir $@)
-	$(MPICC) $(CFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS) $(BLAS_LIBS) -lpthread
-
-# coded masks (scape/mask_code.c): round trips, sizes against the entropy floor, bad input
-$(BUILD)/test_mask_code: test/test_mask_code.c $(BUILD)/scape/mask_code.o $(BUILD)/scape/scape.o $(COMMON_OBJ)
+# coded masks (optim/mask_code.c): round trips, sizes against the entropy floor, bad input
+$(BUILD)/test_mask_code: test/test_mask_code.c $(BUILD)/optim/mask_code.o $(BUILD)/optim/scape.o $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(filter %.c %.o,$^) -o $@ $(LDLIBS)
 TEST_BINS += $(BUILD)/test_mask_code
 TEST_CMDS += $(BUILD)/test_mask_code
 
-TEST_BINS += $(BUILD)/test_comm $(BUILD)/test_dist $(BUILD)/bench_step $(BUILD)/bench_zero $(BUILD)/bench_comm
-TEST_CMDS += $(BUILD)/test_comm
-TEST_CMDS += "$(MPIRUN_TEST) -np 2 $(BUILD)/test_comm"
-TEST_CMDS += "$(MPIRUN_TEST) -np 3 $(BUILD)/test_comm"
-TEST_CMDS += "test/test_comm_kill.sh $(BUILD)/test_comm"
+TEST_BINS += $(BUILD)/test_dist $(BUILD)/bench_step $(BUILD)/bench_zero
 TEST_CMDS += $(BUILD)/test_dist
 TEST_CMDS += "$(MPIRUN_TEST) -np 2 $(BUILD)/test_dist"
 TEST_CMDS += "$(MPIRUN_TEST) -np 3 $(BUILD)/test_dist"

@@ -1,5 +1,5 @@
 /*
- * scape/bench_comm.c - how much CPU the communication thread takes from compute while it waits inside a
+ * comm/bench_comm.c - how much CPU the communication thread takes from compute while it waits inside a
  * collective. Run with 2 ranks: rank 0 queues a large all-reduce at once and then multiplies matrices (sgemm,
  * fixed count); rank 1 multiplies first and joins the all-reduce only afterwards, so rank 0's communication thread
  * waits inside MPI for the whole of rank 1's compute. Prints per rank the sgemm wall time alone (no collective
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #include "common/util.h"
-#include "scape/comm.h"
+#include "comm/comm.h"
 
 static double sgemm_loop(const float *a, const float *b, float *c, int n, int reps) {
     double t0 = now_seconds();

@@ -1,5 +1,6 @@
 /*
- * scape/dist_state.c - every optimizer's checkpoint blob (distopt_state_bytes / save / load of scape/dist.h) and the
+ * optim/dist_state.c - the checkpoint blobs (distopt_state_bytes / save / load of optim/dist.h, through each rule's
+ * row; the code of the powersgd, onebit-adam and demo blobs is in their own files, on the helpers here) and the
  * same layouts from explicit views for the CUDA trainers' device update (distopt_dense_blob_*, distopt_scape_blob_*),
  * so that host and device write and read each other's checkpoints. A blob is one rank's file of a checkpoint:
  * header, then
@@ -22,98 +23,17 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "scape/dist_impl.h"
+#include "optim/dist_impl.h"
 
 #define DIST_MAGIC 0x45504353u /* "SCPE" */
 #define DIST_VERSION 1
 
-typedef struct {
-    uint32_t magic, version;
-    int32_t kind, world, rank, zero, last_t, have_cur, have_next;
-    int32_t ext; /* extras after the state (0 before issue 31): bit 0, SCAPE catchup's age, P bytes padded to 8 */
-    uint64_t P, lo, hi, K;
-} BlobHeader;
 _Static_assert(sizeof(BlobHeader) == 72, "the blob header layout is part of the checkpoint format");
 
 /* masks are padded to 8 bytes in the blob so the floats after them stay aligned */
 static size_t blob_mask_bytes(size_t P) { return (mask_bytes(P) + 7) / 8 * 8; }
 
 static size_t scape_m_count(const DistOptim *d) { return d->have_cur ? mask_count(d->mask_cur, 0, d->P) : 0; }
-
-size_t distopt_state_bytes(const DistOptim *d) {
-    DistOptim *dm = (DistOptim *)d; /* the pending mask all-gather must land before the state is complete */
-    size_t n = sizeof(BlobHeader);
-    if (d->cfg.opt.kind == OPT_SCAPE) {
-        scape_collect_next(dm);
-        n += d->P * sizeof(float);
-        if (d->have_cur) n += blob_mask_bytes(d->P);
-        if (d->have_next) n += blob_mask_bytes(d->P);
-        n += scape_m_count(d) * sizeof(float);
-        if (d->age) n += blob_mask_bytes(8 * d->P);
-    } else if (d->cfg.opt.kind == OPT_TOPK_EF) {
-        n += 3 * d->P * sizeof(float);
-    } else if (d->cfg.opt.kind == OPT_POWERSGD) {
-        n += (3 * d->P + d->psgd_kq) * sizeof(float);
-    } else if (d->cfg.opt.kind == OPT_ONEBIT_ADAM) {
-        n += 4 * d->P * sizeof(float);
-    } else if (d->cfg.opt.kind == OPT_DEMO) {
-        n += d->P * sizeof(float);
-    } else {
-        n += (d->shi - d->slo) * sizeof(float) * (d->cfg.opt.kind == OPT_ADAMW ? 2 : 1);
-    }
-    return n;
-}
-
-void distopt_save(const DistOptim *d, void *blob) {
-    DistOptim *dm = (DistOptim *)d;
-    if (d->cfg.opt.kind == OPT_SCAPE) scape_collect_next(dm);
-    BlobHeader h = {.magic = DIST_MAGIC, .version = DIST_VERSION, .kind = (int32_t)d->cfg.opt.kind,
-                    .world = d->world, .rank = d->rank, .zero = d->cfg.zero, .last_t = d->last_t,
-                    .have_cur = d->have_cur, .have_next = d->have_next, .P = d->P, .lo = d->slo, .hi = d->shi};
-    char *p = (char *)blob + sizeof h;
-    if (d->cfg.opt.kind == OPT_SCAPE) {
-        /* the layout of distopt_scape_blob_save, from the compact m: after a step (taken or skipped) m is on
-         * mask_cur, so its values in memory order are the blob's "m on mask_cur" */
-        distopt_scape_blob_save(blob, d->world, d->rank, d->last_t, d->P, d->r, d->have_cur ? d->mask_cur : NULL,
-                                d->have_next ? d->mask_next : NULL, NULL);
-        if (d->have_cur) {
-            size_t K = mask_count(d->mask_cur, 0, d->P);
-            if (d->have_m && !d->cfg.zero && d->m_n != K)
-                fatal("distopt_save: SCAPE's first moment has %zu values, its mask %zu (internal error)", d->m_n, K);
-            float *out = (float *)((char *)blob + distopt_scape_blob_bytes(d->P, 1, d->have_next, K) - K * sizeof(float));
-            if (d->have_m) scape_m_memory_order(d, out); /* ZeRO-1: gathered from the owners, a collective */
-            else memset(out, 0, K * sizeof(float));
-        }
-        if (d->cfg.zero) /* ZeRO-1: r as the unsharded step holds it, without beta1 m folded in */
-            scape_zero_r_unfold(d, (float *)((char *)blob + sizeof(BlobHeader)));
-        if (d->age) { /* catchup's age after the rest, flagged in the header */
-            size_t at = distopt_scape_blob_bytes(d->P, d->have_cur, d->have_next, scape_m_count(d));
-            memset((char *)blob + at, 0, blob_mask_bytes(8 * d->P));
-            memcpy((char *)blob + at, d->age, d->P);
-            BlobHeader hb;
-            memcpy(&hb, blob, sizeof hb);
-            hb.ext |= 1;
-            memcpy(blob, &hb, sizeof hb);
-        }
-        return;
-    } else if (d->cfg.opt.kind == OPT_TOPK_EF || d->cfg.opt.kind == OPT_POWERSGD || d->cfg.opt.kind == OPT_ONEBIT_ADAM) {
-        memcpy(p, d->r, d->P * sizeof(float));
-        memcpy(p + d->P * sizeof(float), d->m, d->P * sizeof(float));
-        memcpy(p + 2 * d->P * sizeof(float), d->v, d->P * sizeof(float));
-        if (d->cfg.opt.kind == OPT_POWERSGD) {
-            memcpy(p + 3 * d->P * sizeof(float), d->psgd_q, d->psgd_kq * sizeof(float));
-            h.K = d->psgd_kq;
-        }
-        if (d->cfg.opt.kind == OPT_ONEBIT_ADAM) memcpy(p + 3 * d->P * sizeof(float), d->ob_es, d->P * sizeof(float));
-    } else if (d->cfg.opt.kind == OPT_DEMO) {
-        memcpy(p, d->r, d->P * sizeof(float));
-    } else {
-        distopt_dense_blob_save(blob, d->cfg.opt.kind, d->world, d->rank, d->cfg.zero, d->last_t, d->P, d->slo,
-                                d->shi, d->m, d->v);
-        return;
-    }
-    memcpy(blob, &h, sizeof h);
-}
 
 static BlobHeader check_blob_kind(OptimizerKind kind, size_t P, const void *blob, size_t size, int i) {
     BlobHeader h;
@@ -125,24 +45,7 @@ static BlobHeader check_blob_kind(OptimizerKind kind, size_t P, const void *blob
         fatal("optimizer state of rank %d was written by optimizer kind %d, this run uses %d; resume with the same --optimizer", i, h.kind, (int)kind);
     if (h.P != P)
         fatal("optimizer state of rank %d covers %llu parameters, the model has %zu; resume with the same --model", i, (unsigned long long)h.P, P);
-    size_t want = sizeof h;
-    if (h.kind == OPT_SCAPE) {
-        want += h.P * sizeof(float) + (h.have_cur ? blob_mask_bytes(h.P) : 0) + (h.have_next ? blob_mask_bytes(h.P) : 0) + h.K * sizeof(float);
-        if (h.ext & 1) want += blob_mask_bytes(8 * h.P);
-        if (h.ext & ~1) fatal("optimizer state of rank %d carries extras %#x this program does not know; resume with "
-                              "the program version that wrote it", i, (unsigned)h.ext);
-    } else if (h.kind == OPT_TOPK_EF) {
-        want += 3 * h.P * sizeof(float);
-    } else if (h.kind == OPT_POWERSGD) {
-        want += (3 * h.P + h.K) * sizeof(float);
-    } else if (h.kind == OPT_ONEBIT_ADAM) {
-        want += 4 * h.P * sizeof(float);
-    } else if (h.kind == OPT_DEMO) {
-        want += h.P * sizeof(float);
-    } else {
-        if (h.lo > h.hi || h.hi > h.P) fatal("optimizer state of rank %d: bad range [%llu, %llu)", i, (unsigned long long)h.lo, (unsigned long long)h.hi);
-        want += (h.hi - h.lo) * sizeof(float) * (h.kind == OPT_ADAMW ? 2 : 1);
-    }
+    size_t want = sizeof h + update_rule(kind)->blob_payload(&h, i);
     if (want != size) fatal("optimizer state of rank %d is %zu bytes, expected %zu from its header; the checkpoint is corrupt", i, size, want);
     return h;
 }
@@ -219,7 +122,7 @@ static void load_residual_into(float *r, size_t P, int world, int rank, const vo
     }
     for (size_t j = 0; j < P; j++) r[j] /= (float)n_blobs;
 }
-static void load_residual(DistOptim *d, const void *const *blobs, int n_blobs, int saved_world) {
+void dist_load_residual(DistOptim *d, const void *const *blobs, int n_blobs, int saved_world) {
     load_residual_into(d->r, d->P, d->world, d->rank, blobs, n_blobs, saved_world);
 }
 
@@ -287,13 +190,130 @@ int distopt_scape_blob_load(size_t P, int world, int rank, float *r, uint8_t *ma
     return h0.last_t;
 }
 
+
+/* ---- the blob of each rule (optim/rule.h's state_bytes, save, blob_payload and load) ---- */
+
+BlobHeader dist_blob_header(const DistOptim *d) {
+    BlobHeader h = {.magic = DIST_MAGIC, .version = DIST_VERSION, .kind = (int32_t)d->cfg.opt.kind,
+                    .world = d->world, .rank = d->rank, .zero = d->cfg.zero, .last_t = d->last_t,
+                    .have_cur = d->have_cur, .have_next = d->have_next, .P = d->P, .lo = d->slo, .hi = d->shi};
+    return h;
+}
+
+/* adamw, adams: m (and v) over [lo, hi) */
+size_t dense_state_bytes(const DistOptim *d) {
+    return sizeof(BlobHeader) + (d->shi - d->slo) * sizeof(float) * (d->cfg.opt.kind == OPT_ADAMW ? 2 : 1);
+}
+void dense_save(const DistOptim *d, void *blob) {
+    distopt_dense_blob_save(blob, d->cfg.opt.kind, d->world, d->rank, d->cfg.zero, d->last_t, d->P, d->slo, d->shi,
+                            d->m, d->v);
+}
+size_t dense_blob_payload(const BlobHeader *h, int i) {
+    if (h->lo > h->hi || h->hi > h->P) fatal("optimizer state of rank %d: bad range [%llu, %llu)", i, (unsigned long long)h->lo, (unsigned long long)h->hi);
+    return (h->hi - h->lo) * sizeof(float) * (h->kind == OPT_ADAMW ? 2 : 1);
+}
+/* assembles [slo, shi) from whichever blobs cover it */
+void dense_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs) {
+    dense_assemble(d->cfg.opt.kind, d->slo, d->shi, d->m, d->v, blobs, n_blobs);
+}
+
+/* scape: the layout of distopt_scape_blob_save, then catchup's age */
+size_t scape_state_bytes(const DistOptim *d) {
+    scape_collect_next((DistOptim *)d); /* the pending mask all-gather must land before the state is complete */
+    size_t n = sizeof(BlobHeader);
+    n += d->P * sizeof(float);
+    if (d->have_cur) n += blob_mask_bytes(d->P);
+    if (d->have_next) n += blob_mask_bytes(d->P);
+    n += scape_m_count(d) * sizeof(float);
+    if (d->age) n += blob_mask_bytes(8 * d->P);
+    return n;
+}
+void scape_save(const DistOptim *d, void *blob) {
+    scape_collect_next((DistOptim *)d);
+    /* the layout of distopt_scape_blob_save, from the compact m: after a step (taken or skipped) m is on
+     * mask_cur, so its values in memory order are the blob's "m on mask_cur" */
+    distopt_scape_blob_save(blob, d->world, d->rank, d->last_t, d->P, d->r, d->have_cur ? d->mask_cur : NULL,
+                            d->have_next ? d->mask_next : NULL, NULL);
+    if (d->have_cur) {
+        size_t K = mask_count(d->mask_cur, 0, d->P);
+        if (d->have_m && !d->cfg.zero && d->m_n != K)
+            fatal("distopt_save: SCAPE's first moment has %zu values, its mask %zu (internal error)", d->m_n, K);
+        float *out = (float *)((char *)blob + distopt_scape_blob_bytes(d->P, 1, d->have_next, K) - K * sizeof(float));
+        if (d->have_m) scape_m_memory_order(d, out); /* ZeRO-1: gathered from the owners, a collective */
+        else memset(out, 0, K * sizeof(float));
+    }
+    if (d->cfg.zero) /* ZeRO-1: r as the unsharded step holds it, without beta1 m folded in */
+        scape_zero_r_unfold(d, (float *)((char *)blob + sizeof(BlobHeader)));
+    if (d->age) { /* catchup's age after the rest, flagged in the header */
+        size_t at = distopt_scape_blob_bytes(d->P, d->have_cur, d->have_next, scape_m_count(d));
+        memset((char *)blob + at, 0, blob_mask_bytes(8 * d->P));
+        memcpy((char *)blob + at, d->age, d->P);
+        BlobHeader hb;
+        memcpy(&hb, blob, sizeof hb);
+        hb.ext |= 1;
+        memcpy(blob, &hb, sizeof hb);
+    }
+}
+size_t scape_blob_payload(const BlobHeader *h, int i) {
+    size_t want = h->P * sizeof(float) + (h->have_cur ? blob_mask_bytes(h->P) : 0) + (h->have_next ? blob_mask_bytes(h->P) : 0) + h->K * sizeof(float);
+    if (h->ext & 1) want += blob_mask_bytes(8 * h->P);
+    if (h->ext & ~1) fatal("optimizer state of rank %d carries extras %#x this program does not know; resume with "
+                           "the program version that wrote it", i, (unsigned)h->ext);
+    return want;
+}
+void scape_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs) {
+    /* through a dense m, once: the host keeps it compact on mask_cur (dist_impl.h) */
+    float *m = xmalloc(d->P * sizeof(float), "SCAPE first moment being loaded");
+    distopt_scape_blob_load(d->P, d->world, d->rank, d->r, d->mask_cur, d->mask_next, &d->have_cur,
+                            &d->have_next, m, blobs, sizes, n_blobs);
+    scape_m_set_dense(d, m, d->mask_cur, d->have_cur);
+    free(m);
+    if (!(h0->ext & 1) != !d->age)
+        fatal("optimizer state was written %s --scape-variant catchup, this run is %s it; resume with the variant "
+              "the checkpoint was trained with", h0->ext & 1 ? "with" : "without", d->age ? "with" : "without");
+    if (d->age) /* the same on every rank (the masks are): rank 0's */
+        memcpy(d->age, (const char *)blobs[0] + sizes[0] - blob_mask_bytes(8 * d->P), d->P);
+}
+
+/* topk-ef, powersgd, onebit-adam: e (P), m (P), v (P), then powersgd's Q (K) or onebit-adam's server error (P) */
+void dist_emv_save(const DistOptim *d, void *blob, BlobHeader *h) {
+    *h = dist_blob_header(d);
+    char *p = (char *)blob + sizeof *h;
+    memcpy(p, d->r, d->P * sizeof(float));
+    memcpy(p + d->P * sizeof(float), d->m, d->P * sizeof(float));
+    memcpy(p + 2 * d->P * sizeof(float), d->v, d->P * sizeof(float));
+}
+/* e_i: this rank's own when the world is unchanged, else the mean over the saved ranks (as SCAPE's r); m, v */
+void dist_emv_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, int n_blobs) {
+    dist_load_residual(d, blobs, n_blobs, h0->world);
+    const float *mv = (const float *)((const char *)blobs[0] + sizeof(BlobHeader)) + d->P;
+    memcpy(d->m, mv, d->P * sizeof(float));
+    memcpy(d->v, mv + d->P, d->P * sizeof(float));
+    d->have_cur = 0;
+}
+
+size_t topk_state_bytes(const DistOptim *d) { return sizeof(BlobHeader) + 3 * d->P * sizeof(float); }
+void topk_save(const DistOptim *d, void *blob) {
+    BlobHeader h;
+    dist_emv_save(d, blob, &h);
+    memcpy(blob, &h, sizeof h);
+}
+size_t topk_blob_payload(const BlobHeader *h, int i) { return 3 * h->P * sizeof(float); }
+void topk_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs) {
+    dist_emv_load(d, h0, blobs, n_blobs);
+}
+
+/* ---- through the rule's row ---- */
+
+size_t distopt_state_bytes(const DistOptim *d) { return d->rule->state_bytes(d); }
+
+void distopt_save(const DistOptim *d, void *blob) { d->rule->save(d, blob); }
+
 void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, int n_blobs) {
     if (n_blobs < 1) fatal("distopt_load: no optimizer state given");
     BlobHeader h0 = check_blob(d, blobs[0], sizes[0], 0);
     for (int i = 1; i < n_blobs; i++) check_blob(d, blobs[i], sizes[i], i);
-    if (n_blobs < h0.world && h0.world != d->world &&
-        (h0.kind == OPT_SCAPE || h0.kind == OPT_TOPK_EF || h0.kind == OPT_POWERSGD || h0.kind == OPT_ONEBIT_ADAM ||
-         h0.kind == OPT_DEMO || h0.lo > d->slo || h0.hi < d->shi))
+    if (n_blobs < h0.world && h0.world != d->world && (!d->rule->any_shard || h0.lo > d->slo || h0.hi < d->shi))
         fatal("optimizer state was saved by %d ranks, this run has %d; pass the state of all %d saved ranks", h0.world, d->world, h0.world);
     comm_wait(d->next_h);
     d->next_h = 0;
@@ -301,54 +321,5 @@ void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, i
     for (int b = 0; b < d->nb; b++) d->bstate[b] = 0;
     d->step_begun = 0;
     d->st_gprev_t = -1; /* the Jaccard of the first step after a resume has no previous mask */
-    if (d->cfg.opt.kind == OPT_TOPK_EF || d->cfg.opt.kind == OPT_POWERSGD || d->cfg.opt.kind == OPT_ONEBIT_ADAM) {
-        /* e_i: this rank's own when the world is unchanged, else the mean over the saved ranks (as SCAPE's r) */
-        load_residual(d, blobs, n_blobs, h0.world);
-        const float *mv = (const float *)((const char *)blobs[0] + sizeof(BlobHeader)) + d->P;
-        memcpy(d->m, mv, d->P * sizeof(float));
-        memcpy(d->v, mv + d->P, d->P * sizeof(float));
-        if (d->cfg.opt.kind == OPT_POWERSGD) {
-            if (h0.K != d->psgd_kq)
-                fatal("optimizer state holds %llu PowerSGD Q values, this run needs %zu; resume with the --powersgd-rank "
-                      "and --powersgd-min-compression of the checkpoint", (unsigned long long)h0.K, d->psgd_kq);
-            memcpy(d->psgd_q, mv + 2 * d->P, d->psgd_kq * sizeof(float));
-        }
-        if (d->cfg.opt.kind == OPT_ONEBIT_ADAM) { /* es: after e, m, v */
-            if (h0.world == d->world) { /* this rank's own (a same-world resume passes just its own blob) */
-                memcpy(d->ob_es, (const float *)((const char *)blobs[n_blobs == 1 ? 0 : d->rank] + sizeof(BlobHeader)) + 3 * d->P,
-                       d->P * sizeof(float));
-            } else { /* each saved rank's is zero off its chunks: their sum holds every coordinate's once */
-                memset(d->ob_es, 0, d->P * sizeof(float));
-                for (int i = 0; i < n_blobs; i++) {
-                    const float *es = (const float *)((const char *)blobs[i] + sizeof(BlobHeader)) + 3 * d->P;
-                    for (size_t j = 0; j < d->P; j++) d->ob_es[j] += es[j];
-                }
-                onebit_keep_own_chunks(d);
-            }
-        }
-        d->have_cur = 0;
-        return;
-    }
-    if (d->cfg.opt.kind == OPT_DEMO) { /* delta_i: own, or the mean over the saved ranks (as topk-ef's e) */
-        load_residual(d, blobs, n_blobs, h0.world);
-        d->have_cur = 0;
-        return;
-    }
-    if (d->cfg.opt.kind == OPT_SCAPE) {
-        /* through a dense m, once: the host keeps it compact on mask_cur (dist_impl.h) */
-        float *m = xmalloc(d->P * sizeof(float), "SCAPE first moment being loaded");
-        distopt_scape_blob_load(d->P, d->world, d->rank, d->r, d->mask_cur, d->mask_next, &d->have_cur,
-                                &d->have_next, m, blobs, sizes, n_blobs);
-        scape_m_set_dense(d, m, d->mask_cur, d->have_cur);
-        free(m);
-        if (!(h0.ext & 1) != !d->age)
-            fatal("optimizer state was written %s --scape-variant catchup, this run is %s it; resume with the variant "
-                  "the checkpoint was trained with", h0.ext & 1 ? "with" : "without", d->age ? "with" : "without");
-        if (d->age) /* the same on every rank (the masks are): rank 0's */
-            memcpy(d->age, (const char *)blobs[0] + sizes[0] - blob_mask_bytes(8 * d->P), d->P);
-        return;
-    }
-    /* dense: assemble [slo, shi) from whichever blobs cover it */
-    dense_assemble(d->cfg.opt.kind, d->slo, d->shi, d->m, d->v, blobs, n_blobs);
+    d->rule->load(d, &h0, blobs, sizes, n_blobs);
 }
-

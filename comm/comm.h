@@ -1,8 +1,8 @@
 /*
- * scape/comm.h - the communication layer: MPI collectives on host buffers, run by one communication thread
+ * comm/comm.h - the communication layer: MPI collectives on host buffers, run by one communication thread
  * that executes queued jobs in order, with every collective counted. Without mpirun the same binary runs as one
  * rank (every collective is then a local copy and counts zero bytes).
- * Not for: deciding what to send (scape/dist.h, scape/scape.h).
+ * Not for: deciding what to send (optim/dist.h, optim/scape.h).
  */
 #ifndef SCAPE_COMM_H
 #define SCAPE_COMM_H
@@ -76,6 +76,13 @@ void comm_allreduce_max_i64(int64_t *buf, size_t n);
 void comm_bcast(void *buf, size_t bytes, int root);
 /* all-gather of `bytes` from every rank into out (world * bytes). */
 void comm_allgather(const void *in, void *out, size_t bytes);
+/* The ranks-in-sync check of SCAPE.md section 9.3 (host and device updates, at the end of a run): 1 when
+ * SCAPE_CHECK_SYNC=1 is in the environment; then every rank hashes what must be identical everywhere and calls
+ * comm_sync_check, which all-gathers the hashes and fatal()s "sync check: rank R's <state> hash ... differs from
+ * rank 0's ...; the ranks diverged" naming the first rank that differs, or prints on rank 0 "sync check: <same>
+ * identical on N ranks (hash ...)". A collective: every rank calls it. */
+int comm_sync_check_enabled(void);
+void comm_sync_check(uint64_t hash, const char *state, const char *same);
 
 /* Counters since the last call; resets them. */
 void comm_stats_take(CommStats *out);
@@ -114,7 +121,7 @@ CommHandle comm_iallreduce_avg_bf16(uint16_t *buf, size_t n, float *err);
  * gets its part, counts[rank] floats starting at sum_{r<rank} counts[r], written to out. counts has world
  * entries and is copied. Bytes: 4 * sum(counts) (N-1)/N. */
 CommHandle comm_ireduce_scatter_avg_f32(const float *in, float *out, const size_t *counts);
-/* The bf16 payload of SCAPE with ZeRO-1 (scape/dist_scape_zero.c): in holds sum_r counts[r] bf16 values (common/
+/* The bf16 payload of SCAPE with ZeRO-1 (optim/dist_scape_zero.c): in holds sum_r counts[r] bf16 values (common/
  * bf16.h bit patterns, the same layout on every rank); the owner of part r (counts[r] values starting at the sum of
  * the earlier counts) receives every rank's values of it (an all-to-all), sums them in fp32 in rank order, divides
  * by N in fp32 and rounds the mean to bf16 (nearest, ties to even) into out (counts[rank] values); err (may be NULL,
@@ -133,7 +140,7 @@ CommHandle comm_iallgather(void *buf, size_t count, size_t elem_bytes);
  * the other ranks' lengths are not known when it is queued: once waited for, the caller counts it with
  * comm_stats_add(COMM_ALLGATHER, sum of sizes + 8 * world, 0). */
 CommHandle comm_iallgather_bytes(const void *mine, size_t n, void *out, size_t cap, size_t *sizes);
-/* All-to-all of equal blocks (1-bit Adam's signs to the owners of their chunks, scape/dist_onebit_adam.c): in holds
+/* All-to-all of equal blocks (1-bit Adam's signs to the owners of their chunks, optim/dist_onebit_adam.c): in holds
  * world blocks of `block` bytes, block r for rank r; afterwards out block r holds what rank r sent this rank (its own
  * block copied). in and out must not overlap. Counted as a reduce-scatter of world * block bytes (the first half of
  * an owner-computed reduction, like the bf16 all-reduce's all-to-all): block (N-1) sent and received. */

@@ -1,5 +1,5 @@
 /*
- * scape/bench_zero.c - per-rank optimizer-state memory and bytes per step of dense AdamS and SCAPE, each with and
+ * optim/bench_zero.c - per-rank optimizer-state memory and bytes per step of dense AdamS and SCAPE, each with and
  * without ZeRO-1 (issue 17), computed and measured.
  *
  *   build/bench_zero computed [density...]   the full-size tables (GPT-2 d12: L12 C768 Vp 50304 maxT 1024; Llama
@@ -9,14 +9,14 @@
  *                                            SCAPE.md section 6 and its sharded extension, below); then the device
  *                                            SCAPE's state, unsharded 8P + masks, ZeRO-1 as the host's
  *   build/bench_zero measured [density]      under mpirun -np N: a small GPT-2-shaped table (d2 C64 Vp 512) trained
- *                                            6 steps with random gradients by scape/dist.c in each of the 4 settings;
+ *                                            6 steps with random gradients by optim/dist.c in each of the 4 settings;
  *                                            the logged state (distopt_state_memory, largest rank) and the bytes sent
  *                                            at the last step (comm.h's counters, this rank), beside the same formulas
  *
  * Formulas (K = the mask's count, K_r = rank r's owned part of it, P_r its owned parameters, S = the owners' mask
  * segments in bytes, about P/8; largest rank shown):
  *   state   AdamS 4P | AdamS ZeRO-1 4 P_r | SCAPE 4P + 2 * 4K + 3 P/8 | SCAPE ZeRO-1 4P + 2 * 4 K_r + 3 P/8
- *           (SCAPE: residual, m in two buffers while a step writes m_t, three packed masks; scape/README.md)
+ *           (SCAPE: residual, m in two buffers while a step writes m_t, three packed masks; optim/README.md)
  *   bytes   AdamS 2 * 4P (N-1)/N, ZeRO-1 the same (reduce-scatter + all-gather) | SCAPE 2 * 4K (N-1)/N + S (N-1)/N |
  *           SCAPE ZeRO-1 4K (N-1)/N (reduce-scatter) + 2 * 4K (N-1)/N (m_t and p all-gathers) + S (N-1)/N
  *   (control all-reduces, a few bytes per chunk of 16384 parameters, are left out of the formulas and shown apart)
@@ -28,9 +28,9 @@
 
 #include "common/rng.h"
 #include "common/util.h"
-#include "scape/comm.h"
-#include "scape/dist.h"
-#include "scape/scape.h"
+#include "comm/comm.h"
+#include "optim/dist.h"
+#include "optim/scape.h"
 
 /* the trainers' tables, shape for shape (train_gpt.c gpt2_build_table, train_llama.c llama_build_table) */
 static void gpt2_table(ParamTable *t, size_t L, size_t C, size_t Vp, size_t maxT) {

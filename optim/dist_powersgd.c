@@ -1,5 +1,5 @@
 /*
- * scape/dist_powersgd.c - PowerSGD (--optimizer powersgd; Vogels, Karimireddy, Jaggi, "PowerSGD: Practical Low-Rank
+ * optim/dist_powersgd.c - PowerSGD (--optimizer powersgd; Vogels, Karimireddy, Jaggi, "PowerSGD: Practical Low-Rank
  * Gradient Compression for Distributed Optimization", NeurIPS 2019, Algorithm 1 with error feedback and warm
  * start), its result fed into dense AdamW as the gradient, as PyTorch's PowerSGD communication hook is used with
  * Adam. Per rank i at step t > S (cfg.powersgd_start; steps 1..S all-reduce the gradient whole, as the hook's
@@ -21,9 +21,9 @@
  * view, and a zero column left zero where the hook (epsilon 0) would divide by zero.
  * Bytes per rank and step: 2 * 4 (K_P + K_Q) (N - 1) / N (two ring all-reduces), K_P = sum over slices of n r_s
  * (compressed) or numel (uncompressed), K_Q = sum of m r_s.
- * State (dist_impl.h): r = e_i (P), m, v (AdamW's, P), psgd_q (K_Q, shared), stage = the P payloads by bucket,
- * psgd_qbuf = the Q payload.
- * Not for: AdamW itself (optim.c), the checkpoint blob (dist_state.c).
+ * State (dist_impl.h): r = e_i (P), m, v (AdamW's, P), Q (K_Q, shared; PsgdState below), stage = the P payloads by bucket,
+ * qbuf = the Q payload.
+ * Not for: AdamW itself (optim.c).
  */
 #include <math.h>
 #include <stdio.h>
@@ -32,7 +32,18 @@
 
 #include "common/rng.h"
 #include "common/util.h"
-#include "scape/dist_impl.h"
+#include "optim/dist_impl.h"
+
+/* PowerSGD's own state (DistOptim's state): per slice its rank r_s (slice_rank; 0: not compressed), Q offset and
+ * payload offset; the warm-started Q (shared, kq values) and the Q payload (kq values); whether the step in flight
+ * compresses. e, m, v are DistOptim's r, m, v. */
+typedef struct {
+    size_t *slice_rank, *qoff, *poff, kq;
+    float *q, *qbuf;
+    int compress;
+} PsgdState;
+static inline PsgdState *psgd(const DistOptim *d) { return (PsgdState *)d->state; }
+
 
 /* rank r_s of slice i if it is compressed, else 0 */
 static size_t psgd_rank_of(const DistOptim *d, const ParamSlice *s) {
@@ -44,36 +55,37 @@ static size_t psgd_rank_of(const DistOptim *d, const ParamSlice *s) {
     return r;
 }
 
-void psgd_init(DistOptim *d) {
+static void psgd_init(DistOptim *d, size_t owned_total) {
+    d->state = xcalloc(1, sizeof(PsgdState), "PowerSGD state");
     const ParamTable *tab = d->tab;
     d->slo = 0;
     d->shi = d->P;
     d->m = xcalloc(d->P, sizeof(float), "AdamW first moment");
     d->v = xcalloc(d->P, sizeof(float), "AdamW second moment");
     d->r = xcalloc(d->P, sizeof(float), "PowerSGD error feedback");
-    d->psgd_rank = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(size_t), "PowerSGD ranks");
-    d->psgd_qoff = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(size_t), "PowerSGD Q offsets");
-    d->psgd_poff = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(size_t), "PowerSGD P offsets");
+    psgd(d)->slice_rank = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(size_t), "PowerSGD ranks");
+    psgd(d)->qoff = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(size_t), "PowerSGD Q offsets");
+    psgd(d)->poff = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(size_t), "PowerSGD P offsets");
     d->pay_off = xcalloc((size_t)(d->nb ? d->nb : 1), sizeof(size_t), "PowerSGD payload offsets");
     size_t kq = 0;
     for (int i = 0; i < tab->n; i++) {
         const ParamSlice *s = &tab->slices[i];
-        d->psgd_rank[i] = psgd_rank_of(d, s);
-        d->psgd_qoff[i] = kq;
-        if (d->psgd_rank[i]) kq += s->numel / s->shape[0] * d->psgd_rank[i];
+        psgd(d)->slice_rank[i] = psgd_rank_of(d, s);
+        psgd(d)->qoff[i] = kq;
+        if (psgd(d)->slice_rank[i]) kq += s->numel / s->shape[0] * psgd(d)->slice_rank[i];
     }
-    d->psgd_kq = kq;
+    psgd(d)->kq = kq;
     if (kq == 0 && d->rank == 0 && tab->n > 0) { /* the plain dense rule for the whole run: say so, as for --warmup */
         printf("note: --optimizer powersgd compresses no matrix at --powersgd-rank %d and --powersgd-min-compression %g "
                "(each has n m < min x rank x (n + m)), so the whole run is AdamW bit for bit; lower either\n",
                d->cfg.powersgd_rank, d->cfg.powersgd_min_compression);
         fflush(stdout);
     }
-    d->psgd_q = xmalloc((kq ? kq : 1) * sizeof(float), "PowerSGD Q");
-    d->psgd_qbuf = xmalloc((kq ? kq : 1) * sizeof(float), "PowerSGD Q payload");
+    psgd(d)->q = xmalloc((kq ? kq : 1) * sizeof(float), "PowerSGD Q");
+    psgd(d)->qbuf = xmalloc((kq ? kq : 1) * sizeof(float), "PowerSGD Q payload");
     Rng g;
     rng_seed(&g, 0x9e3779b97f4a7c15ull); /* fixed: every rank draws the same Q */
-    if (kq) rng_normal(&g, d->psgd_q, kq, 0.0f, 1.0f);
+    if (kq) rng_normal(&g, psgd(d)->q, kq, 0.0f, 1.0f);
     d->stage = xmalloc((d->P ? d->P : 1) * sizeof(float), "PowerSGD payload"); /* K_P <= P */
     d->cur_t = -1;
 }
@@ -81,15 +93,15 @@ void psgd_init(DistOptim *d) {
 /* Start of step t's communication: whether it compresses (t > S), and each bucket's payload layout. */
 static void psgd_begin(DistOptim *d, int t) {
     d->cur_t = t;
-    d->psgd_compress = t > d->cfg.powersgd_start;
+    psgd(d)->compress = t > d->cfg.powersgd_start;
     size_t off = 0;
     for (int b = 0; b < d->nb; b++) {
         d->pay_off[b] = off;
         for (int k = 0; k < d->bn[b]; k++) {
             int i = d->bslices[b][k];
             const ParamSlice *s = &d->tab->slices[i];
-            d->psgd_poff[i] = off;
-            off += d->psgd_compress && d->psgd_rank[i] ? s->shape[0] * d->psgd_rank[i] : s->numel;
+            psgd(d)->poff[i] = off;
+            off += psgd(d)->compress && psgd(d)->slice_rank[i] ? s->shape[0] * psgd(d)->slice_rank[i] : s->numel;
         }
         d->bucket_k[b] = off - d->pay_off[b];
     }
@@ -103,14 +115,14 @@ static void psgd_queue_bucket(DistOptim *d, int b) {
     for (int k = 0; k < d->bn[b]; k++) {
         int i = d->bslices[b][k];
         const ParamSlice *s = &d->tab->slices[i];
-        size_t r = d->psgd_rank[i], o = d->psgd_poff[i];
-        if (!d->psgd_compress || !r) {
+        size_t r = psgd(d)->slice_rank[i], o = psgd(d)->poff[i];
+        if (!psgd(d)->compress || !r) {
             memcpy(out + o, g + s->offset, s->numel * sizeof(float));
             continue;
         }
         size_t n = s->shape[0], m = s->numel / n;
         float *M = g + s->offset;
-        const float *Q = d->psgd_q + d->psgd_qoff[i], *e = d->r + s->offset;
+        const float *Q = psgd(d)->q + psgd(d)->qoff[i], *e = d->r + s->offset;
         for (size_t j = 0; j < s->numel; j++) M[j] = M[j] + e[j];
         float *P = out + o;
         #pragma omp parallel for schedule(static) if (n * m >= 65536)
@@ -125,7 +137,7 @@ static void psgd_queue_bucket(DistOptim *d, int b) {
     d->bstate[b] = 2;
 }
 
-void psgd_bucket_ready(DistOptim *d, int b) {
+static void psgd_bucket_ready(DistOptim *d, int b) {
     if (!d->step_begun) psgd_begin(d, d->last_t + 1);
     psgd_queue_bucket(d, b);
 }
@@ -148,8 +160,8 @@ static void psgd_orthogonalize(float *P, size_t n, size_t r, float eps) {
 
 /* Step t: the buckets backward did not send, the P all-reduces, the skip decision (any rank's non-finite M or
  * gradient), P orthogonalized, Q_i = M^T P and its all-reduce, g = P Q^T and e = M - P Q^T, the clip and AdamW. */
-int psgd_step(DistOptim *d, int t, float lr, float *grad_norm) {
-    if (d->step_begun && d->cur_t != t && d->psgd_compress == (t > d->cfg.powersgd_start))
+static int psgd_step(DistOptim *d, int t, float lr, float *grad_norm) {
+    if (d->step_begun && d->cur_t != t && psgd(d)->compress == (t > d->cfg.powersgd_start))
         d->cur_t = t; /* buckets went out for another step number (after a skipped step) in the same phase: the
                        * payload does not depend on t */
     if (d->step_begun && d->cur_t != t) {
@@ -160,7 +172,7 @@ int psgd_step(DistOptim *d, int t, float lr, float *grad_norm) {
                 for (int k = 0; k < d->bn[b]; k++) {
                     int i = d->bslices[b][k];
                     const ParamSlice *s = &d->tab->slices[i];
-                    if (d->psgd_compress && d->psgd_rank[i])
+                    if (psgd(d)->compress && psgd(d)->slice_rank[i])
                         for (size_t j = s->offset; j < s->offset + s->numel; j++) d->grads[j] = d->grads[j] - d->r[j];
                 }
             }
@@ -186,18 +198,18 @@ int psgd_step(DistOptim *d, int t, float lr, float *grad_norm) {
         dist_end_step(d);
         return 1;
     }
-    const int comp = d->psgd_compress;
-    if (comp && d->psgd_kq) {
+    const int comp = psgd(d)->compress;
+    if (comp && psgd(d)->kq) {
         /* P orthogonalized in the payload, then Q_i = M^T P for every compressed slice, all-reduced at once */
         for (int i = 0; i < d->tab->n; i++) {
             const ParamSlice *s = &d->tab->slices[i];
-            size_t r = d->psgd_rank[i];
+            size_t r = psgd(d)->slice_rank[i];
             if (!r) continue;
             size_t n = s->shape[0], m = s->numel / n;
-            float *P = d->stage + d->psgd_poff[i];
+            float *P = d->stage + psgd(d)->poff[i];
             psgd_orthogonalize(P, n, r, d->cfg.powersgd_eps);
             const float *M = g + s->offset;
-            float *Qi = d->psgd_qbuf + d->psgd_qoff[i];
+            float *Qi = psgd(d)->qbuf + psgd(d)->qoff[i];
             #pragma omp parallel for schedule(static) if (n * m >= 65536)
             for (size_t j = 0; j < m; j++)
                 for (size_t c = 0; c < r; c++) {
@@ -206,19 +218,19 @@ int psgd_step(DistOptim *d, int t, float lr, float *grad_norm) {
                     Qi[j * r + c] = (float)acc;
                 }
         }
-        comm_wait(comm_iallreduce_avg_f32(d->psgd_qbuf, d->psgd_kq));
-        memcpy(d->psgd_q, d->psgd_qbuf, d->psgd_kq * sizeof(float)); /* the warm start of the next step */
+        comm_wait(comm_iallreduce_avg_f32(psgd(d)->qbuf, psgd(d)->kq));
+        memcpy(psgd(d)->q, psgd(d)->qbuf, psgd(d)->kq * sizeof(float)); /* the warm start of the next step */
     }
     /* g: the averaged uncompressed gradients, and P Q^T with e = M - P Q^T on the compressed slices */
     for (int i = 0; i < d->tab->n; i++) {
         const ParamSlice *s = &d->tab->slices[i];
-        size_t r = d->psgd_rank[i];
+        size_t r = psgd(d)->slice_rank[i];
         if (!comp || !r) {
-            memcpy(g + s->offset, avg + d->psgd_poff[i], s->numel * sizeof(float));
+            memcpy(g + s->offset, avg + psgd(d)->poff[i], s->numel * sizeof(float));
             continue;
         }
         size_t n = s->shape[0], m = s->numel / n;
-        const float *P = avg + d->psgd_poff[i], *Q = d->psgd_q + d->psgd_qoff[i];
+        const float *P = avg + psgd(d)->poff[i], *Q = psgd(d)->q + psgd(d)->qoff[i];
         float *M = g + s->offset, *e = d->r + s->offset;
         #pragma omp parallel for schedule(static) if (n * m >= 65536)
         for (size_t a = 0; a < n; a++)
@@ -234,16 +246,79 @@ int psgd_step(DistOptim *d, int t, float lr, float *grad_norm) {
     double ss = dist_sumsq(g, 0, d->P);
     float norm = (float)sqrt(ss);
     *grad_norm = norm;
-    if (d->cfg.clip > 0 && norm > d->cfg.clip) {
-        float sc = d->cfg.clip / (norm + 1e-6f);
+    float sc = dist_clip_scale(d->cfg.clip, norm);
+    if (sc != 1.0f)
         for (size_t j = 0; j < d->P; j++) g[j] *= sc;
-    }
     adamw_update(d->tab, d->params, g, d->m, d->v, 0, d->P, t, lr, &d->cfg.opt);
     d->last_k = 0;
     for (int b = 0; b < d->nb; b++) d->last_k += d->bucket_k[b];
-    if (comp) d->last_k += d->psgd_kq;
+    if (comp) d->last_k += psgd(d)->kq;
     d->cur_t = -1;
     dist_end_step(d);
     d->last_t = t;
     return 0;
 }
+
+extern const UpdateRule rule_powersgd;
+
+/* the approximation's rank and epsilon, when PowerSGD is the chosen rule */
+static void psgd_check(const DistConfig *cfg, const UpdateRule *chosen) {
+    if (chosen != &rule_powersgd) return;
+    if (cfg->powersgd_rank < 1)
+        fatal("--powersgd-rank %d: the approximation's rank must be >= 1 (1 is the PyTorch hook's default)", cfg->powersgd_rank);
+    if (!(cfg->powersgd_eps >= 0)) fatal("--powersgd-eps %g must be >= 0", cfg->powersgd_eps);
+}
+
+/* e, m, v and the warm-started Q */
+static size_t psgd_state_memory(const DistOptim *d) { return 3 * d->P * sizeof(float) + psgd(d)->kq * sizeof(float); }
+
+const float *distopt_powersgd_q(const DistOptim *d, size_t *n) {
+    *n = d->rule == &rule_powersgd ? psgd(d)->kq : 0;
+    return d->rule == &rule_powersgd ? psgd(d)->q : NULL;
+}
+
+static const RuleOption psgd_owned[] = {
+    {"powersgd-rank", NULL, "--optimizer powersgd"},
+    {"powersgd-start", NULL, "--optimizer powersgd"},
+    {"powersgd-min-compression", NULL, "--optimizer powersgd"},
+    {"powersgd-eps", NULL, "--optimizer powersgd"},
+};
+
+static size_t psgd_state_bytes(const DistOptim *d) { return sizeof(BlobHeader) + (3 * d->P + psgd(d)->kq) * sizeof(float); }
+static void psgd_save(const DistOptim *d, void *blob) {
+    BlobHeader h;
+    dist_emv_save(d, blob, &h);
+    memcpy((char *)blob + sizeof h + 3 * d->P * sizeof(float), psgd(d)->q, psgd(d)->kq * sizeof(float));
+    h.K = psgd(d)->kq;
+    memcpy(blob, &h, sizeof h);
+}
+static size_t psgd_blob_payload(const BlobHeader *h, int i) { return (3 * h->P + h->K) * sizeof(float); }
+static void psgd_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs) {
+    dist_emv_load(d, h0, blobs, n_blobs);
+    if (h0->K != psgd(d)->kq)
+        fatal("optimizer state holds %llu PowerSGD Q values, this run needs %zu; resume with the --powersgd-rank "
+              "and --powersgd-min-compression of the checkpoint", (unsigned long long)h0->K, psgd(d)->kq);
+    memcpy(psgd(d)->q, (const float *)((const char *)blobs[0] + sizeof(BlobHeader)) + 3 * d->P, psgd(d)->kq * sizeof(float));
+}
+
+static void psgd_free(DistOptim *d) {
+    PsgdState *s = psgd(d);
+    if (!s) return;
+    free(s->slice_rank); free(s->qoff); free(s->poff); free(s->q); free(s->qbuf);
+    free(s);
+}
+
+/* m, v and the warm-started Q, which every rank shares */
+static uint64_t psgd_sync_hash(DistOptim *d, uint64_t h) {
+    h = dist_sync_hash_mv(d, h);
+    return dist_fnv1a(h, psgd(d)->q, psgd(d)->kq * sizeof(float));
+}
+
+const UpdateRule rule_powersgd = {
+    .name = "powersgd", .owned = psgd_owned, .n_owned = 4, .kind = OPT_POWERSGD,
+    .check = psgd_check, .init = psgd_init, .bucket_ready = psgd_bucket_ready, .step = psgd_step,
+    .state_bytes = psgd_state_bytes, .save = psgd_save, .blob_payload = psgd_blob_payload, .load = psgd_load,
+    .state_memory = psgd_state_memory, .sync_hash = psgd_sync_hash,
+    .free = psgd_free,
+};
+

@@ -1,9 +1,9 @@
 /*
- * scape/scape.h - the pieces of SCAPE (SCAPE.md) that need no communication: the owner table (which rank makes
+ * optim/scape.h - the pieces of SCAPE (SCAPE.md) that need no communication: the owner table (which rank makes
  * the mask of which slices; also the ZeRO-1 shard layout), the density schedule, packed 1-bit masks, the
- * per-slice top-k selection, and the per-bucket payload and masked AdamS update. scape/dist_scape.c strings them
+ * per-slice top-k selection, and the per-bucket payload and masked AdamS update. optim/dist_scape.c strings them
  * together with the collectives. Masks are packed LSB first: element j is bit (j & 7) of byte j >> 3.
- * Not for: communication or state ownership (scape/dist_scape.c), dense optimizers (scape/optim.c).
+ * Not for: communication or state ownership (optim/dist_scape.c), dense optimizers (optim/optim.c).
  */
 #ifndef SCAPE_SCAPE_H
 #define SCAPE_SCAPE_H
@@ -98,7 +98,7 @@ static inline float scape_update_u(float mp, float *mt, float sc, int clipped, f
  * bc1 = 1 - b1^t, sqrt_bc2 = sqrt(1 - b2^t) (computed in double, cast); wd = 0 for undecayed slices.
  *   g_hat = (mt - b1 m) / (1 - b1);  if clipped: g_hat *= sc, mt = b1 m + (1 - b1) g_hat
  *   nu = b2 m^2 + (1 - b2) g_hat^2;  m = mt;  p -= lr ((mt / bc1) / (sqrt(nu) / sqrt_bc2 + eps) + wd p)
- * The one CPU formula: scape/dist_scape.c's update pass and the GPU test (dev/cuda/scape.cu) both call it, and
+ * The one CPU formula: optim/dist_scape.c's update pass and the GPU test (dev/cuda/scape.cu) both call it, and
  * cuda/scape.cuh's scape_update_on_dev repeats it operation for operation. Compile with -ffp-contract=off. */
 static inline void scape_update_on(float *p, float *m, float mt, float sc, int clipped, float b1, float omb1, float b2,
                                    float eps, float bc1, float sqrt_bc2, float lr, float wd) {
@@ -121,7 +121,7 @@ static inline void scape_update_on(float *p, float *m, float mt, float sc, int c
 #define SCAPE_TOPK_BINS 2048   /* bins of the widest digit */
 #define SCAPE_TOPK_GROUPS 256  /* the select step's groups of bins (one per thread of its block) */
 #define SCAPE_TOPK_CHUNK 4096  /* elements per block of the tie-count and marking passes */
-/* SCAPE's host step passes cut each slice into chunks of at most this many elements (scape/dist_scape.c); with
+/* SCAPE's host step passes cut each slice into chunks of at most this many elements (optim/dist_scape.c); with
  * ZeRO-1 the per-chunk norm sums travel in the control all-reduce, so the device SCAPE (cuda/dist_scape.cuh)
  * cuts the same chunks (whole tiles of cuda/scape.cuh) */
 #define SCAPE_CHUNK 16384

@@ -1,9 +1,9 @@
 /*
- * scape/scape.c - see scape.h: owner table, density schedule, packed masks, sort-free per-slice top-k.
- * Built with -ffp-contract=off (scape/module.mk) so that no fused multiply-add changes a result: the
+ * optim/scape.c - see scape.h: owner table, density schedule, packed masks, sort-free per-slice top-k.
+ * Built with -ffp-contract=off (optim/module.mk) so that no fused multiply-add changes a result: the
  * conservation test recomputes c bit for bit.
  */
-#include "scape/scape.h"
+#include "optim/scape.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /*
- * scape/dist_scape_zero.c - SCAPE with ZeRO-1 (--zero 1; issue 17): the parts of the step that differ from
+ * optim/dist_scape_zero.c - SCAPE with ZeRO-1 (--zero 1; issue 17): the parts of the step that differ from
  * dist_scape.c, which calls them. The arithmetic is the unsharded step's (SCAPE.md section 3), so the results are
  * bit-identical wherever the payload's sums are added in the same order (always on 1 and 2 ranks; on more ranks the
  * MPI library's reduce-scatter may add the N values of a coordinate in another order than its all-reduce does).
@@ -34,7 +34,7 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "scape/dist_impl.h"
+#include "optim/dist_impl.h"
 
 void scape_zero_init(DistOptim *d) {
     size_t nch = d->nch ? d->nch : 1;

@@ -1,14 +1,14 @@
 /*
- * scape/mask_code.c - see mask_code.h. The encoder walks the segment's set bits word by word (and those of its XOR
+ * optim/mask_code.c - see mask_code.h. The encoder walks the segment's set bits word by word (and those of its XOR
  * with the previous mask): to count them, to size the Rice codes for six parameters b, and to write the smallest
  * of the three codes. The decoder checks every field before it uses it. Neither allocates. Their cost inside a
  * step is what `build/bench_step` measures (scape+code against scape; docs/reproduction.md section 8).
  */
-#include "scape/mask_code.h"
+#include "optim/mask_code.h"
 
 #include <string.h>
 
-#include "scape/scape.h"
+#include "optim/scape.h"
 
 #define RICE_B_MAX 40 /* gaps are < n < 2^40 elements in any model this runtime trains */
 

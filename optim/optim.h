@@ -1,7 +1,7 @@
 /*
- * scape/optim.h - dense optimizer updates on the flat parameter buffer: AdamW and AdamS.
- * SCAPE (scape/scape.h) builds on the AdamS formulas here. Weight decay applies only to slices with decay = 1.
- * Not for: communication (scape/comm.h), learning-rate schedules (common/schedule.h).
+ * optim/optim.h - dense optimizer updates on the flat parameter buffer: AdamW and AdamS.
+ * SCAPE (optim/scape.h) builds on the AdamS formulas here. Weight decay applies only to slices with decay = 1.
+ * Not for: communication (comm/comm.h), learning-rate schedules (common/schedule.h).
  */
 #ifndef SCAPE_OPTIM_H
 #define SCAPE_OPTIM_H

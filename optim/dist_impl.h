@@ -1,11 +1,11 @@
 /*
- * scape/dist_impl.h - the inside of scape/dist.h's DistOptim, shared by the files that make up the host update and
- * by nothing else: scape/dist.c (creation, bucket hand-off, the dispatch on the optimizer kind, inspection),
+ * optim/dist_impl.h - the inside of optim/dist.h's DistOptim, shared by the files that make up the host update and
+ * by nothing else: optim/dist.c (creation, bucket hand-off, the calls through the rule's row, inspection),
  * dist_dense.c (dense all-reduce and ZeRO-1), dist_scape.c (SCAPE), dist_topk_ef.c (top-k EF), dist_powersgd.c
  * (PowerSGD), dist_onebit_adam.c (1-bit Adam), dist_demo.c (DeMo), dist_mask_stats.c
- * (mask stability) and dist_state.c (checkpoint blobs). Each rule file gives dist.c an init (its state, called by
- * distopt_create), a bucket hand-off (called by distopt_bucket_ready) and a step (called by distopt_step).
- * Not for: anything outside those files; users include scape/dist.h.
+ * (mask stability) and dist_state.c (checkpoint blobs). Each rule file fills one UpdateRule (optim/rule.h), through
+ * which dist.c calls it; what the rules share (norm, clip factor, end of step, blob helpers) is declared here.
+ * Not for: anything outside those files; users include optim/dist.h.
  */
 #ifndef SCAPE_DIST_IMPL_H
 #define SCAPE_DIST_IMPL_H
@@ -13,8 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "scape/dist.h"
-#include "scape/scape.h"
+#include "optim/dist.h"
+#include "optim/rule.h"
+#include "optim/scape.h"
 
 /* one selected coordinate of topk-ef on the wire: flat index and value, 8 bytes */
 typedef struct {
@@ -24,6 +25,9 @@ typedef struct {
 _Static_assert(sizeof(TopkPair) == 8, "topk-ef pairs are 8 bytes on the wire");
 
 struct DistOptim {
+    const UpdateRule *rule; /* the rule's row (optim/rule.h): every rule-specific call goes through it */
+    void *state;            /* the rule's own state, a struct private to its file (rule->free frees it); NULL for
+                             * the rules whose state is still the fields below (dense, SCAPE, topk-ef) */
     const ParamTable *tab;
     float *params, *grads; /* (P) the model's buffers */
     DistConfig cfg;
@@ -81,25 +85,6 @@ struct DistOptim {
     double *ch_ss_stay;
     size_t *ch_n_stay;
     float *slice_s2;
-    /* PowerSGD (dist_powersgd.c): per slice its rank r_s (0: not compressed), Q offset and payload offset; the
-     * warm-started Q (shared) and the Q payload (psgd_kq values each); whether the step in flight compresses */
-    size_t *psgd_rank, *psgd_qoff, *psgd_poff, psgd_kq;
-    float *psgd_q, *psgd_qbuf;
-    int psgd_compress;
-    /* 1-bit Adam (dist_onebit_adam.c): the server error (P, nonzero on this rank's chunks), per slice the offset of
-     * its chunk's sign bytes within a block, the block size Bk, the all-to-all's send (also the all-gather's
-     * buffer) and receive blocks (world * Bk bytes each) */
-    float *ob_es;
-    size_t *ob_boff, ob_block;
-    uint8_t *ob_send, *ob_recv;
-    /* DeMo (dist_demo.c): the DCT-II matrices by size (NULL until used), per block its first pair in a rank's part,
-     * the pairs per rank K, the largest block, per coefficient how many ranks sent it, block scratch (3 blocks) and
-     * the block's selection bits; r is delta_i, stage the coefficients, pairs the all-gather */
-    float **demo_dct;
-    size_t *demo_koff, demo_k, demo_maxblk;
-    uint16_t *demo_cnt;
-    float *demo_tmp;
-    uint8_t *demo_bits;
     /* SCAPE's first moment, compact (issue 17): m is zero off the mask it was last updated on (SCAPE.md section 3
      * items 3-4), so it holds only its m_n values on mask_m, packed in payload order (chunk by chunk; ch_qm[c] is
      * chunk c's first). The update pass writes m_t into m_new (at the payload's offsets, ch_q); then the two swap
@@ -146,17 +131,18 @@ struct DistOptim {
 static inline int dist_slice_sparse(const DistOptim *d, const ParamSlice *s) {
     return !(d->cfg.exclude_norms && s->dense_only);
 }
-/* A dense update (AdamW, AdamS) on one rank without ZeRO-1: the mean over one rank is the gradient itself (x / 1
- * == x), so the buckets stay where backward wrote them: no staging buffer, no copy into it and back (dist_dense.c). */
-static inline int dist_dense_in_place(const DistOptim *d) {
-    return (d->cfg.opt.kind == OPT_ADAMW || d->cfg.opt.kind == OPT_ADAMS) && d->world == 1 && !d->cfg.zero;
-}
 /* Slice i (ParamTable index) is in this rank's part of the owner table. */
 static inline int dist_is_owned_slice(const DistOptim *d, int i) {
     return i >= d->own.first[d->rank] && i < d->own.first[d->rank + 1];
 }
 
 /* ---- dist.c: shared by the rules ---- */
+/* FNV-1a 64 of n bytes at p continued from h (the SCAPE_CHECK_SYNC hash; start from 1469598103934665603). */
+uint64_t dist_fnv1a(uint64_t h, const void *p, size_t n);
+/* The global-norm clip factor: clip / (norm + 1e-6) when clipping is on (clip > 0) and norm exceeds it, else 1. */
+static inline float dist_clip_scale(float clip, float norm) {
+    return clip > 0 && norm > clip ? clip / (norm + 1e-6f) : 1.0f;
+}
 /* Sum of squares in double over x[lo, hi) in fixed 64Ki chunks added in order: the same bits for any thread
  * count, so every rank takes the same clip and skip decisions. Within a chunk, 256 lanes: lane l adds the squares
  * ((double)x * (double)x, rounded, then added: no FMA) of the chunk's elements l, l + 256, ... in turn, and the
@@ -167,17 +153,12 @@ double dist_sumsq(const float *x, size_t lo, size_t hi);
  * "nothing done". */
 void dist_end_step(DistOptim *d);
 
-/* ---- dist_dense.c: AdamW / AdamS with an averaging all-reduce, or ZeRO-1 ---- */
-/* owned_total: elements of this rank's slices (the ZeRO-1 shard). */
-void dense_init(DistOptim *d, size_t owned_total);
-void dense_queue_bucket(DistOptim *d, int b);
-int dense_step(DistOptim *d, int t, float lr, float *grad_norm);
-
-/* ---- dist_scape.c: SCAPE.md section 3 ---- */
-void scape_init(DistOptim *d);
+/* ---- dist_scape.c: SCAPE.md section 3, what its other files (dist_scape_row.c, dist_scape_zero.c,
+ * dist_mask_stats.c, dist_state.c) use ---- */
+/* init, bucket hand-off and step: the hooks of SCAPE's row (dist_scape_row.c) */
+void scape_init(DistOptim *d, size_t owned_total);
 void scape_bucket_ready(DistOptim *d, int b);
-int scape_step(DistOptim *d, int t, float lr, float *grad_norm);
-/* Waits for the all-gather of the mask made at the last step and assembles it into mask_next (no-op if none). */
+int scape_step(DistOptim *d, int t, float lr, float *grad_norm);/* Waits for the all-gather of the mask made at the last step and assembles it into mask_next (no-op if none). */
 void scape_collect_next(DistOptim *d);
 /* The compact first moment as a dense (P) vector into out (zero off mask_m). */
 void scape_m_expand(const DistOptim *d, float *out);
@@ -210,27 +191,39 @@ void scape_zero_r_unfold(const DistOptim *d, float *out);
  * bf16 payload (fp32: added, as it is 0 there) */
 void scape_zero_r_fold(DistOptim *d, const float *m);
 
-/* ---- dist_topk_ef.c: the top-k error-feedback baseline (formulas at distopt_create in dist.h) ---- */
-void topk_init(DistOptim *d);
-void topk_bucket_ready(DistOptim *d, int b);
-int topk_step(DistOptim *d, int t, float lr, float *grad_norm);
 
-/* ---- dist_powersgd.c: PowerSGD into AdamW (formulas in its header) ---- */
-void psgd_init(DistOptim *d);
-void psgd_bucket_ready(DistOptim *d, int b);
-int psgd_step(DistOptim *d, int t, float lr, float *grad_norm);
+/* ---- dist_dense.c: bucket b into stage and its collective (the averaging all-reduce, or with ZeRO-1 the
+ * reduce-scatter to the owners): the dense rules' hand-off, also 1-bit Adam's during its warm-up ---- */
+void dense_queue_bucket(DistOptim *d, int b);
+/* SCAPE_CHECK_SYNC's shared state of the rules on e, m, v (topk-ef, powersgd, onebit-adam; dist.c): m and v,
+ * continuing h */
+uint64_t dist_sync_hash_mv(DistOptim *d, uint64_t h);
 
-/* ---- dist_onebit_adam.c: 1-bit Adam (formulas in its header) ---- */
-void onebit_init(DistOptim *d);
-void onebit_bucket_ready(DistOptim *d, int b);
-int onebit_step(DistOptim *d, int t, float lr, float *grad_norm);
-/* Zeroes the server error off the chunks this rank reduces (after a load that summed every saved rank's). */
-void onebit_keep_own_chunks(DistOptim *d);
+/* ---- dist_state.c: what the blobs of the rules share ---- */
+/* The header of this rank's blob: optimizer kind, world, rank, ZeRO, last step, mask flags, P and [slo, shi). */
+BlobHeader dist_blob_header(const DistOptim *d);
+/* e (DistOptim's r), m, v (P each) after the header, and *h = dist_blob_header (the caller adds K and writes it):
+ * the start of the topk-ef, PowerSGD and 1-bit Adam blobs; dist_emv_load reads them back (e by
+ * dist_load_residual) and clears have_cur. */
+void dist_emv_save(const DistOptim *d, void *blob, BlobHeader *h);
+void dist_emv_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, int n_blobs);
+/* DistOptim's r (P) from the (P) floats after each blob's header: this rank's own when the world is unchanged (or
+ * one blob), else the mean over all saved ranks in rank order (SCAPE.md section 8). */
+void dist_load_residual(DistOptim *d, const void *const *blobs, int n_blobs, int saved_world);
 
-/* ---- dist_demo.c: DeMo (formulas in its header) ---- */
-void demo_init(DistOptim *d);
-void demo_bucket_ready(DistOptim *d, int b);
-int demo_step(DistOptim *d, int t, float lr, float *grad_norm);
+/* ---- dist_state.c: each rule's checkpoint blob, the hooks of its row (optim/rule.h; layouts in dist_state.c) ---- */
+size_t dense_state_bytes(const DistOptim *d);
+void dense_save(const DistOptim *d, void *blob);
+size_t dense_blob_payload(const BlobHeader *h, int i);
+void dense_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
+size_t scape_state_bytes(const DistOptim *d);
+void scape_save(const DistOptim *d, void *blob);
+size_t scape_blob_payload(const BlobHeader *h, int i);
+void scape_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
+size_t topk_state_bytes(const DistOptim *d);
+void topk_save(const DistOptim *d, void *blob);
+size_t topk_blob_payload(const BlobHeader *h, int i);
+void topk_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
 
 /* ---- dist_mask_stats.c: DistMaskStats of dist.h, on rank 0 ---- */
 /* Fills d->st for step t. gmask/gvec: the raw-gradient mask of this step and the vector its energy is of (SCAPE:

@@ -1,10 +1,10 @@
 /*
- * scape/optim.c - the dense optimizer updates of scape/optim.h (AdamW, AdamS) over a range of the flat buffer.
+ * optim/optim.c - the dense optimizer updates of optim/optim.h (AdamW, AdamS) over a range of the flat buffer.
  * Float math per element; the bias corrections are computed once per call in double and cast, so every backend
  * can reproduce them exactly. OpenMP over elements, one slice at a time (weight decay is per slice).
- * Not for: SCAPE's sparse update (scape/scape.c), gradient clipping or learning-rate schedules (the loop).
+ * Not for: SCAPE's sparse update (optim/scape.c), gradient clipping or learning-rate schedules (the loop).
  */
-#include "scape/optim.h"
+#include "optim/optim.h"
 
 #include <math.h>
 

@@ -1,5 +1,5 @@
 /*
- * scape/dist.h - the data-parallel parameter update the training loop calls, for every optimizer and any number
+ * optim/dist.h - the data-parallel parameter update the training loop calls, for every optimizer and any number
  * of ranks (1 included): dense AdamW/AdamS with bucketed gradient all-reduce overlapping backward (or ZeRO-1:
  * reduce-scatter, sharded update, all-gather), and SCAPE (SCAPE.md) with its compact payload all-reduce,
  * error feedback and one-step-ahead masks; and the baseline SCAPE is compared against, top-k of raw gradients
@@ -16,9 +16,9 @@
 #include <stdint.h>
 
 #include "common/params.h"
-#include "scape/comm.h"
-#include "scape/optim.h"
-#include "scape/scape.h"
+#include "comm/comm.h"
+#include "optim/optim.h"
+#include "optim/scape.h"
 
 typedef struct {
     OptimConfig opt;       /* kind (adamw, adams, scape, topk-ef, powersgd, onebit-adam, demo), beta1, beta2, eps, weight_decay */
@@ -31,29 +31,29 @@ typedef struct {
                             * write the residual twice per step off the mask: r <- 2 c - r_old there, i.e.
                             * r_old + 2 (beta1 m_{t-1} + (1 - beta1) g) instead of c (unsharded host update only) */
     int variant;           /* SCAPE only: SCAPE_FAITHFUL (0, the paper's algorithm) or one of the same-bytes variants
-                            * of issue 31 (scape/dist_scape.c's header gives their formulas); unsharded host update
+                            * of issue 31 (optim/dist_scape.c's header gives their formulas); unsharded host update
                             * with the fp32 payload */
     float variant_cap;     /* catchup, tensor-nu: cap A on the entering step's factor (>= 1) */
     float residual_decay;  /* residual-decay: rho in [0, 1], the old residual's weight in r off the mask */
-    int powersgd_rank;     /* PowerSGD (scape/dist_powersgd.c): rank R of each matrix's approximation */
+    int powersgd_rank;     /* PowerSGD (optim/dist_powersgd.c): rank R of each matrix's approximation */
     int powersgd_start;    /* PowerSGD: steps 1..S all-reduce the whole gradient (the hook's start_powerSGD_iter) */
     double powersgd_min_compression; /* PowerSGD: compress a matrix only if n m >= this x r (n + m) */
     float powersgd_eps;    /* PowerSGD: the orthogonalization's epsilon */
-    int onebit_freeze;     /* 1-bit Adam (scape/dist_onebit_adam.c): steps 1..F are AdamW on the mean gradient, then v
+    int onebit_freeze;     /* 1-bit Adam (optim/dist_onebit_adam.c): steps 1..F are AdamW on the mean gradient, then v
                             * freezes and the momentum goes out in 1 bit (>= 1) */
-    int demo_chunk;        /* DeMo (scape/dist_demo.c): target block side s of the DCT (1..256) */
+    int demo_chunk;        /* DeMo (optim/dist_demo.c): target block side s of the DCT (1..256) */
     int demo_topk;         /* DeMo: coefficients each rank sends per block (>= 1) */
     float demo_decay;      /* DeMo: the local momentum's decay beta in [0, 1] */
     int density_dense;     /* S steps at d_start before the warm-up begins (the authors' --topk-adams-start-iter),
                             * 0 = none; see dist_density */
     int exclude_norms;     /* 1 (default): norm gains and biases always dense */
     int payload_bf16;      /* SCAPE only: 1 sends the payload in bf16 (SCAPE.md section 7), see distopt_create */
-    int mask_coding;       /* SCAPE only: 1 codes each owner's mask segment for the all-gather (scape/mask_code.h);
+    int mask_coding;       /* SCAPE only: 1 codes each owner's mask segment for the all-gather (optim/mask_code.h);
                             * the masks, and so every result, are the same as with 0 */
 } DistConfig;
 
 /* SCAPE's update variants (issue 31): same payload, masks and collectives as the faithful algorithm, no state
- * exchanged; formulas at the top of scape/dist_scape.c. */
+ * exchanged; formulas at the top of optim/dist_scape.c. */
 enum { SCAPE_FAITHFUL = 0, SCAPE_CATCHUP = 1, SCAPE_TENSOR_NU = 2, SCAPE_RESIDUAL_DECAY = 3 };
 /* The variant's name as --scape-variant spells it ("faithful", "catchup", "tensor-nu", "residual-decay"), and back
  * (-1 for an unknown name). */
@@ -169,10 +169,10 @@ const float *distopt_residual(const DistOptim *d);
  * the same on every rank; NULL (and *n = 0) for the other rules. */
 const float *distopt_powersgd_q(const DistOptim *d, size_t *n);
 /* 1-bit Adam: this rank's server error (P floats, nonzero only on the chunks this rank reduces), and the bytes of one
- * block of its all-to-all and all-gather (Bk of scape/dist_onebit_adam.c's header); NULL / 0 for the other rules. */
+ * block of its all-to-all and all-gather (Bk of optim/dist_onebit_adam.c's header); NULL / 0 for the other rules. */
 const float *distopt_onebit_server_error(const DistOptim *d);
 size_t distopt_onebit_block_bytes(const DistOptim *d);
-/* DeMo: the (index, value) pairs each rank sends per step (K of scape/dist_demo.c's header); 0 for the other rules. */
+/* DeMo: the (index, value) pairs each rank sends per step (K of optim/dist_demo.c's header); 0 for the other rules. */
 size_t distopt_demo_count(const DistOptim *d);
 const uint8_t *distopt_mask(DistOptim *d, int next);
 /* Test hook: at every later SCAPE step copies, densely (P floats each, any may be NULL), this rank's corrected

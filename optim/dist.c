@@ -1,0 +1,218 @@
+/*
+ * optim/dist.c - the data-parallel parameter update of optim/dist.h, its entry: creation, the hand-off of each
+ * gradient bucket as backward finishes it, and each step, all through the chosen rule's row of the rule table
+ * (optim/rule.h, listed in optim/rules.c; the rules share DistOptim, optim/dist_impl.h):
+ *   dist_dense.c       dense AdamW/AdamS: per-bucket averaging all-reduce, or ZeRO-1 (reduce-scatter to the
+ *                      owners, update of the owned shard, all-gather of the parameters)
+ *   dist_scape.c       SCAPE (SCAPE.md section 3): c_i per bucket, the compact payload all-reduce, error feedback,
+ *                      the masked AdamS update and the owners' next mask on an asynchronous all-gather
+ *   dist_scape_row.c   SCAPE's row: its settings, variants, state size, sync hash, inspection
+ *   dist_scape_zero.c  SCAPE with ZeRO-1: m on the owners only, the payload reduce-scattered to them, their
+ *                      updated m and p values all-gathered on the mask
+ *   dist_topk_ef.c     the top-k error-feedback baseline (raw-gradient top-k, index/value all-gather, AdamW)
+ *   dist_powersgd.c    PowerSGD (rank-r approximations with error feedback, into AdamW)
+ *   dist_onebit_adam.c 1-bit Adam (AdamW for a warm-up, then the momentum in 1 bit with error compensation)
+ *   dist_demo.c        DeMo (local momentum, top-k DCT coefficients per block all-gathered, sign step)
+ *   dist_mask_stats.c  mask stability (Jaccard, kept energy) per slice, on rank 0, when enabled
+ *   dist_state.c       every optimizer's checkpoint blob (save, load, other world sizes)
+ * Here too, shared by the rules: the zeroing at the end of every step, the gradient norm's fixed-order sum, the
+ * hash of the SCAPE_CHECK_SYNC check (comm_sync_check compares it), and the inspection functions of dist.h.
+ * Built with -ffp-contract=off (optim/module.mk) so every rank and every run rounds identically.
+ * Not for: the collectives themselves (comm.c), top-k and masks (scape.c), the dense update formulas (optim.c).
+ */
+#include "optim/dist.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "optim/dist_impl.h"
+#include "optim/scape.h"
+
+DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, const DistConfig *cfg) {
+    const UpdateRule *rule = update_rule(cfg->opt.kind);
+    if (!rule)
+        fatal("distopt_create: optimizer kind %d is not supported; use adamw, adams, scape, topk-ef, powersgd, "
+              "onebit-adam or demo", cfg->opt.kind);
+    if (cfg->zero && !rule->zero_ok) fatal("--zero 1 applies to adamw, adams and scape; drop --zero for %s", rule->name);
+    if (rule->index32 && tab->total > UINT32_MAX)
+        fatal("%s sends 32-bit indices but the model has %zu parameters; use a model under 2^32 parameters", rule->name,
+              tab->total);
+    if (rule->sparse && !(cfg->density > 0 && cfg->density <= 1))
+        fatal("--density %g is outside (0, 1]; 0.1 means 90%% sparsity", cfg->density);
+    if (rule->sparse && !(cfg->density_start > 0 && cfg->density_start <= 1))
+        fatal("density start %g is outside (0, 1]; use 1 for the default warm-up from dense", cfg->density_start);
+    /* every rule checks its own settings, and refuses those it owns when another rule is chosen */
+    for (int k = 0; k < update_rule_count; k++)
+        if (update_rules[k]->check) update_rules[k]->check(cfg, rule);
+    if (!(cfg->opt.beta1 >= 0 && cfg->opt.beta1 < 1)) fatal("beta1 %g is outside [0, 1)", cfg->opt.beta1);
+    DistOptim *d = xcalloc(1, sizeof *d, "DistOptim");
+    d->tab = tab;
+    d->params = params;
+    d->grads = grads;
+    d->cfg = *cfg;
+    d->rule = rule;
+    d->rank = comm_rank();
+    d->world = comm_world();
+    d->P = tab->total;
+    owner_table_build(&d->own, tab, d->world);
+
+    d->nb = tab->num_buckets;
+    param_table_bucket_slices(tab, &d->bn, &d->bslices);
+    d->bucket_off = xcalloc((size_t)d->nb, sizeof(size_t), "bucket offsets");
+    d->bucket_numel = xcalloc((size_t)d->nb, sizeof(size_t), "bucket sizes");
+    d->rs_off = xcalloc((size_t)d->nb, sizeof(size_t), "bucket offsets");
+    d->bucket_k = xcalloc((size_t)d->nb, sizeof(size_t), "bucket payload sizes");
+    d->bh = xcalloc((size_t)d->nb, sizeof(CommHandle), "bucket handles");
+    d->bstate = xcalloc((size_t)d->nb, sizeof(int), "bucket state");
+    size_t owned_total = 0;
+    for (int i = 0; i < tab->n; i++) {
+        d->bucket_numel[tab->slices[i].bucket] += tab->slices[i].numel;
+        if (dist_is_owned_slice(d, i)) owned_total += tab->slices[i].numel;
+    }
+    size_t off = 0, roff = 0;
+    for (int b = 0; b < d->nb; b++) {
+        d->bucket_off[b] = off;
+        off += d->bucket_numel[b];
+        d->rs_off[b] = roff;
+        for (int k = 0; k < d->bn[b]; k++) {
+            int i = d->bslices[b][k];
+            if (dist_is_owned_slice(d, i)) roff += tab->slices[i].numel;
+        }
+    }
+    /* the staging buffer, for the rules that pack buckets into one of P floats (SCAPE and PowerSGD size their own
+     * to the payload; the dense rules allocate it unless they leave the gradients in place) */
+    if (rule->stage) d->stage = xmalloc(d->P * sizeof(float), "gradient staging buffer");
+    rule->init(d, owned_total);
+    comm_bcast(params, d->P * sizeof(float), 0);
+    return d;
+}
+
+uint64_t dist_fnv1a(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+uint64_t dist_sync_hash_mv(DistOptim *d, uint64_t h) {
+    h = dist_fnv1a(h, d->m, d->P * sizeof(float));
+    h = dist_fnv1a(h, d->v, d->P * sizeof(float));
+    return h;
+}
+
+/* SCAPE.md section 9.3 at the end of a run, for multi-rank tests of whole trainers: with SCAPE_CHECK_SYNC=1 in
+ * the environment, hashes params (and the rule's shared state, e.g. SCAPE's m and masks) on every rank, compares
+ * them, and prints one line on rank 0, or fatal() naming the first rank that differs. A collective: every rank
+ * calls it from distopt_free. */
+static void sync_check(DistOptim *d) {
+    if (!comm_sync_check_enabled()) return;
+    uint64_t h = dist_fnv1a(1469598103934665603ull, d->params, d->P * sizeof(float));
+    if (d->rule->sync_hash) h = d->rule->sync_hash(d, h);
+    comm_sync_check(h, "parameters/optimizer state", "parameters and shared optimizer state");
+}
+
+void distopt_free(DistOptim *d) {
+    if (!d) return;
+    sync_check(d);
+    comm_wait(d->next_h);
+    for (int b = 0; b < d->nb; b++) comm_wait(d->bh[b]);
+    if (d->rule->free) d->rule->free(d); /* after the waits: a collective may still use its buffers */
+    param_table_bucket_slices_free(d->nb, d->bn, d->bslices);
+    free(d->bucket_off); free(d->bucket_numel); free(d->rs_off);
+    free(d->bucket_k); free(d->bh); free(d->bstate); free(d->stage); free(d->stage16); free(d->qerr); free(d->rs_out);
+    free(d->m); free(d->v); free(d->r); free(d->mask_cur); free(d->mask_next); free(d->seg);
+    free(d->pay_off);
+    free(d->m_new); free(d->mask_m); free(d->ch_qm); free(d->slice_ch0); free(d->m_dense);
+    free(d->ch_qo); free(d->ch_qs); free(d->rs_k); free(d->rs16); free(d->rs_err); free(d->ez); free(d->ch_qe); free(d->zred); free(d->r_plain);
+    free(d->seg_bytes); free(d->seg_off); free(d->topk_tmp);
+    free(d->code_mine); free(d->code_all); free(d->code_sizes);
+    free(d->ch_lo); free(d->ch_hi); free(d->ch_q); free(d->ch_slice); free(d->ch_bucket); free(d->ch_ss); free(d->ch_bad);
+    free(d->age); free(d->ch_ss_stay); free(d->ch_n_stay); free(d->slice_s2);
+    free(d->pairs); free(d->pair_off);
+    free(d->st_slice); free(d->st_jm); free(d->st_em); free(d->st_jg); free(d->st_eg); free(d->st_g);
+    free(d->st_gcur); free(d->st_gprev); free(d->st_tmp);
+    owner_table_free(&d->own);
+    free(d);
+}
+
+float distopt_density(const DistOptim *d, int t) {
+    if (!d->rule->sparse) return 1.0f;
+    return (float)dist_density(&d->cfg, t);
+}
+
+void distopt_bucket_ready(void *ctx, int bucket) {
+    DistOptim *d = ctx;
+    if (bucket < 0 || bucket >= d->nb) fatal("distopt_bucket_ready: bucket %d outside 0..%d", bucket, d->nb - 1);
+    if (d->bstate[bucket]) return;
+    d->rule->bucket_ready(d, bucket);
+}
+
+double dist_sumsq(const float *x, size_t lo, size_t hi) {
+    enum { CH = 65536, LANES = 256 };
+    size_t nch = (hi - lo + CH - 1) / CH;
+    if (nch == 0) return 0;
+    double *part = xmalloc(nch * sizeof(double), "norm partials");
+    #pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < nch; c++) {
+        size_t a = lo + c * CH, e = a + CH < hi ? a + CH : hi;
+        double lane[LANES] = {0};
+        size_t j = a;
+        for (; j + LANES <= e; j += LANES) /* a row of LANES: lane l takes element l (vectorises over l) */
+            for (int l = 0; l < LANES; l++) lane[l] += (double)x[j + l] * (double)x[j + l];
+        for (int l = 0; j + l < e; l++) lane[l] += (double)x[j + l] * (double)x[j + l];
+        for (int w = LANES / 2; w > 0; w >>= 1)
+            for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+        part[c] = lane[0];
+    }
+    double s = 0;
+    for (size_t c = 0; c < nch; c++) s += part[c];
+    free(part);
+    return s;
+}
+
+void dist_end_step(DistOptim *d) {
+    const size_t CH = 1 << 18;
+    if (!d->grads_clear) {
+        #pragma omp parallel for schedule(static)
+        for (size_t a = 0; a < d->P; a += CH) memset(d->grads + a, 0, (d->P - a < CH ? d->P - a : CH) * sizeof(float));
+    }
+    d->grads_clear = 0;
+    for (int b = 0; b < d->nb; b++) {
+        d->bstate[b] = 0;
+        d->bh[b] = 0;
+    }
+    d->step_begun = 0;
+}
+
+int distopt_step(DistOptim *d, int t, float lr, float *grad_norm) {
+    if (t < 1) fatal("distopt_step: step %d < 1; steps count from 1", t);
+    float gn = 0;
+    d->st_valid = 0;
+    int skipped = d->rule->step(d, t, lr, &gn);
+    if (grad_norm) *grad_norm = gn;
+    return skipped;
+}
+
+/* ---- inspection ---- */
+
+size_t distopt_payload_count(const DistOptim *d) { return d->last_k; }
+
+size_t distopt_state_memory(const DistOptim *d) { return d->rule->state_memory(d); }
+
+void distopt_owner_range(const DistOptim *d, int rank, size_t *lo, size_t *hi) {
+    *lo = d->own.lo[rank];
+    *hi = d->own.hi[rank];
+}
+
+const float *distopt_moment(const DistOptim *d) { return d->rule->moment ? d->rule->moment(d) : d->m; }
+const float *distopt_residual(const DistOptim *d) { return d->rule->residual ? d->rule->residual(d) : d->r; }
+const uint8_t *distopt_mask(DistOptim *d, int next) { return d->rule->mask ? d->rule->mask(d, next) : NULL; }
+
+void distopt_debug_capture(DistOptim *d, float *c, float *s, float *ghat) {
+    if (ghat && d->cfg.zero) fatal("distopt_debug_capture: g_hat is not captured with --zero 1 (only the owners hold b)");
+    d->dbg_c = c;
+    d->dbg_s = s;
+    d->dbg_ghat = ghat;
+}

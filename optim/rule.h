@@ -1,0 +1,81 @@
+/*
+ * optim/rule.h - one update rule as one constant table row, the way a Linux driver fills one struct
+ * file_operations: each rule file (dist_dense.c, dist_scape.c, ...) defines its UpdateRule, and optim/rules.c lists
+ * them once, in the order of OptimizerKind (optim/optim.h), the number checkpoints record. optim/dist.c does
+ * nothing rule-specific except through these hooks.
+ * Adding a rule: one new file that fills an UpdateRule (and keeps its state private to the file), one line in
+ * optim/rules.c's list and its number in OptimizerKind; docs/layout.md says what else a rule may want.
+ * Not for: the training loop, which uses optim/dist.h.
+ */
+#ifndef OPTIM_RULE_H
+#define OPTIM_RULE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "optim/dist.h"
+
+/* One rank's checkpoint blob starts with this header (optim/dist_state.c gives the layout after it, per rule). */
+typedef struct {
+    uint32_t magic, version;
+    int32_t kind, world, rank, zero, last_t, have_cur, have_next;
+    int32_t ext; /* extras after the state (0 before issue 31): bit 0, SCAPE catchup's age, P bytes padded to 8 */
+    uint64_t P, lo, hi, K;
+} BlobHeader;
+
+/* An option a rule owns: the trainer refuses it with another rule (or, where variant is set, with another
+ * --scape-variant), naming `needs` (given on the first row of a flag; later rows of the same flag add variants). */
+typedef struct {
+    const char *flag;    /* without the leading "--" */
+    const char *variant; /* NULL: any variant of the rule; else the --scape-variant it belongs to */
+    const char *needs;   /* what the refusal says it applies to, e.g. "--optimizer powersgd" */
+} RuleOption;
+
+typedef struct UpdateRule {
+    const char *name;   /* as --optimizer spells it */
+    const RuleOption *owned; /* the options only this rule takes, n_owned of them (trainer/train_rules.c) */
+    int n_owned;
+    OptimizerKind kind; /* its index in update_rules[] and the number a checkpoint records */
+    int zero_ok;        /* 1: --zero 1 (ZeRO-1) is supported */
+    int sparse;         /* 1: the density schedule (--density, ...) applies; else distopt_density is 1 */
+    int index32;        /* 1: sends 32-bit indices, so the model must have fewer than 2^32 parameters */
+    int stage;          /* 1: optim/dist.c allocates the (P) gradient staging buffer before init */
+    int any_shard;      /* 1: the state loads from whichever saved shards cover this rank's range (dense), so the
+                         * blobs of every saved rank are needed only when they do not */
+    /* fatal() on the rule's own bad settings when it is the chosen rule, and on the settings it owns when another
+     * rule is chosen (NULL: none); called for every rule before anything is allocated */
+    void (*check)(const DistConfig *cfg, const struct UpdateRule *chosen);
+    /* the rule's state; owned_total: elements of this rank's slices (the ZeRO-1 shard) */
+    void (*init)(DistOptim *d, size_t owned_total);
+    /* bucket b's gradients are final (the last micro-step's backward): start its communication */
+    void (*bucket_ready)(DistOptim *d, int b);
+    /* step t >= 1 at learning rate lr (distopt_step's contract); returns 1 if skipped */
+    int (*step)(DistOptim *d, int t, float lr, float *grad_norm);
+    /* the checkpoint blob: its whole size, header included; the blob itself; the bytes a blob with header h must
+     * have after its header (fatal() naming rank i on a bad header); the rule's part of a load, after the common
+     * checks and resets of distopt_load (h0: blob 0's header) */
+    size_t (*state_bytes)(const DistOptim *d);
+    void (*save)(const DistOptim *d, void *blob);
+    size_t (*blob_payload)(const BlobHeader *h, int i);
+    void (*load)(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
+    /* frees the rule's own state (DistOptim's state pointer; NULL: the rule keeps none), from distopt_free */
+    void (*free)(DistOptim *d);
+    /* bytes of optimizer state this rank holds now (distopt_state_memory) */
+    size_t (*state_memory)(const DistOptim *d);
+    /* the shared state beside the parameters that SCAPE_CHECK_SYNC hashes (dist_fnv1a continued from h); NULL: none */
+    uint64_t (*sync_hash)(DistOptim *d, uint64_t h);
+    /* inspection (optim/dist.h): distopt_moment, distopt_residual (NULL: DistOptim's m and r as they are) and
+     * distopt_mask (NULL: no mask) */
+    const float *(*moment)(const DistOptim *d);
+    const float *(*residual)(const DistOptim *d);
+    const uint8_t *(*mask)(DistOptim *d, int next);
+} UpdateRule;
+
+/* The rules in OptimizerKind order (optim/rules.c) and their count; update_rule returns kind's row, or NULL for a
+ * kind no rule has. update_rule_by_name: the rule --optimizer NAME selects, NULL for none. */
+extern const UpdateRule *const update_rules[];
+extern const int update_rule_count;
+const UpdateRule *update_rule(int kind);
+const UpdateRule *update_rule_by_name(const char *name);
+
+#endif
