@@ -23,6 +23,7 @@
 #include <nccl.h>
 #endif
 extern "C" {
+#include "common/hash.h"
 #include "common/util.h"
 #include "scape/comm.h"
 #include "scape/dist.h"
@@ -96,11 +97,8 @@ static int choose_nccl(const UpdaterConfig *cfg, int world) {
 }
 
 
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
-    const uint8_t *b = (const uint8_t *)p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
+/* FNV-1a 64 (common/hash.h), under the name the rule files call */
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) { return hash_fnv1a64(h, p, n); }
 
 
 #ifdef ENABLE_NCCL

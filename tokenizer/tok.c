@@ -36,6 +36,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/hash.h"
 #include "common/util.h"
 #include "dataloader/dataloader.h"
 #include "tokenizer/tokenizer.h"
@@ -477,13 +478,6 @@ static void free_docs(DocList *l) {
     free(l->docs);
 }
 
-/* FNV-1a, 64-bit: a fixed, documented hash so the split is the same everywhere. */
-static uint64_t fnv1a(const char *s) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-    return h;
-}
-
 typedef struct { uint64_t h; size_t i; } HashIdx;
 static int cmp_hash(const void *a, const void *b) {
     const HashIdx *x = a, *y = b;
@@ -498,7 +492,8 @@ static size_t choose_val(DocList *l, double percent) {
     if (k == 0) k = 1;
     if (k >= l->n) fatal("tok: --val-percent %g leaves no training documents out of %zu", percent, l->n);
     HashIdx *hs = xmalloc(l->n * sizeof(HashIdx), "split");
-    for (size_t i = 0; i < l->n; i++) hs[i] = (HashIdx){fnv1a(l->docs[i].name), i};
+    for (size_t i = 0; i < l->n; i++) /* FNV-1a 64: a fixed, documented hash, so the split is the same everywhere */
+        hs[i] = (HashIdx){hash_fnv1a64(HASH_FNV1A64_OFFSET, l->docs[i].name, strlen(l->docs[i].name)), i};
     qsort(hs, l->n, sizeof(HashIdx), cmp_hash);
     for (size_t i = 0; i < k; i++) l->docs[hs[i].i].is_val = 1;
     free(hs);
