@@ -84,6 +84,25 @@ void xfread(void *dst, size_t bytes, FILE *f, const char *path, const char *what
               bytes);
 }
 
+char *read_stream(FILE *f, size_t *len) {
+    size_t n = 0, cap = 1 << 16;
+    char *buf = xmalloc(cap + 1, "a file's content");
+    size_t r;
+    while ((r = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) buf = xrealloc(buf, (cap *= 2) + 1, "a file's content");
+    }
+    if (ferror(f)) {
+        int e = errno ? errno : EIO;
+        free(buf);
+        errno = e;
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
 void xfwrite(const void *src, size_t bytes, FILE *f, const char *path, const char *what) {
     if (bytes && fwrite(src, 1, bytes, f) != bytes)
         fatal("%s: write of %s failed (%s); check free disk space", path, what, strerror(errno));

@@ -38,6 +38,10 @@ FILE *xfopen(const char *path, const char *mode, const char *hint);
 /* fread/fwrite of exactly `bytes` bytes or fatal() naming the path and what was being read. */
 void xfread(void *dst, size_t bytes, FILE *f, const char *path, const char *what);
 void xfwrite(const void *src, size_t bytes, FILE *f, const char *path, const char *what);
+/* All that is left of stream f (a file, a pipe, stdin) in a new buffer with a NUL after it, its length (the NUL not
+ * counted) in *len; NULL with errno (EIO if the stream kept none) on a read error. f stays open. The one whole-file
+ * reader of the programs: each caller words its own error. */
+char *read_stream(FILE *f, size_t *len);
 /* Writes head then body (either may be empty) to `path` atomically (atomic_open ... atomic_commit below). On any
  * failure (disk full, permissions) the temp file is removed, the old `path` is left as it was, and fatal() names
  * `path` and says to check free space and permissions. */

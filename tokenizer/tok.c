@@ -101,23 +101,10 @@ static long parse_long(const char *flag, const char *s, long lo, long hi) {
     return v;
 }
 
-/* Reads all of f; fatal() on a read error. */
+/* Reads all of f (read_stream), NUL-terminated; fatal() on a read error. */
 static char *read_all(FILE *f, const char *name, size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    char *buf = xmalloc(cap, name);
-    for (;;) {
-        if (n == cap) {
-            buf = xrealloc(buf, cap *= 2, "tok buffers");
-            if (!buf) fatal("out of memory reading %s", name);
-        }
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) break;
-    }
-    if (ferror(f)) fatal("cannot read %s: %s", name, strerror(errno));
-    buf = xrealloc(buf, n + 1, "tok buffers");
-    buf[n] = 0;
-    *len = n;
+    char *buf = read_stream(f, len);
+    if (!buf) fatal("cannot read %s: %s", name, strerror(errno));
     return buf;
 }
 
