@@ -17,7 +17,11 @@
 #include <string.h>
 #include <unistd.h>
 #include <errno.h>
+#ifdef BLAS_FALLBACK
+#include "models/blas_fallback.h" /* GPU machines without OpenBLAS: a plain sgemm (models/blas_fallback.c) */
+#else
 #include <cblas.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif

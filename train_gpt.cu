@@ -11,7 +11,7 @@
  *     micro-step, hands each finished bucket to the update, whose all-reduce (NCCL, or host-staged MPI) overlaps
  *     the rest of backward.
  *     No per-step copy of parameters or gradients crosses PCIe; save() downloads the master for the model file.
- *   host update (topk-ef, or --update host): the host model of cuda/gpt2_host.c (train_gpt.c's table, init and
+ *   host update (topk-ef, or --update host): the host model of models/gpt2_host.c (train_gpt.c's table, init and
  *     model files) owns the fp32 master parameters and gradients in host memory. Each forward uploads the master
  *     parameters and converts them to floatX; each backward computes this micro-step's gradients into a zeroed
  *     floatX buffer, adds them into the host gradients and reports every bucket final; the loop's DistOptim
@@ -34,7 +34,7 @@
 #include "cuda/attention.cuh"
 #include "cuda/classifier.cuh"
 #include "cuda/trainer.cuh"
-#include "cuda/gpt2_host.h"
+#include "models/gpt2_host.h"
 #include "cuda/dist.h"
 extern "C" {
 #include "trainer/train.h"
@@ -63,7 +63,7 @@ typedef struct {
 
 typedef struct {
     Model base;       /* params, grads, table: the host model's (shared, not copied) */
-    Model *host;      /* cuda/gpt2_host.c model: owns table, host params/grads, writes model files */
+    Model *host;      /* models/gpt2_host.c model: owns table, host params/grads, writes model files */
     int L, C, NH, V, Vp, maxT, Bmax, Tmax, B, T, have_targets;
     DeviceParams dp;  /* fp32 master, floatX params and gradients, host or device update (cuda/trainer.cuh) */
     Tensors p, g;

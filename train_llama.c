@@ -21,7 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef BLAS_FALLBACK
+#include "models/blas_fallback.h" /* GPU machines without OpenBLAS: a plain sgemm (models/blas_fallback.c) */
+#else
 #include <cblas.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif

@@ -19,7 +19,7 @@
  *     accumulator on the device and, on the last micro-step, hands each finished bucket to the update, whose
  *     all-reduce (NCCL, or host-staged MPI) overlaps the rest of backward. No per-step copy of parameters or gradients crosses PCIe; save()
  *     downloads the master for the model file, and sampling runs the forward on the device weights.
- *   host update (topk-ef, or --update host): the host model of cuda/llama_host.c (train_llama.c's own
+ *   host update (topk-ef, or --update host): the host model of models/llama_host.c (train_llama.c's own
  *     table, init and model files) owns the fp32 master parameters and gradients in host memory. Each forward
  *     uploads the master parameters into an fp32 device copy and converts them to floatX; each backward computes
  *     this micro-step's gradients into a zeroed floatX buffer, adds them into the host gradients and then reports
@@ -43,7 +43,7 @@
 #include "cuda/swiglu.cuh"
 #include "cuda/classifier.cuh"
 #include "cuda/trainer.cuh"
-#include "cuda/llama_host.h"
+#include "models/llama_host.h"
 #include "cuda/dist.h"
 extern "C" {
 #include "trainer/train.h"
@@ -97,7 +97,7 @@ typedef struct {
 
 typedef struct {
     Model base;       /* params, grads, table: the host model's (shared, not copied) */
-    Model *host;      /* cuda/llama_host.c model: owns table, host params/grads, writes model files */
+    Model *host;      /* models/llama_host.c model: owns table, host params/grads, writes model files */
     int L, C, NH, NKV, hd, KVC, F, V, Vp, maxT, Bmax, Tmax, B, T, have_targets;
     float eps;        /* RMSNorm epsilon */
     Attention attn;   /* cuDNN or cuBLAS attention and what each layer keeps for backward (cuda/attention.cuh) */

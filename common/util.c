@@ -84,6 +84,25 @@ void xfread(void *dst, size_t bytes, FILE *f, const char *path, const char *what
               bytes);
 }
 
+char *read_stream(FILE *f, size_t *len) {
+    size_t n = 0, cap = 1 << 16;
+    char *buf = xmalloc(cap + 1, "a file's content");
+    size_t r;
+    while ((r = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) buf = xrealloc(buf, (cap *= 2) + 1, "a file's content");
+    }
+    if (ferror(f)) {
+        int e = errno ? errno : EIO;
+        free(buf);
+        errno = e;
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
 void xfwrite(const void *src, size_t bytes, FILE *f, const char *path, const char *what) {
     if (bytes && fwrite(src, 1, bytes, f) != bytes)
         fatal("%s: write of %s failed (%s); check free disk space", path, what, strerror(errno));
@@ -143,37 +162,96 @@ int open_temp_beside(const char *path, char *tmp, size_t cap) {
     return mkostemp(tmp, O_CLOEXEC); /* O_CREAT | O_EXCL: a name that exists, a planted link included, is skipped */
 }
 
-void write_file_atomic(const char *path, const void *head, size_t head_bytes, const void *body, size_t body_bytes) {
+/* ---- the atomic write: one implementation under every whole-file writer ---- */
+
+struct AtomicFile {
+    FILE *f;      /* a stream on atomic_write below, so the first OS error of a write is kept (err) */
+    int fd, err;  /* fd: the temp file, -1 once closed */
     char tmp[4200];
-    int fd = open_temp_beside(path, tmp, sizeof tmp);
-    if (fd < 0) fatal("cannot create a temp file beside %s: %s; check that the directory exists and is writable",
-                      path, strerror(errno));
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        int err = errno;
-        close(fd);
-        unlink(tmp);
-        fatal("cannot write %s: %s", path, strerror(err));
+};
+
+/* the stream's write: all of it, or -1 with the OS error kept in a->err */
+static ssize_t atomic_write(void *cookie, const char *buf, size_t n) {
+    AtomicFile *a = cookie;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = write(a->fd, buf + done, n - done);
+        if (w > 0) { done += (size_t)w; continue; }
+        if (w < 0 && errno == EINTR) continue;
+        if (!a->err) a->err = w < 0 ? errno : ENOSPC;
+        return -1;
     }
-    /* no xfwrite: a failed write must remove the temp file before fatal(), so nothing half-written is left */
-    int ok = (!head_bytes || fwrite(head, 1, head_bytes, f) == head_bytes) &&
-             (!body_bytes || fwrite(body, 1, body_bytes, f) == body_bytes) && fflush(f) == 0 &&
-             fchmod(fd, 0644) == 0 && fsync(fd) == 0;
-    int err = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = 0;
-        err = errno;
+    return (ssize_t)n;
+}
+
+AtomicFile *atomic_open(const char *path) {
+    AtomicFile *a = xcalloc(1, sizeof *a, "a temp file");
+    a->fd = open_temp_beside(path, a->tmp, sizeof a->tmp);
+    if (a->fd < 0 || !(a->f = fopencookie(a, "w", (cookie_io_functions_t){.write = atomic_write}))) {
+        int e = errno;
+        if (a->fd >= 0) { close(a->fd); unlink(a->tmp); }
+        free(a);
+        errno = e;
+        return NULL;
     }
+    return a;
+}
+
+FILE *atomic_stream(AtomicFile *a) { return a->f; }
+const char *atomic_temp_name(const AtomicFile *a) { return a->tmp; }
+
+int atomic_error(AtomicFile *a) {
+    if (fflush(a->f) == 0 && !ferror(a->f) && !a->err) return 0;
+    return a->err ? a->err : EIO;
+}
+
+int atomic_close(AtomicFile *a) {
+    int e = atomic_error(a);
+    if (!e && (fchmod(a->fd, 0644) != 0 || fsync(a->fd) != 0)) e = errno;
+    fclose(a->f); /* flushed above; the cookie has no close of its own */
+    a->f = NULL;
+    if (close(a->fd) != 0 && !e) e = errno;
+    a->fd = -1;
+    if (e) unlink(a->tmp);
+    return e;
+}
+
+int atomic_place(AtomicFile *a, const char *path) {
     /* rename replaces a link at path itself, never the file it points to */
-    if (ok && rename(tmp, path) != 0) {
-        ok = 0;
-        err = errno;
+    int e = rename(a->tmp, path) != 0 ? errno : 0;
+    if (e) unlink(a->tmp);
+    else fsync_parent_dir(path);
+    free(a);
+    return e;
+}
+
+int atomic_commit(AtomicFile *a, const char *path) {
+    int e = atomic_close(a);
+    if (e) {
+        atomic_discard(a);
+        return e;
     }
-    if (!ok) {
-        unlink(tmp);
-        fatal("cannot write %s: %s; check free disk space and permissions", path, strerror(err));
-    }
-    fsync_parent_dir(path);
+    return atomic_place(a, path);
+}
+
+void atomic_discard(AtomicFile *a) {
+    if (!a) return;
+    if (a->f) fclose(a->f);
+    if (a->fd >= 0) close(a->fd);
+    unlink(a->tmp);
+    free(a);
+}
+
+void write_file_atomic(const char *path, const void *head, size_t head_bytes, const void *body, size_t body_bytes) {
+    AtomicFile *a = atomic_open(path);
+    if (!a) fatal("cannot create a temp file beside %s: %s; check that the directory exists and is writable",
+                  path, strerror(errno));
+    /* no xfwrite: a failed write must remove the temp file before fatal(), so nothing half-written is left;
+     * atomic_commit sees a failed write */
+    if (head_bytes) fwrite(head, 1, head_bytes, atomic_stream(a));
+    if (body_bytes) fwrite(body, 1, body_bytes, atomic_stream(a));
+    int err = atomic_commit(a, path);
+    if (err) fatal("cannot write %s: %s; check free disk space and permissions", path, strerror(err));
 }
 
 /* The first number in file path (for /proc and cgroup files), or -1. */
@@ -289,9 +367,8 @@ static Guard *guards;
 static int nguards;
 
 struct OutFile {
-    FILE *f;     /* a stream on out_write below, so the first OS error of a write is kept (err) */
-    int fd, err;
-    char path[4096], tmp[4200], what[96];
+    AtomicFile *a; /* the temp file and its stream */
+    char path[4096], what[96];
     OutFile *next;
 };
 static OutFile *open_outs; /* temps not yet committed: removed at exit */
@@ -342,25 +419,11 @@ static const Guard *guarded_for(const char *path, int appending) {
 static const Guard *guarded(const char *path) { return guarded_for(path, 0); }
 
 static void remove_open_temps(void) {
-    for (OutFile *o = open_outs; o; o = o->next) unlink(o->tmp);
+    for (OutFile *o = open_outs; o; o = o->next) unlink(atomic_temp_name(o->a));
 }
 static void unlist(OutFile *o) {
     for (OutFile **p = &open_outs; *p; p = &(*p)->next)
         if (*p == o) { *p = o->next; break; }
-}
-
-/* the stream's write: all of it, or -1 with the OS error kept in o->err */
-static ssize_t out_write(void *cookie, const char *buf, size_t n) {
-    OutFile *o = cookie;
-    size_t done = 0;
-    while (done < n) {
-        ssize_t w = write(o->fd, buf + done, n - done);
-        if (w > 0) { done += (size_t)w; continue; }
-        if (w < 0 && errno == EINTR) continue;
-        if (!o->err) o->err = w < 0 ? errno : ENOSPC;
-        return -1;
-    }
-    return (ssize_t)n;
 }
 
 OutFile *out_open(const char *path, const char *what, char *err, size_t cap) {
@@ -385,11 +448,9 @@ OutFile *out_open(const char *path, const char *what, char *err, size_t cap) {
     OutFile *o = xcalloc(1, sizeof *o, "an output file");
     snprintf(o->path, sizeof o->path, "%s", path);
     snprintf(o->what, sizeof o->what, "%s", what);
-    o->fd = open_temp_beside(path, o->tmp, sizeof o->tmp);
-    if (o->fd < 0 || !(o->f = fopencookie(o, "w", (cookie_io_functions_t){.write = out_write}))) {
+    if (!(o->a = atomic_open(path))) {
         snprintf(err, cap, "%s %s: cannot create a temp file beside it: %s; check that its folder exists and is "
                  "writable", what, path, strerror(errno));
-        if (o->fd >= 0) { close(o->fd); unlink(o->tmp); }
         free(o);
         return NULL;
     }
@@ -402,36 +463,31 @@ OutFile *out_open(const char *path, const char *what, char *err, size_t cap) {
     return o;
 }
 
-FILE *out_stream(OutFile *o) { return o->f; }
+FILE *out_stream(OutFile *o) { return atomic_stream(o->a); }
+
+/* the one line of a failed write of o */
+static void out_failed(const OutFile *o, int e, char *err, size_t cap) {
+    snprintf(err, cap, "%s %s: cannot write: %s; nothing of it is kept: free space (or check permissions) and run "
+             "again", o->what, o->path, strerror(e));
+}
 
 int out_ok(OutFile *o, char *err, size_t cap) {
-    if (fflush(o->f) == 0 && !ferror(o->f) && !o->err) return 1;
-    snprintf(err, cap, "%s %s: cannot write: %s; nothing of it is kept: free space (or check permissions) and run "
-             "again", o->what, o->path, strerror(o->err ? o->err : EIO));
-    return 0;
+    int e = atomic_error(o->a);
+    if (e) out_failed(o, e, err, cap);
+    return !e;
 }
 
 int out_commit(OutFile *o, char *err, size_t cap) {
-    int ok = out_ok(o, err, cap), e = 0;
-    if (ok && (fchmod(o->fd, 0644) != 0 || fsync(o->fd) != 0)) { ok = 0; e = errno; }
-    fclose(o->f); /* flushed above; the cookie has no close of its own */
-    if (close(o->fd) != 0 && ok) { ok = 0; e = errno; }
-    if (ok && rename(o->tmp, o->path) != 0) { ok = 0; e = errno; }
-    if (!ok) {
-        unlink(o->tmp);
-        if (e) snprintf(err, cap, "%s %s: cannot write: %s; nothing of it is kept: free space (or check "
-                        "permissions) and run again", o->what, o->path, strerror(e));
-    } else fsync_parent_dir(o->path);
+    int e = atomic_commit(o->a, o->path);
+    if (e) out_failed(o, e, err, cap);
     unlist(o);
     free(o);
-    return ok;
+    return !e;
 }
 
 void out_discard(OutFile *o) {
     if (!o) return;
-    fclose(o->f);
-    close(o->fd);
-    unlink(o->tmp);
+    atomic_discard(o->a);
     unlist(o);
     free(o);
 }

@@ -38,10 +38,41 @@ FILE *xfopen(const char *path, const char *mode, const char *hint);
 /* fread/fwrite of exactly `bytes` bytes or fatal() naming the path and what was being read. */
 void xfread(void *dst, size_t bytes, FILE *f, const char *path, const char *what);
 void xfwrite(const void *src, size_t bytes, FILE *f, const char *path, const char *what);
-/* Writes head then body (either may be empty) to `path` atomically: a new temp file beside it (open_temp_beside),
- * fsync, rename (which replaces a link at `path`, never the file it points to), fsync of the directory. On any failure (disk full, permissions) the temp file is removed, the old `path` is left as it
- * was, and fatal() names `path` and says to check free space and permissions. */
+/* All that is left of stream f (a file, a pipe, stdin) in a new buffer with a NUL after it, its length (the NUL not
+ * counted) in *len; NULL with errno (EIO if the stream kept none) on a read error. f stays open. The one whole-file
+ * reader of the programs: each caller words its own error. */
+char *read_stream(FILE *f, size_t *len);
+/* Writes head then body (either may be empty) to `path` atomically (atomic_open ... atomic_commit below). On any
+ * failure (disk full, permissions) the temp file is removed, the old `path` is left as it was, and fatal() names
+ * `path` and says to check free space and permissions. */
 void write_file_atomic(const char *path, const void *head, size_t head_bytes, const void *body, size_t body_bytes);
+
+/* ---- the atomic write: every whole file the programs write (model files, checkpoints, shards, vocabularies, GGUF,
+ * --eval-dump) goes through these, so the target holds its old content or the complete new one, never a part:
+ *   atomic_open    a new temp file beside the target (open_temp_beside: never an existing name or a planted link)
+ *   atomic_stream  write into it (fwrite, fprintf); the first OS error of a write is kept and reported at the end
+ *   atomic_close   flush (a write error counts), mode 0644, fsync, close
+ *   atomic_place   rename onto the target (a link there is replaced itself, never followed), fsync of the folder
+ *   atomic_commit  close then place; atomic_discard drops the temp instead.
+ * Each returns 0 or the OS error of the first step that failed, the temp file then removed and the target as it
+ * was; the caller words the message. */
+typedef struct AtomicFile AtomicFile;
+/* A new temp file beside path and its stream; NULL with errno if the temp cannot be made (nothing is left). */
+AtomicFile *atomic_open(const char *path);
+/* The stream to write into. */
+FILE *atomic_stream(AtomicFile *a);
+/* The temp file's name (to remove it from an exit handler). */
+const char *atomic_temp_name(const AtomicFile *a);
+/* Flushes the stream; 0 while every write so far succeeded, else the first OS error (EIO if none was kept). */
+int atomic_error(AtomicFile *a);
+/* Flushes, sets mode 0644, fsyncs and closes the temp; 0, or the error with the temp removed (then atomic_discard). */
+int atomic_close(AtomicFile *a);
+/* After atomic_close: renames the temp onto path and fsyncs its folder; 0 or the error, temp removed. Frees a. */
+int atomic_place(AtomicFile *a, const char *path);
+/* atomic_close then atomic_place (or atomic_discard on failure); 0 or the error. Frees a. */
+int atomic_commit(AtomicFile *a, const char *path);
+/* Removes the temp, the target untouched; frees a. NULL is a no-op. */
+void atomic_discard(AtomicFile *a);
 /* Creates a new file "<path>.tmp.XXXXXX" (a unique name, mkostemp: mode 0600, O_EXCL so an existing name or a
  * planted symbolic link is never opened) and returns its descriptor, its name in tmp; -1 with errno on failure. */
 int open_temp_beside(const char *path, char *tmp, size_t cap);

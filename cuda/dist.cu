@@ -23,6 +23,7 @@
 #include <nccl.h>
 #endif
 extern "C" {
+#include "common/hash.h"
 #include "common/util.h"
 #include "comm/comm.h"
 #include "optim/dist.h"
@@ -96,15 +97,31 @@ static int choose_nccl(const UpdaterConfig *cfg, int world) {
 }
 
 
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
-    const uint8_t *b = (const uint8_t *)p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
+/* FNV-1a 64 (common/hash.h), under the name the rule files call */
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) { return hash_fnv1a64(h, p, n); }
+
+/* The host-staged (MPI) hand-off of every rule: copies `bytes` of device memory src into pinned host memory dst on
+ * stream cs and waits for it, so the communication job queued next (comm_i*) may read dst at once. */
+static void stage_to_host(void *dst, const void *src, size_t bytes, cudaStream_t cs) {
+    if (bytes) cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cs));
+    cudaCheck(cudaStreamSynchronize(cs)); /* the job reads dst as soon as it is queued */
 }
 
 
 #ifdef ENABLE_NCCL
-/* comm_iallreduce_avg_bf16 (comm/comm.h) over NCCL on the communication stream, with the same parts and the same
+/* One peer of an all-to-all of bf16 values, inside an NCCL group on cs: sends c values at src to rank r and receives
+ * m values from it into dst; where r is this rank, the device copy of its own m values (c == m) instead. */
+static void nccl_exchange_bf16(ncclComm_t nc, cudaStream_t cs, int rank, int r, const uint16_t *src, size_t c,
+                               uint16_t *dst, size_t m) {
+    if (r != rank) {
+        if (c) ncclCheck(ncclSend(src, c * sizeof(uint16_t), ncclUint8, r, nc, cs));
+        if (m) ncclCheck(ncclRecv(dst, m * sizeof(uint16_t), ncclUint8, r, nc, cs));
+    } else if (m) {
+        cudaCheck(cudaMemcpyAsync(dst, src, m * sizeof(uint16_t), cudaMemcpyDeviceToDevice, cs));
+    }
+}
+
+/* comm_iallreduce_avg_bf16 (optim/comm.h) over NCCL on the communication stream, with the same parts and the same
  * arithmetic: an all-to-all of the parts (grouped send/recv; this rank's own part by a device copy), the owner's
  * mean (scape_bf16_mean) into its part of p16 and of err, then every part broadcast from its owner. err (n) gets
  * 0 outside this rank's part. recv16: scratch of world * (the largest part, comm_part) values. Used by the device SCAPE's bf16
@@ -118,13 +135,7 @@ static void nccl_allreduce_avg_bf16(ncclComm_t nc, cudaStream_t cs, int rank, in
     ncclCheck(ncclGroupStart());
     for (int r = 0; r < N; r++) {
         const size_t c = comm_part(n, N, r, &off);
-        if (r != rank) {
-            if (c) ncclCheck(ncclSend(p16 + off, c * sizeof(uint16_t), ncclUint8, r, nc, cs));
-            if (mine) ncclCheck(ncclRecv(recv16 + (size_t)r * mine, mine * sizeof(uint16_t), ncclUint8, r, nc, cs));
-        } else if (c) {
-            cudaCheck(cudaMemcpyAsync(recv16 + (size_t)r * mine, p16 + off, c * sizeof(uint16_t),
-                                      cudaMemcpyDeviceToDevice, cs));
-        }
+        nccl_exchange_bf16(nc, cs, rank, r, p16 + off, c, recv16 + (size_t)r * mine, mine);
     }
     ncclCheck(ncclGroupEnd());
     scape_bf16_mean(p16 + my_off, err + my_off, recv16, (long long)mine, N, cs);

@@ -351,6 +351,22 @@ static void du_free(Updater *base) {
     free(u);
 }
 
+/* the dense device update's Updater table (trainer/updater.h; fields in declaration order, desc filled at create);
+ * no memory_bytes yet */
+static const Updater du_ops = {
+    .desc = "",
+    .bucket_ready = du_bucket_ready,
+    .step = du_step,
+    .density = du_density,
+    .state_bytes = du_state_bytes,
+    .save = du_save,
+    .load = du_load,
+    .memory_bytes = NULL,
+    .mask_stats_enable = du_mask_stats_enable,
+    .mask_stats = du_mask_stats,
+    .free = du_free,
+};
+
 /* The dense device update over dm's buffers (device_updater_create's contract, cuda/dist.h), collectives NCCL when
  * nccl, else host-staged MPI or none (one rank). */
 static Updater *dense_updater_create(const DeviceModel *dm, const UpdaterConfig *cfg, int nccl) {
@@ -446,16 +462,8 @@ static Updater *dense_updater_create(const DeviceModel *dm, const UpdaterConfig 
     cudaCheck(cudaStreamSynchronize(dm->stream));
 
     Updater *b = &u->base;
+    *b = du_ops;
     snprintf(b->desc, sizeof b->desc, "device %s (%s%s)", kind == OPT_ADAMW ? "AdamW" : "AdamS",
              u->world == 1 ? "1 rank" : u->nccl ? "NCCL" : "MPI, host-staged", u->zero ? ", ZeRO-1" : "");
-    b->bucket_ready = du_bucket_ready;
-    b->step = du_step;
-    b->density = du_density;
-    b->state_bytes = du_state_bytes;
-    b->save = du_save;
-    b->load = du_load;
-    b->mask_stats_enable = du_mask_stats_enable;
-    b->mask_stats = du_mask_stats;
-    b->free = du_free;
     return b;
 }

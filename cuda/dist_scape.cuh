@@ -298,10 +298,7 @@ static void scape_dev_make_mask(ScapeDev *u, double dens) {
         comm_stats_add(COMM_ALLGATHER, u->seg_total, 0.0);
 #endif
     } else {
-        if (u->seg_bytes[u->rank])
-            cudaCheck(cudaMemcpyAsync(u->h_seg + u->seg_off[u->rank], mine, u->seg_bytes[u->rank],
-                                      cudaMemcpyDeviceToHost, cs));
-        cudaCheck(cudaStreamSynchronize(cs)); /* the job reads h_seg as soon as it is queued */
+        stage_to_host(u->h_seg + u->seg_off[u->rank], mine, u->seg_bytes[u->rank], cs);
         u->next_h = comm_iallgatherv(u->h_seg, u->seg_bytes, 1);
     }
     cudaCheck(cudaEventRecord(u->ev_gather, cs));
@@ -335,8 +332,7 @@ static void scape_dev_comm_bucket_bf16(ScapeDev *u, int b, size_t K) {
         return;
     }
     uint16_t *h = u->h_payload16 + u->bucket_off[b];
-    if (K) cudaCheck(cudaMemcpyAsync(h, p16, K * sizeof(uint16_t), cudaMemcpyDeviceToHost, u->cs));
-    cudaCheck(cudaStreamSynchronize(u->cs)); /* the job reads h as soon as it is queued */
+    stage_to_host(h, p16, K * sizeof(uint16_t), u->cs);
     u->bh[b] = comm_iallreduce_avg_bf16(h, K, u->h_qerr + u->bucket_off[b]);
 }
 
@@ -376,8 +372,7 @@ static void scape_dev_comm_bucket(ScapeDev *u, int b) {
         return;
     }
     float *h = u->h_payload + u->bucket_off[b];
-    if (K) cudaCheck(cudaMemcpyAsync(h, pay, K * sizeof(float), cudaMemcpyDeviceToHost, u->cs));
-    cudaCheck(cudaStreamSynchronize(u->cs)); /* the job reads h as soon as it is queued */
+    stage_to_host(h, pay, K * sizeof(float), u->cs);
     u->bh[b] = comm_iallreduce_avg_f32(h, K);
 }
 

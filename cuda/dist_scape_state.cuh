@@ -196,6 +196,21 @@ static void sd_free(Updater *base) {
     free(u);
 }
 
+/* the device SCAPE's Updater table (trainer/updater.h; fields in declaration order, desc filled at create) */
+static const Updater sd_ops = {
+    .desc = "",
+    .bucket_ready = sd_bucket_ready,
+    .step = sd_step,
+    .density = sd_density,
+    .state_bytes = sd_state_bytes,
+    .save = sd_save,
+    .load = sd_load,
+    .memory_bytes = sd_memory_bytes,
+    .mask_stats_enable = sd_mask_stats_enable,
+    .mask_stats = sd_mask_stats,
+    .free = sd_free,
+};
+
 /* The device SCAPE update over dm's buffers (see the top of this file); the collectives chosen as
  * device_updater_create does (nccl: 1 for NCCL, 0 for host-staged MPI; ignored with one rank). dist.c's checks
  * of the SCAPE settings (fatal() with the flag to fix). */
@@ -345,17 +360,8 @@ static Updater *scape_updater_create(const DeviceModel *dm, const UpdaterConfig 
     cudaCheck(cudaStreamSynchronize(dm->stream));
 
     Updater *b = &u->base;
+    *b = sd_ops;
     snprintf(b->desc, sizeof b->desc, "device SCAPE (%s%s%s%s)", u->world == 1 ? "1 rank" : u->nccl ? "NCCL" : "MPI, host-staged",
              u->offload ? ", residual offloaded" : "", u->bf16 ? ", bf16 payload" : "", u->zero ? ", ZeRO-1" : "");
-    b->bucket_ready = sd_bucket_ready;
-    b->step = sd_step;
-    b->density = sd_density;
-    b->state_bytes = sd_state_bytes;
-    b->memory_bytes = sd_memory_bytes;
-    b->save = sd_save;
-    b->load = sd_load;
-    b->mask_stats_enable = sd_mask_stats_enable;
-    b->mask_stats = sd_mask_stats;
-    b->free = sd_free;
     return b;
 }

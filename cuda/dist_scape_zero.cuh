@@ -247,8 +247,7 @@ static void scape_zero_comm_bucket(ScapeDev *u, int b, size_t K) {
         return;
     }
     float *h = u->h_payload + u->bucket_off[b];
-    if (K) cudaCheck(cudaMemcpyAsync(h, pay, K * sizeof(float), cudaMemcpyDeviceToHost, u->cs));
-    cudaCheck(cudaStreamSynchronize(u->cs)); /* the job reads h as soon as it is queued */
+    stage_to_host(h, pay, K * sizeof(float), u->cs);
     u->bh[b] = comm_ireduce_scatter_avg_f32(h, u->h_rs + u->rs_off[b], rk);
 }
 
@@ -277,15 +276,7 @@ static void scape_zero_comm_bucket_bf16(ScapeDev *u, int b, size_t K) {
             ncclCheck(ncclGroupStart());
             for (int r = 0; r < u->world; r++) {
                 const size_t rc = rk[r] > c0 ? (rk[r] - c0 < CH ? rk[r] - c0 : CH) : 0;
-                if (r != u->rank) {
-                    if (rc) ncclCheck(ncclSend(p16 + off + c0, rc * sizeof(uint16_t), ncclUint8, r, u->nc, u->cs));
-                    if (mc)
-                        ncclCheck(ncclRecv(u->d_zrecv16 + (size_t)r * mc, mc * sizeof(uint16_t), ncclUint8, r, u->nc,
-                                           u->cs));
-                } else if (mc) {
-                    cudaCheck(cudaMemcpyAsync(u->d_zrecv16 + (size_t)r * mc, p16 + off + c0, mc * sizeof(uint16_t),
-                                              cudaMemcpyDeviceToDevice, u->cs));
-                }
+                nccl_exchange_bf16(u->nc, u->cs, u->rank, r, p16 + off + c0, rc, u->d_zrecv16 + (size_t)r * mc, mc);
                 off += rk[r];
             }
             ncclCheck(ncclGroupEnd());
@@ -298,8 +289,7 @@ static void scape_zero_comm_bucket_bf16(ScapeDev *u, int b, size_t K) {
         return;
     }
     uint16_t *h = u->h_payload16 + u->bucket_off[b];
-    if (K) cudaCheck(cudaMemcpyAsync(h, p16, K * sizeof(uint16_t), cudaMemcpyDeviceToHost, u->cs));
-    cudaCheck(cudaStreamSynchronize(u->cs)); /* the job reads h as soon as it is queued */
+    stage_to_host(h, p16, K * sizeof(uint16_t), u->cs);
     u->bh[b] = comm_ireduce_scatter_avg_bf16(h, u->h_rs16 + u->rs_off[b], u->h_rs_err + u->rs_off[b], rk);
 }
 

@@ -49,7 +49,7 @@ $(CUDA_BUILD)/gpu_probe: dev/cuda/gpu_probe.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -MMD -MP $< -o $@ $(NVCC_LDFLAGS)
 
-# The trainer: train_gpt.cu (device model) + cuda/gpt2_host.c (train_gpt.c's table, init and model files, built
+# The trainer: train_gpt.cu (device model) + models/gpt2_host.c (train_gpt.c's table, init and model files, built
 # by $(CC)) + the shared loop, linked by $(MPICC) like train_gpt. train_gptcu is bf16, train_gptcu_fp32 all fp32.
 CUDA_TRAIN_LIBS = -L$(CUDA_HOME)/lib64 -Wl,-rpath=$(CUDA_HOME)/lib64 $(foreach d,$(subst :, ,$(CUDA_LIB_DIRS)),-L$(d) -Wl,-rpath=$(d)) \
                   -lcudart $(CUDA_LIBS) -lstdc++
@@ -60,9 +60,9 @@ $(BUILD)/cuda/train_gpt.o: train_gpt.cu
 $(BUILD)/cuda-fp32/train_gpt.o: train_gpt.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) -DENABLE_FP32 -MMD -MP -c $< -o $@
-train_gptcu: $(BUILD)/cuda/train_gpt.o $(BUILD)/cuda/gpt2_host.o $$(TRAIN_LINK_OBJ)
+train_gptcu: $(BUILD)/cuda/train_gpt.o $(BUILD)/models/gpt2_host.o $$(TRAIN_LINK_OBJ)
 	$(MPICC) $(CFLAGS) $^ -o $@ $(TRAIN_LIBS) $(CUDA_TRAIN_LIBS)
-train_gptcu_fp32: $(BUILD)/cuda-fp32/train_gpt.o $(BUILD)/cuda/gpt2_host.o $$(TRAIN_LINK_OBJ)
+train_gptcu_fp32: $(BUILD)/cuda-fp32/train_gpt.o $(BUILD)/models/gpt2_host.o $$(TRAIN_LINK_OBJ)
 	$(MPICC) $(CFLAGS) $^ -o $@ $(TRAIN_LIBS) $(CUDA_TRAIN_LIBS)
 CUDA_TRAINERS := train_gptcu train_gptcu_fp32
 
@@ -73,18 +73,16 @@ $(BUILD)/cuda/test_gpt2cu.o: test/gpu/test_gpt2cu.cu train_gpt.cu
 $(BUILD)/cuda-fp32/test_gpt2cu.o: test/gpu/test_gpt2cu.cu train_gpt.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) -DENABLE_FP32 -MMD -MP -c $< -o $@
-# BLAS_FALLBACK=1: for GPU machines without OpenBLAS, the CPU reference links cuda/fallback's plain sgemm
+# BLAS_FALLBACK=1: for GPU machines without OpenBLAS, the CPU reference links models/blas_fallback.c's plain sgemm
+# (the *_noblas.o objects: models/module.mk)
 BLAS_FALLBACK ?= 0
 ifeq ($(BLAS_FALLBACK),1)
-GPT2_HOST_TEST_OBJ := $(BUILD)/cuda/gpt2_host_noblas.o $(BUILD)/cuda/fallback/cblas_sgemm.o
+GPT2_HOST_TEST_OBJ := $(BUILD)/models/gpt2_host_noblas.o $(BUILD)/models/blas_fallback.o
 GPT2_HOST_TEST_LIBS :=
 else
-GPT2_HOST_TEST_OBJ := $(BUILD)/cuda/gpt2_host.o
+GPT2_HOST_TEST_OBJ := $(BUILD)/models/gpt2_host.o
 GPT2_HOST_TEST_LIBS := $(BLAS_LIBS)
 endif
-$(BUILD)/cuda/gpt2_host_noblas.o: cuda/gpt2_host.c
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Icuda/fallback -c $< -o $@
 $(BUILD)/cuda/test_gpt2cu $(BUILD)/cuda-fp32/test_gpt2cu: %/test_gpt2cu: %/test_gpt2cu.o $(GPT2_HOST_TEST_OBJ) $(BUILD)/optim/optim.o $(COMMON_OBJ)
 	$(CC) $(CFLAGS) $^ -o $@ $(GPT2_HOST_TEST_LIBS) $(LDLIBS) $(CUDA_TRAIN_LIBS)
 CUDA_MODEL_TESTS := $(BUILD)/cuda/test_gpt2cu $(BUILD)/cuda-fp32/test_gpt2cu

@@ -4,7 +4,7 @@
  * entry j and entry j + hd/2 form the pair rotated by the angle of (t, j), j < hd/2:
  *   x'[j] = x[j] cos - x[j+hd/2] sin;  x'[j+hd/2] = x[j+hd/2] cos + x[j] sin.
  * The angle table is train_llama.c's own (rope_table: computed in double, rounded once to float; the trainer gets
- * it through cuda/llama_host.h and uploads it), so both backends rotate by the same float cos/sin. Positions are
+ * it through models/llama_host.h and uploads it), so both backends rotate by the same float cos/sin. Positions are
  * 0..T-1 in every row of the batch. Backward is the inverse rotation (the rotation is orthogonal).
  * Shapes: B batch, T sequence, nh heads in a row (NH for q, NKV for k), hd head dimension (even),
  * cos_tab, sin_tab (maxT, hd/2), T <= maxT. Not for: the table itself (train_llama.c).

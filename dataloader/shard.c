@@ -44,26 +44,10 @@ static char *path_dup(const char *s) {
 /* ---------------------------------------------------------------------------------------------------------- */
 /* writer */
 
-/* Writes all of buf or returns -1 (errno set); write() may return short counts on large buffers. */
-static int write_all(int fd, const void *buf, size_t bytes) {
-    const char *p = buf;
-    while (bytes > 0) {
-        ssize_t w = write(fd, p, bytes);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        bytes -= (size_t)w;
-    }
-    return 0;
-}
-
-/* fatal() after removing the half-written temp file, so a failed write leaves nothing behind. */
-static void write_failed(int fd, const char *tmp, const char *path, const char *what) {
-    int err = errno;
-    if (fd >= 0) close(fd);
-    unlink(tmp);
+/* fatal() naming the OS error err after removing the half-written temp file (a, or NULL where the atomic write
+ * removed it), so a failed write leaves nothing behind. */
+static void write_failed(AtomicFile *a, const char *path, const char *what, int err) {
+    atomic_discard(a);
     fatal("%s: %s failed (%s); check free disk space and permissions of the directory", path, what,
           strerror(err));
 }
@@ -94,19 +78,11 @@ void shard_write_tokenizer(const char *path, const int32_t *tokens, size_t n, in
                   "over 65536 tokens",
                   path, i, tokens[i], token_bytes == 2 ? "uint16" : "uint32");
 
-    size_t tlen = strlen(path) + 32;
-    char *tmp = xmalloc(tlen, "shard temp path");
-    int fd = open_temp_beside(path, tmp, tlen); /* a new unique name: never a planted link */
-    if (fd >= 0 && fchmod(fd, 0644) != 0) {
-        close(fd);
-        unlink(tmp);
-        fd = -1;
-    }
-    if (fd < 0) {
-        int err = errno;
-        fatal("cannot open %s for writing: %s; check that the directory exists and is writable", tmp,
-              strerror(err));
-    }
+    AtomicFile *a = atomic_open(path); /* a temp file beside path (never a planted link), renamed onto it at the end */
+    if (!a)
+        fatal("cannot open %s.tmp.XXXXXX for writing: %s; check that the directory exists and is writable", path,
+              strerror(errno));
+    FILE *f = atomic_stream(a);
 
     unsigned char header[HEADER_BYTES];
     memset(header, 0, sizeof header);
@@ -119,7 +95,7 @@ void shard_write_tokenizer(const char *path, const int32_t *tokens, size_t n, in
         le32_put(header + 20, (uint32_t)vocab_hash);
         le32_put(header + 24, (uint32_t)(vocab_hash >> 32));
     }
-    if (write_all(fd, header, sizeof header) != 0) write_failed(fd, tmp, path, "writing the header");
+    if (fwrite(header, 1, sizeof header, f) != sizeof header) write_failed(a, path, "writing the header", atomic_error(a));
 
     /* Encode in chunks so memory stays small for large shards. */
     enum { CHUNK = 1 << 16 };
@@ -135,28 +111,16 @@ void shard_write_tokenizer(const char *path, const int32_t *tokens, size_t n, in
                 le32_put(buf + 4 * i, v);
             }
         }
-        if (write_all(fd, buf, m * (size_t)token_bytes) != 0) {
+        if (fwrite(buf, 1, m * (size_t)token_bytes, f) != m * (size_t)token_bytes) {
             free(buf);
-            write_failed(fd, tmp, path, "writing tokens");
+            write_failed(a, path, "writing tokens", atomic_error(a));
         }
     }
     free(buf);
-    if (fsync(fd) != 0) write_failed(fd, tmp, path, "fsync");
-    if (close(fd) != 0) write_failed(-1, tmp, path, "close");
-    if (rename(tmp, path) != 0) write_failed(-1, tmp, path, "rename of the temp file");
-    free(tmp);
-    /* fsync the directory too, so the rename itself survives a crash */
-    char *dir = path_dup(path);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir) slash[1] = '\0';
-    else if (slash) *slash = '\0';
-    else strcpy(dir, ".");
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-        fsync(dfd); /* best effort: some file systems refuse fsync on directories */
-        close(dfd);
-    }
-    free(dir);
+    int err = atomic_close(a); /* flush, fsync, close */
+    if (err) write_failed(a, path, "fsync or close", err);
+    /* the rename, then an fsync of the directory so the rename itself survives a crash */
+    if ((err = atomic_place(a, path))) write_failed(NULL, path, "rename of the temp file", err);
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */

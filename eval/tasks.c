@@ -303,18 +303,10 @@ static char *read_whole(const char *path, size_t *len, char *err, size_t cap) {
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     FILE *f = fdopen(fd, "rb");
     if (!f) { snprintf(err, cap, "%s: cannot read the task file (%s)", path, strerror(errno)); close(fd); return NULL; }
-    size_t n = 0, c = 1 << 16;
-    char *buf = xmalloc(c + 1, "a task file");
-    size_t r;
-    while ((r = fread(buf + n, 1, c - n, f)) > 0) {
-        n += r;
-        if (n == c) { c *= 2; buf = xrealloc(buf, c + 1, "a task file"); }
-    }
-    int e = ferror(f) ? (errno ? errno : EIO) : 0;
+    char *buf = read_stream(f, len);
+    int e = errno;
     fclose(f);
-    if (e) { free(buf); snprintf(err, cap, "%s: cannot read the task file (%s)", path, strerror(e)); return NULL; }
-    buf[n] = 0;
-    *len = n;
+    if (!buf) snprintf(err, cap, "%s: cannot read the task file (%s)", path, strerror(e));
     return buf;
 }
 

@@ -33,8 +33,8 @@
 #include "common/params.h"
 #include "common/util.h"
 #include "trainer/ckpt.h"
-#include "cuda/gpt2_host.h"
-#include "cuda/llama_host.h"
+#include "models/gpt2_host.h"
+#include "models/llama_host.h"
 #include "export/gguf.h"
 #include "tokenizer/tokenizer.h"
 

@@ -189,12 +189,9 @@ static void out_pad(Out *o) {
 }
 
 uint64_t gguf_write(GgufWriter *w, const char *path) {
-    size_t plen = strlen(path) + 32;
-    char *tmp = xmalloc(plen, "path");
-    int fd = open_temp_beside(path, tmp, plen); /* a new unique name: never a planted link */
-    FILE *f = fd >= 0 && fchmod(fd, 0644) == 0 ? fdopen(fd, "wb") : NULL;
-    if (!f) fatal("cannot write %s: %s; check that its folder exists and is writable", path, strerror(errno));
-    Out o = {f, 0, 0};
+    AtomicFile *a = atomic_open(path); /* a temp file beside path, renamed onto it at the end: complete or absent */
+    if (!a) fatal("cannot write %s: %s; check that its folder exists and is writable", path, strerror(errno));
+    Out o = {atomic_stream(a), 0, 0};
     out(&o, GGUF_MAGIC, 4);
     uint32_t version = GGUF_VERSION;
     uint64_t n_t = w->n_t;
@@ -239,15 +236,9 @@ uint64_t gguf_write(GgufWriter *w, const char *path) {
         }
     }
     free(half);
-    if (!o.err && fflush(f) != 0) o.err = errno;
-    if (!o.err && fsync(fileno(f)) != 0) o.err = errno;
-    if (fclose(f) != 0 && !o.err) o.err = errno;
-    if (!o.err && rename(tmp, path) != 0) o.err = errno;
-    if (o.err) {
-        unlink(tmp);
+    if (o.err) atomic_discard(a);
+    else o.err = atomic_commit(a, path);
+    if (o.err)
         fatal("cannot write %s: %s; nothing was written (check free space and permissions)", path, strerror(o.err));
-    }
-    fsync_parent_dir(path);
-    free(tmp);
     return o.bytes;
 }

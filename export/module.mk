@@ -2,9 +2,9 @@
 # loads the exported files in llama.cpp (node-llama-cpp, installed into the data cache by
 # scripts/fetch_llama_cpp.sh from the pinned lockfile test/gguf/package-lock.json) and compares its tokenizer,
 # logits and greedy continuation with this runtime's.
-# The models are read through cuda/gpt2_host.c and cuda/llama_host.c (the CPU model files compiled without their
-# main, as the CUDA trainers use them; plain C, no CUDA needed).
-EXPORT_MODEL_OBJ := $(BUILD)/cuda/gpt2_host.o $(BUILD)/cuda/llama_host.o $(BUILD)/optim/optim.o
+# The models are read through models/gpt2_host.c and models/llama_host.c (the CPU model files compiled without
+# their main, as the CUDA trainers use them; models/module.mk).
+EXPORT_MODEL_OBJ := $(BUILD)/models/gpt2_host.o $(BUILD)/models/llama_host.o $(BUILD)/optim/optim.o
 export_gguf: $(BUILD)/export/export_gguf.o $(BUILD)/export/gguf.o $(EXPORT_MODEL_OBJ) $(BUILD)/common/args.o \
 		$(BUILD)/trainer/ckpt.o $(BUILD)/common/log.o $$(TOKENIZER_OBJ) $(COMMON_OBJ)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(BLAS_LIBS) $(PCRE2_LIBS) -lpthread -lxxhash

@@ -205,8 +205,8 @@ mapfile -t M_BINS < <(make -s --no-print-directory print-cuda-model-tests 2>/dev
 [ ${#M_BINS[@]} -gt 0 ] || M_BINS=(build/cuda/test_gpt2cu build/cuda-fp32/test_gpt2cu)
 TRAIN_TARGETS=(train_gpt train_gptcu train_gptcu_fp32 train_llama train_llamacu train_llamacu_fp32)
 [ "${CPU_DRY:-0}" = 1 ] && TRAIN_TARGETS=(train_gpt train_llama)
-# without OpenBLAS the CPU reference links cuda/fallback's plain sgemm (slower, same results to fp32 rounding)
-fb=(); [ $HAVE_BLAS = 0 ] && { fb=(BLAS_FALLBACK=1); log "no OpenBLAS: the CPU reference uses cuda/fallback's sgemm"; }
+# without OpenBLAS the CPU reference links models/blas_fallback.c's plain sgemm (slower, same results to fp32 rounding)
+fb=(); [ $HAVE_BLAS = 0 ] && { fb=(BLAS_FALLBACK=1); log "no OpenBLAS: the CPU reference uses models/blas_fallback.c's sgemm"; }
 if [ -n "$PLAN" ]; then :
 elif [ -z "$NVCC" ] && [ "${SKIP_BUILD:-0}" != 1 ]; then
     notrun build "no nvcc found (PATH, /usr/local/cuda*/bin); install the CUDA toolkit or set PATH, or PREBUILT=1"

@@ -7,19 +7,9 @@
 # Not for: perplexities (printed and logged; their scale does not share an axis with accuracy) or loss
 # (scripts/plot_loss.sh).
 set -euo pipefail
-if [ $# -lt 2 ]; then
-    echo "usage: $0 OUT.png LOG.jsonl [LOG.jsonl ...]" >&2
-    exit 2
-fi
-png=$1; shift
-command -v gnuplot > /dev/null || { echo "error: gnuplot not found; run 'make deps' (Debian package gnuplot-nox)" >&2; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-plots=()
-i=0
+. "$(dirname "$0")/plot_common.sh" # arguments, gnuplot, png, $tmp, plots=(), i=0, plot_log_name
 for log in "$@"; do
-    [ -s "$log" ] || { echo "error: $log is missing or empty; pass the log.jsonl of a training run" >&2; exit 1; }
-    name=$(basename "$(dirname "$log")")
+    plot_log_name "$log"
     # one file per task: "step acc acc_norm" (acc_norm "nan" for a last-word task)
     /usr/bin/python3 - "$log" "$tmp/$i" <<'PY'
 import json, math, sys

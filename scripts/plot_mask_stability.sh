@@ -6,19 +6,9 @@
 # (mean_jaccard_g, dashed). Each run is titled by its directory name. The last value logged per step wins.
 # Not for: per-tensor values (read the event's jaccard_m/jaccard_g arrays) or the kept-energy shares.
 set -euo pipefail
-if [ $# -lt 2 ]; then
-    echo "usage: $0 OUT.png LOG.jsonl [LOG.jsonl ...]" >&2
-    exit 2
-fi
-png=$1; shift
-command -v gnuplot > /dev/null || { echo "error: gnuplot not found; run 'make deps' (Debian package gnuplot-nox)" >&2; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-plots=()
-i=0
+. "$(dirname "$0")/plot_common.sh" # arguments, gnuplot, png, $tmp, plots=(), i=0, plot_log_name
 for log in "$@"; do
-    [ -s "$log" ] || { echo "error: $log is missing or empty; pass the log.jsonl of a training run" >&2; exit 1; }
-    name=$(basename "$(dirname "$log")")
+    plot_log_name "$log"
     for k in m g; do
         { grep '"event": "mask"' "$log" || true; } | sed -nE "s/.*\"step\": ([0-9]+),.*\"mean_jaccard_$k\": ([^,}]+).*/\1 \2/p" \
             | awk '$2 != "null" { v[$1] = $2 } END { for (s in v) print s, v[s] }' | sort -n > "$tmp/$k$i.dat"

@@ -17,8 +17,8 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "cuda/gpt2_host.h"
-#include "cuda/llama_host.h"
+#include "models/gpt2_host.h"
+#include "models/llama_host.h"
 #include "tokenizer/tokenizer.h"
 
 static void write_ids(FILE *f, const int32_t *ids, size_t n) {

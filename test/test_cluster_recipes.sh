@@ -9,9 +9,7 @@
 # slurm.sbatch as SLURM runs it: a copy in a spool folder; test/test_slurm.sh submits it with a real sbatch).
 set -u
 ROOT=$(pwd)
-failures=0
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+. "$(dirname "$0")/lib.sh" # failures=0, ok NAME, fail NAME WHY
 TMP=$(mktemp -d "$ROOT/build/test_cluster.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common/bf16.h"
+#include "common/hash.h"
 #include "common/rng.h"
 #include "common/util.h"
 #include "optim/dist.h"
@@ -90,12 +91,8 @@ static int train_step(DistOptim *d, Toy *m, int t) {
     return distopt_step(d, t, LR, &gn);
 }
 
-static uint64_t fnv(const void *p, size_t n) {
-    const uint8_t *b = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
+/* FNV-1a 64 of n bytes (common/hash.h), from the seed the trainers' sync check uses */
+static uint64_t fnv(const void *p, size_t n) { return hash_fnv1a64(1469598103934665603ull, p, n); }
 
 /* 1 if the value is the same on every rank */
 static int same_everywhere(uint64_t h) {

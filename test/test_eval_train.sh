@@ -6,9 +6,7 @@
 # --eval-only without tasks or without a model is a usage error.
 set -u
 trainer=${1:-./train_gpt}; data=${2:-data}
-failures=0
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+. "$(dirname "$0")/lib.sh" # failures=0, ok NAME, fail NAME WHY
 TMP=$(mktemp -d build/test_eval_train.XXXXXX 2>/dev/null || mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1

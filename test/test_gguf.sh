@@ -16,9 +16,7 @@ set -u
 DATA=${1:-data}
 cd "$(dirname "$0")/.."
 MODS="$DATA/npm/node-llama-cpp/node_modules"
-failures=0
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+. test/lib.sh # failures=0, ok NAME, fail NAME WHY (the folder is the repository root)
 for f in ./train_gpt ./train_llama ./export_gguf build/gguf_ref; do
     [ -x "$f" ] || { echo "FAIL gguf_prerequisites: $f is missing; run 'make test'"; exit 1; }
 done

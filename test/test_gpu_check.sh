@@ -7,9 +7,7 @@
 # estimate is over the budget (the negative control). Needs nothing built and no GPU.
 set -u
 cd "$(dirname "$0")/.."
-failures=0
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+. test/lib.sh # failures=0, ok NAME, fail NAME WHY (the folder is the repository root)
 TMP=$(mktemp -d build/test_gpu_check.XXXXXX 2>/dev/null || mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 

@@ -10,9 +10,7 @@ TRAIN=${1:-./train_gpt}
 DATA=${2:-data}
 TMP=$(mktemp -d build/test_preempt.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
-failures=0
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+. "$(dirname "$0")/lib.sh" # failures=0, ok NAME, fail NAME WHY
 ARGS=(--model d2c32h2t32 --data "$DATA" --batch 2 --seq 16 --steps 40 --warmup 2 --lr 3e-3 --eval-every 0
       --sample-every 0 --threads 1 --shuffle 0 --ckpt-every 0 --optimizer scape --density 0.1 --density-warmup 5)
 MPI=(env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe --bind-to none)

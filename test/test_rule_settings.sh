@@ -12,9 +12,7 @@ set -u
 TOY=${1:?usage: test/test_rule_settings.sh build/test_train_toy}
 TMP=$(mktemp -d build/test_rule_settings.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
-failures=0
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+. "$(dirname "$0")/lib.sh" # failures=0, ok NAME, fail NAME WHY
 
 "$TOY" mkdata "$TMP/data" 32 || { echo "FAIL mkdata: could not write toy shards"; exit 1; }
 RUN=("$TOY" --model v32l2t64 --train "$TMP/data/train.bin" --val "$TMP/data/val.bin" --batch 4 --seq 16

@@ -36,9 +36,7 @@ TOY=${1:?usage: test/test_rundir.sh build/test_train_toy DATA}
 DATA=${2:-data}
 TMP=$(mktemp -d build/test_rundir.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
-failures=0
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+. "$(dirname "$0")/lib.sh" # failures=0, ok NAME, fail NAME WHY
 
 "$TOY" mkdata "$TMP/data" 32 || { echo "FAIL mkdata: could not write toy shards"; exit 1; }
 RUN=("$TOY" --model v32l2t64 --train "$TMP/data/train.bin" --val "$TMP/data/val.bin" --batch 4 --seq 16

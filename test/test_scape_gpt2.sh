@@ -20,9 +20,7 @@ MPI=(env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timeout 120 mpirun --allow-run
 MODEL=d2c32h2t32
 RUN=("$TRAIN" --model $MODEL --data "$DATA" --seq 16 --steps 6 --warmup 2 --lr 3e-3 --eval-every 0 --eval-batches 1
      --sample-every 0 --threads 1 --shuffle 0)
-failures=0
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+. "$(dirname "$0")/lib.sh" # failures=0, ok NAME, fail NAME WHY
 # run NAME NP ARGS...: trains into $TMP/NAME, output in $TMP/NAME.out
 run() {
     local name=$1 np=$2; shift 2

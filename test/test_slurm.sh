@@ -19,9 +19,7 @@ DATA=${1:-data}
 ROOT=$(pwd)
 DATA=$(cd "$DATA" && pwd) # the jobs below run from other folders
 TMP=$(mktemp -d "$ROOT/build/test_slurm.XXXXXX")
-failures=0
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+. "$(dirname "$0")/lib.sh" # failures=0, ok NAME, fail NAME WHY
 cleanup() { scripts/slurm_local.sh stop "$TMP/slurm" > /dev/null 2>&1; rm -rf "$TMP"; }
 trap cleanup EXIT
 [ -n "${KEEP_TMP:-}" ] && trap "scripts/slurm_local.sh stop $TMP/slurm" EXIT

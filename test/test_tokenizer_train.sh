@@ -16,9 +16,7 @@ py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-failures=0
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+. test/lib.sh # failures=0, ok NAME, fail NAME WHY (the folder is the repository root)
 
 # a slice of the corpus plus a document of invalid UTF-8, repeated letters and digits
 mkdir -p "$tmp/corpus"

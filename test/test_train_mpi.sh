@@ -9,9 +9,7 @@ command -v mpirun > /dev/null || { echo "FAIL mpirun_present: mpirun not found; 
 TMP=$(mktemp -d build/test_train_mpi.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 MPI=(env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none)
-failures=0
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+. "$(dirname "$0")/lib.sh" # failures=0, ok NAME, fail NAME WHY
 train_rows() { grep '"event": "train"' "$1" | sed -E 's/.*"step": ([0-9]+), "train_loss": ([^,]+), "lr": ([^,]+), "grad_norm": ([^,]+),.*/\1 \2 \3 \4/'; }
 
 "$TOY" mkdata "$TMP/data" 32 || { echo "FAIL mkdata: could not write toy shards"; exit 1; }

@@ -27,6 +27,7 @@
  */
 #define _GNU_SOURCE /* memmem */
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <errno.h>
 #include <pcre2.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -174,13 +175,10 @@ static char *read_file(const char *path, size_t *len) {
     if (!file_exists(path))
         fatal("tokenizer file %s not found; run `make data` (or scripts/fetch_data.sh) to fetch it", path);
     FILE *f = xfopen(path, "rb", "run `make data` to fetch the tokenizer files");
-    int64_t n = file_size(path);
-    if (n < 0) fatal("cannot stat %s; run `make data` to fetch it again", path);
-    char *buf = xmalloc((size_t)n + 1, path);
-    xfread(buf, (size_t)n, f, path, "the whole file");
+    char *buf = read_stream(f, len);
+    int err = errno;
     fclose(f);
-    buf[n] = 0;
-    *len = (size_t)n;
+    if (!buf) fatal("cannot read %s: %s; run `make data` to fetch it again", path, strerror(err));
     return buf;
 }
 

@@ -284,48 +284,44 @@ static void spell(FILE *f, const unsigned char *p, size_t n, const int cp_of[256
     }
 }
 
-/* Opens a new temp file beside dir/name (open_temp_beside) for writing, its name in tmp; the caller passes it to
- * close_file. On failure removes `pending` (an earlier temp file of the same set, or NULL) and fatal()s. */
-static FILE *start_file(const char *dir, const char *name, char *tmp, size_t cap, const char *pending) {
+/* Starts the new content of dir/name (atomic_open: a temp file beside it, renamed onto it by place_file). On
+ * failure discards `pending` (an earlier file of the same set, or NULL) and fatal()s. */
+static AtomicFile *start_file(const char *dir, const char *name, AtomicFile *pending) {
     char path[8500];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     struct stat st;
     if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
-        if (pending) unlink(pending);
+        atomic_discard(pending);
         fatal("%s exists and is not a regular file (a folder, device or pipe); name another file", path);
     }
-    int fd = open_temp_beside(path, tmp, cap);
-    FILE *f = fd >= 0 && fchmod(fd, 0644) == 0 ? fdopen(fd, "wb") : NULL;
-    if (!f) {
+    AtomicFile *a = atomic_open(path);
+    if (!a) {
         int err = errno;
-        if (fd >= 0) { close(fd); unlink(tmp); }
-        if (pending) unlink(pending);
+        atomic_discard(pending);
         fatal("cannot create a temp file beside %s: %s; check that the directory is writable", path, strerror(err));
     }
-    return f;
+    return a;
 }
 
-/* Flushes, fsyncs and closes f (the temp file tmp, to become dir/name); on any failure removes tmp and `pending`
- * and fatal()s naming dir/name. */
-static void close_file(FILE *f, const char *tmp, const char *dir, const char *name, const char *pending) {
-    int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
-    int err = errno;
-    if (fclose(f) != 0 && !bad) { bad = 1; err = errno; }
-    if (!bad) return;
-    unlink(tmp);
-    if (pending) unlink(pending);
+/* Flushes, fsyncs and closes a's temp file (to become dir/name); on any failure discards it and `pending` and
+ * fatal()s naming dir/name. */
+static void close_file(AtomicFile *a, const char *dir, const char *name, AtomicFile *pending) {
+    int err = atomic_close(a);
+    if (!err) return;
+    atomic_discard(a);
+    atomic_discard(pending);
     fatal("cannot write %s/%s: %s; check free disk space and permissions (nothing was replaced)", dir, name,
           strerror(err));
 }
 
-/* Renames tmp to dir/name (replacing a link there, never what it points to); fatal() removing tmp and pending. */
-static void place_file(const char *tmp, const char *dir, const char *name, const char *pending) {
+/* Renames a's temp file onto dir/name (replacing a link there, never what it points to); fatal() discarding
+ * pending. */
+static void place_file(AtomicFile *a, const char *dir, const char *name, AtomicFile *pending) {
     char path[8500];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (rename(tmp, path) == 0) return;
-    int err = errno;
-    unlink(tmp);
-    if (pending) unlink(pending);
+    int err = atomic_place(a, path);
+    if (!err) return;
+    atomic_discard(pending);
     fatal("cannot write %s: %s; check permissions of the folder", path, strerror(err));
 }
 
@@ -335,8 +331,8 @@ void bpe_trainer_write(const BpeTrainer *bt, const char *dir) {
     int cp_of[256];
     bpe_byte_to_unicode(cp_of);
     /* both files complete before either replaces an old one: never a new vocab.bpe beside an old encoder.json */
-    char tmp_bpe[4300], tmp_enc[4300];
-    FILE *f = start_file(dir, "vocab.bpe", tmp_bpe, sizeof tmp_bpe, NULL);
+    AtomicFile *bpe = start_file(dir, "vocab.bpe", NULL);
+    FILE *f = atomic_stream(bpe);
     fprintf(f, "#version: 0.2 (tok train: %d tokens, %d merges)\n", bt->n_tokens, bt->n_merges);
     for (int r = 0; r < bt->n_merges; r++) {
         for (int k = 0; k < 2; k++) {
@@ -345,8 +341,9 @@ void bpe_trainer_write(const BpeTrainer *bt, const char *dir) {
             fputc(k ? '\n' : ' ', f);
         }
     }
-    close_file(f, tmp_bpe, dir, "vocab.bpe", NULL);
-    f = start_file(dir, "encoder.json", tmp_enc, sizeof tmp_enc, tmp_bpe);
+    close_file(bpe, dir, "vocab.bpe", NULL);
+    AtomicFile *enc = start_file(dir, "encoder.json", bpe);
+    f = atomic_stream(enc);
     fputc('{', f);
     int eot = bt->n_tokens - 1;
     for (int id = 0; id < bt->n_tokens; id++) {
@@ -356,31 +353,29 @@ void bpe_trainer_write(const BpeTrainer *bt, const char *dir) {
         fprintf(f, "\": %d", id);
     }
     fputs("}\n", f);
-    close_file(f, tmp_enc, dir, "encoder.json", tmp_bpe);
-    place_file(tmp_enc, dir, "encoder.json", tmp_bpe);
-    place_file(tmp_bpe, dir, "vocab.bpe", NULL);
-    char path[4200];
-    snprintf(path, sizeof path, "%s/vocab.bpe", dir);
-    fsync_parent_dir(path);
+    close_file(enc, dir, "encoder.json", bpe);
+    place_file(enc, dir, "encoder.json", bpe);
+    place_file(bpe, dir, "vocab.bpe", NULL); /* each place fsyncs the folder */
 }
 
 void bpe_trainer_write_words(const BpeTrainer *bt, const char *path) {
     /* through a temp file beside path, like the vocabulary: never through a link, complete or absent */
-    char dir[4200], tmp[4300];
+    char dir[4200];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
     const char *name = slash ? slash + 1 : path;
     if (slash) *slash = 0;
     else snprintf(dir, sizeof dir, ".");
     if (!*name) fatal("--words-out %s: name a file, not a folder", path);
-    FILE *f = start_file(dir, name, tmp, sizeof tmp, NULL);
+    AtomicFile *a = start_file(dir, name, NULL);
+    FILE *f = atomic_stream(a);
     for (size_t w = 0; w < bt->n_words; w++) {
         fprintf(f, "%lld\t", (long long)bt->words[w].count);
         for (size_t j = bt->woff[w]; j < bt->woff[w + 1]; j++) fprintf(f, "%02x", bt->wbytes[j]);
         fputc('\n', f);
     }
-    close_file(f, tmp, dir, name, NULL);
-    place_file(tmp, dir, name, NULL);
+    close_file(a, dir, name, NULL);
+    place_file(a, dir, name, NULL);
 }
 
 void bpe_trainer_free(BpeTrainer *bt) {

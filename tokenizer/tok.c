@@ -36,6 +36,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/hash.h"
 #include "common/util.h"
 #include "dataloader/dataloader.h"
 #include "tokenizer/tokenizer.h"
@@ -100,23 +101,10 @@ static long parse_long(const char *flag, const char *s, long lo, long hi) {
     return v;
 }
 
-/* Reads all of f; fatal() on a read error. */
+/* Reads all of f (read_stream), NUL-terminated; fatal() on a read error. */
 static char *read_all(FILE *f, const char *name, size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    char *buf = xmalloc(cap, name);
-    for (;;) {
-        if (n == cap) {
-            buf = xrealloc(buf, cap *= 2, "tok buffers");
-            if (!buf) fatal("out of memory reading %s", name);
-        }
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) break;
-    }
-    if (ferror(f)) fatal("cannot read %s: %s", name, strerror(errno));
-    buf = xrealloc(buf, n + 1, "tok buffers");
-    buf[n] = 0;
-    *len = n;
+    char *buf = read_stream(f, len);
+    if (!buf) fatal("cannot read %s: %s", name, strerror(errno));
     return buf;
 }
 
@@ -477,13 +465,6 @@ static void free_docs(DocList *l) {
     free(l->docs);
 }
 
-/* FNV-1a, 64-bit: a fixed, documented hash so the split is the same everywhere. */
-static uint64_t fnv1a(const char *s) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-    return h;
-}
-
 typedef struct { uint64_t h; size_t i; } HashIdx;
 static int cmp_hash(const void *a, const void *b) {
     const HashIdx *x = a, *y = b;
@@ -498,7 +479,8 @@ static size_t choose_val(DocList *l, double percent) {
     if (k == 0) k = 1;
     if (k >= l->n) fatal("tok: --val-percent %g leaves no training documents out of %zu", percent, l->n);
     HashIdx *hs = xmalloc(l->n * sizeof(HashIdx), "split");
-    for (size_t i = 0; i < l->n; i++) hs[i] = (HashIdx){fnv1a(l->docs[i].name), i};
+    for (size_t i = 0; i < l->n; i++) /* FNV-1a 64: a fixed, documented hash, so the split is the same everywhere */
+        hs[i] = (HashIdx){hash_fnv1a64(HASH_FNV1A64_OFFSET, l->docs[i].name, strlen(l->docs[i].name)), i};
     qsort(hs, l->n, sizeof(HashIdx), cmp_hash);
     for (size_t i = 0; i < k; i++) l->docs[hs[i].i].is_val = 1;
     free(hs);

@@ -4,7 +4,7 @@
 # The loop also links the ground folder's log, args and schedule.
 #
 # A trainer links $(TRAIN_LINK_OBJ) and $(TRAIN_LIBS). Because module.mk files are read in alphabetical order,
-# write it as $$(TRAIN_LINK_OBJ) in a rule's prerequisites (second expansion is on), e.g.
+# write it as $$(TRAIN_LINK_OBJ) in a rule's prerequisites (second expansion is on), e.g. (models/module.mk)
 #   train_gpt: $(BUILD)/train_gpt.o $$(TRAIN_LINK_OBJ)
 #   	$(MPICC) $(CFLAGS) $^ -o $@ $(TRAIN_LIBS)
 TRAIN_OBJ := $(BUILD)/trainer/train.o $(BUILD)/trainer/train_options.o $(BUILD)/trainer/train_rules.o $(BUILD)/trainer/sampler.o \
@@ -26,11 +26,7 @@ $(BUILD)/test_train_units: $(BUILD)/test/test_train_units.o $(TRAIN_UNIT_OBJ) $(
 $(BUILD)/test_train_toy: $(BUILD)/test/test_train_toy.o $$(TRAIN_LINK_OBJ)
 	$(MPICC) $(CFLAGS) $^ -o $@ $(TRAIN_LIBS)
 
-# The CPU trainers are thin: a model file plus this loop. (Rule kept here, next to TRAIN_LINK_OBJ; train_gpt.c
-# itself belongs to the model engineer.)
-train_gpt: $(BUILD)/train_gpt.o $$(TRAIN_LINK_OBJ)
-	$(MPICC) $(CFLAGS) $^ -o $@ $(TRAIN_LIBS)
-PROGRAMS += train_gpt
+# The CPU trainers are thin: a model file plus this loop (their rules: models/module.mk).
 
 .PHONY: train deps trainer
 trainer: $(BUILD)/test_train_units $(BUILD)/test_train_toy

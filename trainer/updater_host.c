@@ -35,21 +35,27 @@ static void hu_free(Updater *u) {
     free(u);
 }
 
+/* the host update's Updater table (fields in declaration order, desc filled at create) */
+static const Updater hu_ops = {
+    .desc = "",
+    .bucket_ready = hu_bucket_ready,
+    .step = hu_step,
+    .density = hu_density,
+    .state_bytes = hu_state_bytes,
+    .save = hu_save,
+    .load = hu_load,
+    .memory_bytes = hu_memory_bytes,
+    .mask_stats_enable = hu_mask_stats_enable,
+    .mask_stats = hu_mask_stats,
+    .free = hu_free,
+};
+
 Updater *updater_host_create(const ParamTable *tab, float *params, float *grads, const DistConfig *cfg) {
     HostUpdater *h = xcalloc(1, sizeof *h, "host updater");
     h->d = distopt_create(tab, params, grads, cfg);
     Updater *u = &h->base;
+    *u = hu_ops;
     snprintf(u->desc, sizeof u->desc, "host (%s%s)", comm_using_mpi() ? "MPI" : "1 rank", cfg->zero ? ", ZeRO-1" : "");
-    u->bucket_ready = hu_bucket_ready;
-    u->step = hu_step;
-    u->density = hu_density;
-    u->state_bytes = hu_state_bytes;
-    u->save = hu_save;
-    u->memory_bytes = hu_memory_bytes;
-    u->load = hu_load;
-    u->mask_stats_enable = hu_mask_stats_enable;
-    u->mask_stats = hu_mask_stats;
-    u->free = hu_free;
     return u;
 }
 

@@ -32,14 +32,14 @@ endif
 $(BUILD)/cuda-cudnn/train_gpt.o: train_gpt.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(filter-out -DENABLE_CUDNN,$(NVCC_TRAIN_FLAGS)) $(CUDNN_NVCC_FLAGS) -MMD -MP -c $< -o $@
-train_gptcu_cudnn: $(BUILD)/cuda-cudnn/train_gpt.o $(BUILD)/cuda/gpt2_host.o $(BUILD)/cuda/dist.o $$(TRAIN_LINK_OBJ)
+train_gptcu_cudnn: $(BUILD)/cuda-cudnn/train_gpt.o $(BUILD)/models/gpt2_host.o $(BUILD)/cuda/dist.o $$(TRAIN_LINK_OBJ)
 	$(MPICC) $(CFLAGS) $^ -o $@ $(TRAIN_LIBS) $(CUDA_TRAIN_LIBS) $(NCCL_LIBS) $(CUDNN_LINK)
 CUDA_TRAINERS += train_gptcu_cudnn
 # train_llama.cu likewise (its grouped-query attention runs on the same Attention, key/value heads expanded)
 $(BUILD)/cuda-cudnn/train_llama.o: train_llama.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(filter-out -DENABLE_CUDNN,$(NVCC_TRAIN_FLAGS)) $(CUDNN_NVCC_FLAGS) -MMD -MP -c $< -o $@
-train_llamacu_cudnn: $(BUILD)/cuda-cudnn/train_llama.o $(BUILD)/cuda/llama_host.o $(BUILD)/cuda/dist.o $$(TRAIN_LINK_OBJ)
+train_llamacu_cudnn: $(BUILD)/cuda-cudnn/train_llama.o $(BUILD)/models/llama_host.o $(BUILD)/cuda/dist.o $$(TRAIN_LINK_OBJ)
 	$(MPICC) $(CFLAGS) $^ -o $@ $(TRAIN_LIBS) $(CUDA_TRAIN_LIBS) $(NCCL_LIBS) $(CUDNN_LINK)
 CUDA_TRAINERS += train_llamacu_cudnn
 

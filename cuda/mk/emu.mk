@@ -58,12 +58,12 @@ $(CUEMU)/fp32/test_%: $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $$(CUEMU_HOS
 CUEMU_PREC_bf16 :=
 CUEMU_PREC_fp32 := -DENABLE_FP32
 define CUEMU_MODEL
-$(CUEMU)/$(1)/test_gpt2cu: test/gpu/test_gpt2cu.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(BUILD)/cuda/gpt2_host.o $(BUILD)/optim/optim.o $(COMMON_OBJ)
+$(CUEMU)/$(1)/test_gpt2cu: test/gpu/test_gpt2cu.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(BUILD)/models/gpt2_host.o $(BUILD)/optim/optim.o $(COMMON_OBJ)
 	@mkdir -p $$(dir $$@)
-	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ $(CUEMU)/src/test/gpu/test_gpt2cu.cu -x none $(CUEMU_RT) $(BUILD)/cuda/gpt2_host.o $(BUILD)/optim/optim.o $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
-$(CUEMU)/$(1)/test_llamacu: test/gpu/test_llamacu.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(BUILD)/cuda/llama_host.o $(BUILD)/optim/optim.o $(COMMON_OBJ)
+	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ $(CUEMU)/src/test/gpu/test_gpt2cu.cu -x none $(CUEMU_RT) $(BUILD)/models/gpt2_host.o $(BUILD)/optim/optim.o $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
+$(CUEMU)/$(1)/test_llamacu: test/gpu/test_llamacu.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(BUILD)/models/llama_host.o $(BUILD)/optim/optim.o $(COMMON_OBJ)
 	@mkdir -p $$(dir $$@)
-	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ $(CUEMU)/src/test/gpu/test_llamacu.cu -x none $(CUEMU_RT) $(BUILD)/cuda/llama_host.o $(BUILD)/optim/optim.o $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
+	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ $(CUEMU)/src/test/gpu/test_llamacu.cu -x none $(CUEMU_RT) $(BUILD)/models/llama_host.o $(BUILD)/optim/optim.o $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
 $(CUEMU)/$(1)/dist.o: cuda/dist.cu $(CUEMU)/src/.stamp $(CUEMU_HDRS)
 	@mkdir -p $$(dir $$@)
 	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -DENABLE_NCCL -x c++ -c $(CUEMU)/src/cuda/dist.cu -o $$@
@@ -71,18 +71,18 @@ $(CUEMU)/$(1)/test_updater: test/gpu/test_updater.cu $(CUEMU)/src/.stamp $(CUEMU
 	@mkdir -p $$(dir $$@)
 	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ -c $(CUEMU)/src/test/gpu/test_updater.cu -o $$@.o
 	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/dist.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
-$(CUEMU)/$(1)/test_gpt2cu_update: test/gpu/test_gpt2cu_update.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/dist.o $(CUEMU)/obj/emu_nccl.o $(BUILD)/cuda/gpt2_host.o $(BUILD)/trainer/updater_host.o $$$$(DIST_OBJ) $(COMMON_OBJ)
+$(CUEMU)/$(1)/test_gpt2cu_update: test/gpu/test_gpt2cu_update.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/dist.o $(CUEMU)/obj/emu_nccl.o $(BUILD)/models/gpt2_host.o $(BUILD)/trainer/updater_host.o $$$$(DIST_OBJ) $(COMMON_OBJ)
 	@mkdir -p $$(dir $$@)
 	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ -c $(CUEMU)/src/test/gpu/test_gpt2cu_update.cu -o $$@.o
-	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/dist.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $(BUILD)/cuda/gpt2_host.o $(BUILD)/trainer/updater_host.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
+	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/dist.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $(BUILD)/models/gpt2_host.o $(BUILD)/trainer/updater_host.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
 $(CUEMU)/$(1)/test_scape_updater: test/gpu/test_scape_updater.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/dist.o $(CUEMU)/obj/emu_nccl.o $$$$(DIST_OBJ) $(COMMON_OBJ)
 	@mkdir -p $$(dir $$@)
 	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ -c $(CUEMU)/src/test/gpu/test_scape_updater.cu -o $$@.o
 	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/dist.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
-$(CUEMU)/$(1)/test_llamacu_update: test/gpu/test_llamacu_update.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/dist.o $(CUEMU)/obj/emu_nccl.o $(BUILD)/cuda/llama_host.o $(BUILD)/trainer/updater_host.o $$$$(DIST_OBJ) $(COMMON_OBJ)
+$(CUEMU)/$(1)/test_llamacu_update: test/gpu/test_llamacu_update.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/dist.o $(CUEMU)/obj/emu_nccl.o $(BUILD)/models/llama_host.o $(BUILD)/trainer/updater_host.o $$$$(DIST_OBJ) $(COMMON_OBJ)
 	@mkdir -p $$(dir $$@)
 	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ -c $(CUEMU)/src/test/gpu/test_llamacu_update.cu -o $$@.o
-	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/dist.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $(BUILD)/cuda/llama_host.o $(BUILD)/trainer/updater_host.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
+	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/dist.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $(BUILD)/models/llama_host.o $(BUILD)/trainer/updater_host.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
 endef
 $(foreach p,bf16 fp32,$(eval $(call CUEMU_MODEL,$(p))))
 CUEMU_MODEL_TESTS := test_gpt2cu test_llamacu test_updater test_gpt2cu_update test_scape_updater test_llamacu_update

@@ -1,5 +1,5 @@
 # cuda/mk/llama.mk - the CUDA Llama (llama-cuda helper), included by cuda/module.mk before its aggregate targets.
-#   train_llamacu        train_llama.cu (bf16) + cuda/llama_host.c (train_llama.c's table, init, model files)
+#   train_llamacu        train_llama.cu (bf16) + models/llama_host.c (train_llama.c's table, init, model files)
 #   train_llamacu_fp32   the same all in fp32 (tight comparisons with train_llama)
 #   kernel tests         dev/cuda/{rmsnorm,rope,swiglu,gqa}.cu -> $(CUDA_BUILD)/test_<name> (module.mk's pattern rule)
 #   model tests          test/gpu/test_llamacu.cu: the whole model against train_llama.c, bf16 and fp32 builds;
@@ -12,16 +12,15 @@
 LLAMA_KERNEL_TESTS := rmsnorm rope swiglu gqa
 CUDA_KERNEL_TESTS += $(LLAMA_KERNEL_TESTS)
 
-$(BUILD)/cuda/llama_host.o: cuda/llama_host.c train_llama.c
 $(BUILD)/cuda/train_llama.o: train_llama.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/cuda-fp32/train_llama.o: train_llama.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) -DENABLE_FP32 -MMD -MP -c $< -o $@
-train_llamacu: $(BUILD)/cuda/train_llama.o $(BUILD)/cuda/llama_host.o $$(TRAIN_LINK_OBJ)
+train_llamacu: $(BUILD)/cuda/train_llama.o $(BUILD)/models/llama_host.o $$(TRAIN_LINK_OBJ)
 	$(MPICC) $(CFLAGS) $^ -o $@ $(TRAIN_LIBS) $(CUDA_TRAIN_LIBS)
-train_llamacu_fp32: $(BUILD)/cuda-fp32/train_llama.o $(BUILD)/cuda/llama_host.o $$(TRAIN_LINK_OBJ)
+train_llamacu_fp32: $(BUILD)/cuda-fp32/train_llama.o $(BUILD)/models/llama_host.o $$(TRAIN_LINK_OBJ)
 	$(MPICC) $(CFLAGS) $^ -o $@ $(TRAIN_LIBS) $(CUDA_TRAIN_LIBS)
 CUDA_TRAINERS += train_llamacu train_llamacu_fp32
 # the trainers link the device update of their precision (cuda/mk/dist.mk builds it) and NCCL
@@ -36,17 +35,14 @@ $(BUILD)/cuda/test_llamacu.o: test/gpu/test_llamacu.cu train_llama.cu
 $(BUILD)/cuda-fp32/test_llamacu.o: test/gpu/test_llamacu.cu train_llama.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) -DENABLE_FP32 -MMD -MP -c $< -o $@
-# BLAS_FALLBACK=1 (module.mk): the CPU reference links cuda/fallback's plain sgemm instead of OpenBLAS
+# BLAS_FALLBACK=1 (module.mk): the CPU reference links models/blas_fallback.c's plain sgemm instead of OpenBLAS
 ifeq ($(BLAS_FALLBACK),1)
-LLAMA_HOST_TEST_OBJ := $(BUILD)/cuda/llama_host_noblas.o $(BUILD)/cuda/fallback/cblas_sgemm.o
+LLAMA_HOST_TEST_OBJ := $(BUILD)/models/llama_host_noblas.o $(BUILD)/models/blas_fallback.o
 LLAMA_HOST_TEST_LIBS :=
 else
-LLAMA_HOST_TEST_OBJ := $(BUILD)/cuda/llama_host.o
+LLAMA_HOST_TEST_OBJ := $(BUILD)/models/llama_host.o
 LLAMA_HOST_TEST_LIBS := $(BLAS_LIBS)
 endif
-$(BUILD)/cuda/llama_host_noblas.o: cuda/llama_host.c train_llama.c
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Icuda/fallback -c $< -o $@
 $(BUILD)/cuda/test_llamacu $(BUILD)/cuda-fp32/test_llamacu: %/test_llamacu: %/test_llamacu.o $(LLAMA_HOST_TEST_OBJ) $(BUILD)/optim/optim.o $(COMMON_OBJ)
 	$(CC) $(CFLAGS) $^ -o $@ $(LLAMA_HOST_TEST_LIBS) $(LDLIBS) $(CUDA_TRAIN_LIBS)
 CUDA_MODEL_TESTS += $(BUILD)/cuda/test_llamacu $(BUILD)/cuda-fp32/test_llamacu

@@ -1,9 +1,9 @@
 /*
- * cuda/fallback/cblas_sgemm.c - a plain OpenMP sgemm with the CBLAS interface, for the CPU reference in GPU tests
- * on machines without OpenBLAS (see cblas.h beside it). Correct for every order/transpose combination, slow
+ * models/blas_fallback.c - a plain OpenMP sgemm with the CBLAS interface, for the CPU reference in GPU tests
+ * on machines without OpenBLAS (see blas_fallback.h beside it). Correct for every order/transpose combination, slow
  * (no blocking): fine for the small models the tests use, never for training.
  */
-#include "cblas.h"
+#include "models/blas_fallback.h"
 
 #include <stddef.h>
 

@@ -1,9 +1,9 @@
 /*
- * cuda/gpt2_host.h - what train_gpt.cu takes from the CPU GPT-2 (cuda/gpt2_host.c): a host model that owns the
+ * models/gpt2_host.h - what train_gpt.cu and export/ take from the CPU GPT-2 (models/gpt2_host.c): a host model that owns the
  * parameter table, the fp32 parameters and gradients, and writes model files. Not for: forward/backward.
  */
-#ifndef CUDA_GPT2_HOST_H
-#define CUDA_GPT2_HOST_H
+#ifndef MODELS_GPT2_HOST_H
+#define MODELS_GPT2_HOST_H
 
 #include <stdint.h>
 #ifdef __cplusplus

@@ -1,13 +1,13 @@
 /*
- * cuda/llama_host.c - the host half of train_llama.cu, compiled by the C compiler: it includes train_llama.c (with
- * TESTING, so without its main) to reuse, unchanged, the CPU model's parameter table, seeded initialisation, model
+ * models/llama_host.c - train_llama.c as a library: the host half of train_llama.cu and the Llama of export_gguf,
+ * compiled by the C compiler. It includes train_llama.c (with TESTING, so without its main) to reuse, unchanged, the CPU model's parameter table, seeded initialisation, model
  * files and RoPE angle table. The CUDA trainer thereby shares the exact parameter layout, init and file format of
  * the CPU trainer. Not for: any maths of the forward or backward pass (train_llama.cu).
  */
 #define TESTING
 #include "train_llama.c"
 
-#include "cuda/llama_host.h"
+#include "models/llama_host.h"
 
 Model *llama_host_create(const char *spec, const char *init_path, uint64_t seed, int B, int T) {
     return llama_create(spec, init_path, seed, B, T);

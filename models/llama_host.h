@@ -1,11 +1,11 @@
 /*
- * cuda/llama_host.h - what train_llama.cu takes from the CPU Llama (cuda/llama_host.c, which includes
+ * models/llama_host.h - what train_llama.cu and export/ take from the CPU Llama (models/llama_host.c, which includes
  * train_llama.c): a host model that owns the parameter table, the fp32 parameters and gradients, the seeded
  * initialisation and the model files; the hyper-parameters the device model needs; and the CPU's own RoPE angle
  * table, so the GPU rotates by exactly the same float angles. Not for: forward/backward (train_llama.cu).
  */
-#ifndef CUDA_LLAMA_HOST_H
-#define CUDA_LLAMA_HOST_H
+#ifndef MODELS_LLAMA_HOST_H
+#define MODELS_LLAMA_HOST_H
 
 #include <stdint.h>
 #ifdef __cplusplus
