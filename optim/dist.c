@@ -90,15 +90,10 @@ DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, co
     return d;
 }
 
-uint64_t dist_fnv1a(uint64_t h, const void *p, size_t n) {
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
 
 uint64_t dist_sync_hash_mv(DistOptim *d, uint64_t h) {
-    h = dist_fnv1a(h, d->m, d->P * sizeof(float));
-    h = dist_fnv1a(h, d->v, d->P * sizeof(float));
+    h = hash_fnv1a64(h, d->m, d->P * sizeof(float));
+    h = hash_fnv1a64(h, d->v, d->P * sizeof(float));
     return h;
 }
 
@@ -108,7 +103,7 @@ uint64_t dist_sync_hash_mv(DistOptim *d, uint64_t h) {
  * calls it from distopt_free. */
 static void sync_check(DistOptim *d) {
     if (!comm_sync_check_enabled()) return;
-    uint64_t h = dist_fnv1a(1469598103934665603ull, d->params, d->P * sizeof(float));
+    uint64_t h = hash_fnv1a64(1469598103934665603ull, d->params, d->P * sizeof(float));
     if (d->rule->sync_hash) h = d->rule->sync_hash(d, h);
     comm_sync_check(h, "parameters/optimizer state", "parameters and shared optimizer state");
 }

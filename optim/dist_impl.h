@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/hash.h"
 #include "optim/dist.h"
 #include "optim/rule.h"
 #include "optim/scape.h"
@@ -137,8 +138,6 @@ static inline int dist_is_owned_slice(const DistOptim *d, int i) {
 }
 
 /* ---- dist.c: shared by the rules ---- */
-/* FNV-1a 64 of n bytes at p continued from h (the SCAPE_CHECK_SYNC hash; start from 1469598103934665603). */
-uint64_t dist_fnv1a(uint64_t h, const void *p, size_t n);
 /* The global-norm clip factor: clip / (norm + 1e-6) when clipping is on (clip > 0) and norm exceeds it, else 1. */
 static inline float dist_clip_scale(float clip, float norm) {
     return clip > 0 && norm > clip ? clip / (norm + 1e-6f) : 1.0f;

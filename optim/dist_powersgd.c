@@ -311,7 +311,7 @@ static void psgd_free(DistOptim *d) {
 /* m, v and the warm-started Q, which every rank shares */
 static uint64_t psgd_sync_hash(DistOptim *d, uint64_t h) {
     h = dist_sync_hash_mv(d, h);
-    return dist_fnv1a(h, psgd(d)->q, psgd(d)->kq * sizeof(float));
+    return hash_fnv1a64(h, psgd(d)->q, psgd(d)->kq * sizeof(float));
 }
 
 const UpdateRule rule_powersgd = {

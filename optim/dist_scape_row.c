@@ -56,10 +56,10 @@ static size_t scape_state_memory(const DistOptim *d) {
 /* m (not with ZeRO-1: each owner holds its own part) and the masks, which every rank shares */
 static uint64_t scape_sync_hash(DistOptim *d, uint64_t h) {
     scape_collect_next(d);
-    if (!d->cfg.zero) h = dist_fnv1a(h, d->m, d->m_n * sizeof(float));
-    if (d->have_m) h = dist_fnv1a(h, d->mask_m, mask_bytes(d->P));
-    if (d->have_cur) h = dist_fnv1a(h, d->mask_cur, mask_bytes(d->P));
-    if (d->have_next) h = dist_fnv1a(h, d->mask_next, mask_bytes(d->P));
+    if (!d->cfg.zero) h = hash_fnv1a64(h, d->m, d->m_n * sizeof(float));
+    if (d->have_m) h = hash_fnv1a64(h, d->mask_m, mask_bytes(d->P));
+    if (d->have_cur) h = hash_fnv1a64(h, d->mask_cur, mask_bytes(d->P));
+    if (d->have_next) h = hash_fnv1a64(h, d->mask_next, mask_bytes(d->P));
     return h;
 }
 

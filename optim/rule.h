@@ -62,7 +62,7 @@ typedef struct UpdateRule {
     void (*free)(DistOptim *d);
     /* bytes of optimizer state this rank holds now (distopt_state_memory) */
     size_t (*state_memory)(const DistOptim *d);
-    /* the shared state beside the parameters that SCAPE_CHECK_SYNC hashes (dist_fnv1a continued from h); NULL: none */
+    /* the shared state beside the parameters that SCAPE_CHECK_SYNC hashes (common/hash.h hash_fnv1a64 continued from h); NULL: none */
     uint64_t (*sync_hash)(DistOptim *d, uint64_t h);
     /* inspection (optim/dist.h): distopt_moment, distopt_residual (NULL: DistOptim's m and r as they are) and
      * distopt_mask (NULL: no mask) */

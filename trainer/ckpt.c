@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/hash.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -21,25 +22,16 @@
 
 _Static_assert(sizeof(CkptState) == 256, "CkptState must have a fixed 256-byte layout");
 
-uint64_t fnv1a64(uint64_t h, const void *data, size_t n) {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
 uint64_t param_table_hash(const ParamTable *t) {
-    uint64_t h = FNV_OFFSET;
+    uint64_t h = HASH_FNV1A64_OFFSET;
     for (int i = 0; i < t->n; i++) {
         const ParamSlice *s = &t->slices[i];
-        h = fnv1a64(h, s->name, strlen(s->name) + 1);
+        h = hash_fnv1a64(h, s->name, strlen(s->name) + 1);
         int64_t v[4 + PARAM_MAX_DIMS] = {s->layer, s->decay, s->dense_only, s->bucket};
         for (int d = 0; d < s->ndim; d++) v[4 + d] = (int64_t)s->shape[d];
-        h = fnv1a64(h, v, sizeof v);
+        h = hash_fnv1a64(h, v, sizeof v);
         uint64_t off = s->offset;
-        h = fnv1a64(h, &off, sizeof off);
+        h = hash_fnv1a64(h, &off, sizeof off);
     }
     return h;
 }
@@ -54,7 +46,7 @@ void ckpt_write_state(const char *dir, CkptState *h, const void *blob) {
     h->magic = CKPT_MAGIC;
     h->version = CKPT_VERSION;
     h->header_bytes = sizeof(CkptState);
-    h->blob_fnv = fnv1a64(FNV_OFFSET, blob, h->blob_bytes);
+    h->blob_fnv = hash_fnv1a64(HASH_FNV1A64_OFFSET, blob, h->blob_bytes);
     write_file_atomic(path, h, sizeof *h, blob, h->blob_bytes);
 }
 
@@ -78,7 +70,7 @@ void *ckpt_read_state(const char *path, CkptState *h) {
     void *blob = xmalloc(h->blob_bytes, "optimizer state");
     xfread(blob, h->blob_bytes, f, path, "the optimizer state");
     fclose(f);
-    if (fnv1a64(FNV_OFFSET, blob, h->blob_bytes) != h->blob_fnv)
+    if (hash_fnv1a64(HASH_FNV1A64_OFFSET, blob, h->blob_bytes) != h->blob_fnv)
         fatal("%s: optimizer state fails its checksum; %s", path, fix);
     return blob;
 }

@@ -46,9 +46,6 @@ typedef struct {
     char model_id[CKPT_ID_MAX]; /* --init path if given, else --model spec */
 } CkptState;
 
-/* FNV-1a 64-bit hash (Fowler, Noll, Vo) of n bytes, continuing from h (start with FNV_OFFSET). */
-#define FNV_OFFSET 0xcbf29ce484222325ull
-uint64_t fnv1a64(uint64_t h, const void *data, size_t n);
 /* Hash of everything that defines the flat layout: names, layers, shapes, offsets, decay, dense_only, buckets. */
 uint64_t param_table_hash(const ParamTable *t);
 

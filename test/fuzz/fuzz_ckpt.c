@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hash.h"
 #include "trainer/ckpt.h"
 #include "test/fuzz/fuzz.h"
 
@@ -52,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         void *blob = ckpt_read_state(state, &h);
         if (sizeof h + h.blob_bytes != rest_n) abort();
         if (!memchr(h.model_id, '\0', sizeof h.model_id)) abort();
-        if (fnv1a64(FNV_OFFSET, blob, h.blob_bytes) != h.blob_fnv) abort();
+        if (hash_fnv1a64(HASH_FNV1A64_OFFSET, blob, h.blob_bytes) != h.blob_fnv) abort();
         free(blob);
     });
     return 0;
