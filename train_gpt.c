@@ -26,7 +26,7 @@
 #include <omp.h>
 #endif
 
-#include "trainer/model.h"
+#include "common/model.h"
 #include "common/params.h"
 #include "common/rng.h"
 #include "common/util.h"
@@ -537,7 +537,7 @@ static void gpt2_alloc_acts(GPT2 *m, int Bmax, int Tmax) {
     m->targets = xmalloc(N * sizeof(int), "GPT-2 targets");
 }
 
-/* Forward pass (see Model.forward in trainer/model.h). inputs, targets (B,T) token ids in [0,V); targets may be
+/* Forward pass (see Model.forward in common/model.h). inputs, targets (B,T) token ids in [0,V); targets may be
  * NULL. Returns the mean cross-entropy, or 0 without targets. fatal() if B x T does not fit the activations or
  * a token id is out of range. */
 static float gpt2_forward(Model *model, const int *inputs, const int *targets, int B, int T) {
@@ -603,7 +603,7 @@ static float gpt2_forward(Model *model, const int *inputs, const int *targets, i
     return crossentropy_forward(a->lse, a->logits, targets, (int)N, V, Vp);
 }
 
-/* Backward pass (see Model.backward in trainer/model.h): ADDS d(loss_scale * loss)/d(params) into grads and
+/* Backward pass (see Model.backward in common/model.h): ADDS d(loss_scale * loss)/d(params) into grads and
  * calls on_bucket(ctx, b) as bucket b becomes final: layer L-1 (bucket 0) first, ..., layer 0 (bucket L-1), then
  * the embeddings and final norm (bucket L). Consumes the logits (they become their gradient). fatal() if the
  * last forward had no targets. */
@@ -858,7 +858,7 @@ static GPT2Config gpt2_parse_spec(const char *spec) {
     return c;
 }
 
-/* ModelFamily.create for GPT-2 (see trainer/model.h). With init_path the file's hyper-parameters are used and
+/* ModelFamily.create for GPT-2 (see common/model.h). With init_path the file's hyper-parameters are used and
  * spec is ignored. fatal() if T exceeds the model's maximum sequence length, with the fix. */
 static Model *gpt2_create(const char *spec, const char *init_path, uint64_t seed, int B, int T) {
     if (B < 1 || T < 1) fatal("--batch %d / --seq %d must both be at least 1", B, T);

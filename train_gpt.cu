@@ -4,7 +4,7 @@
  * activations, parameters and gradients with fp32 accumulation; PRECISION=FP32 builds an all-fp32 version for
  * tight comparison with the CPU trainer).
  *
- * How it fits the shared loop (trainer/train.c, trainer/model.h), two ways:
+ * How it fits the shared loop (trainer/train.c, common/model.h), two ways:
  *   device update (adamw, adams, scape; Model.create_updater -> cuda/dist.h): the GPU holds the fp32 master
  *     weights, the optimizer state and the floatX copy the forward reads. Each backward adds its floatX
  *     gradients, bucket by bucket (one layer at a time), into an fp32 accumulator on the device and, on the last

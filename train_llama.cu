@@ -12,7 +12,7 @@
  * (cuda/swiglu.cuh), no biases; linear layers through cuBLASLt (cuda/matmul.cuh), softmax + cross-entropy fused
  * with its gradient (cuda/classifier.cuh).
  *
- * How it fits the shared loop (trainer/train.c, trainer/model.h), two ways, exactly as train_gpt.cu:
+ * How it fits the shared loop (trainer/train.c, common/model.h), two ways, exactly as train_gpt.cu:
  *   device update (adamw, adams, scape; Model.create_updater -> cuda/dist.h): the GPU holds the fp32 master
  *     weights, the optimizer state and the floatX copy the forward reads. Each backward adds its floatX
  *     gradients, bucket by bucket (layer L-1 first, ..., layer 0, then wte + norm_f + lm_head), into an fp32

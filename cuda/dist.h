@@ -1,5 +1,5 @@
 /*
- * cuda/dist.h - the device-resident parameter update of the CUDA trainers (trainer/updater.h's Updater) for
+ * cuda/dist.h - the device-resident parameter update of the CUDA trainers (optim/updater.h's Updater) for
  * adamw, adams and SCAPE (cuda/dist_scape.cuh): fp32 master weights, first (and second) moments on the GPU; gradient
  * all-reduce per bucket while backward runs (NCCL on a communication stream ordered by events, or host-staged
  * MPI through comm/comm.h so several ranks can share a GPU); with ZeRO-1 a reduce-scatter into the owner
@@ -15,7 +15,7 @@
 #define CUDA_DIST_H
 
 #include "cuda/device_model.h"
-#include "trainer/updater.h"
+#include "optim/updater.h"
 
 /* Creates the update for this rank over dm's buffers (which must outlive it), or returns NULL when cfg asks for an
  * optimizer other than adamw/adams/scape. Broadcasts rank 0's dm->host_params, uploads them into dm->master and writes

@@ -351,7 +351,7 @@ static void du_free(Updater *base) {
     free(u);
 }
 
-/* the dense device update's Updater table (trainer/updater.h; fields in declaration order, desc filled at create);
+/* the dense device update's Updater table (optim/updater.h; fields in declaration order, desc filled at create);
  * no memory_bytes yet */
 static const Updater du_ops = {
     .desc = "",

@@ -1,5 +1,5 @@
 /*
- * cuda/dist_scape.cuh - SCAPE (../shared/SCAPE.md) as a device-resident Updater (trainer/updater.h): optim/dist_scape.c's
+ * cuda/dist_scape.cuh - SCAPE (../shared/SCAPE.md) as a device-resident Updater (optim/updater.h): optim/dist_scape.c's
  * SCAPE path (scape_begin, scape_c_bucket, scape_queue_bucket, scape_make_mask, scape_collect_next,
  * scape_norm_pass, scape_update_pass, scape_step, the SCAPE checkpoint blob) with r, m, masks and payload on the
  * GPU and cuda/scape.cuh's kernels doing the arithmetic, in the same order and with the same rounding, so that in

@@ -196,7 +196,7 @@ static void sd_free(Updater *base) {
     free(u);
 }
 
-/* the device SCAPE's Updater table (trainer/updater.h; fields in declaration order, desc filled at create) */
+/* the device SCAPE's Updater table (optim/updater.h; fields in declaration order, desc filled at create) */
 static const Updater sd_ops = {
     .desc = "",
     .bucket_ready = sd_bucket_ready,

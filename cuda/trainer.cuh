@@ -24,7 +24,7 @@
 #include "cuda/encoder.cuh"
 #include "cuda/optimizer.cuh"
 extern "C" {
-#include "trainer/model.h"
+#include "common/model.h"
 #include "common/util.h"
 }
 #if !defined(TESTING) || defined(TESTING_DEVICE_UPDATE)

@@ -30,7 +30,7 @@
 #include <stdio.h>
 
 #include "eval/tasks.h"
-#include "trainer/model.h"
+#include "common/model.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct {

@@ -10,7 +10,7 @@
 extern "C" {
 #endif
 
-#include "trainer/model.h"
+#include "common/model.h"
 
 /* The CPU GPT-2 of train_gpt.c created from init_path (a llm.c model file) or spec with seeded init, activations
  * for B x T (the trainer passes 1 x 1: it never runs the CPU model; tests run it as the reference). fatal() on a

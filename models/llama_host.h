@@ -12,7 +12,7 @@
 extern "C" {
 #endif
 
-#include "trainer/model.h"
+#include "common/model.h"
 
 /* The hyper-parameters of a Llama model (train_llama.c's LlamaConfig, field for field). hd = C/NH, KVC = NKV*hd. */
 typedef struct {

@@ -96,7 +96,7 @@ static inline double dist_density(const DistConfig *cfg, int t) {
 DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, const DistConfig *cfg);
 void distopt_free(DistOptim *d);
 
-/* BucketReadyFn (trainer/model.h) for the last micro-step's backward: ctx is the DistOptim. Queues the bucket's
+/* BucketReadyFn (common/model.h) for the last micro-step's backward: ctx is the DistOptim. Queues the bucket's
  * communication on the communication thread so it overlaps the rest of backward. */
 void distopt_bucket_ready(void *ctx, int bucket);
 

@@ -1,7 +1,7 @@
 /*
  * test/test_llama.c - checks train_llama.c (with optim/optim.c's updates) against the PyTorch float64 reference
  * test/ref/llama_ref.bin written by dev/ref/llama_ref.py, plus RoPE against the complex-number formula, model
- * files, specs and the backward contract of trainer/model.h.
+ * files, specs and the backward contract of common/model.h.
  *
  * Usage: build/test_llama [DATA_DIR]       run every case from the repository root (DATA_DIR, default "data",
  *                                          holds sotu/llama2/sotu_val_000000.bin from `make data-llama`)

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trainer/model.h"
+#include "common/model.h"
 #include "common/rng.h"
 #include "trainer/train.h"
 #include "common/util.h"

@@ -10,7 +10,7 @@
 TRAIN_OBJ := $(BUILD)/trainer/train.o $(BUILD)/trainer/train_options.o $(BUILD)/trainer/train_rules.o $(BUILD)/trainer/sampler.o \
              $(BUILD)/trainer/ckpt.o $(BUILD)/trainer/ckpt_line.o $(BUILD)/trainer/ckpt_policy.o \
              $(BUILD)/trainer/eval_hooks.o $(BUILD)/trainer/train_log.o $(BUILD)/trainer/drills.o \
-             $(BUILD)/trainer/updater_host.o \
+             $(BUILD)/optim/updater_host.o \
              $(BUILD)/common/args.o $(BUILD)/common/log.o $(BUILD)/common/schedule.o
 # recursive (=): the other components' variables are defined by module.mk files read after this one
 TRAIN_LINK_OBJ = $(TRAIN_OBJ) $(EVAL_OBJ) $(DIST_OBJ) $(DATALOADER_OBJ) $(TOKENIZER_OBJ) $(COMMON_OBJ)

@@ -21,7 +21,7 @@
 #include "trainer/ckpt.h"
 #include "trainer/drills.h"
 #include "trainer/train.h"
-#include "trainer/updater.h"
+#include "optim/updater.h"
 
 typedef struct {
     TrainConfig c;

@@ -4,7 +4,7 @@
  * up, restore, the loop {train_step, log_step, evaluation hooks, checkpoint policy}, finish.
  * One step t = 1..steps (train_step): `accum` micro-steps of forward/backward over this rank's B x T windows (the
  * last backward hands finished gradient buckets to the communication thread), then the update's step(t, lr_t)
- * (trainer/updater.h: the host DistOptim of optim/dist.h, or the model's device-resident update).
+ * (optim/updater.h: the host DistOptim of optim/dist.h, or the model's device-resident update).
  * Not for: model maths (train_gpt.c, ...), update formulas and communication (optim/), what a step prints
  * (train_log.c), validation and tasks (eval_hooks.c), checkpoints (ckpt_policy.c, formats in ckpt.c).
  */
@@ -39,7 +39,7 @@
 #include "trainer/run.h"
 #include "trainer/train_log.h"
 #include "trainer/train_rules.h"
-#include "trainer/updater.h"
+#include "optim/updater.h"
 
 /* ------------------------------------------------------------------------------------------------------------ */
 /* set-up helpers */
@@ -467,7 +467,7 @@ static int vote_loss(Run *r, int t, double loss, double *mean) {
 
 /* One training step t = 1..steps on every rank: `accum` micro-steps of forward and backward over this rank's B x T
  * windows, the loss vote before the last backward, whose finished gradient buckets go to the update as they are
- * ready, then the update's step(t, lr_t) (trainer/updater.h: the host DistOptim of optim/dist.h, or the model's
+ * ready, then the update's step(t, lr_t) (optim/updater.h: the host DistOptim of optim/dist.h, or the model's
  * device-resident update), which skips a step whose gradient norm is not finite. Returns the mean loss, the gradient
  * norm, whether it was skipped, its time and its traffic. */
 static StepResult train_step(Run *r, int t) {

@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "common/args.h"
-#include "trainer/model.h"
+#include "common/model.h"
 
 /* Every option of the trainer; filled by args_parse from train_options(). */
 typedef struct {

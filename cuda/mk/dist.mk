@@ -50,7 +50,7 @@ $(BUILD)/cuda/test_gpt2cu_update.o: test/gpu/test_gpt2cu_update.cu train_gpt.cu
 $(BUILD)/cuda-fp32/test_gpt2cu_update.o: test/gpu/test_gpt2cu_update.cu train_gpt.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) $(UPDATER_NVCC_FLAGS) -DENABLE_FP32 -MMD -MP -c $< -o $@
-$(BUILD)/cuda/test_gpt2cu_update $(BUILD)/cuda-fp32/test_gpt2cu_update: %/test_gpt2cu_update: %/test_gpt2cu_update.o %/dist.o $(GPT2_HOST_TEST_OBJ) $(BUILD)/trainer/updater_host.o $$(DIST_OBJ) $(COMMON_OBJ)
+$(BUILD)/cuda/test_gpt2cu_update $(BUILD)/cuda-fp32/test_gpt2cu_update: %/test_gpt2cu_update: %/test_gpt2cu_update.o %/dist.o $(GPT2_HOST_TEST_OBJ) $(BUILD)/optim/updater_host.o $$(DIST_OBJ) $(COMMON_OBJ)
 	$(MPICC) $(CFLAGS) $^ -o $@ $(GPT2_HOST_TEST_LIBS) $(LDLIBS) -lpthread $(CUDA_TRAIN_LIBS) $(NCCL_LIBS)
 CUDA_MODEL_TESTS += $(BUILD)/cuda/test_gpt2cu_update $(BUILD)/cuda-fp32/test_gpt2cu_update
 

@@ -19,7 +19,7 @@ CUEMU_CXXFLAGS = -std=c++17 -O1 -g $(CUEMU_SAN) -ffp-contract=off -fopenmp -w -D
 CUEMU_RT := $(CUEMU)/obj/emu.o $(CUEMU)/obj/emu_blas.o $(CUEMU)/obj/emu_raw.o
 CUEMU_LIBS = $(BLAS_LIBS) -lm -lstdc++ -lpthread
 CUEMU_HDRS := $(wildcard dev/cuda/emu/include/*.h dev/cuda/emu/include/cub/*.cuh dev/cuda/emu/include/cub/device/*.cuh)
-# the host headers the CUDA sources include (struct layouts such as trainer/updater.h's Updater): the rewritten copies
+# the host headers the CUDA sources include (struct layouts such as optim/updater.h's Updater): the rewritten copies
 # under $(CUEMU)/src do not carry their dependencies, so a changed header must rebuild the emulator objects too
 CUEMU_HDRS += $(wildcard common/*.h optim/*.h trainer/*.h dataloader/*.h tokenizer/*.h)
 CUEMU_SRC = $(wildcard cuda/*.cuh cuda/*.cu dev/cuda/*.cu dev/cuda/*.cuh test/gpu/*.cu test/gpu/*.cuh train_gpt.cu train_llama.cu) \
@@ -71,18 +71,18 @@ $(CUEMU)/$(1)/test_updater: test/gpu/test_updater.cu $(CUEMU)/src/.stamp $(CUEMU
 	@mkdir -p $$(dir $$@)
 	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ -c $(CUEMU)/src/test/gpu/test_updater.cu -o $$@.o
 	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/dist.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
-$(CUEMU)/$(1)/test_gpt2cu_update: test/gpu/test_gpt2cu_update.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/dist.o $(CUEMU)/obj/emu_nccl.o $(BUILD)/models/gpt2_host.o $(BUILD)/trainer/updater_host.o $$$$(DIST_OBJ) $(COMMON_OBJ)
+$(CUEMU)/$(1)/test_gpt2cu_update: test/gpu/test_gpt2cu_update.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/dist.o $(CUEMU)/obj/emu_nccl.o $(BUILD)/models/gpt2_host.o $(BUILD)/optim/updater_host.o $$$$(DIST_OBJ) $(COMMON_OBJ)
 	@mkdir -p $$(dir $$@)
 	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ -c $(CUEMU)/src/test/gpu/test_gpt2cu_update.cu -o $$@.o
-	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/dist.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $(BUILD)/models/gpt2_host.o $(BUILD)/trainer/updater_host.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
+	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/dist.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $(BUILD)/models/gpt2_host.o $(BUILD)/optim/updater_host.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
 $(CUEMU)/$(1)/test_scape_updater: test/gpu/test_scape_updater.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/dist.o $(CUEMU)/obj/emu_nccl.o $$$$(DIST_OBJ) $(COMMON_OBJ)
 	@mkdir -p $$(dir $$@)
 	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ -c $(CUEMU)/src/test/gpu/test_scape_updater.cu -o $$@.o
 	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/dist.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
-$(CUEMU)/$(1)/test_llamacu_update: test/gpu/test_llamacu_update.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/dist.o $(CUEMU)/obj/emu_nccl.o $(BUILD)/models/llama_host.o $(BUILD)/trainer/updater_host.o $$$$(DIST_OBJ) $(COMMON_OBJ)
+$(CUEMU)/$(1)/test_llamacu_update: test/gpu/test_llamacu_update.cu $(CUEMU)/src/.stamp $(CUEMU_RT) $(CUEMU_HDRS) $(CUEMU)/$(1)/dist.o $(CUEMU)/obj/emu_nccl.o $(BUILD)/models/llama_host.o $(BUILD)/optim/updater_host.o $$$$(DIST_OBJ) $(COMMON_OBJ)
 	@mkdir -p $$(dir $$@)
 	$$(CUEMU_CXX) $$(CUEMU_CXXFLAGS) $(CUEMU_PREC_$(1)) -x c++ -c $(CUEMU)/src/test/gpu/test_llamacu_update.cu -o $$@.o
-	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/dist.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $(BUILD)/models/llama_host.o $(BUILD)/trainer/updater_host.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
+	$$(MPICC) -fopenmp $$(CUEMU_SAN) $$@.o $(CUEMU)/$(1)/dist.o $(CUEMU_RT) $(CUEMU)/obj/emu_nccl.o $(BUILD)/models/llama_host.o $(BUILD)/optim/updater_host.o $$(DIST_OBJ) $(COMMON_OBJ) -o $$@ $$(CUEMU_LIBS)
 endef
 $(foreach p,bf16 fp32,$(eval $(call CUEMU_MODEL,$(p))))
 CUEMU_MODEL_TESTS := test_gpt2cu test_llamacu test_updater test_gpt2cu_update test_scape_updater test_llamacu_update

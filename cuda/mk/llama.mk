@@ -55,7 +55,7 @@ $(BUILD)/cuda/test_llamacu_update.o: test/gpu/test_llamacu_update.cu train_llama
 $(BUILD)/cuda-fp32/test_llamacu_update.o: test/gpu/test_llamacu_update.cu train_llama.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) $(UPDATER_NVCC_FLAGS) -DENABLE_FP32 -MMD -MP -c $< -o $@
-$(BUILD)/cuda/test_llamacu_update $(BUILD)/cuda-fp32/test_llamacu_update: %/test_llamacu_update: %/test_llamacu_update.o %/dist.o $(LLAMA_HOST_TEST_OBJ) $(BUILD)/trainer/updater_host.o $$(DIST_OBJ) $(COMMON_OBJ)
+$(BUILD)/cuda/test_llamacu_update $(BUILD)/cuda-fp32/test_llamacu_update: %/test_llamacu_update: %/test_llamacu_update.o %/dist.o $(LLAMA_HOST_TEST_OBJ) $(BUILD)/optim/updater_host.o $$(DIST_OBJ) $(COMMON_OBJ)
 	$(MPICC) $(CFLAGS) $^ -o $@ $(LLAMA_HOST_TEST_LIBS) $(LDLIBS) -lpthread $(CUDA_TRAIN_LIBS) $(NCCL_LIBS)
 CUDA_MODEL_TESTS += $(BUILD)/cuda/test_llamacu_update $(BUILD)/cuda-fp32/test_llamacu_update
 

@@ -1,12 +1,12 @@
 /*
- * trainer/model.h - what a model file (train_gpt.c, train_llama.c) gives the shared training loop.
+ * common/model.h - what a model file (train_gpt.c, train_llama.c) gives the shared training loop.
  *
  * A model owns one flat parameter buffer and one flat gradient buffer laid out by its ParamTable, plus its
  * activations. The loop (trainer/train.c) owns everything else: data, optimizer, SCAPE, communication,
  * checkpoints, logging, sampling. Shapes: B batch, T sequence length, V vocabulary, Vp padded vocabulary.
  */
-#ifndef TRAINER_MODEL_H
-#define TRAINER_MODEL_H
+#ifndef COMMON_MODEL_H
+#define COMMON_MODEL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -16,7 +16,7 @@
 /* Called by backward as soon as every gradient of `bucket` is final (see params.h for bucket order). */
 typedef void (*BucketReadyFn)(void *ctx, int bucket);
 
-struct Updater;       /* trainer/updater.h */
+struct Updater;       /* optim/updater.h */
 struct UpdaterConfig;
 
 typedef struct Model Model;

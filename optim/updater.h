@@ -1,16 +1,16 @@
 /*
- * trainer/updater.h - the parameter update as the training loop (trainer/train.c) sees it: a small table of
+ * optim/updater.h - the parameter update as the training loop (trainer/train.c) sees it: a small table of
  * functions called once per step (bucket_ready during the last micro-step's backward, then step), plus the
  * checkpoint and mask-statistics hooks. Two implementations:
- *   host   (updater_host_create, trainer/updater_host.c): optim/dist.h's DistOptim on the model's host params/grads,
+ *   host   (updater_host_create, optim/updater_host.c): optim/dist.h's DistOptim on the model's host params/grads,
  *          unchanged: what the CPU trainers use, and the CUDA trainers for topk-ef (or --update host);
  *   device (cuda/dist.h): fp32 master weights and optimizer state on the GPU, NCCL or host-staged MPI,
- *          for adamw/adams/scape in the CUDA trainers (Model.create_updater, trainer/model.h).
+ *          for adamw/adams/scape in the CUDA trainers (Model.create_updater, common/model.h).
  * Both write the same checkpoint blob for the same optimizer, world and ZeRO setting.
  * Not for: update formulas (optim/optim.h, cuda/optimizer.cuh) or collectives (comm/comm.h).
  */
-#ifndef TRAINER_UPDATER_H
-#define TRAINER_UPDATER_H
+#ifndef OPTIM_UPDATER_H
+#define OPTIM_UPDATER_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -37,7 +37,7 @@ typedef struct UpdaterConfig {
 typedef struct Updater Updater;
 struct Updater {
     char desc[96]; /* one line for the log, e.g. "host (MPI)", "device (NCCL, ZeRO-1)" */
-    /* BucketReadyFn (trainer/model.h) for the last micro-step's backward; ctx is this Updater. */
+    /* BucketReadyFn (common/model.h) for the last micro-step's backward; ctx is this Updater. */
     void (*bucket_ready)(void *ctx, int bucket);
     /* distopt_step's contract (optim/dist.h): finishes step t >= 1 with rate lr, *grad_norm = global gradient
      * norm before clipping; returns 1 (state unchanged) when it was not finite, else 0. */
@@ -56,7 +56,7 @@ struct Updater {
     void (*free)(Updater *u);
 };
 
-/* The host update: distopt_create(tab, params, grads, cfg) behind the table above (trainer/updater_host.c).
+/* The host update: distopt_create(tab, params, grads, cfg) behind the table above (optim/updater_host.c).
  * Parameters are broadcast from rank 0 as distopt_create does. */
 Updater *updater_host_create(const ParamTable *tab, float *params, float *grads, const DistConfig *cfg);
 /* The DistOptim inside a host Updater (tests), or NULL for any other kind. */

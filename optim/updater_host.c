@@ -1,5 +1,5 @@
 /*
- * trainer/updater_host.c - the host update behind the loop's Updater (trainer/updater.h): optim/dist.h's DistOptim
+ * optim/updater_host.c - the host update behind the loop's Updater (optim/updater.h): optim/dist.h's DistOptim
  * on the model's host params/grads, each table entry one call of dist.h. What the CPU trainers use, and the CUDA
  * trainers for topk-ef or --update host.
  * Not for: the update itself (optim/dist.c and the rule files beside it).
@@ -10,7 +10,7 @@
 #include "common/util.h"
 #include "comm/comm.h"
 #include "optim/dist.h"
-#include "trainer/updater.h"
+#include "optim/updater.h"
 
 typedef struct {
     Updater base;
