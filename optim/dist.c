@@ -167,6 +167,19 @@ double dist_sumsq(const float *x, size_t lo, size_t hi) {
     return s;
 }
 
+/* Chunk offsets of mask's bits (dist_impl.h). */
+size_t dist_chunk_offsets(const DistOptim *d, const uint8_t *mask, size_t *off) {
+    #pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < d->nch; c++) off[c] = mask_count(mask, d->ch_lo[c], d->ch_hi[c]);
+    size_t q = 0;
+    for (size_t c = 0; c < d->nch; c++) {
+        size_t n = off[c];
+        off[c] = q;
+        q += n;
+    }
+    return q;
+}
+
 void dist_end_step(DistOptim *d) {
     const size_t CH = 1 << 18;
     if (!d->grads_clear) {

@@ -138,6 +138,9 @@ static inline int dist_is_owned_slice(const DistOptim *d, int i) {
 }
 
 /* ---- dist.c: shared by the rules ---- */
+/* off[c]: how many bits of mask lie in the chunks before c (chunk order = payload order: bucket by bucket, slices
+ * in memory order); returns the total. SCAPE's payload layout, plain and ZeRO-1. */
+size_t dist_chunk_offsets(const DistOptim *d, const uint8_t *mask, size_t *off);
 /* The global-norm clip factor: clip / (norm + 1e-6) when clipping is on (clip > 0) and norm exceeds it, else 1. */
 static inline float dist_clip_scale(float clip, float norm) {
     return clip > 0 && norm > clip ? clip / (norm + 1e-6f) : 1.0f;
@@ -165,10 +168,6 @@ void scape_m_expand(const DistOptim *d, float *out);
 void scape_m_memory_order(const DistOptim *d, float *out);
 /* Sets the compact first moment from a dense m (P) supported on mask (have = 0: none, m zero). */
 void scape_m_set_dense(DistOptim *d, const float *m, const uint8_t *mask, int have);
-
-/* off[c]: how many bits of mask lie in the chunks before c (chunk order = payload order); returns the total
- * (dist_scape.c). */
-size_t scape_chunk_offsets(const DistOptim *d, const uint8_t *mask, size_t *off);
 
 /* ---- dist_scape_zero.c: SCAPE with ZeRO-1, the parts that differ (see its header) ---- */
 void scape_zero_init(DistOptim *d);

@@ -144,26 +144,12 @@ void scape_collect_next(DistOptim *d) {
     d->have_next = 1;
 }
 
-/* off[c]: how many bits of mask lie in the chunks before c (chunk order, which is payload order: bucket by bucket,
- * slices in memory order); returns the total. */
-size_t scape_chunk_offsets(const DistOptim *d, const uint8_t *mask, size_t *off) {
-    #pragma omp parallel for schedule(static)
-    for (size_t c = 0; c < d->nch; c++) off[c] = mask_count(mask, d->ch_lo[c], d->ch_hi[c]);
-    size_t q = 0;
-    for (size_t c = 0; c < d->nch; c++) {
-        size_t n = off[c];
-        off[c] = q;
-        q += n;
-    }
-    return q;
-}
-
 /* The step's payload layout, once M_t is known and before any bucket is packed: ch_q[c], each chunk's first index
  * into the compact payload, and pay_off[b], each bucket's (its first chunk's; the total for an empty bucket), so
  * the payload buffers (stage, and stage16 and qerr with the bf16 payload) hold K_t values in all. They grow, or
  * shrink by a third or more, to fit: no collective holds them now (the last step waited for all its payloads). */
 static void scape_payload_layout(DistOptim *d) {
-    size_t K = scape_chunk_offsets(d, d->mask_cur, d->ch_q), c = 0;
+    size_t K = dist_chunk_offsets(d, d->mask_cur, d->ch_q), c = 0;
     for (int b = 0; b < d->nb; b++) {
         while (c < d->nch && d->ch_bucket[c] < b) c++;
         d->pay_off[b] = c < d->nch ? d->ch_q[c] : K;
@@ -650,7 +636,7 @@ void scape_m_set_dense(DistOptim *d, const float *m, const uint8_t *mask, int ha
     memset(d->mask_m, 0, mask_bytes(d->P));
     if (!have) return;
     memcpy(d->mask_m, mask, mask_bytes(d->P));
-    d->m_n = scape_chunk_offsets(d, d->mask_m, d->ch_qm);
+    d->m_n = dist_chunk_offsets(d, d->mask_m, d->ch_qm);
     if (d->cfg.zero) { /* the owned chunks only, in chunk order */
         size_t q = 0;
         for (size_t ch = 0; ch < d->nch; ch++) {

@@ -191,7 +191,7 @@ void scape_zero_r_fold(DistOptim *d, const float *m) {
     if (!d->have_m) return;
     const float b1 = d->cfg.opt.beta1;
     if (d->cfg.payload_bf16) { /* r on mask_m (the rounding losses) -> ez, in mask_m's payload order */
-        size_t n = scape_chunk_offsets(d, d->mask_m, d->ch_qe);
+        size_t n = dist_chunk_offsets(d, d->mask_m, d->ch_qe);
         if (n > d->ez_cap || !d->ez) {
             d->ez = xrealloc(d->ez, (n ? n : 1) * sizeof(float), "SCAPE residual on the mask");
             d->ez_cap = n;
