@@ -26,6 +26,9 @@
 #      its mean bytes per step and rank are SCAPE 0.01's within 1% on the small model, 89 kB measured), and at
 #      PROBE_STEPS the catchup variant (scape_<d>_catchup_a4) and SCAPE at half and twice the chosen lr
 #      (scape_<d>_lr<lr>, seed 1: is SCAPE's lead an lr effect?);
+#   4. at each length past PROBE_STEPS, after seed 1 of the four rules: AdamS at half and twice the chosen lr
+#      (adams_lr<lr>, seed 1: the probe again where the run is long, since compressed rules beating dense AdamS
+#      there would otherwise leave open whether AdamS's lr, chosen at PROBE_STEPS, is what lost);
 #   longer lengths come last since they cost the most (68,000 steps of the small model: ~45 minutes here).
 # Every finished run appends one line to docs/study/runs.tsv: point (regime_<spec>_steps<N>), run, seed, final
 # validation loss, wall seconds (all pieces), mean bytes sent per step and rank (steps 2..), mean train loss over
@@ -109,6 +112,11 @@ plan() {
             for run in adams scape_0.1 scape_0.01 topk_ef_c0.008; do
                 printf 'regime_%s_steps%s %s %s %s %s\n' "$SPEC" "$L" "$run" "$seed" "$L" "$lr"
             done
+            if [ "$seed" = 1 ] && [ "$L" -gt "$PROBE_STEPS" ]; then
+                for x in "$(half "$lr")" "$(twice "$lr")"; do
+                    printf 'regime_%s_steps%s adams_lr%s 1 %s %s\n' "$SPEC" "$L" "$x" "$L" "$x"
+                done
+            fi
         done
         if [ "$L" = "$PROBE_STEPS" ]; then
             for seed in 1 2 3; do for d in 0.1 0.01; do

@@ -127,6 +127,23 @@ def main(tsv, doc):
                 for lr, r in sorted(rows, key=lambda t: (t[0] is None, t[0] or 0)):
                     v = by[p][r][1]["val"]
                     out.append("| %s | %s | %.4f | %+.3f |" % (r, "%g" % lr if lr else "probed", v, v - a1))
+        # AdamS at lr/2 and 2 lr where the run is long: is dense AdamS's loss to the compressed rules its lr?
+        for p in pts:
+            alt = sorted((float(r.split("_lr")[1]), r) for r in by[p] if r.startswith("adams_lr") and 1 in by[p][r])
+            if not alt or 1 not in by[p].get("adams", {}):
+                continue
+            lrs = alt + [(None, "adams")]
+            best_lr, best_r = min(lrs, key=lambda t: by[p][t[1]][1]["val"])
+            bv = by[p][best_r][1]["val"]
+            out += ["", "AdamS at other lrs (seed 1, %s steps), and each rule's seed 1 against the best of them (%s, %.4f):"
+                    % (format(int(p.rsplit("steps", 1)[1]), ","), "%g" % best_lr if best_lr else "the probed lr", bv), "",
+                    "| run | lr | val | gap to the best AdamS |", "|---|---|---|---|"]
+            for lr, r in sorted(lrs, key=lambda t: (t[0] is None, t[0] or 0)):
+                out.append("| %s | %s | %.4f | %+.3f |" % (r, "%g" % lr if lr else "probed", by[p][r][1]["val"],
+                                                             by[p][r][1]["val"] - bv))
+            for r in runs:
+                if r != "adams" and 1 in by[p].get(r, {}):
+                    out.append("| %s | probed | %.4f | %+.3f |" % (r, by[p][r][1]["val"], by[p][r][1]["val"] - bv))
         out.append("")
     open(os.path.join(doc, "regime.md"), "w").write("\n".join(out) + "\n")
     for old in glob.glob(os.path.join(doc, "regime_gap_*.dat")):

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # test/test_study_regime.sh [DATA] - scripts/study_regime.sh (issue 42) on a tiny model (2 ranks, a 12-step probe,
-# lengths 6 and 12, 2 seeds): the trainer is built from the pinned commit and every line names it; each run's line is
-# recomputed here from its log.jsonl (final and lowest validation loss, mean bytes of steps 2.., mean train loss of
-# the last 5%); every run after the probe used the probe's lr, the SCAPE lr controls half and twice it; the table's
-# gaps are the tsv's paired means; a second `run` trains nothing; a run killed (SIGKILL) after a checkpoint resumes
+# lengths 6, 12 and 18, 2 seeds): the trainer is built from the pinned commit and every line names it; each run's line
+# is recomputed here from its log.jsonl (final and lowest validation loss, mean bytes of steps 2.., mean train loss of
+# the last 5%); every run after the probe used the probe's lr, the SCAPE lr controls half and twice it, and past the
+# probe's length AdamS ran again at half and twice it; the table's gaps are the tsv's paired means, and the long
+# length's rules are set against the best of its AdamS lrs; a second `run` trains nothing; a run killed (SIGKILL) after a checkpoint resumes
 # to the line of a run never interrupted; bad sizes, modes and commits are refused with one line; and the committed
 # docs/study/regime.md is what the tables script makes of the committed runs.tsv. About 60 s on 2 cores.
 # Not for: the study's findings (docs/reproduction.md).
@@ -15,7 +16,7 @@ ok()   { echo "ok $1"; }
 fail() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-export DATA=$data OUT=$tmp/out DOC=$tmp/doc RANKS=2 B=2 T=32 SPEC=d2c32h2t64v4096 PROBE_STEPS=12 LENGTHS="6 12"
+export DATA=$data OUT=$tmp/out DOC=$tmp/doc RANKS=2 B=2 T=32 SPEC=d2c32h2t64v4096 PROBE_STEPS=12 LENGTHS="6 12 18"
 export EVAL_BATCHES=2 EVAL_POINTS=3 CKPT_EVERY=4 SEEDS="1 2"
 # the trainer of a pinned commit, built by the script (HEAD here); where this tree is no git checkout (make
 # test-sanitize's copy of it, ignored inside the repository) the tree's own trainer, recorded by its hash
@@ -38,7 +39,7 @@ if hdr != "point run seed val_loss seconds bytes_per_step train_tail val_best co
 spec = "d2c32h2t64v4096"
 probe = ["regime_probe_%s_steps12 adams_lr%s 1" % (spec, lr) for lr in ("5e-4", "1e-3", "2e-3")]
 want = set(probe)
-for L in (6, 12):
+for L in (6, 12, 18):
     for s in (1, 2):
         for r in ("adams", "scape_0.1", "scape_0.01", "topk_ef_c0.008"):
             want.add("regime_%s_steps%d %s %d" % (spec, L, r, s))
@@ -49,6 +50,7 @@ x = float(lr)
 for ctl in ("%g" % (x / 2), "%g" % (x * 2)):
     for d in ("0.1", "0.01"):
         want.add("regime_%s_steps12 scape_%s_lr%s 1" % (spec, d, ctl))
+    want.add("regime_%s_steps18 adams_lr%s 1" % (spec, ctl))
 if set(got) != want or len(rows) != len(want):
     bad.append("lines %s, expected %s" % (sorted(set(got) ^ want), len(want)))
 for key, r in got.items():
@@ -83,7 +85,7 @@ tmp = sys.argv[1]
 rows = {tuple(l.split("\t")[:3]): l.split("\t") for l in list(open(tmp + "/doc/runs.tsv"))[1:]}
 table = open(tmp + "/doc/regime.md").read()
 spec, bad = "d2c32h2t64v4096", []
-for L in (6, 12):
+for L in (6, 12, 18):
     line = [l for l in table.splitlines() if l.startswith("| %d | " % L)]
     if len(line) < 1: bad.append("no row for %d steps" % L); continue
     for r in ("scape_0.1", "scape_0.01", "topk_ef_c0.008"):
@@ -93,6 +95,16 @@ for L in (6, 12):
         c = "%+.3f +- %.3f [%+.3f, %+.3f] (2)" % (m, sd, min(d), max(d))
         if c not in line[0]: bad.append("%d steps, %s: %s not in %s" % (L, r, c, line[0]))
 if "d2c32h2t64v4096" not in table: bad.append("no section for the model")
+p = "regime_%s_steps18" % spec
+alt = {r: float(v[3]) for (q, r, s), v in rows.items() if q == p and s == "1" and r.startswith("adams")}
+best = min(alt.values())
+for r in ("adams_lr", "scape_0.1", "scape_0.01", "topk_ef_c0.008"):
+    for (q, rr, s), v in rows.items():
+        if q == p and s == "1" and (rr == r or (r == "adams_lr" and rr.startswith(r))):
+            c = "| %.4f | %+.3f |" % (float(v[3]), float(v[3]) - best)
+            if c not in table.split("AdamS at other lrs (seed 1, 18 steps)")[-1]:
+                bad.append("18 steps, %s: %s not set against the best AdamS %.4f" % (rr, c, best))
+if len(alt) != 3: bad.append("18 steps: AdamS at %d lrs, expected 3" % len(alt))
 import os
 dat = sorted(f for f in os.listdir(tmp + "/doc") if f.startswith("regime_gap_"))
 if dat != ["regime_gap_%s_%s.dat" % (spec, r) for r in ("scape_0.01", "scape_0.1", "topk_ef_c0.008")]:
