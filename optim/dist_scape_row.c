@@ -99,7 +99,7 @@ static const RuleOption scape_options[] = {
 
 const UpdateRule rule_scape = {
     .name = "scape", RULE_OPTIONS(scape_options), .kind = OPT_SCAPE, .zero_ok = 1, .sparse = 1,
-    .bytes_per_param = scape_bytes_per_param,
+    .dense_as = "AdamS (to float rounding)", .bytes_per_param = scape_bytes_per_param,
     .check = scape_check, .init = scape_init, .bucket_ready = scape_bucket_ready, .step = scape_step,
     .state_bytes = scape_state_bytes, .save = scape_save, .blob_payload = scape_blob_payload, .load = scape_load,
     .state_memory = scape_state_memory, .sync_hash = scape_sync_hash,

@@ -154,7 +154,7 @@ static const uint8_t *topk_mask(DistOptim *d, int next) { return !next && d->hav
 
 const UpdateRule rule_topk_ef = {
     .name = "topk-ef", .kind = OPT_TOPK_EF, .sparse = 1, .index32 = 1, .stage = 1,
-    .bytes_per_param = topk_bytes_per_param,
+    .dense_as = "AdamW", .bytes_per_param = topk_bytes_per_param,
     .init = topk_init, .bucket_ready = topk_bucket_ready, .step = topk_step,
     .state_bytes = topk_state_bytes, .save = topk_save, .blob_payload = topk_blob_payload, .load = topk_load,
     .state_memory = topk_state_memory, .sync_hash = dist_sync_hash_mv, .mask = topk_mask,

@@ -65,6 +65,7 @@ typedef struct UpdateRule {
     int stage;          /* 1: optim/dist.c allocates the (P) gradient staging buffer before init */
     int any_shard;      /* 1: the state loads from whichever saved shards cover this rank's range (dense), so the
                          * blobs of every saved rank are needed only when they do not */
+    const char *dense_as; /* sparse rules: what the rule is at density 1, for the trainer's note ("AdamW") */
     /* The trainer's hooks, on the rule's own RuleParams block as the options left it (NULL: none, 0 bytes):
      * configure: resolves the options once the run's --steps is known (1-bit Adam's freeze 0 -> 15% of the steps),
      *   before the block goes into DistConfig; what it writes is what the checkpoints record;

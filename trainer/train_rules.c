@@ -34,6 +34,10 @@ const char *train_optimizer_choices(void) {
 /* the chosen rule's row (args_parse has checked --optimizer against the choices) */
 static const UpdateRule *chosen_rule(const TrainConfig *c) { return update_rule(train_optimizer_kind(c->optimizer)); }
 
+int train_rule_sparse(const TrainConfig *c) { return chosen_rule(c)->sparse; }
+
+const char *train_rule_dense_as(const TrainConfig *c) { return chosen_rule(c)->dense_as; }
+
 ArgSpec *train_rule_options_insert(const ArgSpec *t, int nt, TrainConfig *c, int *n) {
     int nr = 0;
     for (int k = 0; k < update_rule_count; k++)

@@ -18,6 +18,11 @@ OptimizerKind train_optimizer_kind(const char *name);
 const char *train_optimizer_name(int kind);
 const char *train_optimizer_choices(void);
 
+/* Whether the density schedule (--density, ...) applies to the run's rule, and what that rule is at density 1
+ * ("AdamW"; NULL for a rule without a density). */
+int train_rule_sparse(const TrainConfig *c);
+const char *train_rule_dense_as(const TrainConfig *c);
+
 /* The trainer's option table t (nt rows) with every rule's own options, in rule-table order, in place of its row
  * whose name is NULL, bound to their rule's block in c->rule_params. Returns a malloc'd array of *n specs. */
 ArgSpec *train_rule_options_insert(const ArgSpec *t, int nt, TrainConfig *c, int *n);
