@@ -20,6 +20,15 @@
 #include "optim/optim.h"
 #include "optim/scape.h"
 
+/* The chosen rule's own options (--powersgd-rank, --demo-topk, ...): its file lays them out in a params struct private
+ * to it, which must fit here (RULE_PARAMS_FIT, optim/rule.h), and its option rows give each one's offset. The trainer
+ * parses them into one block per rule (trainer/train.h), tests set them with distopt_set_option. */
+#define RULE_PARAMS_BYTES 64
+typedef union {
+    unsigned char bytes[RULE_PARAMS_BYTES];
+    double align_; /* 8-byte alignment, in C and in the C++ of the CUDA side */
+} RuleParams;
+
 typedef struct {
     OptimConfig opt;       /* kind (adamw, adams, scape, topk-ef, powersgd, onebit-adam, demo), beta1, beta2, eps, weight_decay */
     float clip;            /* global-norm clip threshold, 0 = off */
@@ -35,15 +44,7 @@ typedef struct {
                             * with the fp32 payload */
     float variant_cap;     /* catchup, tensor-nu: cap A on the entering step's factor (>= 1) */
     float residual_decay;  /* residual-decay: rho in [0, 1], the old residual's weight in r off the mask */
-    int powersgd_rank;     /* PowerSGD (optim/dist_powersgd.c): rank R of each matrix's approximation */
-    int powersgd_start;    /* PowerSGD: steps 1..S all-reduce the whole gradient (the hook's start_powerSGD_iter) */
-    double powersgd_min_compression; /* PowerSGD: compress a matrix only if n m >= this x r (n + m) */
-    float powersgd_eps;    /* PowerSGD: the orthogonalization's epsilon */
-    int onebit_freeze;     /* 1-bit Adam (optim/dist_onebit_adam.c): steps 1..F are AdamW on the mean gradient, then v
-                            * freezes and the momentum goes out in 1 bit (>= 1) */
-    int demo_chunk;        /* DeMo (optim/dist_demo.c): target block side s of the DCT (1..256) */
-    int demo_topk;         /* DeMo: coefficients each rank sends per block (>= 1) */
-    float demo_decay;      /* DeMo: the local momentum's decay beta in [0, 1] */
+    RuleParams rule_params; /* the chosen rule's own options (above) */
     int density_dense;     /* S steps at d_start before the warm-up begins (the authors' --topk-adams-start-iter),
                             * 0 = none; see dist_density */
     int exclude_norms;     /* 1 (default): norm gains and biases always dense */
@@ -61,6 +62,14 @@ const char *scape_variant_name(int variant);
 int scape_variant_parse(const char *name);
 
 typedef struct DistOptim DistOptim;
+
+/* Sets one of the own options of cfg's rule (cfg->opt.kind; flag without "--", e.g. "powersgd-rank") in
+ * cfg->rule_params from text, as the trainer's --flag text would (common/args.h args_set: range and choices checked,
+ * exit 2 with its one-line error; a string keeps the pointer, so text must outlive cfg). Returns 0, or -1 when the
+ * rule has no such option. distopt_default_options sets every own option of the rule to its default. For tests and
+ * tools; the trainer parses them with the rest of its options. */
+int distopt_set_option(DistConfig *cfg, const char *flag, const char *text);
+void distopt_default_options(DistConfig *cfg);
 
 /* Creates the update for this rank; params/grads are the model's flat buffers (tab->total floats).
  * Parameters are broadcast from rank 0 so every rank starts identical.

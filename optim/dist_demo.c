@@ -3,7 +3,7 @@
  * Decoupled Momentum Optimization", arXiv 2411.19870, Algorithm 1): each rank keeps its own momentum, sends only
  * its fastest-moving components, taken as the largest DCT coefficients of chunks of each tensor, removes what it sent
  * from its momentum, and steps on the sign of the ranks' combined components. Per rank i at step t, with
- * beta = cfg.demo_decay, s = cfg.demo_chunk, k = cfg.demo_topk:
+ * beta = --demo-decay, s = --demo-chunk, k = --demo-topk:
  *   g_i clipped by clip / (n + 1e-6) when n > clip, n = sqrt(mean_i |g_i|^2) (one control all-reduce of two doubles,
  *     which also carries the skip decision)
  *   p <- p (1 - lr wd)                                  (decoupled weight decay, decay slices)
@@ -28,11 +28,22 @@
  * Not for: the collectives (comm/comm.c).
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/util.h"
 #include "optim/dist_impl.h"
+
+/* DeMo's options (its rows below): the DCT's target block side s, the coefficients k each rank sends per block, the
+ * momentum's decay beta. */
+typedef struct {
+    int chunk, topk;
+    float decay;
+} DemoParams;
+RULE_PARAMS_FIT(DemoParams);
+static inline const DemoParams *demo_params(const RuleParams *b) { return (const DemoParams *)(const void *)b->bytes; }
+static inline const DemoParams *demo_par(const DistOptim *d) { return demo_params(&d->cfg.rule_params); }
 
 /* DeMo's own state (DistOptim's state): the DCT-II matrices by size (NULL until used; dct_n + 1 of them), per block
  * its first pair in a rank's part, the pairs per rank K, the largest block, per coefficient how many ranks sent it,
@@ -59,7 +70,7 @@ static size_t demo_split(size_t n, size_t s) {
 
 /* block sizes of slice s: rows b_r, columns b_c (1 for a vector) */
 static void demo_blocks(const DistOptim *d, const ParamSlice *s, size_t *br, size_t *bc) {
-    size_t S = (size_t)d->cfg.demo_chunk;
+    size_t S = (size_t)demo_par(d)->chunk;
     if (s->ndim >= 2) {
         *br = demo_split(s->shape[0], S);
         *bc = demo_split(s->numel / s->shape[0], S);
@@ -134,7 +145,7 @@ static void demo_for_blocks(DistOptim *d, demo_block_fn fn, void *arg) {
 static void count_block(DistOptim *d, const ParamSlice *s, size_t origin, size_t br, size_t bc, size_t ld, size_t blk,
                         void *arg) {
     (void)s; (void)origin; (void)ld;
-    size_t n = br * bc, k = (size_t)d->cfg.demo_topk < n ? (size_t)d->cfg.demo_topk : n;
+    size_t n = br * bc, k = (size_t)demo_par(d)->topk < n ? (size_t)demo_par(d)->topk : n;
     demo(d)->koff[blk] = *(size_t *)arg;
     *(size_t *)arg += k;
     if (n > demo(d)->maxblk) demo(d)->maxblk = n;
@@ -147,8 +158,8 @@ static void demo_init(DistOptim *d, size_t owned_total) {
     d->slo = 0;
     d->shi = d->P;
     d->r = xcalloc(d->P ? d->P : 1, sizeof(float), "DeMo momentum");
-    demo(d)->dct = xcalloc((size_t)d->cfg.demo_chunk + 1, sizeof(float *), "DCT matrices");
-    demo(d)->dct_n = (size_t)d->cfg.demo_chunk;
+    demo(d)->dct = xcalloc((size_t)demo_par(d)->chunk + 1, sizeof(float *), "DCT matrices");
+    demo(d)->dct_n = (size_t)demo_par(d)->chunk;
     size_t nblk = 0;
     for (int i = 0; i < d->tab->n; i++) {
         const ParamSlice *s = &d->tab->slices[i];
@@ -184,7 +195,7 @@ static void encode_block(DistOptim *d, const ParamSlice *s, size_t origin, size_
                          void *arg) {
     (void)s;
     TopkPair *out = (TopkPair *)arg + demo(d)->koff[blk];
-    const size_t n = br * bc, k = (size_t)d->cfg.demo_topk < n ? (size_t)d->cfg.demo_topk : n;
+    const size_t n = br * bc, k = (size_t)demo_par(d)->topk < n ? (size_t)demo_par(d)->topk : n;
     const float *Dr = demo_dct(d, br), *Dc = bc > 1 ? demo_dct(d, bc) : NULL;
     float *x = demo(d)->tmp, *C = x + demo(d)->maxblk, *tmp = C + demo(d)->maxblk;
     block_get(d->r, origin, br, bc, ld, x);
@@ -243,7 +254,7 @@ static int demo_step(DistOptim *d, int t, float lr, float *grad_norm) {
         float f = 1.0f - lr * d->cfg.opt.weight_decay;
         for (size_t j = s->offset; j < s->offset + s->numel; j++) d->params[j] *= f;
     }
-    const float beta = d->cfg.demo_decay;
+    const float beta = demo_par(d)->decay;
     for (size_t j = 0; j < d->P; j++) d->r[j] = beta * d->r[j] + lr * (g[j] * sc);
     TopkPair *mine = d->pairs + (size_t)d->rank * demo(d)->k;
     demo_for_blocks(d, encode_block, mine);
@@ -268,19 +279,29 @@ static int demo_step(DistOptim *d, int t, float lr, float *grad_norm) {
 
 /* the block side, coefficients per block and decay, when DeMo is the chosen rule */
 static void demo_check(const DistConfig *cfg, const UpdateRule *chosen) {
-    if (chosen == &rule_demo && !(cfg->demo_chunk >= 1 && cfg->demo_chunk <= 256 && cfg->demo_topk >= 1 &&
-                                  cfg->demo_decay >= 0 && cfg->demo_decay <= 1))
-        fatal("DeMo: --demo-chunk %d must be in 1..256, --demo-topk %d >= 1, --demo-decay %g in [0, 1]", cfg->demo_chunk,
-              cfg->demo_topk, cfg->demo_decay);
+    const DemoParams *p = demo_params(&cfg->rule_params);
+    if (chosen == &rule_demo && !(p->chunk >= 1 && p->chunk <= 256 && p->topk >= 1 && p->decay >= 0 && p->decay <= 1))
+        fatal("DeMo: --demo-chunk %d must be in 1..256, --demo-topk %d >= 1, --demo-decay %g in [0, 1]", p->chunk,
+              p->topk, p->decay);
 }
+
+/* the memory check's bytes per parameter: the momentum (4) and the per-coefficient sender counts (2) */
+static double demo_bytes_per_param(const DistConfig *cfg) { return 6; }
 
 /* the local momentum delta */
 static size_t demo_state_memory(const DistOptim *d) { return d->P * sizeof(float); }
 
-static const RuleOption demo_owned[] = {
-    {"demo-chunk", NULL, "--optimizer demo"},
-    {"demo-topk", NULL, "--optimizer demo"},
-    {"demo-decay", NULL, "--optimizer demo"},
+static const RuleOption demo_options[] = {
+    {.spec = {"demo-chunk", ARG_INT, NULL, "64", 1, 256, NULL,
+              "--optimizer demo: target block side of the DCT (a dimension is cut into blocks of its largest divisor "
+              "not above this; the reference implementation's 64)", 0},
+     .offset = offsetof(DemoParams, chunk), .defining = 1},
+    {.spec = {"demo-topk", ARG_INT, NULL, "32", 1, 65536, NULL,
+              "--optimizer demo: DCT coefficients each rank sends per block (the reference implementation's 32)", 0},
+     .offset = offsetof(DemoParams, topk), .defining = 1},
+    {.spec = {"demo-decay", ARG_FLOAT, NULL, "0.999", 0, 1, NULL,
+              "--optimizer demo: decay of each rank's momentum (the reference implementation's 0.999)", 0},
+     .offset = offsetof(DemoParams, decay)},
 };
 
 /* demo: delta (P), this rank's own or the mean over the saved ranks (as topk-ef's e) */
@@ -306,7 +327,8 @@ static void demo_free(DistOptim *d) {
 }
 
 const UpdateRule rule_demo = {
-    .name = "demo", .owned = demo_owned, .n_owned = 3, .kind = OPT_DEMO, .index32 = 1, .stage = 1,
+    .name = "demo", RULE_OPTIONS(demo_options), .kind = OPT_DEMO, .index32 = 1, .stage = 1,
+    .bytes_per_param = demo_bytes_per_param,
     .check = demo_check, .init = demo_init, .bucket_ready = demo_bucket_ready, .step = demo_step,
     .state_bytes = demo_state_bytes, .save = demo_save, .blob_payload = demo_blob_payload, .load = demo_load,
     .state_memory = demo_state_memory,

@@ -146,14 +146,18 @@ static size_t dense_state_memory(const DistOptim *d) {
     return (d->rule == &rule_adamw ? 2 : 1) * (d->shi - d->slo) * sizeof(float);
 }
 
+/* the memory check's bytes per parameter: m and v (AdamW) or m (AdamS) */
+static double adamw_bytes_per_param(const DistConfig *cfg) { return 8; }
+static double adams_bytes_per_param(const DistConfig *cfg) { return 4; }
+
 const UpdateRule rule_adamw = {
-    .name = "adamw", .kind = OPT_ADAMW, .zero_ok = 1, .any_shard = 1,
+    .name = "adamw", .kind = OPT_ADAMW, .zero_ok = 1, .any_shard = 1, .bytes_per_param = adamw_bytes_per_param,
     .init = dense_init, .bucket_ready = dense_queue_bucket, .step = dense_step,
     .state_bytes = dense_state_bytes, .save = dense_save, .blob_payload = dense_blob_payload, .load = dense_load,
     .state_memory = dense_state_memory,
 };
 const UpdateRule rule_adams = {
-    .name = "adams", .kind = OPT_ADAMS, .zero_ok = 1, .any_shard = 1,
+    .name = "adams", .kind = OPT_ADAMS, .zero_ok = 1, .any_shard = 1, .bytes_per_param = adams_bytes_per_param,
     .init = dense_init, .bucket_ready = dense_queue_bucket, .step = dense_step,
     .state_bytes = dense_state_bytes, .save = dense_save, .blob_payload = dense_blob_payload, .load = dense_load,
     .state_memory = dense_state_memory,

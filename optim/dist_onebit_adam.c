@@ -3,7 +3,7 @@
  * Zhang, He, "1-bit Adam: Communication Efficient Large-Scale Training with Adam's Convergence Speed", ICML 2021,
  * Algorithm 1, with the compressed all-reduce of its section 4 / DeepSpeed's implementation: error compensation on
  * the worker side and on the server side of the reduction, one scale per tensor).
- *   Warm-up, steps t <= F (cfg.onebit_freeze): AdamW on the mean gradient (optim.h's adamw_update, bias-corrected;
+ *   Warm-up, steps t <= F (--onebit-freeze): AdamW on the mean gradient (optim.h's adamw_update, bias-corrected;
  *     one averaging all-reduce per bucket, the global-norm clip), so it is AdamW bit for bit.
  *   Compression, t > F: v is frozen at v_F; the mean gradient is never formed. Per rank i:
  *     g_i clipped by clip / (n + 1e-6) when n > clip, n = sqrt(mean_i |g_i|^2) (one control all-reduce of two
@@ -28,12 +28,22 @@
  * (warm-up buckets), ob_send/ob_recv (N Bk bytes each).
  * Not for: AdamW itself (optim.c).
  */
+#include <limits.h>
 #include <math.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/util.h"
 #include "optim/dist_impl.h"
+
+/* 1-bit Adam's option (its row below): the freeze step F, 0 until configure resolves it. */
+typedef struct {
+    int freeze;
+} OnebitParams;
+RULE_PARAMS_FIT(OnebitParams);
+static inline const OnebitParams *onebit_params(const RuleParams *b) { return (const OnebitParams *)(const void *)b->bytes; }
 
 /* 1-bit Adam's own state (DistOptim's state): the server error es (P, nonzero on this rank's chunks), per slice
  * the offset of its chunk's sign bytes within a block, the block size Bk, the all-to-all's send (also the
@@ -79,7 +89,7 @@ size_t distopt_onebit_block_bytes(const DistOptim *d) { return d->rule == &rule_
 
 static void onebit_bucket_ready(DistOptim *d, int b) {
     int t = d->last_t + 1;
-    if (t > d->cfg.onebit_freeze) return; /* compression: everything happens at the step */
+    if (t > onebit_params(&d->cfg.rule_params)->freeze) return; /* compression: everything happens at the step */
     dense_queue_bucket(d, b);
 }
 
@@ -161,7 +171,7 @@ static void ob_compressed_allreduce(DistOptim *d) {
 
 static int onebit_step(DistOptim *d, int t, float lr, float *grad_norm) {
     const float clip = d->cfg.clip;
-    const int F = d->cfg.onebit_freeze;
+    const int F = onebit_params(&d->cfg.rule_params)->freeze;
     if (t <= F) {
         /* the warm-up: AdamW on the mean gradient (buckets not yet sent go now; after a skipped step the buckets
          * of a compression step cannot have been sent, so the phase of t decides) */
@@ -233,16 +243,41 @@ static void onebit_keep_own_chunks(DistOptim *d) {
 
 /* the freeze step, when 1-bit Adam is the chosen rule */
 static void onebit_check(const DistConfig *cfg, const UpdateRule *chosen) {
-    if (chosen == &rule_onebit_adam && cfg->onebit_freeze < 1)
-        fatal("--onebit-freeze %d: 1-bit Adam needs at least 1 step of Adam before its variance freezes", cfg->onebit_freeze);
+    if (chosen != &rule_onebit_adam) return;
+    int F = onebit_params(&cfg->rule_params)->freeze;
+    if (F < 1)
+        fatal("--onebit-freeze %d: 1-bit Adam needs at least 1 step of Adam before its variance freezes", F);
 }
+
+/* The freeze step is fixed at the run's start: 0 becomes 15% of that run's --steps here, and the checkpoints record
+ * the resolved step, so a resume with another --steps keeps it. */
+static void onebit_configure(RuleParams *b, int steps) {
+    OnebitParams *p = (OnebitParams *)(void *)b->bytes;
+    if (p->freeze == 0) p->freeze = (int)fmax(1.0, floor(0.15 * steps + 0.5));
+}
+
+/* a warm-up covering the whole run */
+static void onebit_notes(const RuleParams *b, int steps) {
+    int F = onebit_params(b)->freeze;
+    if (F >= steps)
+        printf("note: --onebit-freeze %d >= --steps %d, so 1-bit Adam never freezes its variance nor compresses: "
+               "the whole run is AdamW bit for bit; lower --onebit-freeze\n", F, steps);
+}
+
+/* the memory check's bytes per parameter: e, m, v and the server error */
+static double onebit_bytes_per_param(const DistConfig *cfg) { return 16; }
 
 /* e, m, v and the server error */
 static size_t onebit_state_memory(const DistOptim *d) { return 4 * d->P * sizeof(float); }
 
 const float *distopt_onebit_server_error(const DistOptim *d) { return d->rule == &rule_onebit_adam ? onebit(d)->es : NULL; }
 
-static const RuleOption onebit_owned[] = {{"onebit-freeze", NULL, "--optimizer onebit-adam"}};
+static const RuleOption onebit_options[] = {
+    {.spec = {"onebit-freeze", ARG_INT, NULL, "0", 0, INT_MAX, NULL,
+              "--optimizer onebit-adam: steps of AdamW before the variance freezes and compression starts (the "
+              "paper's warm-up, chosen per task there); 0: 15% of --steps", 0},
+     .offset = offsetof(OnebitParams, freeze)},
+};
 
 static size_t onebit_state_bytes(const DistOptim *d) { return sizeof(BlobHeader) + 4 * d->P * sizeof(float); }
 static void onebit_save(const DistOptim *d, void *blob) {
@@ -276,7 +311,8 @@ static void onebit_free(DistOptim *d) {
 }
 
 const UpdateRule rule_onebit_adam = {
-    .name = "onebit-adam", .owned = onebit_owned, .n_owned = 1, .kind = OPT_ONEBIT_ADAM, .stage = 1,
+    .name = "onebit-adam", RULE_OPTIONS(onebit_options), .kind = OPT_ONEBIT_ADAM, .stage = 1,
+    .configure = onebit_configure, .notes = onebit_notes, .bytes_per_param = onebit_bytes_per_param,
     .check = onebit_check, .init = onebit_init, .bucket_ready = onebit_bucket_ready, .step = onebit_step,
     .state_bytes = onebit_state_bytes, .save = onebit_save, .blob_payload = onebit_blob_payload, .load = onebit_load,
     .state_memory = onebit_state_memory, .sync_hash = dist_sync_hash_mv,

@@ -2,7 +2,7 @@
  * optim/dist_powersgd.c - PowerSGD (--optimizer powersgd; Vogels, Karimireddy, Jaggi, "PowerSGD: Practical Low-Rank
  * Gradient Compression for Distributed Optimization", NeurIPS 2019, Algorithm 1 with error feedback and warm
  * start), its result fed into dense AdamW as the gradient, as PyTorch's PowerSGD communication hook is used with
- * Adam. Per rank i at step t > S (cfg.powersgd_start; steps 1..S all-reduce the gradient whole, as the hook's
+ * Adam. Per rank i at step t > S (--powersgd-start; steps 1..S all-reduce the gradient whole, as the hook's
  * start_powerSGD_iter), for each compressed matrix slice s viewed as n x m (n = shape[0], m = numel / n), rank
  * r_s = min(R, n, m):
  *   M_i = g_i[s] + e_i[s]                     (error feedback)
@@ -13,7 +13,7 @@
  *                                              column stays zero)
  *   Q_s = mean_i M_i^T P                      (m x r_s; one all-reduce of every slice's Q after the P's)
  *   g[s] = P Q_s^T;  e_i[s] = M_i - P Q_s^T   (Q_s is kept: the next step's warm start)
- * Uncompressed slices (vectors, and matrices with n m < cfg.powersgd_min_compression r_s (n + m), the hook's
+ * Uncompressed slices (vectors, and matrices with n m < --powersgd-min-compression r_s (n + m), the hook's
  * min_compression_rate) are averaged whole. Then the global-norm clip of g and AdamW (optim.h). Q_s starts as
  * i.i.d. N(0, 1) from a fixed seed, the same on every rank, so P, Q and g are too; e_i is each rank's own.
  * Ours, not the paper's: the products in a fixed order with double accumulators (no BLAS: the same bits for any
@@ -25,7 +25,9 @@
  * qbuf = the Q payload.
  * Not for: AdamW itself (optim.c).
  */
+#include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +35,17 @@
 #include "common/rng.h"
 #include "common/util.h"
 #include "optim/dist_impl.h"
+
+/* PowerSGD's options (its rows below): the approximation's rank R, the dense steps S, the least compression rate
+ * of a compressed matrix and the orthogonalization's epsilon. */
+typedef struct {
+    int rank, start;
+    double min_compression;
+    float eps;
+} PsgdParams;
+RULE_PARAMS_FIT(PsgdParams);
+static inline const PsgdParams *psgd_params(const RuleParams *b) { return (const PsgdParams *)(const void *)b->bytes; }
+static inline const PsgdParams *psgd_par(const DistOptim *d) { return psgd_params(&d->cfg.rule_params); }
 
 /* PowerSGD's own state (DistOptim's state): per slice its rank r_s (slice_rank; 0: not compressed), Q offset and
  * payload offset; the warm-started Q (shared, kq values) and the Q payload (kq values); whether the step in flight
@@ -48,10 +61,10 @@ static inline PsgdState *psgd(const DistOptim *d) { return (PsgdState *)d->state
 /* rank r_s of slice i if it is compressed, else 0 */
 static size_t psgd_rank_of(const DistOptim *d, const ParamSlice *s) {
     if (s->ndim < 2 || s->numel == 0) return 0;
-    size_t n = s->shape[0], m = s->numel / n, r = (size_t)d->cfg.powersgd_rank;
+    size_t n = s->shape[0], m = s->numel / n, r = (size_t)psgd_par(d)->rank;
     if (r > n) r = n;
     if (r > m) r = m;
-    if ((double)n * (double)m < d->cfg.powersgd_min_compression * (double)r * (double)(n + m)) return 0;
+    if ((double)n * (double)m < psgd_par(d)->min_compression * (double)r * (double)(n + m)) return 0;
     return r;
 }
 
@@ -78,7 +91,7 @@ static void psgd_init(DistOptim *d, size_t owned_total) {
     if (kq == 0 && d->rank == 0 && tab->n > 0) { /* the plain dense rule for the whole run: say so, as for --warmup */
         printf("note: --optimizer powersgd compresses no matrix at --powersgd-rank %d and --powersgd-min-compression %g "
                "(each has n m < min x rank x (n + m)), so the whole run is AdamW bit for bit; lower either\n",
-               d->cfg.powersgd_rank, d->cfg.powersgd_min_compression);
+               psgd_par(d)->rank, psgd_par(d)->min_compression);
         fflush(stdout);
     }
     psgd(d)->q = xmalloc((kq ? kq : 1) * sizeof(float), "PowerSGD Q");
@@ -93,7 +106,7 @@ static void psgd_init(DistOptim *d, size_t owned_total) {
 /* Start of step t's communication: whether it compresses (t > S), and each bucket's payload layout. */
 static void psgd_begin(DistOptim *d, int t) {
     d->cur_t = t;
-    psgd(d)->compress = t > d->cfg.powersgd_start;
+    psgd(d)->compress = t > psgd_par(d)->start;
     size_t off = 0;
     for (int b = 0; b < d->nb; b++) {
         d->pay_off[b] = off;
@@ -161,7 +174,7 @@ static void psgd_orthogonalize(float *P, size_t n, size_t r, float eps) {
 /* Step t: the buckets backward did not send, the P all-reduces, the skip decision (any rank's non-finite M or
  * gradient), P orthogonalized, Q_i = M^T P and its all-reduce, g = P Q^T and e = M - P Q^T, the clip and AdamW. */
 static int psgd_step(DistOptim *d, int t, float lr, float *grad_norm) {
-    if (d->step_begun && d->cur_t != t && psgd(d)->compress == (t > d->cfg.powersgd_start))
+    if (d->step_begun && d->cur_t != t && psgd(d)->compress == (t > psgd_par(d)->start))
         d->cur_t = t; /* buckets went out for another step number (after a skipped step) in the same phase: the
                        * payload does not depend on t */
     if (d->step_begun && d->cur_t != t) {
@@ -207,7 +220,7 @@ static int psgd_step(DistOptim *d, int t, float lr, float *grad_norm) {
             if (!r) continue;
             size_t n = s->shape[0], m = s->numel / n;
             float *P = d->stage + psgd(d)->poff[i];
-            psgd_orthogonalize(P, n, r, d->cfg.powersgd_eps);
+            psgd_orthogonalize(P, n, r, psgd_par(d)->eps);
             const float *M = g + s->offset;
             float *Qi = psgd(d)->qbuf + psgd(d)->qoff[i];
             #pragma omp parallel for schedule(static) if (n * m >= 65536)
@@ -264,10 +277,21 @@ extern const UpdateRule rule_powersgd;
 /* the approximation's rank and epsilon, when PowerSGD is the chosen rule */
 static void psgd_check(const DistConfig *cfg, const UpdateRule *chosen) {
     if (chosen != &rule_powersgd) return;
-    if (cfg->powersgd_rank < 1)
-        fatal("--powersgd-rank %d: the approximation's rank must be >= 1 (1 is the PyTorch hook's default)", cfg->powersgd_rank);
-    if (!(cfg->powersgd_eps >= 0)) fatal("--powersgd-eps %g must be >= 0", cfg->powersgd_eps);
+    const PsgdParams *p = psgd_params(&cfg->rule_params);
+    if (p->rank < 1)
+        fatal("--powersgd-rank %d: the approximation's rank must be >= 1 (1 is the PyTorch hook's default)", p->rank);
+    if (!(p->eps >= 0)) fatal("--powersgd-eps %g must be >= 0", p->eps);
 }
+
+/* the dense phase covering the whole run */
+static void psgd_notes(const RuleParams *b, int steps) {
+    if (psgd_params(b)->start >= steps)
+        printf("note: --powersgd-start %d >= --steps %d, so PowerSGD never compresses: the whole run is AdamW bit "
+               "for bit; lower --powersgd-start\n", psgd_params(b)->start, steps);
+}
+
+/* the memory check's bytes per parameter: e, m, v (Q is small) */
+static double psgd_bytes_per_param(const DistConfig *cfg) { return 12; }
 
 /* e, m, v and the warm-started Q */
 static size_t psgd_state_memory(const DistOptim *d) { return 3 * d->P * sizeof(float) + psgd(d)->kq * sizeof(float); }
@@ -277,11 +301,21 @@ const float *distopt_powersgd_q(const DistOptim *d, size_t *n) {
     return d->rule == &rule_powersgd ? psgd(d)->q : NULL;
 }
 
-static const RuleOption psgd_owned[] = {
-    {"powersgd-rank", NULL, "--optimizer powersgd"},
-    {"powersgd-start", NULL, "--optimizer powersgd"},
-    {"powersgd-min-compression", NULL, "--optimizer powersgd"},
-    {"powersgd-eps", NULL, "--optimizer powersgd"},
+static const RuleOption psgd_options[] = {
+    {.spec = {"powersgd-rank", ARG_INT, NULL, "1", 1, 1024, NULL,
+              "--optimizer powersgd: rank of each matrix's approximation (1: the PyTorch hook's default)", 0},
+     .offset = offsetof(PsgdParams, rank), .defining = 1},
+    {.spec = {"powersgd-start", ARG_INT, NULL, "1000", 0, INT_MAX, NULL,
+              "--optimizer powersgd: steps 1..N all-reduce the whole gradient before compression starts (the PyTorch "
+              "hook's start_powerSGD_iter)", 0},
+     .offset = offsetof(PsgdParams, start)},
+    {.spec = {"powersgd-min-compression", ARG_DOUBLE, NULL, "2", 0, 1e9, NULL,
+              "--optimizer powersgd: compress a matrix only if n m >= this x rank (n + m) (the hook's "
+              "min_compression_rate); others are all-reduced whole", 0},
+     .offset = offsetof(PsgdParams, min_compression), .defining = 1},
+    {.spec = {"powersgd-eps", ARG_FLOAT, NULL, "0", 0, 1, NULL,
+              "--optimizer powersgd: epsilon of the Gram-Schmidt orthogonalization (p / (|p| + eps))", 0},
+     .offset = offsetof(PsgdParams, eps)},
 };
 
 static size_t psgd_state_bytes(const DistOptim *d) { return sizeof(BlobHeader) + (3 * d->P + psgd(d)->kq) * sizeof(float); }
@@ -315,8 +349,8 @@ static uint64_t psgd_sync_hash(DistOptim *d, uint64_t h) {
 }
 
 const UpdateRule rule_powersgd = {
-    .name = "powersgd", .owned = psgd_owned, .n_owned = 4, .kind = OPT_POWERSGD,
-    .check = psgd_check, .init = psgd_init, .bucket_ready = psgd_bucket_ready, .step = psgd_step,
+    .name = "powersgd", RULE_OPTIONS(psgd_options), .kind = OPT_POWERSGD,
+    .notes = psgd_notes, .bytes_per_param = psgd_bytes_per_param, .check = psgd_check, .init = psgd_init, .bucket_ready = psgd_bucket_ready, .step = psgd_step,
     .state_bytes = psgd_state_bytes, .save = psgd_save, .blob_payload = psgd_blob_payload, .load = psgd_load,
     .state_memory = psgd_state_memory, .sync_hash = psgd_sync_hash,
     .free = psgd_free,

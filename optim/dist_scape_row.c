@@ -3,6 +3,7 @@
  * its settings, and its state size, sync hash and inspection hooks. The update itself is dist_scape.c (with
  * dist_scape_zero.c for --zero), its blob dist_state.c.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,14 +87,19 @@ static const uint8_t *scape_mask(DistOptim *d, int next) {
     return d->have_next ? d->mask_next : NULL;
 }
 
-static const RuleOption scape_owned[] = {
-    {"scape-variant-cap", "catchup", "--scape-variant catchup or tensor-nu"},
-    {"scape-variant-cap", "tensor-nu", NULL},
-    {"scape-residual-decay", "residual-decay", "--scape-variant residual-decay"},
+/* the memory check's bytes per parameter: r (4) and m at the starting density (4 d_start) */
+static double scape_bytes_per_param(const DistConfig *cfg) { return 4 + 4 * fmin(1.0, cfg->density_start); }
+
+/* the variants' settings, options of the trainer's own table (DistConfig's variant_cap and residual_decay) */
+static const RuleOption scape_options[] = {
+    {.spec.name = "scape-variant-cap", .shared = 1, .variant = "catchup", .needs = "--scape-variant catchup or tensor-nu"},
+    {.spec.name = "scape-variant-cap", .shared = 1, .variant = "tensor-nu"},
+    {.spec.name = "scape-residual-decay", .shared = 1, .variant = "residual-decay", .needs = "--scape-variant residual-decay"},
 };
 
 const UpdateRule rule_scape = {
-    .name = "scape", .owned = scape_owned, .n_owned = 3, .kind = OPT_SCAPE, .zero_ok = 1, .sparse = 1,
+    .name = "scape", RULE_OPTIONS(scape_options), .kind = OPT_SCAPE, .zero_ok = 1, .sparse = 1,
+    .dense_as = "AdamS (to float rounding)", .bytes_per_param = scape_bytes_per_param,
     .check = scape_check, .init = scape_init, .bucket_ready = scape_bucket_ready, .step = scape_step,
     .state_bytes = scape_state_bytes, .save = scape_save, .blob_payload = scape_blob_payload, .load = scape_load,
     .state_memory = scape_state_memory, .sync_hash = scape_sync_hash,

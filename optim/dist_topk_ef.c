@@ -146,11 +146,15 @@ static int topk_step(DistOptim *d, int t, float lr, float *grad_norm) {
 /* e, m, v */
 static size_t topk_state_memory(const DistOptim *d) { return 3 * d->P * sizeof(float); }
 
+/* the memory check's bytes per parameter: e, m, v */
+static double topk_bytes_per_param(const DistConfig *cfg) { return 12; }
+
 /* the last completed step's selection S_t (no next mask: it is chosen at the step) */
 static const uint8_t *topk_mask(DistOptim *d, int next) { return !next && d->have_cur ? d->mask_cur : NULL; }
 
 const UpdateRule rule_topk_ef = {
     .name = "topk-ef", .kind = OPT_TOPK_EF, .sparse = 1, .index32 = 1, .stage = 1,
+    .dense_as = "AdamW", .bytes_per_param = topk_bytes_per_param,
     .init = topk_init, .bucket_ready = topk_bucket_ready, .step = topk_step,
     .state_bytes = topk_state_bytes, .save = topk_save, .blob_payload = topk_blob_payload, .load = topk_load,
     .state_memory = topk_state_memory, .sync_hash = dist_sync_hash_mv, .mask = topk_mask,

@@ -2,10 +2,14 @@
  * optim/rule.h - one update rule as one constant table row, the way a Linux driver fills one struct
  * file_operations: each rule file (dist_dense.c, dist_scape.c, ...) defines its UpdateRule, and optim/rules.c lists
  * them once, in the order of OptimizerKind (optim/optim.h), the number checkpoints record. optim/dist.c does
- * nothing rule-specific except through these hooks.
- * Adding a rule: one new file that fills an UpdateRule (and keeps its state private to the file), one line in
- * optim/rules.c's list and its number in OptimizerKind; docs/layout.md says what else a rule may want.
- * Not for: the training loop, which uses optim/dist.h.
+ * nothing rule-specific except through these hooks, and neither does the trainer (trainer/train_rules.c): a rule's
+ * row gives it the rule's own options (flag, default, range, help, where the value goes), which options conflict
+ * with other rules, how the options resolve once --steps is known, the notes they call for and the state's bytes per
+ * parameter for the memory check.
+ * Adding a rule: one new file that fills an UpdateRule, its options in a params struct and its state in a struct both
+ * private to the file, one line in optim/rules.c's list and its number in OptimizerKind; docs/layout.md says what
+ * else a rule may want.
+ * Not for: the training loop, which uses optim/dist.h and trainer/train_rules.h.
  */
 #ifndef OPTIM_RULE_H
 #define OPTIM_RULE_H
@@ -13,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/args.h"
 #include "optim/dist.h"
 
 /* One rank's checkpoint blob starts with this header (optim/dist_state.c gives the layout after it, per rule). */
@@ -23,18 +28,36 @@ typedef struct {
     uint64_t P, lo, hi, K;
 } BlobHeader;
 
-/* An option a rule owns: the trainer refuses it with another rule (or, where variant is set, with another
- * --scape-variant), naming `needs` (given on the first row of a flag; later rows of the same flag add variants). */
+/* An option a rule owns; the trainer refuses it with another rule (or, where variant is set, with another
+ * --scape-variant), naming needs (NULL: "--optimizer <rule>"; read on the first row of a flag, later rows of the same
+ * flag only add variants).
+ * The rule's own options are whole rows: spec is the trainer's option-table row (common/args.h: flag without "--",
+ * type, default, range, choices, help; its field left NULL) and the value goes offset bytes into the rule's
+ * RuleParams block (optim/dist.h), where the rule file's params struct has a member of spec.type's C type (ARG_INT:
+ * int, ARG_U64: uint64_t, ARG_FLOAT: float, ARG_DOUBLE: double, ARG_STRING: const char *, ARG_FLAG: int). A shared row claims an option
+ * of the trainer's own table, a common field of DistConfig (SCAPE's --scape-variant-cap, read beside the variant):
+ * only spec.name is read. */
 typedef struct {
-    const char *flag;    /* without the leading "--" */
+    ArgSpec spec;
+    size_t offset;       /* the value's place in the RuleParams block */
     const char *variant; /* NULL: any variant of the rule; else the --scape-variant it belongs to */
-    const char *needs;   /* what the refusal says it applies to, e.g. "--optimizer powersgd" */
+    const char *needs;   /* what the refusal says the option applies to */
+    int defining;        /* 1: the rule's state is made for this value: a resume refuses another (trainer/ckpt_policy.c) */
+    int shared;          /* 1: the trainer's own option, only claimed here */
 } RuleOption;
+
+/* In a rule's row: its RuleOption array and their count. */
+#define RULE_OPTIONS(array) .options = (array), .n_options = (int)(sizeof(array) / sizeof((array)[0]))
+
+/* In a rule file, after its params struct: that it fits a RuleParams block. */
+#define RULE_PARAMS_FIT(type) \
+    _Static_assert(sizeof(type) <= sizeof(RuleParams) && _Alignof(type) <= _Alignof(RuleParams), \
+                   #type " does not fit RuleParams (optim/dist.h): raise RULE_PARAMS_BYTES")
 
 typedef struct UpdateRule {
     const char *name;   /* as --optimizer spells it */
-    const RuleOption *owned; /* the options only this rule takes, n_owned of them (trainer/train_rules.c) */
-    int n_owned;
+    const RuleOption *options; /* the options only this rule takes, n_options of them (trainer/train_rules.c) */
+    int n_options;
     OptimizerKind kind; /* its index in update_rules[] and the number a checkpoint records */
     int zero_ok;        /* 1: --zero 1 (ZeRO-1) is supported */
     int sparse;         /* 1: the density schedule (--density, ...) applies; else distopt_density is 1 */
@@ -42,6 +65,17 @@ typedef struct UpdateRule {
     int stage;          /* 1: optim/dist.c allocates the (P) gradient staging buffer before init */
     int any_shard;      /* 1: the state loads from whichever saved shards cover this rank's range (dense), so the
                          * blobs of every saved rank are needed only when they do not */
+    const char *dense_as; /* sparse rules: what the rule is at density 1, for the trainer's note ("AdamW") */
+    /* The trainer's hooks, on the rule's own RuleParams block as the options left it (NULL: none, 0 bytes):
+     * configure: resolves the options once the run's --steps is known (1-bit Adam's freeze 0 -> 15% of the steps),
+     *   before the block goes into DistConfig; what it writes is what the checkpoints record;
+     * notes: rank 0's notes (stdout, one "note: " line each) on settings that make the rule its plain dense rule for
+     *   the whole run;
+     * bytes_per_param: bytes per parameter of the state the rule holds, a lower bound for the memory check, without
+     *   the staging buffer; the trainer divides it by the world with ZeRO-1 (zero_ok rules). */
+    void (*configure)(RuleParams *p, int steps);
+    void (*notes)(const RuleParams *p, int steps);
+    double (*bytes_per_param)(const DistConfig *cfg);
     /* fatal() on the rule's own bad settings when it is the chosen rule, and on the settings it owns when another
      * rule is chosen (NULL: none); called for every rule before anything is allocated */
     void (*check)(const DistConfig *cfg, const struct UpdateRule *chosen);

@@ -65,17 +65,17 @@ int main(int argc, char **argv) {
     FILE *fq = NULL, *fes = NULL;
     if (demo) {
         c.opt.kind = OPT_DEMO;
-        c.demo_chunk = 8;
-        c.demo_topk = atoi(argv[7]);
-        c.demo_decay = 0.999f;
+        distopt_set_option(&c, "demo-chunk", "8");
+        distopt_set_option(&c, "demo-topk", argv[7]);
+        distopt_set_option(&c, "demo-decay", "0.999");
     } else if (onebit) {
         c.opt.kind = OPT_ONEBIT_ADAM;
-        c.onebit_freeze = atoi(argv[7]);
+        distopt_set_option(&c, "onebit-freeze", argv[7]);
     } else if (psgd) {
         c.opt.kind = OPT_POWERSGD;
-        c.powersgd_rank = atoi(argv[7]);
-        c.powersgd_start = 3;
-        c.powersgd_min_compression = 2.0;
+        distopt_set_option(&c, "powersgd-rank", argv[7]);
+        distopt_set_option(&c, "powersgd-start", "3");
+        distopt_set_option(&c, "powersgd-min-compression", "2");
     } else if (argc == 8) {
         c.variant = scape_variant_parse(argv[6]);
         if (c.variant < 0) fatal("scape_ref_driver: unknown variant '%s'", argv[6]);

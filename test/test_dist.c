@@ -70,9 +70,15 @@ static void toy_grad(const Toy *m, float *g, int t, int first, int n) {
     free(x);
 }
 
+/* Sets one of the rule's own options as --flag text would (optim/dist.h distopt_set_option). */
+static void set_option(DistConfig *c, const char *flag, const char *text) {
+    if (distopt_set_option(c, flag, text) != 0) fatal("test_dist: --%s is no option of optimizer kind %d", flag, c->opt.kind);
+}
+
 static DistConfig config(OptimizerKind kind) {
     DistConfig c = {0};
     c.opt.kind = kind;
+    distopt_default_options(&c);
     c.opt.beta1 = 0.9f;
     c.opt.beta2 = 0.95f;
     c.opt.eps = 1e-8f;
@@ -1265,11 +1271,12 @@ TEST(variant_residual_decay_save_resume_continues_bit_identically) {
 
 /* ---- PowerSGD (issue 33; optim/dist_powersgd.c) ---- */
 
+enum { PSGD_START = 2 }; /* psgd_config's --powersgd-start */
 static DistConfig psgd_config(void) {
     DistConfig c = config(OPT_POWERSGD);
-    c.powersgd_rank = 2;
-    c.powersgd_start = 2;
-    c.powersgd_min_compression = 2.0;
+    set_option(&c, "powersgd-rank", "2");
+    set_option(&c, "powersgd-start", "2");
+    set_option(&c, "powersgd-min-compression", "2");
     c.clip = 5.0f;
     return c;
 }
@@ -1299,7 +1306,7 @@ TEST(powersgd_ranks_identical_and_formula_bytes) {
         comm_stats_take_kind(k);
         CHECK(train_step(d, &m, t) == 0, "step %d skipped", t);
         comm_stats_take_kind(k);
-        int comp = t > cfg.powersgd_start;
+        int comp = t > PSGD_START;
         uint64_t K = comp ? kp + kq : P, calls = (uint64_t)m.tab.num_buckets + (comp && kq ? 1 : 0);
         uint64_t want = 2ull * 4 * K * (uint64_t)(N - 1) / (uint64_t)N;
         CHECK(k[COMM_ALLREDUCE].calls == calls && k[COMM_ALLREDUCE].bytes_sent == want,
@@ -1327,9 +1334,9 @@ TEST(powersgd_full_rank_is_adamw) {
     toy_build(&a);
     toy_build(&b);
     DistConfig cp = psgd_config(), ca = config(OPT_ADAMW);
-    cp.powersgd_rank = 20;
-    cp.powersgd_min_compression = 0.0;
-    cp.powersgd_start = 0;
+    set_option(&cp, "powersgd-rank", "20");
+    set_option(&cp, "powersgd-min-compression", "0");
+    set_option(&cp, "powersgd-start", "0");
     cp.clip = ca.clip = 5.0f;
     DistOptim *dp = distopt_create(&a.tab, a.p, a.g, &cp), *da = distopt_create(&b.tab, b.p, b.g, &ca);
     for (int t = 1; t <= 6; t++) {
@@ -1357,9 +1364,10 @@ TEST(nonfinite_gradient_skips_powersgd_step_unchanged) { skip_case(test_name_, p
 
 /* ---- 1-bit Adam (issue 33; optim/dist_onebit_adam.c) ---- */
 
+enum { ONEBIT_FREEZE = 2 }; /* onebit_config's --onebit-freeze */
 static DistConfig onebit_config(void) {
     DistConfig c = config(OPT_ONEBIT_ADAM);
-    c.onebit_freeze = 2;
+    set_option(&c, "onebit-freeze", "2");
     c.clip = 5.0f;
     return c;
 }
@@ -1382,7 +1390,7 @@ TEST(onebit_ranks_identical_and_formula_bytes) {
         comm_stats_take_kind(k);
         CHECK(train_step(d, &m, t) == 0, "step %d skipped", t);
         comm_stats_take_kind(k);
-        int comp = t > cfg.onebit_freeze;
+        int comp = t > ONEBIT_FREEZE;
         uint64_t ar_calls = comp ? 0 : (uint64_t)m.tab.num_buckets, ar = comp ? 0 : 2ull * 4 * P * (uint64_t)(N - 1) / (uint64_t)N;
         uint64_t one = comp ? (uint64_t)bk * (uint64_t)(N - 1) : 0;
         CHECK(k[COMM_ALLREDUCE].calls == ar_calls && k[COMM_ALLREDUCE].bytes_sent == ar,
@@ -1417,7 +1425,7 @@ TEST(onebit_warmup_is_adamw_bitwise) {
     toy_build(&a);
     toy_build(&b);
     DistConfig co = onebit_config(), ca = config(OPT_ADAMW);
-    co.onebit_freeze = 100;
+    set_option(&co, "onebit-freeze", "100");
     ca.clip = co.clip;
     DistOptim *dd = distopt_create(&a.tab, a.p, a.g, &co), *da = distopt_create(&b.tab, b.p, b.g, &ca);
     for (int t = 1; t <= 6; t++) {
@@ -1436,7 +1444,7 @@ TEST(onebit_save_resume_continues_bit_identically) { save_resume_case(test_name_
 TEST(nonfinite_gradient_skips_onebit_step_unchanged) { skip_case(test_name_, onebit_config()); }
 TEST(nonfinite_gradient_skips_onebit_warmup_step_unchanged) {
     DistConfig c = onebit_config();
-    c.onebit_freeze = 5;
+    set_option(&c, "onebit-freeze", "5");
     skip_case(test_name_, c);
 }
 
@@ -1444,9 +1452,9 @@ TEST(nonfinite_gradient_skips_onebit_warmup_step_unchanged) {
 
 static DistConfig demo_config(void) {
     DistConfig c = config(OPT_DEMO);
-    c.demo_chunk = 8;
-    c.demo_topk = 3;
-    c.demo_decay = 0.999f;
+    set_option(&c, "demo-chunk", "8");
+    set_option(&c, "demo-topk", "3");
+    set_option(&c, "demo-decay", "0.999");
     c.clip = 5.0f;
     return c;
 }

@@ -1,8 +1,8 @@
 /*
  * test/test_train_units.c - unit tests of the training loop's plumbing: the LR schedule against hand-computed
  * values, the sampler against counted frequencies, the option parser (values, ranges, one-line errors with exit
- * status 2, --help generated from the table), the JSON log and the checkpoint files (atomic write, manifest,
- * completeness, latest, pruning). Error paths run in a forked child so the exit status and stderr can be checked.
+ * status 2, --help generated from the table), the update rules' own options in that table (optim/rule.h), the JSON
+ * log and the checkpoint files (atomic write, manifest, completeness, latest, pruning). Error paths run in a forked child so the exit status and stderr can be checked.
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -18,6 +18,7 @@
 #include "trainer/sampler.h"
 #include "common/schedule.h"
 #include "trainer/train.h"
+#include "trainer/train_rules.h"
 #include "common/util.h"
 #include "test/test.h"
 
@@ -374,6 +375,62 @@ TEST(args_format_reads_back_to_the_same_value) {
     free(t);
 }
 
+/* ---- the update rules' own options (optim/rule.h rows, trainer/train_rules.c) ---- */
+
+/* A rule's flags parsed by the trainer land in the chosen rule's block of DistConfig exactly where
+ * distopt_set_option (the same rows) puts them, the others at their defaults; another rule's block is untouched. */
+TEST(rule_options_reach_the_chosen_rules_block) {
+    ModelFamily fam = {"toy", NULL, "v8l1t8", "toy spec", never_create, NULL};
+    TrainConfig c;
+    memset(&c, 0, sizeof c);
+    int n;
+    ArgSpec *t = train_options(&c, &fam, &n);
+    char *argv1[] = {"prog", "--optimizer", "powersgd", "--powersgd-rank", "3", "--powersgd-eps", "0.25",
+                     "--demo-topk", "7", NULL};
+    args_parse(t, n, 9, argv1, "usage", NULL);
+    DistConfig dc, want;
+    train_dist_config(&c, &dc);
+    memset(&want, 0, sizeof want);
+    want.opt.kind = OPT_POWERSGD;
+    distopt_default_options(&want);
+    CHECK(distopt_set_option(&want, "powersgd-rank", "3") == 0 && distopt_set_option(&want, "powersgd-eps", "0.25") == 0,
+          "distopt_set_option refused PowerSGD's own options");
+    CHECK(dc.opt.kind == OPT_POWERSGD && memcmp(&dc.rule_params, &want.rule_params, sizeof want.rule_params) == 0,
+          "the trainer's PowerSGD block differs from distopt_set_option's");
+    CHECK(distopt_set_option(&want, "demo-topk", "7") == -1, "PowerSGD took DeMo's --demo-topk");
+    DistConfig demo;
+    memset(&demo, 0, sizeof demo);
+    demo.opt.kind = OPT_DEMO;
+    distopt_default_options(&demo);
+    distopt_set_option(&demo, "demo-topk", "7");
+    CHECK(memcmp(&c.rule_params[OPT_DEMO], &demo.rule_params, sizeof demo.rule_params) == 0,
+          "the trainer's DeMo block differs from distopt_set_option's");
+    free(t);
+}
+
+/* --onebit-freeze 0 resolves to 15% of --steps in the option itself (what the manifest records); the other rules'
+ * options keep their values; their defining rows are the ones a resume must keep. */
+TEST(rule_configure_resolves_into_the_recorded_option) {
+    ModelFamily fam = {"toy", NULL, "v8l1t8", "toy spec", never_create, NULL};
+    TrainConfig c;
+    memset(&c, 0, sizeof c);
+    int n;
+    ArgSpec *t = train_options(&c, &fam, &n);
+    char *argv1[] = {"prog", "--optimizer", "onebit-adam", "--steps", "200", NULL};
+    args_parse(t, n, 5, argv1, "usage", NULL);
+    char before[64], after[64];
+    args_format(args_find(t, n, "onebit-freeze"), before, sizeof before);
+    DistConfig dc;
+    train_dist_config(&c, &dc);
+    args_format(args_find(t, n, "onebit-freeze"), after, sizeof after);
+    CHECK(!strcmp(before, "0") && !strcmp(after, "30"), "--onebit-freeze %s became %s, want 0 -> 30", before, after);
+    CHECK(train_option_defining("demo-topk") && train_option_defining("powersgd-rank") &&
+          !train_option_defining("onebit-freeze") && !train_option_defining("lr"), "defining options");
+    CHECK(!strcmp(train_optimizer_choices(), "adamw|adams|scape|topk-ef|powersgd|onebit-adam|demo"),
+          "--optimizer choices %s", train_optimizer_choices());
+    free(t);
+}
+
 TEST(checkpoint_state_round_trip_and_completeness) {
     char out[300], dir[512], why[512], path[600];
     snprintf(out, sizeof out, "%s/run", tmpdir);
@@ -664,6 +721,8 @@ int main(void) {
     RUN_TEST(corrupt_state_file_fails_with_one_line);
     RUN_TEST(manifest_checksums_options_and_verification);
     RUN_TEST(args_format_reads_back_to_the_same_value);
+    RUN_TEST(rule_options_reach_the_chosen_rules_block);
+    RUN_TEST(rule_configure_resolves_into_the_recorded_option);
     RUN_TEST(sample_context_has_one_bos_whatever_the_prompt);
     RUN_TEST(prune_counts_canonical_names_only_and_never_follows_links);
     RUN_TEST(manifest_options_keep_any_bytes_at_any_length);

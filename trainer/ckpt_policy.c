@@ -30,15 +30,15 @@ static void model_id(const TrainConfig *c, char *buf) { snprintf(buf, CKPT_ID_MA
 /* Options of a run (trainer/train_options.c) as its checkpoints record them and a resume treats them:
  *   not recorded: where and how this process runs (--out, --resume, --threads, --comm, --update, --comm-timeout,
  *                 --verify-ckpt) and --init (recorded by content as the manifest's init_xxh3);
- *   defining:     what the checkpoint's model and optimizer state are made for; on resume a flag that differs is
- *                 refused naming both values;
+ *   defining:     what the checkpoint's model and optimizer state are made for (below, and the rules' own options
+ *                 their rows mark defining, train_option_defining); on resume a flag that differs is refused
+ *                 naming both values;
  *   the rest:     taken from the checkpoint unless given again, when the new value applies from the resumed step
  *                 on (steps, lr schedule, eval, sampling, data paths, density schedule, ...), with a note. */
 static const char *const options_not_recorded[] = {"out", "resume", "threads", "comm", "update", "comm-timeout",
                                                    "verify-ckpt", "init", "eval-only", "eval-dump"};
 static const char *const options_defining[] = {"model", "optimizer", "batch", "seq", "scape-exclude-norms",
-                                                "scape-variant", "powersgd-rank", "powersgd-min-compression",
-                                                "demo-chunk", "demo-topk"};
+                                                "scape-variant"};
 static int in_list(const char *name, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (strcmp(name, list[i]) == 0) return 1;
@@ -381,7 +381,7 @@ static void apply_checkpoint_options(Run *r) {
             if (!r->restored[r->n_restored]) fatal("out of memory restoring the options of %s", r->ckpt_path);
             args_set(s, r->restored[r->n_restored++]);
         } else if (strcmp(now, saved) != 0) {
-            if (IN_LIST(name, options_defining))
+            if (IN_LIST(name, options_defining) || train_option_defining(name))
                 fatal("--%s %s contradicts the checkpoint %s, whose run has --%s %s; drop the flag (a resumed run "
                       "keeps its model, optimizer and batch shape) or start a new --out", name, now, r->ckpt_path,
                       name, saved);

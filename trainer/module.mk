@@ -1,7 +1,7 @@
 # trainer/module.mk - the shared training loop (train.c and what only it uses: options, sampler, checkpoint
 # files and their policy, evaluation hooks, the step's log, test drills, the updater seam with its host
 # implementation), the `train` and `deps` targets, and the loop's tests (a toy model trains through train_main).
-# The loop also links the ground folder's log, args and schedule.
+# The loop also links the ground folder's log and schedule (args comes with the update rules, optim/module.mk).
 #
 # A trainer links $(TRAIN_LINK_OBJ) and $(TRAIN_LIBS). Because module.mk files are read in alphabetical order,
 # write it as $$(TRAIN_LINK_OBJ) in a rule's prerequisites (second expansion is on), e.g. (models/module.mk)
@@ -11,16 +11,17 @@ TRAIN_OBJ := $(BUILD)/trainer/train.o $(BUILD)/trainer/train_options.o $(BUILD)/
              $(BUILD)/trainer/ckpt.o $(BUILD)/trainer/ckpt_line.o $(BUILD)/trainer/ckpt_policy.o \
              $(BUILD)/trainer/eval_hooks.o $(BUILD)/trainer/train_log.o $(BUILD)/trainer/drills.o \
              $(BUILD)/optim/updater_host.o \
-             $(BUILD)/common/args.o $(BUILD)/common/log.o $(BUILD)/common/schedule.o
+             $(BUILD)/common/log.o $(BUILD)/common/schedule.o
 # recursive (=): the other components' variables are defined by module.mk files read after this one
 TRAIN_LINK_OBJ = $(TRAIN_OBJ) $(EVAL_OBJ) $(DIST_OBJ) $(DATALOADER_OBJ) $(TOKENIZER_OBJ) $(COMMON_OBJ)
 TRAIN_LIBS = $(BLAS_LIBS) $(PCRE2_LIBS) $(JANSSON_LIBS) $(LDLIBS) -lpthread
 
-# unit tests of the plumbing: no MPI, model, data or tokenizer needed
-TRAIN_UNIT_OBJ := $(BUILD)/trainer/train_options.o $(BUILD)/trainer/sampler.o $(BUILD)/trainer/ckpt.o $(BUILD)/trainer/ckpt_line.o \
-                  $(BUILD)/common/args.o $(BUILD)/common/log.o $(BUILD)/common/schedule.o
-$(BUILD)/test_train_units: $(BUILD)/test/test_train_units.o $(TRAIN_UNIT_OBJ) $(COMMON_OBJ)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+# unit tests of the plumbing: no model, data or tokenizer needed; the option table takes the update rules' own
+# options from their rows, so it links the rules (and MPI's library, though nothing starts MPI)
+TRAIN_UNIT_OBJ := $(BUILD)/trainer/train_options.o $(BUILD)/trainer/train_rules.o $(BUILD)/trainer/sampler.o \
+                  $(BUILD)/trainer/ckpt.o $(BUILD)/trainer/ckpt_line.o $(BUILD)/common/log.o $(BUILD)/common/schedule.o
+$(BUILD)/test_train_units: $(BUILD)/test/test_train_units.o $(TRAIN_UNIT_OBJ) $$(DIST_OBJ) $(COMMON_OBJ)
+	$(MPICC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lpthread
 
 # the toy model driven by the real loop
 $(BUILD)/test_train_toy: $(BUILD)/test/test_train_toy.o $$(TRAIN_LINK_OBJ)

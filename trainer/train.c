@@ -183,7 +183,7 @@ static const char *options_conflict(TrainConfig *c, int floor_given) {
     if (c->lr_floor > c->lr)
         snprintf(msg, sizeof msg, "--lr-floor %g is above --lr %g; the cosine decays from --lr down to --lr-floor",
                  c->lr_floor, c->lr);
-    else if (c->density < 1.0 && strcmp(c->optimizer, "scape") != 0 && strcmp(c->optimizer, "topk-ef") != 0)
+    else if (c->density < 1.0 && !train_rule_sparse(c))
         snprintf(msg, sizeof msg, "--density %g applies only to --optimizer scape or topk-ef (got %s)", c->density,
                  c->optimizer);
     else if (c->eval_only && !c->eval_task[0])
@@ -405,7 +405,7 @@ static void create_update(Run *r) {
                   "auto%s", c->optimizer, want_host ? ", or --update auto" : "");
         r->u = updater_host_create(&r->m->table, r->m->params, r->m->grads, &dc);
     }
-    r->sparse_rule = dc.opt.kind == OPT_SCAPE || dc.opt.kind == OPT_TOPK_EF; /* the step line shows d */
+    r->sparse_rule = train_rule_sparse(c); /* the step line shows d */
 }
 
 /* The loop's learning-rate schedule and (B, T) input and target buffers, and rank 0's <out>/log.jsonl. */

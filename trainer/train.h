@@ -11,6 +11,7 @@
 
 #include "common/args.h"
 #include "common/model.h"
+#include "optim/dist.h"
 
 /* Every option of the trainer; filled by args_parse from train_options(). */
 typedef struct {
@@ -27,12 +28,9 @@ typedef struct {
     int density_warmup, density_dense, scape_exclude_norms, scape_offload_residual, scape_double_residual;
     const char *scape_variant;      /* faithful|catchup|tensor-nu|residual-decay (optim/dist.h, issue 31) */
     float scape_variant_cap, scape_residual_decay;
-    int powersgd_rank, powersgd_start; /* --optimizer powersgd (optim/dist_powersgd.c) */
-    double powersgd_min_compression;
-    float powersgd_eps;
-    int onebit_freeze; /* --optimizer onebit-adam (optim/dist_onebit_adam.c); 0: 15% of --steps */
-    int demo_chunk, demo_topk; /* --optimizer demo (optim/dist_demo.c) */
-    float demo_decay;
+    /* each rule's own options (--powersgd-rank, ...; optim/rule.h), one block per OptimizerKind: parsed before the
+     * rule is known (a checkpoint may name it), then train_dist_config hands the chosen rule's block on */
+    RuleParams rule_params[OPT_COUNT];
     int mask_stats_every; /* log a "mask" event every N steps (optim/dist.h DistMaskStats), 0 = off */
     float peak_flops;
     int max_bad_steps; /* stop after this many consecutive non-finite steps, 0 = never */

@@ -28,7 +28,7 @@ void log_start(Run *r, int start_step) {
             printf("note: --warmup %d >= --steps %d, so the learning rate never reaches --lr %g\n", c->warmup,
                    c->steps, c->lr);
         /* the density reaches --density at step W + 1 (optim/scape.h scape_density) */
-        int sparse = !strcmp(c->optimizer, "scape") || !strcmp(c->optimizer, "topk-ef");
+        int sparse = train_rule_sparse(c);
         if (sparse && c->density < c->density_start && c->density_dense + c->density_warmup >= c->steps)
             printf("note: %s--density-warmup %d >= --steps %d, so the density never reaches --density %g (it ends at "
                    "%.4g); shorten the warm-up or train longer\n", c->density_dense ? "--density-dense-steps + " : "",
@@ -39,7 +39,7 @@ void log_start(Run *r, int start_step) {
             printf("note: the density is 1 at every step (--density %g, --density-start %g, --density-dense-steps %d, "
                    "--steps %d), so %s is dense %s for the whole run; lower --density\n", c->density,
                    c->density_start, c->density_dense, c->steps, c->optimizer,
-                   !strcmp(c->optimizer, "scape") ? "AdamS (to float rounding)" : "AdamW");
+                   train_rule_dense_as(c));
         train_rule_notes(c);
         if (strncmp(r->u->desc, "host", 4) != 0) printf("update: %s\n", r->u->desc);
         if (r->ckpt_path[0]) printf("resuming from %s at step %d\n", r->ckpt_path, start_step);

@@ -1,12 +1,10 @@
 /*
- * trainer/train_options.c - the trainer's one option table (common/args.h generates the parser and --help from it).
+ * trainer/train_options.c - the trainer's one option table (common/args.h generates the parser and --help from it);
+ * the update rules' own options come from their rows (optim/rule.h), in the place the table marks.
  * Kept apart from train.c so tests can check the table and its help without linking the whole runtime.
  */
-#include <string.h>
-
 #include "trainer/train.h"
-#include "common/util.h"
-
+#include "trainer/train_rules.h"
 
 ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
     const double IMAX = 2147483647.0;
@@ -34,7 +32,7 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
         {"weight-decay", ARG_FLOAT, &c->weight_decay, "0.1", 0, 10, NULL,
          "decoupled weight decay (matrices only)", 0},
         {"clip", ARG_FLOAT, &c->clip, "1.0", 0, 1e9, NULL, "global gradient-norm clip, 0 = off", 0},
-        {"optimizer", ARG_STRING, &c->optimizer, "adamw", 0, 0, "adamw|adams|scape|topk-ef|powersgd|onebit-adam|demo",
+        {"optimizer", ARG_STRING, &c->optimizer, "adamw", 0, 0, train_optimizer_choices(),
          "update rule (topk-ef: top-k of raw gradients with error feedback into AdamW, the baseline; powersgd: "
          "PowerSGD's low-rank gradients with error feedback into AdamW; onebit-adam: 1-bit Adam, AdamW until "
          "--onebit-freeze, then the momentum sent as signs with error compensation; demo: DeMo, each rank's momentum "
@@ -99,26 +97,7 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
          "--scape-variant catchup / tensor-nu: cap A on the entering step's factor", 0},
         {"scape-residual-decay", ARG_FLOAT, &c->scape_residual_decay, "0.9", 0, 1, NULL,
          "--scape-variant residual-decay: rho, r <- c - (1 - rho) r_old off the mask (1 = faithful)", 0},
-        {"powersgd-rank", ARG_INT, &c->powersgd_rank, "1", 1, 1024, NULL,
-         "--optimizer powersgd: rank of each matrix's approximation (1: the PyTorch hook's default)", 0},
-        {"powersgd-start", ARG_INT, &c->powersgd_start, "1000", 0, IMAX, NULL,
-         "--optimizer powersgd: steps 1..N all-reduce the whole gradient before compression starts (the PyTorch "
-         "hook's start_powerSGD_iter)", 0},
-        {"powersgd-min-compression", ARG_DOUBLE, &c->powersgd_min_compression, "2", 0, 1e9, NULL,
-         "--optimizer powersgd: compress a matrix only if n m >= this x rank (n + m) (the hook's "
-         "min_compression_rate); others are all-reduced whole", 0},
-        {"powersgd-eps", ARG_FLOAT, &c->powersgd_eps, "0", 0, 1, NULL,
-         "--optimizer powersgd: epsilon of the Gram-Schmidt orthogonalization (p / (|p| + eps))", 0},
-        {"onebit-freeze", ARG_INT, &c->onebit_freeze, "0", 0, IMAX, NULL,
-         "--optimizer onebit-adam: steps of AdamW before the variance freezes and compression starts (the "
-         "paper's warm-up, chosen per task there); 0: 15% of --steps", 0},
-        {"demo-chunk", ARG_INT, &c->demo_chunk, "64", 1, 256, NULL,
-         "--optimizer demo: target block side of the DCT (a dimension is cut into blocks of its largest divisor not "
-         "above this; the reference implementation's 64)", 0},
-        {"demo-topk", ARG_INT, &c->demo_topk, "32", 1, 65536, NULL,
-         "--optimizer demo: DCT coefficients each rank sends per block (the reference implementation's 32)", 0},
-        {"demo-decay", ARG_FLOAT, &c->demo_decay, "0.999", 0, 1, NULL,
-         "--optimizer demo: decay of each rank's momentum (the reference implementation's 0.999)", 0},
+        {.name = NULL}, /* here: every rule's own options, from its row (optim/rule.h; train_rule_options_insert) */
         {"scape-offload-residual", ARG_FLAG, &c->scape_offload_residual, NULL, 0, 1, NULL,
          "device SCAPE: keep the residual r in pinned host memory, staged through the GPU a slice at a time "
          "(SCAPE.md section 7; saves 4P bytes of GPU memory, results identical)", 0},
@@ -154,8 +133,5 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
          "write every (item, choice) log-likelihood the tasks score to this JSONL file (one file per rank: "
          "FILE.rank<r> with several ranks)", 0},
     };
-    *n = (int)(sizeof t / sizeof t[0]);
-    ArgSpec *out = xmalloc(sizeof t, "option table");
-    memcpy(out, t, sizeof t);
-    return out;
+    return train_rule_options_insert(t, (int)(sizeof t / sizeof t[0]), c, n);
 }

@@ -1,5 +1,6 @@
 /*
- * trainer/train_rules.c - the training loop's view of the update rules (see train_rules.h).
+ * trainer/train_rules.c - the training loop's view of the update rules (see train_rules.h): everything it knows of
+ * a rule comes from the rule's row (optim/rule.h); nothing here compares a rule's name.
  */
 #include "trainer/train_rules.h"
 
@@ -20,13 +21,60 @@ const char *train_optimizer_name(int kind) {
     return r ? r->name : "?";
 }
 
-/* Whether the rule row u owns a row for flag that fits this run's --optimizer and --scape-variant. */
+const char *train_optimizer_choices(void) {
+    static char buf[512];
+    if (buf[0]) return buf;
+    for (int k = 0; k < update_rule_count; k++) {
+        size_t len = strlen(buf);
+        snprintf(buf + len, sizeof buf - len, "%s%s", k ? "|" : "", update_rules[k]->name);
+    }
+    return buf;
+}
+
+/* the chosen rule's row (args_parse has checked --optimizer against the choices) */
+static const UpdateRule *chosen_rule(const TrainConfig *c) { return update_rule(train_optimizer_kind(c->optimizer)); }
+
+int train_rule_sparse(const TrainConfig *c) { return chosen_rule(c)->sparse; }
+
+const char *train_rule_dense_as(const TrainConfig *c) { return chosen_rule(c)->dense_as; }
+
+ArgSpec *train_rule_options_insert(const ArgSpec *t, int nt, TrainConfig *c, int *n) {
+    int nr = 0;
+    for (int k = 0; k < update_rule_count; k++)
+        for (int j = 0; j < update_rules[k]->n_options; j++) nr += !update_rules[k]->options[j].shared;
+    ArgSpec *out = xmalloc((size_t)(nt + nr) * sizeof *out, "option table");
+    int m = 0;
+    for (int i = 0; i < nt; i++) {
+        if (t[i].name) {
+            out[m++] = t[i];
+            continue;
+        }
+        for (int k = 0; k < update_rule_count; k++) /* the place of the rules' own options */
+            for (int j = 0; j < update_rules[k]->n_options; j++) {
+                const RuleOption *o = &update_rules[k]->options[j];
+                if (o->shared) continue;
+                out[m] = o->spec;
+                out[m++].field = c->rule_params[update_rules[k]->kind].bytes + o->offset;
+            }
+    }
+    *n = m;
+    return out;
+}
+
+int train_option_defining(const char *name) {
+    for (int k = 0; k < update_rule_count; k++)
+        for (int j = 0; j < update_rules[k]->n_options; j++)
+            if (update_rules[k]->options[j].defining && !strcmp(update_rules[k]->options[j].spec.name, name)) return 1;
+    return 0;
+}
+
+/* Whether a rule owns a row for flag that fits this run's --optimizer and --scape-variant. */
 static int owned_fits(const char *flag, const TrainConfig *c) {
     for (int k = 0; k < update_rule_count; k++) {
         const UpdateRule *u = update_rules[k];
-        for (int j = 0; j < u->n_owned; j++)
-            if (!strcmp(u->owned[j].flag, flag) && !strcmp(c->optimizer, u->name) &&
-                (!u->owned[j].variant || !strcmp(c->scape_variant, u->owned[j].variant)))
+        for (int j = 0; j < u->n_options; j++)
+            if (!strcmp(u->options[j].spec.name, flag) && !strcmp(c->optimizer, u->name) &&
+                (!u->options[j].variant || !strcmp(c->scape_variant, u->options[j].variant)))
                 return 1;
     }
     return 0;
@@ -37,15 +85,18 @@ void train_rule_options_check(ArgSpec *opts, int n_opts, const TrainConfig *c) {
      * --optimizer and --scape-variant are in); the options each rule owns are in its row (optim/rule.h), and a
      * flag's first row names what it needs */
     for (int k = 0; k < update_rule_count; k++)
-        for (int j = 0; j < update_rules[k]->n_owned; j++) {
-            const RuleOption *o = &update_rules[k]->owned[j];
-            if (!args_find(opts, n_opts, o->flag)->given || owned_fits(o->flag, c)) continue;
+        for (int j = 0; j < update_rules[k]->n_options; j++) {
+            const RuleOption *o = &update_rules[k]->options[j];
+            if (!args_find(opts, n_opts, o->spec.name)->given || owned_fits(o->spec.name, c)) continue;
+            char needs[128];
+            snprintf(needs, sizeof needs, "--optimizer %s", update_rules[k]->name);
             fatal("--%s applies to %s only (this run has --optimizer %s, --scape-variant %s); name it or drop the flag",
-                  o->flag, o->needs, c->optimizer, c->scape_variant);
+                  o->spec.name, o->needs ? o->needs : needs, c->optimizer, c->scape_variant);
         }
 }
 
-void train_dist_config(TrainConfig *c, DistConfig *dc) {
+/* dc from the options as they stand (the chosen rule's block as parsed) */
+static void dist_config(const TrainConfig *c, DistConfig *dc) {
     memset(dc, 0, sizeof *dc);
     dc->opt.kind = train_optimizer_kind(c->optimizer);
     dc->opt.beta1 = c->beta1;
@@ -58,18 +109,7 @@ void train_dist_config(TrainConfig *c, DistConfig *dc) {
     dc->density_start = c->density_start;
     dc->density_warmup = c->density_warmup;
     dc->density_dense = c->density_dense;
-    dc->powersgd_rank = c->powersgd_rank;
-    dc->powersgd_start = c->powersgd_start;
-    dc->powersgd_min_compression = c->powersgd_min_compression;
-    dc->powersgd_eps = c->powersgd_eps;
-    dc->demo_chunk = c->demo_chunk;
-    dc->demo_topk = c->demo_topk;
-    dc->demo_decay = c->demo_decay;
-    /* 1-bit Adam's freeze step is fixed at the run's start: 0 becomes 15% of that run's --steps here, and the
-     * checkpoints record the resolved step, so a resume with another --steps keeps it */
-    if (!strcmp(c->optimizer, "onebit-adam") && c->onebit_freeze == 0)
-        c->onebit_freeze = (int)fmax(1.0, floor(0.15 * c->steps + 0.5));
-    dc->onebit_freeze = c->onebit_freeze;
+    dc->rule_params = c->rule_params[dc->opt.kind];
     dc->double_residual = c->scape_double_residual;
     dc->variant = scape_variant_parse(c->scape_variant);
     if (dc->variant == SCAPE_CATCHUP || dc->variant == SCAPE_TENSOR_NU) dc->variant_cap = c->scape_variant_cap;
@@ -79,24 +119,27 @@ void train_dist_config(TrainConfig *c, DistConfig *dc) {
     dc->mask_coding = strcmp(c->scape_mask_coding, "auto") == 0;
 }
 
+void train_dist_config(TrainConfig *c, DistConfig *dc) {
+    const UpdateRule *u = chosen_rule(c);
+    if (u->configure) u->configure(&c->rule_params[u->kind], c->steps);
+    dist_config(c, dc);
+}
+
 /* Bytes per parameter of the host update's state, a lower bound (optim/dist.h distopt_state_memory): the gradient
- * staging buffer every rule packs buckets into (4), plus adamw m and v (8), adams m (4), SCAPE r (4) and m at the
- * starting density (4 d_start), topk-ef and powersgd e, m, v (12; powersgd's Q is small), onebit-adam e, m, v and
- * the server error (16), demo its momentum and per-coefficient sender counts (6); ZeRO-1 shards the moments over
+ * staging buffer every rule packs buckets into (4), plus the rule's state (its row's bytes_per_param: adamw m and v
+ * 8, adams m 4, SCAPE r and m at the starting density 4 + 4 d_start, topk-ef and powersgd e, m, v 12, onebit-adam
+ * e, m, v and the server error 16, demo its momentum and per-coefficient sender counts 6); ZeRO-1 shards it over
  * the world. */
 double train_optimizer_bytes_per_param(const TrainConfig *c, int world) {
-    double moments = !strcmp(c->optimizer, "adamw") ? 8 : !strcmp(c->optimizer, "adams") ? 4
-                     : !strcmp(c->optimizer, "scape") ? 4 + 4 * fmin(1.0, c->density_start)
-                     : !strcmp(c->optimizer, "onebit-adam") ? 16 : !strcmp(c->optimizer, "demo") ? 6 : 12;
-    if (c->zero && strcmp(c->optimizer, "topk-ef") != 0) moments /= world;
-    return 4 + moments;
+    const UpdateRule *u = chosen_rule(c);
+    DistConfig dc;
+    dist_config(c, &dc);
+    double state = u->bytes_per_param ? u->bytes_per_param(&dc) : 0;
+    if (c->zero && u->zero_ok) state /= world;
+    return 4 + state;
 }
 
 void train_rule_notes(const TrainConfig *c) {
-    if (!strcmp(c->optimizer, "powersgd") && c->powersgd_start >= c->steps)
-        printf("note: --powersgd-start %d >= --steps %d, so PowerSGD never compresses: the whole run is AdamW bit "
-               "for bit; lower --powersgd-start\n", c->powersgd_start, c->steps);
-    if (!strcmp(c->optimizer, "onebit-adam") && c->onebit_freeze >= c->steps)
-        printf("note: --onebit-freeze %d >= --steps %d, so 1-bit Adam never freezes its variance nor compresses: "
-               "the whole run is AdamW bit for bit; lower --onebit-freeze\n", c->onebit_freeze, c->steps);
+    const UpdateRule *u = chosen_rule(c);
+    if (u->notes) u->notes(&c->rule_params[u->kind], c->steps);
 }
