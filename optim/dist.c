@@ -15,8 +15,9 @@
  *   dist_demo.c        DeMo (local momentum, top-k DCT coefficients per block all-gathered, sign step)
  *   dist_mask_stats.c  mask stability (Jaccard, kept energy) per slice, on rank 0, when enabled
  *   dist_state.c       every optimizer's checkpoint blob (save, load, other world sizes)
- * Here too, shared by the rules: the zeroing at the end of every step, the gradient norm's fixed-order sum, the
- * hash of the SCAPE_CHECK_SYNC check (comm_sync_check compares it), and the inspection functions of dist.h.
+ * Here too, shared by the rules: the opening of every step (the buckets sent, waited for and unpacked), its end
+ * (the zeroing, the last completed step), the gradient norm's fixed-order sum, the hash of the SCAPE_CHECK_SYNC
+ * check (comm_sync_check compares it), and the inspection functions of dist.h.
  * Built with -ffp-contract=off (optim/module.mk) so every rank and every run rounds identically.
  * Not for: the collectives themselves (comm.c), top-k and masks (scape.c), the dense update formulas (optim.c).
  */
@@ -180,7 +181,32 @@ size_t dist_chunk_offsets(const DistOptim *d, const uint8_t *mask, size_t *off) 
     return q;
 }
 
-void dist_end_step(DistOptim *d) {
+void dist_gather_buckets(DistOptim *d, void (*queue)(DistOptim *d, int b), void (*unpack)(DistOptim *d, int b)) {
+    if (queue)
+        for (int b = 0; b < d->nb; b++)
+            if (d->bstate[b] < 2) queue(d, b);
+    for (int b = 0; b < d->nb; b++) {
+        comm_wait(d->bh[b]);
+        if (unpack) unpack(d, b);
+    }
+}
+
+void dist_drop_buckets(DistOptim *d, void (*undo)(DistOptim *d, int b)) {
+    for (int b = 0; b < d->nb; b++) {
+        comm_wait(d->bh[b]);
+        if (undo && d->bstate[b]) undo(d, b);
+        d->bstate[b] = 0;
+    }
+    d->step_begun = 0;
+}
+
+size_t dist_bucket_k_total(const DistOptim *d) {
+    size_t K = 0;
+    for (int b = 0; b < d->nb; b++) K += d->bucket_k[b];
+    return K;
+}
+
+int dist_end_step(DistOptim *d, int t, int skipped) {
     const size_t CH = 1 << 18;
     if (!d->grads_clear) {
         #pragma omp parallel for schedule(static)
@@ -192,6 +218,8 @@ void dist_end_step(DistOptim *d) {
         d->bh[b] = 0;
     }
     d->step_begun = 0;
+    if (!skipped) d->last_t = t;
+    return skipped;
 }
 
 int distopt_step(DistOptim *d, int t, float lr, float *grad_norm) {

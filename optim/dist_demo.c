@@ -224,15 +224,14 @@ static void decode_block(DistOptim *d, const ParamSlice *s, size_t origin, size_
 }
 
 static int demo_step(DistOptim *d, int t, float lr, float *grad_norm) {
-    (void)t;
+    dist_gather_buckets(d, NULL, NULL); /* none went out: everything happens here */
     float *g = d->grads;
     double ctl[2] = {dist_sumsq(g, 0, d->P), 0};
     ctl[1] = !isfinite(ctl[0]);
     comm_allreduce_sum_f64(ctl, 2);
     if (ctl[1] != 0) {
         *grad_norm = NAN;
-        dist_end_step(d);
-        return 1;
+        return dist_end_step(d, t, 1);
     }
     float norm = (float)sqrt(ctl[0] / d->world);
     *grad_norm = norm;
@@ -261,9 +260,7 @@ static int demo_step(DistOptim *d, int t, float lr, float *grad_norm) {
     demo_for_blocks(d, decode_block, &lr);
     if (d->dbg_ghat) memcpy(d->dbg_ghat, g, d->P * sizeof(float));
     d->last_k = demo(d)->k;
-    dist_end_step(d);
-    d->last_t = t;
-    return 0;
+    return dist_end_step(d, t, 0);
 }
 
 /* the block side, coefficients per block and decay, when DeMo is the chosen rule */

@@ -73,7 +73,7 @@ void dense_queue_bucket(DistOptim *d, int b) {
 
 
 /* The reduced bucket b back into grads: all of it, or with ZeRO-1 the owned slices. */
-static void dense_unpack_bucket(DistOptim *d, int b) {
+void dense_unpack_bucket(DistOptim *d, int b) {
     if (dense_in_place(d)) return;
     if (!d->cfg.zero) {
         const float *st = d->stage + d->bucket_off[b];
@@ -97,19 +97,13 @@ static void dense_unpack_bucket(DistOptim *d, int b) {
 /* Step t: the buckets not yet sent go out, all are waited for and unpacked, then the global norm (skip when not
  * finite), the clip, the update of [slo, shi) and with ZeRO-1 the all-gather of the parameters. */
 static int dense_step(DistOptim *d, int t, float lr, float *grad_norm) {
-    for (int b = 0; b < d->nb; b++)
-        if (!d->bstate[b]) dense_queue_bucket(d, b);
-    for (int b = 0; b < d->nb; b++) {
-        comm_wait(d->bh[b]);
-        dense_unpack_bucket(d, b);
-    }
+    dist_gather_buckets(d, dense_queue_bucket, dense_unpack_bucket);
     double ss = dist_sumsq(d->grads, d->slo, d->shi);
     if (d->cfg.zero) comm_allreduce_sum_f64(&ss, 1);
     float norm = (float)sqrt(ss);
     *grad_norm = norm;
     if (!isfinite(norm)) {
-        dist_end_step(d);
-        return 1;
+        return dist_end_step(d, t, 1);
     }
     /* m, v hold [slo, shi); the update indexes them by flat element, hence the shifted base. Without ZeRO-1 it
      * covers every gradient, so it scales them by the clip factor and clears them as it reads them (the same bits
@@ -136,9 +130,7 @@ static int dense_step(DistOptim *d, int t, float lr, float *grad_norm) {
         comm_wait(comm_iallgatherv(d->params, counts, sizeof(float)));
         free(counts);
     }
-    dist_end_step(d);
-    d->last_t = t;
-    return 0;
+    return dist_end_step(d, t, 0);
 }
 
 /* m and v (AdamW) or m (AdamS) over [slo, shi) */

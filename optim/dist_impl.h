@@ -4,7 +4,8 @@
  * dist_dense.c (dense all-reduce and ZeRO-1), dist_scape.c (SCAPE), dist_topk_ef.c (top-k EF), dist_powersgd.c
  * (PowerSGD), dist_onebit_adam.c (1-bit Adam), dist_demo.c (DeMo), dist_mask_stats.c
  * (mask stability) and dist_state.c (checkpoint blobs). Each rule file fills one UpdateRule (optim/rule.h), through
- * which dist.c calls it; what the rules share (norm, clip factor, end of step, blob helpers) is declared here.
+ * which dist.c calls it; what the rules share (the step's opening and end, norm, clip factor, blob helpers) is
+ * declared here.
  * Not for: anything outside those files; users include optim/dist.h.
  */
 #ifndef SCAPE_DIST_IMPL_H
@@ -151,9 +152,20 @@ static inline float dist_clip_scale(float clip, float norm) {
  * lanes are added by the halving tree lane[l] += lane[l + w], w = 128 .. 1; the GPU's norm kernel
  * (cuda/optimizer.cuh, one block of 256 threads a chunk) adds in exactly this order, so the two agree bit for bit. */
 double dist_sumsq(const float *x, size_t lo, size_t hi);
-/* The end of every step, taken or skipped: grads zeroed (unless the update did, grads_clear), every bucket back to
- * "nothing done". */
-void dist_end_step(DistOptim *d);
+/* The opening of every rule's step, after the rule's own start of it: each bucket backward did not hand over (bstate
+ * below 2) goes out through queue(d, b) (NULL: the rule sends nothing per bucket), in bucket order; then every
+ * bucket's collective is waited for in bucket order, and unpack(d, b) (NULL: none) takes bucket b's result out of
+ * the rule's buffers once it has landed. */
+void dist_gather_buckets(DistOptim *d, void (*queue)(DistOptim *d, int b), void (*unpack)(DistOptim *d, int b));
+/* The buckets on the wire went out for another step number than the loop's (after a skipped step): waits for each,
+ * undo(d, b) for each that went out (NULL: nothing to undo), and leaves the step unbegun, to be begun again. */
+void dist_drop_buckets(DistOptim *d, void (*undo)(DistOptim *d, int b));
+/* K_t: the sum of bucket_k, the values the step's buckets send. */
+size_t dist_bucket_k_total(const DistOptim *d);
+/* The end of step t, taken or skipped: grads zeroed (unless the update did, grads_clear), every bucket back to
+ * "nothing done", and for a taken step (skipped 0) t becomes the last completed step (last_t). Returns skipped, the
+ * step hook's result. */
+int dist_end_step(DistOptim *d, int t, int skipped);
 
 /* ---- dist_scape.c: SCAPE.md section 3, what its other files (dist_scape_row.c, dist_scape_zero.c,
  * dist_mask_stats.c, dist_state.c) use ---- */
@@ -193,6 +205,9 @@ void scape_zero_r_fold(DistOptim *d, const float *m);
 /* ---- dist_dense.c: bucket b into stage and its collective (the averaging all-reduce, or with ZeRO-1 the
  * reduce-scatter to the owners): the dense rules' hand-off, also 1-bit Adam's during its warm-up ---- */
 void dense_queue_bucket(DistOptim *d, int b);
+/* The reduced bucket b back into grads from stage: all of it, or with ZeRO-1 the owned slices (nothing for the dense
+ * rules' in-place update on one rank). */
+void dense_unpack_bucket(DistOptim *d, int b);
 /* SCAPE_CHECK_SYNC's shared state of the rules on e, m, v (topk-ef, powersgd, onebit-adam; dist.c): m and v,
  * continuing h */
 uint64_t dist_sync_hash_mv(DistOptim *d, uint64_t h);

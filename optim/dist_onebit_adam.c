@@ -165,19 +165,9 @@ static int onebit_step(DistOptim *d, int t, float lr, float *grad_norm) {
     if (t <= F) {
         /* the warm-up: AdamW on the mean gradient (buckets not yet sent go now; after a skipped step the buckets
          * of a compression step cannot have been sent, so the phase of t decides) */
-        for (int b = 0; b < d->nb; b++)
-            if (!d->bstate[b]) dense_queue_bucket(d, b);
-        for (int b = 0; b < d->nb; b++) comm_wait(d->bh[b]);
-        for (int b = 0; b < d->nb; b++) {
-            const float *st = d->stage + d->bucket_off[b];
-            for (int k = 0; k < d->bn[b]; k++) {
-                const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
-                memcpy(d->grads + s->offset, st, s->numel * sizeof(float));
-                st += s->numel;
-            }
-        }
+        dist_gather_buckets(d, dense_queue_bucket, dense_unpack_bucket);
     } else {
-        for (int b = 0; b < d->nb; b++) comm_wait(d->bh[b]); /* buckets of a skipped warm-up step, if any */
+        dist_gather_buckets(d, NULL, NULL); /* buckets of a skipped warm-up step, if any */
     }
     float *g = d->grads;
     double ss = dist_sumsq(g, 0, d->P);
@@ -190,8 +180,7 @@ static int onebit_step(DistOptim *d, int t, float lr, float *grad_norm) {
     }
     if (bad) {
         *grad_norm = NAN;
-        dist_end_step(d);
-        return 1;
+        return dist_end_step(d, t, 1);
     }
     float norm = (float)sqrt(ss);
     *grad_norm = norm;
@@ -216,9 +205,7 @@ static int onebit_step(DistOptim *d, int t, float lr, float *grad_norm) {
     }
     d->last_k = 0;
     if (d->dbg_ghat) memcpy(d->dbg_ghat, g, d->P * sizeof(float));
-    dist_end_step(d);
-    d->last_t = t;
-    return 0;
+    return dist_end_step(d, t, 0);
 }
 
 /* Zeroes the server error off the chunks this rank reduces (after a load that summed every saved rank's). */

@@ -158,32 +158,27 @@ static void psgd_orthogonalize(float *P, size_t n, size_t r, float eps) {
     }
 }
 
+/* Bucket b went out for another step, in the other phase: M = g + e undone on its compressed slices, so the retry
+ * starts from the gradient. */
+static void psgd_unqueue_bucket(DistOptim *d, int b) {
+    for (int k = 0; k < d->bn[b]; k++) {
+        int i = d->bslices[b][k];
+        const ParamSlice *s = &d->tab->slices[i];
+        if (psgd(d)->compress && psgd(d)->slice_rank[i])
+            for (size_t j = s->offset; j < s->offset + s->numel; j++) d->grads[j] = d->grads[j] - d->r[j];
+    }
+}
+
 /* Step t: the buckets backward did not send, the P all-reduces, the skip decision (any rank's non-finite M or
  * gradient), P orthogonalized, Q_i = M^T P and its all-reduce, g = P Q^T and e = M - P Q^T, the clip and AdamW. */
 static int psgd_step(DistOptim *d, int t, float lr, float *grad_norm) {
     if (d->step_begun && d->cur_t != t && psgd(d)->compress == (t > d->cfg.powersgd_start))
         d->cur_t = t; /* buckets went out for another step number (after a skipped step) in the same phase: the
                        * payload does not depend on t */
-    if (d->step_begun && d->cur_t != t) {
-        /* ... in the other phase (a skip at the boundary): redo them for t, M - e giving g back up to rounding */
-        for (int b = 0; b < d->nb; b++) {
-            comm_wait(d->bh[b]);
-            if (d->bstate[b]) { /* undo M = g + e, so the retry starts from the gradient */
-                for (int k = 0; k < d->bn[b]; k++) {
-                    int i = d->bslices[b][k];
-                    const ParamSlice *s = &d->tab->slices[i];
-                    if (psgd(d)->compress && psgd(d)->slice_rank[i])
-                        for (size_t j = s->offset; j < s->offset + s->numel; j++) d->grads[j] = d->grads[j] - d->r[j];
-                }
-            }
-            d->bstate[b] = 0;
-        }
-        d->step_begun = 0;
-    }
+    /* ... in the other phase (a skip at the boundary): redo them for t, M - e giving g back up to rounding */
+    if (d->step_begun && d->cur_t != t) dist_drop_buckets(d, psgd_unqueue_bucket);
     if (!d->step_begun) psgd_begin(d, t);
-    for (int b = 0; b < d->nb; b++)
-        if (!d->bstate[b]) psgd_queue_bucket(d, b);
-    for (int b = 0; b < d->nb; b++) comm_wait(d->bh[b]);
+    dist_gather_buckets(d, psgd_queue_bucket, NULL);
     float *g = d->grads;
     const float *avg = d->stage;
     /* a non-finite M or gradient on any rank would reach e or the update: every rank must agree to skip */
@@ -195,8 +190,7 @@ static int psgd_step(DistOptim *d, int t, float lr, float *grad_norm) {
     if (bad) {
         *grad_norm = NAN;
         d->cur_t = -1;
-        dist_end_step(d);
-        return 1;
+        return dist_end_step(d, t, 1);
     }
     const int comp = psgd(d)->compress;
     if (comp && psgd(d)->kq) {
@@ -250,13 +244,9 @@ static int psgd_step(DistOptim *d, int t, float lr, float *grad_norm) {
     if (sc != 1.0f)
         for (size_t j = 0; j < d->P; j++) g[j] *= sc;
     adamw_update(d->tab, d->params, g, d->m, d->v, 0, d->P, t, lr, &d->cfg.opt);
-    d->last_k = 0;
-    for (int b = 0; b < d->nb; b++) d->last_k += d->bucket_k[b];
-    if (comp) d->last_k += psgd(d)->kq;
+    d->last_k = dist_bucket_k_total(d) + (comp ? psgd(d)->kq : 0);
     d->cur_t = -1;
-    dist_end_step(d);
-    d->last_t = t;
-    return 0;
+    return dist_end_step(d, t, 0);
 }
 
 extern const UpdateRule rule_powersgd;

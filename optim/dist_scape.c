@@ -467,9 +467,7 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
     const float sqrt_bc2 = (float)sqrt(1.0 - pow((double)b2, t));
     /* m_t goes compact into m_new in payload order: chunk c's values start where its payload does (ch_q) */
     const int zero = d->cfg.zero;
-    size_t K = 0;
-    for (int b = 0; b < d->nb; b++) K += d->bucket_k[b];
-    if (zero) K = d->own_k; /* ZeRO-1: m_t of the owned slices only, at ch_qo */
+    size_t K = zero ? d->own_k : dist_bucket_k_total(d); /* ZeRO-1: m_t of the owned slices only, at ch_qo */
     if (K > d->m_new_cap || d->m_new_cap > K + K / 2) { /* grow, or shrink by a third or more as the density falls */
         d->m_new = xrealloc(d->m_new, (K ? K : 1) * sizeof(float), "SCAPE first moment");
         d->m_new_cap = K;
@@ -481,8 +479,7 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
     /* ZeRO-1 with the bf16 payload: r's value on M_t goes to ez (payload order), r itself gets beta1 m_t in the sync */
     float *ez = NULL;
     if (zero && d->stage16) {
-        size_t Kt = 0;
-        for (int b = 0; b < d->nb; b++) Kt += d->bucket_k[b];
+        size_t Kt = dist_bucket_k_total(d);
         if (Kt > d->ez_cap || d->ez_cap > Kt + Kt / 2) { /* e_{t-1} is spent: c read it before this pass */
             d->ez = xrealloc(d->ez, (Kt ? Kt : 1) * sizeof(float), "SCAPE residual on the mask");
             d->ez_cap = Kt;
@@ -657,6 +654,31 @@ void scape_m_set_dense(DistOptim *d, const float *m, const uint8_t *mask, int ha
 }
 /* ---- the step ---- */
 
+/* Bucket b out at the step: items 1 (if backward did not hand it over) and 2. */
+static void scape_send_bucket(DistOptim *d, int b) {
+    if (d->bstate[b] == 0) scape_c_bucket(d, b);
+    scape_queue_bucket(d, b);
+}
+
+/* Bucket b's reduced payload, once landed, where the passes read it: with the bf16 payload b in fp32 (the owned
+ * part with ZeRO-1, in rs_out; else in stage); the fp32 payload is there already. */
+static void scape_unpack_bucket(DistOptim *d, int b) {
+    if (d->stage16 && d->cfg.zero) { /* the owned part of b in bf16 -> fp32 */
+        float *bv = d->rs_out + d->rs_off[b];
+        const uint16_t *b16 = d->rs16 + d->rs_off[b];
+        size_t Kb = d->rs_k[(size_t)b * (size_t)d->world + (size_t)d->rank];
+        #pragma omp parallel for schedule(static) if (Kb > 65536)
+        for (size_t q = 0; q < Kb; q++) bv[q] = bf16_to_f32(b16[q]);
+    } else if (d->stage16) {
+        /* b in bf16 -> the fp32 payload buffer the passes below read */
+        float *bv = d->stage + d->pay_off[b];
+        const uint16_t *b16 = d->stage16 + d->pay_off[b];
+        size_t Kb = d->bucket_k[b];
+        #pragma omp parallel for schedule(static) if (Kb > 65536)
+        for (size_t q = 0; q < Kb; q++) bv[q] = bf16_to_f32(b16[q]);
+    }
+}
+
 /* Step t: bootstrap the first mask if there is none, send the buckets backward did not, wait for the payloads,
  * g_hat's norm and the skip decision (any rank's non-finite c), the clip factor, statistics, the next mask's
  * top-k and all-gather, then the update. */
@@ -682,29 +704,8 @@ int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
         bootstrapped = 1;
         scape_payload_layout(d);
     }
-    for (int b = 0; b < d->nb; b++) {
-        if (d->bstate[b] == 0) scape_c_bucket(d, b);
-        if (d->bstate[b] == 1) scape_queue_bucket(d, b);
-    }
-    size_t K = 0;
-    for (int b = 0; b < d->nb; b++) {
-        comm_wait(d->bh[b]);
-        K += d->bucket_k[b];
-        if (d->stage16 && d->cfg.zero) { /* the owned part of b in bf16 -> fp32 */
-            float *bv = d->rs_out + d->rs_off[b];
-            const uint16_t *b16 = d->rs16 + d->rs_off[b];
-            size_t Kb = d->rs_k[(size_t)b * (size_t)d->world + (size_t)d->rank];
-            #pragma omp parallel for schedule(static) if (Kb > 65536)
-            for (size_t q = 0; q < Kb; q++) bv[q] = bf16_to_f32(b16[q]);
-        } else if (d->stage16) {
-            /* b in bf16 -> the fp32 payload buffer the passes below read */
-            float *bv = d->stage + d->pay_off[b];
-            const uint16_t *b16 = d->stage16 + d->pay_off[b];
-            size_t Kb = d->bucket_k[b];
-            #pragma omp parallel for schedule(static) if (Kb > 65536)
-            for (size_t q = 0; q < Kb; q++) bv[q] = bf16_to_f32(b16[q]);
-        }
-    }
+    dist_gather_buckets(d, scape_send_bucket, scape_unpack_bucket);
+    size_t K = dist_bucket_k_total(d);
     if (d->dbg_c) memcpy(d->dbg_c, d->grads, d->P * sizeof(float));
 
     /* g_hat = (m_t - beta1 m_{t-1}) / (1 - beta1) on M_t (SCAPE.md section 3 item 5); its norm for clipping */
@@ -745,8 +746,7 @@ int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
             d->mask_next = tmp;
             d->have_next = 1;
         }
-        dist_end_step(d);
-        return 1;
+        return dist_end_step(d, t, 1);
     }
     int clipped = d->cfg.clip > 0 && norm > d->cfg.clip;
     float sc = dist_clip_scale(d->cfg.clip, norm);
@@ -759,7 +759,5 @@ int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
     if (d->cfg.variant == SCAPE_TENSOR_NU && d->have_m) scape_stay_pass(d, clipped, sc);
     scape_update_pass(d, t, lr, clipped, sc);
     d->last_k = K;
-    dist_end_step(d);
-    d->last_t = t;
-    return 0;
+    return dist_end_step(d, t, 0);
 }

@@ -86,18 +86,10 @@ static void topk_bucket_ready(DistOptim *d, int b) {
 /* Step t: the buckets backward did not send, the wait, the mean of every rank's pairs in rank order, the skip
  * decision (any rank's non-finite acc), statistics, e_i, the clip and AdamW. */
 static int topk_step(DistOptim *d, int t, float lr, float *grad_norm) {
-    if (d->step_begun && d->cur_t != t) {
-        /* buckets went out for another step number (the loop retried or skipped one): redo them for t */
-        for (int b = 0; b < d->nb; b++) {
-            comm_wait(d->bh[b]);
-            d->bstate[b] = 0;
-        }
-        d->step_begun = 0;
-    }
+    /* buckets that went out for another step number (the loop retried or skipped one) are redone for t */
+    if (d->step_begun && d->cur_t != t) dist_drop_buckets(d, NULL);
     if (!d->step_begun) topk_begin(d, t);
-    for (int b = 0; b < d->nb; b++)
-        if (!d->bstate[b]) topk_queue_bucket(d, b);
-    for (int b = 0; b < d->nb; b++) comm_wait(d->bh[b]);
+    dist_gather_buckets(d, topk_queue_bucket, NULL);
     const float *acc = d->stage;
     if (d->dbg_c) memcpy(d->dbg_c, acc, d->P * sizeof(float));
     if (d->dbg_s)
@@ -126,8 +118,7 @@ static int topk_step(DistOptim *d, int t, float lr, float *grad_norm) {
     *grad_norm = norm;
     d->cur_t = -1;
     if (!isfinite(norm)) {
-        dist_end_step(d);
-        return 1;
+        return dist_end_step(d, t, 1);
     }
     if (d->st_on) stats_compute(d, t, d->mask_cur, acc, NULL, NULL);
     for (size_t j = 0; j < d->P; j++) d->r[j] = mask_get(d->mask_cur, j) ? 0.0f : acc[j];
@@ -135,12 +126,9 @@ static int topk_step(DistOptim *d, int t, float lr, float *grad_norm) {
     if (sc != 1.0f)
         for (size_t j = 0; j < d->P; j++) g[j] *= sc;
     adamw_update(d->tab, d->params, g, d->m, d->v, 0, d->P, t, lr, &d->cfg.opt);
-    d->last_k = 0;
-    for (int b = 0; b < d->nb; b++) d->last_k += d->bucket_k[b];
+    d->last_k = dist_bucket_k_total(d);
     d->have_cur = 1;
-    dist_end_step(d);
-    d->last_t = t;
-    return 0;
+    return dist_end_step(d, t, 0);
 }
 
 /* e, m, v */
