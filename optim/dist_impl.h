@@ -29,7 +29,7 @@ _Static_assert(sizeof(TopkPair) == 8, "topk-ef pairs are 8 bytes on the wire");
 struct DistOptim {
     const UpdateRule *rule; /* the rule's row (optim/rule.h): every rule-specific call goes through it */
     void *state;            /* the rule's own state, a struct private to its file (rule->free frees it); NULL for
-                             * the rules whose state is still the fields below (dense, SCAPE, topk-ef) */
+                             * SCAPE, whose state is still the fields below */
     const ParamTable *tab;
     float *params, *grads; /* (P) the model's buffers */
     DistConfig cfg;
@@ -46,15 +46,16 @@ struct DistOptim {
     uint16_t *stage16;     /* SCAPE bf16 payload: the payload as sent, then b, laid out like stage */
     float *qerr;           /* SCAPE bf16 payload: e = fp32 mean - b on this rank's parts, 0 elsewhere, like stage */
     size_t stage_cap, *pay_off;
-    float *rs_out;         /* ZeRO: the owned part of each bucket after reduce-scatter */
-    size_t *rs_off;        /* ZeRO: offset of bucket b's owned part in rs_out */
+    float *rs_out;         /* SCAPE ZeRO: the owned part of each bucket after reduce-scatter */
+    size_t *rs_off;        /* SCAPE ZeRO: offset of bucket b's owned part in rs_out */
     CommHandle *bh;        /* per bucket: its collective */
     int *bstate;           /* per bucket: 0 nothing, 1 c computed (SCAPE), 2 queued */
     int step_begun;
     int grads_clear;       /* the step's update already wrote 0 over every gradient (dist_end_step skips its pass) */
-    /* dense state over [slo, shi): the whole buffer, or the owned shard with ZeRO-1 */
+    /* the parameters whose state this rank holds, [slo, shi) (the blob header's lo, hi): all of them, or the dense
+     * rules' ZeRO-1 shard (their init sets it) */
     size_t slo, shi;
-    float *m, *v;          /* SCAPE: m compact, see below */
+    float *m;              /* SCAPE: m compact, see below */
     /* SCAPE */
     float *r;              /* (P) residual */
     uint8_t *mask_cur, *mask_next; /* (P bits) */
@@ -112,11 +113,6 @@ struct DistOptim {
     double *zred;          /* per-chunk sums of g_hat^2, then the count of ranks with a non-finite c */
     float *r_plain;        /* distopt_residual's unfolded copy (tests) */
     float *m_dense;        /* distopt_moment's dense copy (tests) */
-    /* topk-ef: r is e_i, m and v AdamW's; mask_cur this rank's selection S_t, stage acc_i (P, flat) */
-    TopkPair *pairs;       /* per bucket: world consecutive parts of K_b pairs, at world * pair_off[b] */
-    size_t pairs_cap;      /* pairs allocated */
-    size_t *pair_off;      /* per bucket: sum of K_b' over earlier buckets */
-    int cur_t;             /* the step whose buckets are on the wire */
     /* mask statistics (rank 0) */
     int st_on;
     int st_valid;          /* st holds the last completed step's values */
@@ -208,35 +204,44 @@ void dense_queue_bucket(DistOptim *d, int b);
 /* The reduced bucket b back into grads from stage: all of it, or with ZeRO-1 the owned slices (nothing for the dense
  * rules' in-place update on one rank). */
 void dense_unpack_bucket(DistOptim *d, int b);
-/* SCAPE_CHECK_SYNC's shared state of the rules on e, m, v (topk-ef, powersgd, onebit-adam; dist.c): m and v,
- * continuing h */
-uint64_t dist_sync_hash_mv(DistOptim *d, uint64_t h);
 
-/* ---- dist_state.c: what the blobs of the rules share ---- */
-/* The header of this rank's blob: optimizer kind, world, rank, ZeRO, last step, mask flags, P and [slo, shi). */
-BlobHeader dist_blob_header(const DistOptim *d);
-/* e (DistOptim's r), m, v (P each) after the header, and *h = dist_blob_header (the caller adds K and writes it):
- * the start of the topk-ef, PowerSGD and 1-bit Adam blobs; dist_emv_load reads them back (e by
- * dist_load_residual) and clears have_cur. */
+/* ---- dist.c, dist_state.c: the rules that feed AdamW a compressed gradient (topk-ef, PowerSGD, 1-bit Adam) ---- */
+/* Their error feedback e and AdamW's moments m, v (P floats each, e this rank's own, m and v the same on every rank):
+ * the first member of each one's private state, so that the helpers below reach it through DistOptim's state. */
+typedef struct {
+    float *e, *m, *v;
+} EmvState;
+static inline EmvState *dist_emv(const DistOptim *d) { return (EmvState *)d->state; }
+/* e, m, v allocated, zero (the rule's state allocated first); dist_emv_free frees them, not the struct. */
+void dist_emv_init(DistOptim *d);
+void dist_emv_free(EmvState *s);
+/* SCAPE_CHECK_SYNC's shared state (the sync_hash hook): m and v, continuing h */
+uint64_t dist_sync_hash_mv(DistOptim *d, uint64_t h);
+/* distopt_moment and distopt_residual (the moment and residual hooks): m and e */
+const float *dist_emv_moment(const DistOptim *d);
+const float *dist_emv_residual(const DistOptim *d);
+/* e, m, v (P each) after the header, and *h = dist_blob_header (the caller completes it and writes it): the start
+ * of their blobs; dist_emv_load reads them back (e by dist_load_residual). */
 void dist_emv_save(const DistOptim *d, void *blob, BlobHeader *h);
 void dist_emv_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, int n_blobs);
-/* DistOptim's r (P) from the (P) floats after each blob's header: this rank's own when the world is unchanged (or
- * one blob), else the mean over all saved ranks in rank order (SCAPE.md section 8). */
-void dist_load_residual(DistOptim *d, const void *const *blobs, int n_blobs, int saved_world);
 
-/* ---- dist_state.c: each rule's checkpoint blob, the hooks of its row (optim/rule.h; layouts in dist_state.c) ---- */
-size_t dense_state_bytes(const DistOptim *d);
-void dense_save(const DistOptim *d, void *blob);
-size_t dense_blob_payload(const BlobHeader *h, int i);
-void dense_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
+/* ---- dist_state.c: what the blobs of the rules share ---- */
+/* The header of this rank's blob: optimizer kind, world, rank, ZeRO, last step, P and [slo, shi); no masks
+ * (have_cur, have_next 0: a rule with one sets them). */
+BlobHeader dist_blob_header(const DistOptim *d);
+/* r (P) from the (P) floats after each blob's header: this rank's own when the world is unchanged (or one blob),
+ * else the mean over all saved ranks in rank order (SCAPE.md section 8). */
+void dist_load_residual(const DistOptim *d, float *r, const void *const *blobs, int n_blobs, int saved_world);
+/* [lo, hi) of the dense rules' m (and v for AdamW: kind) from whichever of the blobs cover it; fatal() if they do
+ * not. */
+void dist_dense_assemble(OptimizerKind kind, size_t lo, size_t hi, float *m, float *v, const void *const *blobs,
+                         int n_blobs);
+
+/* ---- dist_state.c: SCAPE's checkpoint blob, the hooks of its row (optim/rule.h; layout in dist_state.c) ---- */
 size_t scape_state_bytes(const DistOptim *d);
 void scape_save(const DistOptim *d, void *blob);
 size_t scape_blob_payload(const BlobHeader *h, int i);
 void scape_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
-size_t topk_state_bytes(const DistOptim *d);
-void topk_save(const DistOptim *d, void *blob);
-size_t topk_blob_payload(const BlobHeader *h, int i);
-void topk_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
 
 /* ---- dist_mask_stats.c: DistMaskStats of dist.h, on rank 0 ---- */
 /* Fills d->st for step t. gmask/gvec: the raw-gradient mask of this step and the vector its energy is of (SCAPE:

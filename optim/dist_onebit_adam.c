@@ -24,8 +24,8 @@
  * Bytes per rank and step: warm-up 2 * 4P (N-1)/N; compression 2 Bk (N-1), Bk = 4 S + sum_s L_s / 8 (an
  * all-to-all and an all-gather of N blocks of Bk bytes: S worker or server scales, then the sign bits of the chunks),
  * i.e. about P/4 (N-1)/N, 1/32 of the dense all-reduce; the control all-reduce (16 bytes) is counted as control.
- * State (dist_impl.h): r = e_i (P), ob_es = es (P, nonzero on this rank's chunks only), m, v (P, m shared), stage
- * (warm-up buckets), ob_send/ob_recv (N Bk bytes each).
+ * State (OnebitState below): e_i, m, v (P each, m shared), es (P, nonzero on this rank's chunks only), the send and
+ * receive blocks (N Bk bytes each); DistOptim's stage holds the warm-up's buckets.
  * Not for: AdamW itself (optim.c).
  */
 #include <math.h>
@@ -35,10 +35,11 @@
 #include "common/util.h"
 #include "optim/dist_impl.h"
 
-/* 1-bit Adam's own state (DistOptim's state): the server error es (P, nonzero on this rank's chunks), per slice
- * the offset of its chunk's sign bytes within a block, the block size Bk, the all-to-all's send (also the
- * all-gather's buffer) and receive blocks (world * Bk bytes each). The worker error, m and v are DistOptim's r, m, v. */
+/* 1-bit Adam's own state (DistOptim's state): the worker error e_i, m and v (EmvState, first); the server error es
+ * (P, nonzero on this rank's chunks), per slice the offset of its chunk's sign bytes within a block, the block size
+ * Bk, the all-to-all's send (also the all-gather's buffer) and receive blocks (world * Bk bytes each). */
 typedef struct {
+    EmvState emv;
     float *es;
     size_t *boff, block;
     uint8_t *send, *recv;
@@ -57,11 +58,7 @@ extern const UpdateRule rule_onebit_adam;
 static void onebit_init(DistOptim *d, size_t owned_total) {
     d->state = xcalloc(1, sizeof(OnebitState), "1-bit Adam state");
     const ParamTable *tab = d->tab;
-    d->slo = 0;
-    d->shi = d->P;
-    d->m = xcalloc(d->P ? d->P : 1, sizeof(float), "1-bit Adam first moment");
-    d->v = xcalloc(d->P ? d->P : 1, sizeof(float), "1-bit Adam second moment");
-    d->r = xcalloc(d->P ? d->P : 1, sizeof(float), "1-bit Adam worker error");
+    dist_emv_init(d);
     onebit(d)->es = xcalloc(d->P ? d->P : 1, sizeof(float), "1-bit Adam server error");
     onebit(d)->boff = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(size_t), "1-bit Adam chunk offsets");
     size_t sb = 0;
@@ -103,7 +100,7 @@ static void ob_compressed_allreduce(DistOptim *d) {
     for (int i = 0; i < S; i++) {
         const ParamSlice *s = &tab->slices[i];
         size_t n = s->numel, L = ob_chunk(n, N);
-        float *x = d->m + s->offset, *e = d->r + s->offset;
+        float *x = onebit(d)->emv.m + s->offset, *e = onebit(d)->emv.e + s->offset;
         for (size_t j = 0; j < n; j++) x[j] = x[j] + e[j];
         float a = ob_scale(x, n);
         for (size_t j = 0; j < n; j++) {
@@ -125,7 +122,7 @@ static void ob_compressed_allreduce(DistOptim *d) {
         const ParamSlice *s = &tab->slices[i];
         size_t n = s->numel, L = ob_chunk(n, N), lo = (size_t)me * L, hi = lo + L < n ? lo + L : n;
         size_t len = hi > lo ? hi - lo : 0;
-        float *es = onebit(d)->es + s->offset + lo, *y = d->m + s->offset + lo; /* y: m's elements there, as scratch */
+        float *es = onebit(d)->es + s->offset + lo, *y = onebit(d)->emv.m + s->offset + lo; /* y: m's elements there, as scratch */
         for (int w = 0; w < N; w++) memcpy(&sc[w], recv + (size_t)w * Bk + 4 * (size_t)i, 4);
         for (size_t k = 0; k < len; k++) {
             size_t byte = 4 * (size_t)S + onebit(d)->boff[i] + k / 8;
@@ -148,7 +145,7 @@ static void ob_compressed_allreduce(DistOptim *d) {
     for (int i = 0; i < S; i++) {
         const ParamSlice *s = &tab->slices[i];
         size_t n = s->numel, L = ob_chunk(n, N);
-        float *m = d->m + s->offset;
+        float *m = onebit(d)->emv.m + s->offset;
         for (size_t j = 0; j < n; j++) {
             size_t r = j / L, k = j % L;
             const uint8_t *blk = send + r * Bk;
@@ -188,10 +185,10 @@ static int onebit_step(DistOptim *d, int t, float lr, float *grad_norm) {
     if (t <= F) {
         if (sc != 1.0f)
             for (size_t j = 0; j < d->P; j++) g[j] *= sc;
-        adamw_update(d->tab, d->params, g, d->m, d->v, 0, d->P, t, lr, &d->cfg.opt);
+        adamw_update(d->tab, d->params, g, onebit(d)->emv.m, onebit(d)->emv.v, 0, d->P, t, lr, &d->cfg.opt);
     } else {
         const float b1 = d->cfg.opt.beta1, eps = d->cfg.opt.eps;
-        for (size_t j = 0; j < d->P; j++) d->m[j] = b1 * d->m[j] + (1.0f - b1) * (g[j] * sc);
+        for (size_t j = 0; j < d->P; j++) onebit(d)->emv.m[j] = b1 * onebit(d)->emv.m[j] + (1.0f - b1) * (g[j] * sc);
         ob_compressed_allreduce(d);
         float bc1 = (float)(1.0 - pow((double)b1, t));
         float bc2 = (float)(1.0 - pow((double)d->cfg.opt.beta2, F > 0 ? F : 1));
@@ -199,7 +196,7 @@ static int onebit_step(DistOptim *d, int t, float lr, float *grad_norm) {
             const ParamSlice *s = &d->tab->slices[i];
             float wd = s->decay ? d->cfg.opt.weight_decay : 0.0f;
             float *p = d->params + s->offset;
-            const float *m = d->m + s->offset, *v = d->v + s->offset;
+            const float *m = onebit(d)->emv.m + s->offset, *v = onebit(d)->emv.v + s->offset;
             for (size_t j = 0; j < s->numel; j++) p[j] -= lr * ((m[j] / bc1) / (sqrtf(v[j] / bc2) + eps) + wd * p[j]);
         }
     }
@@ -258,6 +255,7 @@ static void onebit_load(DistOptim *d, const BlobHeader *h0, const void *const *b
 static void onebit_free(DistOptim *d) {
     OnebitState *s = onebit(d);
     if (!s) return;
+    dist_emv_free(&s->emv);
     free(s->es); free(s->boff); free(s->send); free(s->recv);
     free(s);
 }
@@ -268,5 +266,6 @@ const UpdateRule rule_onebit_adam = {
     .state_bytes = onebit_state_bytes, .save = onebit_save, .blob_payload = onebit_blob_payload, .load = onebit_load,
     .state_memory = onebit_state_memory, .sync_hash = dist_sync_hash_mv,
     .free = onebit_free,
+    .moment = dist_emv_moment, .residual = dist_emv_residual,
 };
 

@@ -40,6 +40,7 @@ void scape_zero_init(DistOptim *d) {
     size_t nch = d->nch ? d->nch : 1;
     d->ch_qo = xcalloc(nch, sizeof(size_t), "SCAPE owned payload offsets");
     d->ch_qs = xcalloc(nch, sizeof(size_t), "SCAPE sync offsets");
+    d->rs_off = xcalloc((size_t)(d->nb ? d->nb : 1), sizeof(size_t), "SCAPE reduce-scatter offsets");
     d->rs_k = xcalloc((size_t)(d->nb ? d->nb : 1) * (size_t)d->world, sizeof(size_t), "SCAPE reduce-scatter counts");
     d->zred = xmalloc((d->nch + 1) * sizeof(double), "SCAPE norm partials");
     if (d->cfg.payload_bf16) d->ch_qe = xcalloc(nch, sizeof(size_t), "SCAPE residual offsets");

@@ -1,6 +1,6 @@
 /*
  * optim/dist_state.c - the checkpoint blobs (distopt_state_bytes / save / load of optim/dist.h, through each rule's
- * row; the code of the powersgd, onebit-adam and demo blobs is in their own files, on the helpers here) and the
+ * row; the code of every blob but SCAPE's is in its rule's file, on the helpers here) and the
  * same layouts from explicit views for the CUDA trainers' device update (distopt_dense_blob_*, distopt_scape_blob_*),
  * so that host and device write and read each other's checkpoints. A blob is one rank's file of a checkpoint:
  * header, then
@@ -73,8 +73,8 @@ void distopt_dense_blob_save(void *blob, OptimizerKind kind, int world, int rank
     memcpy(blob, &h, sizeof h);
 }
 
-/* Assembles [lo, hi) of m (and v) from whichever blobs cover it; fatal() if they do not. */
-static void dense_assemble(OptimizerKind kind, size_t lo, size_t hi, float *m, float *v, const void *const *blobs,
+/* Assembles [lo, hi) of m (and v) from whichever blobs cover it; fatal() if they do not (dist_impl.h). */
+void dist_dense_assemble(OptimizerKind kind, size_t lo, size_t hi, float *m, float *v, const void *const *blobs,
                            int n_blobs) {
     size_t n = hi - lo;
     size_t covered = 0;
@@ -101,7 +101,7 @@ int distopt_dense_blob_load(OptimizerKind kind, size_t P, int world, size_t lo, 
     for (int i = 1; i < n_blobs; i++) check_blob_kind(kind, P, blobs[i], sizes[i], i);
     if (n_blobs < h0.world && h0.world != world && (h0.lo > lo || h0.hi < hi))
         fatal("optimizer state was saved by %d ranks, this run has %d; pass the state of all %d saved ranks", h0.world, world, h0.world);
-    dense_assemble(kind, lo, hi, m, v, blobs, n_blobs);
+    dist_dense_assemble(kind, lo, hi, m, v, blobs, n_blobs);
     return h0.last_t;
 }
 
@@ -122,8 +122,8 @@ static void load_residual_into(float *r, size_t P, int world, int rank, const vo
     }
     for (size_t j = 0; j < P; j++) r[j] /= (float)n_blobs;
 }
-void dist_load_residual(DistOptim *d, const void *const *blobs, int n_blobs, int saved_world) {
-    load_residual_into(d->r, d->P, d->world, d->rank, blobs, n_blobs, saved_world);
+void dist_load_residual(const DistOptim *d, float *r, const void *const *blobs, int n_blobs, int saved_world) {
+    load_residual_into(r, d->P, d->world, d->rank, blobs, n_blobs, saved_world);
 }
 
 /* ---- the SCAPE blob from explicit views (shared with the device updater, cuda/dist_scape.cuh) ---- */
@@ -196,25 +196,8 @@ int distopt_scape_blob_load(size_t P, int world, int rank, float *r, uint8_t *ma
 BlobHeader dist_blob_header(const DistOptim *d) {
     BlobHeader h = {.magic = DIST_MAGIC, .version = DIST_VERSION, .kind = (int32_t)d->cfg.opt.kind,
                     .world = d->world, .rank = d->rank, .zero = d->cfg.zero, .last_t = d->last_t,
-                    .have_cur = d->have_cur, .have_next = d->have_next, .P = d->P, .lo = d->slo, .hi = d->shi};
+                    .have_cur = 0, .have_next = 0, .P = d->P, .lo = d->slo, .hi = d->shi};
     return h;
-}
-
-/* adamw, adams: m (and v) over [lo, hi) */
-size_t dense_state_bytes(const DistOptim *d) {
-    return sizeof(BlobHeader) + (d->shi - d->slo) * sizeof(float) * (d->cfg.opt.kind == OPT_ADAMW ? 2 : 1);
-}
-void dense_save(const DistOptim *d, void *blob) {
-    distopt_dense_blob_save(blob, d->cfg.opt.kind, d->world, d->rank, d->cfg.zero, d->last_t, d->P, d->slo, d->shi,
-                            d->m, d->v);
-}
-size_t dense_blob_payload(const BlobHeader *h, int i) {
-    if (h->lo > h->hi || h->hi > h->P) fatal("optimizer state of rank %d: bad range [%llu, %llu)", i, (unsigned long long)h->lo, (unsigned long long)h->hi);
-    return (h->hi - h->lo) * sizeof(float) * (h->kind == OPT_ADAMW ? 2 : 1);
-}
-/* assembles [slo, shi) from whichever blobs cover it */
-void dense_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs) {
-    dense_assemble(d->cfg.opt.kind, d->slo, d->shi, d->m, d->v, blobs, n_blobs);
 }
 
 /* scape: the layout of distopt_scape_blob_save, then catchup's age */
@@ -277,30 +260,20 @@ void scape_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, co
 
 /* topk-ef, powersgd, onebit-adam: e (P), m (P), v (P), then powersgd's Q (K) or onebit-adam's server error (P) */
 void dist_emv_save(const DistOptim *d, void *blob, BlobHeader *h) {
+    const EmvState *s = dist_emv(d);
     *h = dist_blob_header(d);
     char *p = (char *)blob + sizeof *h;
-    memcpy(p, d->r, d->P * sizeof(float));
-    memcpy(p + d->P * sizeof(float), d->m, d->P * sizeof(float));
-    memcpy(p + 2 * d->P * sizeof(float), d->v, d->P * sizeof(float));
+    memcpy(p, s->e, d->P * sizeof(float));
+    memcpy(p + d->P * sizeof(float), s->m, d->P * sizeof(float));
+    memcpy(p + 2 * d->P * sizeof(float), s->v, d->P * sizeof(float));
 }
 /* e_i: this rank's own when the world is unchanged, else the mean over the saved ranks (as SCAPE's r); m, v */
 void dist_emv_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, int n_blobs) {
-    dist_load_residual(d, blobs, n_blobs, h0->world);
+    EmvState *s = dist_emv(d);
+    dist_load_residual(d, s->e, blobs, n_blobs, h0->world);
     const float *mv = (const float *)((const char *)blobs[0] + sizeof(BlobHeader)) + d->P;
-    memcpy(d->m, mv, d->P * sizeof(float));
-    memcpy(d->v, mv + d->P, d->P * sizeof(float));
-    d->have_cur = 0;
-}
-
-size_t topk_state_bytes(const DistOptim *d) { return sizeof(BlobHeader) + 3 * d->P * sizeof(float); }
-void topk_save(const DistOptim *d, void *blob) {
-    BlobHeader h;
-    dist_emv_save(d, blob, &h);
-    memcpy(blob, &h, sizeof h);
-}
-size_t topk_blob_payload(const BlobHeader *h, int i) { return 3 * h->P * sizeof(float); }
-void topk_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs) {
-    dist_emv_load(d, h0, blobs, n_blobs);
+    memcpy(s->m, mv, d->P * sizeof(float));
+    memcpy(s->v, mv + d->P, d->P * sizeof(float));
 }
 
 /* ---- through the rule's row ---- */

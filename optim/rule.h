@@ -64,8 +64,7 @@ typedef struct UpdateRule {
     size_t (*state_memory)(const DistOptim *d);
     /* the shared state beside the parameters that SCAPE_CHECK_SYNC hashes (common/hash.h hash_fnv1a64 continued from h); NULL: none */
     uint64_t (*sync_hash)(DistOptim *d, uint64_t h);
-    /* inspection (optim/dist.h): distopt_moment, distopt_residual (NULL: DistOptim's m and r as they are) and
-     * distopt_mask (NULL: no mask) */
+    /* inspection (optim/dist.h): distopt_moment, distopt_residual and distopt_mask (NULL: the rule has none) */
     const float *(*moment)(const DistOptim *d);
     const float *(*residual)(const DistOptim *d);
     const uint8_t *(*mask)(DistOptim *d, int next);
