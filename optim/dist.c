@@ -14,7 +14,8 @@
  *   dist_onebit_adam.c 1-bit Adam (AdamW for a warm-up, then the momentum in 1 bit with error compensation)
  *   dist_demo.c        DeMo (local momentum, top-k DCT coefficients per block all-gathered, sign step)
  *   dist_mask_stats.c  mask stability (Jaccard, kept energy) per slice, on rank 0, when enabled
- *   dist_state.c       every optimizer's checkpoint blob (save, load, other world sizes)
+ *   dist_state.c       what the checkpoint blobs share (header checks, other world sizes) and the dense and SCAPE
+ *                      layouts the device update writes too; each rule's blob hooks are in its own file
  * Here too, shared by the rules: the opening of every step (the buckets sent, waited for and unpacked), its end
  * (the zeroing, the last completed step), the gradient norm's fixed-order sum, the hash of the SCAPE_CHECK_SYNC
  * check (comm_sync_check compares it), and the inspection functions of dist.h.
@@ -125,20 +126,11 @@ static void sync_check(DistOptim *d) {
 void distopt_free(DistOptim *d) {
     if (!d) return;
     sync_check(d);
-    comm_wait(d->next_h);
     for (int b = 0; b < d->nb; b++) comm_wait(d->bh[b]);
     if (d->rule->free) d->rule->free(d); /* after the waits: a collective may still use its buffers */
     param_table_bucket_slices_free(d->nb, d->bn, d->bslices);
-    free(d->bucket_off); free(d->bucket_numel); free(d->rs_off);
-    free(d->bucket_k); free(d->bh); free(d->bstate); free(d->stage); free(d->stage16); free(d->qerr); free(d->rs_out);
-    free(d->m); free(d->r); free(d->mask_cur); free(d->mask_next); free(d->seg);
-    free(d->pay_off);
-    free(d->m_new); free(d->mask_m); free(d->ch_qm); free(d->slice_ch0); free(d->m_dense);
-    free(d->ch_qo); free(d->ch_qs); free(d->rs_k); free(d->rs16); free(d->rs_err); free(d->ez); free(d->ch_qe); free(d->zred); free(d->r_plain);
-    free(d->seg_bytes); free(d->seg_off); free(d->topk_tmp);
-    free(d->code_mine); free(d->code_all); free(d->code_sizes);
-    free(d->ch_lo); free(d->ch_hi); free(d->ch_q); free(d->ch_slice); free(d->ch_bucket); free(d->ch_ss); free(d->ch_bad);
-    free(d->age); free(d->ch_ss_stay); free(d->ch_n_stay); free(d->slice_s2);
+    free(d->bucket_off); free(d->bucket_numel);
+    free(d->bucket_k); free(d->bh); free(d->bstate); free(d->stage);
     free(d->st_slice); free(d->st_jm); free(d->st_em); free(d->st_jg); free(d->st_eg); free(d->st_g);
     free(d->st_gcur); free(d->st_gprev); free(d->st_tmp);
     owner_table_free(&d->own);
@@ -180,12 +172,12 @@ double dist_sumsq(const float *x, size_t lo, size_t hi) {
     return s;
 }
 
-/* Chunk offsets of mask's bits (dist_impl.h). */
-size_t dist_chunk_offsets(const DistOptim *d, const uint8_t *mask, size_t *off) {
+/* Chunk offsets of mask's bits, SCAPE's payload layout (dist_impl.h). */
+size_t dist_chunk_offsets(const size_t *lo, const size_t *hi, size_t nch, const uint8_t *mask, size_t *off) {
     #pragma omp parallel for schedule(static)
-    for (size_t c = 0; c < d->nch; c++) off[c] = mask_count(mask, d->ch_lo[c], d->ch_hi[c]);
+    for (size_t c = 0; c < nch; c++) off[c] = mask_count(mask, lo[c], hi[c]);
     size_t q = 0;
-    for (size_t c = 0; c < d->nch; c++) {
+    for (size_t c = 0; c < nch; c++) {
         size_t n = off[c];
         off[c] = q;
         q += n;

@@ -132,7 +132,7 @@ static int topk_step(DistOptim *d, int t, float lr, float *grad_norm) {
     if (!isfinite(norm)) {
         return dist_end_step(d, t, 1);
     }
-    if (d->st_on) stats_compute(d, t, topk(d)->sel, acc, NULL, NULL);
+    if (d->st_on) stats_compute(d, t, topk(d)->sel, acc, NULL, NULL, NULL);
     for (size_t j = 0; j < d->P; j++) topk(d)->emv.e[j] = mask_get(topk(d)->sel, j) ? 0.0f : acc[j];
     float sc = dist_clip_scale(d->cfg.clip, norm);
     if (sc != 1.0f)

@@ -58,7 +58,8 @@ typedef struct UpdateRule {
     void (*save)(const DistOptim *d, void *blob);
     size_t (*blob_payload)(const BlobHeader *h, int i);
     void (*load)(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
-    /* frees the rule's own state (DistOptim's state pointer; NULL: the rule keeps none), from distopt_free */
+    /* frees the rule's own state (DistOptim's state pointer; NULL: the rule keeps none), from distopt_free after the
+     * buckets' collectives (a collective of the rule's own still in flight, it waits for) */
     void (*free)(DistOptim *d);
     /* bytes of optimizer state this rank holds now (distopt_state_memory) */
     size_t (*state_memory)(const DistOptim *d);
