@@ -167,13 +167,16 @@ static const float *dense_moment(const DistOptim *d) { return dense(d)->m; }
 
 /* the blob: distopt_dense_blob_save's layout over [slo, shi); a load assembles [slo, shi) from whichever saved
  * blobs cover it (any_shard), after distopt_load's checks */
-static size_t dense_state_bytes(const DistOptim *d) { return distopt_dense_blob_bytes(d->cfg.opt.kind, d->slo, d->shi); }
+static size_t dense_state_bytes(const DistOptim *d) {
+    return distopt_dense_blob_bytes(d->cfg.opt.kind, d->slo, d->shi);
+}
 static void dense_save(const DistOptim *d, void *blob) {
     distopt_dense_blob_save(blob, d->cfg.opt.kind, d->world, d->rank, d->cfg.zero, d->last_t, d->P, d->slo, d->shi,
                             dense(d)->m, dense(d)->v);
 }
 static size_t dense_blob_payload(const BlobHeader *h, int i) {
-    if (h->lo > h->hi || h->hi > h->P) fatal("optimizer state of rank %d: bad range [%llu, %llu)", i, (unsigned long long)h->lo, (unsigned long long)h->hi);
+    if (h->lo > h->hi || h->hi > h->P)
+        fatal("optimizer state of rank %d: bad range [%llu, %llu)", i, (unsigned long long)h->lo, (unsigned long long)h->hi);
     return distopt_dense_blob_bytes((OptimizerKind)h->kind, h->lo, h->hi) - sizeof(BlobHeader);
 }
 static void dense_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs) {

@@ -42,8 +42,8 @@ struct DistOptim {
     int **bslices;
     int *bn;
     size_t *bucket_off, *bucket_numel;
-    float *stage;          /* (P) packed gradients by bucket (the rule's row: stage); SCAPE and PowerSGD: their
-                            * payload, packed by bucket */
+    float *stage;          /* (P) packed gradients by bucket (dist.c allocates it where the row sets stage, else the
+                            * rule's init may); SCAPE: its payload of K_t values, packed by bucket */
     CommHandle *bh;        /* per bucket: its collective */
     int *bstate;           /* per bucket: 0 nothing, 1 c computed (SCAPE), 2 queued */
     size_t *bucket_k;      /* per bucket: the values it sends at the step in progress (the sparse rules, PowerSGD) */

@@ -122,7 +122,8 @@ static void ob_compressed_allreduce(DistOptim *d) {
         const ParamSlice *s = &tab->slices[i];
         size_t n = s->numel, L = ob_chunk(n, N), lo = (size_t)me * L, hi = lo + L < n ? lo + L : n;
         size_t len = hi > lo ? hi - lo : 0;
-        float *es = onebit(d)->es + s->offset + lo, *y = onebit(d)->emv.m + s->offset + lo; /* y: m's elements there, as scratch */
+        float *es = onebit(d)->es + s->offset + lo;
+        float *y = onebit(d)->emv.m + s->offset + lo; /* y: m's elements there, as scratch */
         for (int w = 0; w < N; w++) memcpy(&sc[w], recv + (size_t)w * Bk + 4 * (size_t)i, 4);
         for (size_t k = 0; k < len; k++) {
             size_t byte = 4 * (size_t)S + onebit(d)->boff[i] + k / 8;

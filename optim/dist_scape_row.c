@@ -135,7 +135,8 @@ static void scape_save(const DistOptim *d, void *blob) {
     }
 }
 static size_t scape_blob_payload(const BlobHeader *h, int i) {
-    size_t want = h->P * sizeof(float) + (h->have_cur ? dist_blob_mask_bytes(h->P) : 0) + (h->have_next ? dist_blob_mask_bytes(h->P) : 0) + h->K * sizeof(float);
+    size_t want = h->P * sizeof(float) + (h->have_cur ? dist_blob_mask_bytes(h->P) : 0) +
+                  (h->have_next ? dist_blob_mask_bytes(h->P) : 0) + h->K * sizeof(float);
     if (h->ext & 1) want += dist_blob_mask_bytes(8 * h->P);
     if (h->ext & ~1) fatal("optimizer state of rank %d carries extras %#x this program does not know; resume with "
                            "the program version that wrote it", i, (unsigned)h->ext);
