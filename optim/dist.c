@@ -14,9 +14,11 @@
  *   dist_onebit_adam.c 1-bit Adam (AdamW for a warm-up, then the momentum in 1 bit with error compensation)
  *   dist_demo.c        DeMo (local momentum, top-k DCT coefficients per block all-gathered, sign step)
  *   dist_mask_stats.c  mask stability (Jaccard, kept energy) per slice, on rank 0, when enabled
- *   dist_state.c       every optimizer's checkpoint blob (save, load, other world sizes)
- * Here too, shared by the rules: the zeroing at the end of every step, the gradient norm's fixed-order sum, the
- * hash of the SCAPE_CHECK_SYNC check (comm_sync_check compares it), and the inspection functions of dist.h.
+ *   dist_state.c       what the checkpoint blobs share (header checks, other world sizes) and the dense and SCAPE
+ *                      layouts the device update writes too; each rule's blob hooks are in its own file
+ * Here too, shared by the rules: the opening of every step (the buckets sent, waited for and unpacked), its end
+ * (the zeroing, the last completed step), the gradient norm's fixed-order sum, the hash of the SCAPE_CHECK_SYNC
+ * check (comm_sync_check compares it), and the inspection functions of dist.h.
  * Built with -ffp-contract=off (optim/module.mk) so every rank and every run rounds identically.
  * Not for: the collectives themselves (comm.c), top-k and masks (scape.c), the dense update formulas (optim.c).
  */
@@ -63,7 +65,6 @@ DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, co
     param_table_bucket_slices(tab, &d->bn, &d->bslices);
     d->bucket_off = xcalloc((size_t)d->nb, sizeof(size_t), "bucket offsets");
     d->bucket_numel = xcalloc((size_t)d->nb, sizeof(size_t), "bucket sizes");
-    d->rs_off = xcalloc((size_t)d->nb, sizeof(size_t), "bucket offsets");
     d->bucket_k = xcalloc((size_t)d->nb, sizeof(size_t), "bucket payload sizes");
     d->bh = xcalloc((size_t)d->nb, sizeof(CommHandle), "bucket handles");
     d->bstate = xcalloc((size_t)d->nb, sizeof(int), "bucket state");
@@ -72,16 +73,13 @@ DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, co
         d->bucket_numel[tab->slices[i].bucket] += tab->slices[i].numel;
         if (dist_is_owned_slice(d, i)) owned_total += tab->slices[i].numel;
     }
-    size_t off = 0, roff = 0;
+    size_t off = 0;
     for (int b = 0; b < d->nb; b++) {
         d->bucket_off[b] = off;
         off += d->bucket_numel[b];
-        d->rs_off[b] = roff;
-        for (int k = 0; k < d->bn[b]; k++) {
-            int i = d->bslices[b][k];
-            if (dist_is_owned_slice(d, i)) roff += tab->slices[i].numel;
-        }
     }
+    d->slo = 0; /* the state covers every parameter unless the rule's init says otherwise (ZeRO-1) */
+    d->shi = d->P;
     /* the staging buffer, for the rules that pack buckets into one of P floats (SCAPE and PowerSGD size their own
      * to the payload; the dense rules allocate it unless they leave the gradients in place) */
     if (rule->stage) d->stage = xmalloc(d->P * sizeof(float), "gradient staging buffer");
@@ -91,11 +89,28 @@ DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, co
 }
 
 
+/* ---- e, m, v of the rules that feed AdamW (dist_impl.h) ---- */
+
+void dist_emv_init(DistOptim *d) {
+    EmvState *s = dist_emv(d);
+    size_t n = d->P ? d->P : 1;
+    s->e = xcalloc(n, sizeof(float), "error feedback");
+    s->m = xcalloc(n, sizeof(float), "AdamW first moment");
+    s->v = xcalloc(n, sizeof(float), "AdamW second moment");
+}
+
+void dist_emv_free(EmvState *s) {
+    free(s->e); free(s->m); free(s->v);
+}
+
 uint64_t dist_sync_hash_mv(DistOptim *d, uint64_t h) {
-    h = hash_fnv1a64(h, d->m, d->P * sizeof(float));
-    h = hash_fnv1a64(h, d->v, d->P * sizeof(float));
+    h = hash_fnv1a64(h, dist_emv(d)->m, d->P * sizeof(float));
+    h = hash_fnv1a64(h, dist_emv(d)->v, d->P * sizeof(float));
     return h;
 }
+
+const float *dist_emv_moment(const DistOptim *d) { return dist_emv(d)->m; }
+const float *dist_emv_residual(const DistOptim *d) { return dist_emv(d)->e; }
 
 /* SCAPE.md section 9.3 at the end of a run, for multi-rank tests of whole trainers: with SCAPE_CHECK_SYNC=1 in
  * the environment, hashes params (and the rule's shared state, e.g. SCAPE's m and masks) on every rank, compares
@@ -111,21 +126,11 @@ static void sync_check(DistOptim *d) {
 void distopt_free(DistOptim *d) {
     if (!d) return;
     sync_check(d);
-    comm_wait(d->next_h);
     for (int b = 0; b < d->nb; b++) comm_wait(d->bh[b]);
     if (d->rule->free) d->rule->free(d); /* after the waits: a collective may still use its buffers */
     param_table_bucket_slices_free(d->nb, d->bn, d->bslices);
-    free(d->bucket_off); free(d->bucket_numel); free(d->rs_off);
-    free(d->bucket_k); free(d->bh); free(d->bstate); free(d->stage); free(d->stage16); free(d->qerr); free(d->rs_out);
-    free(d->m); free(d->v); free(d->r); free(d->mask_cur); free(d->mask_next); free(d->seg);
-    free(d->pay_off);
-    free(d->m_new); free(d->mask_m); free(d->ch_qm); free(d->slice_ch0); free(d->m_dense);
-    free(d->ch_qo); free(d->ch_qs); free(d->rs_k); free(d->rs16); free(d->rs_err); free(d->ez); free(d->ch_qe); free(d->zred); free(d->r_plain);
-    free(d->seg_bytes); free(d->seg_off); free(d->topk_tmp);
-    free(d->code_mine); free(d->code_all); free(d->code_sizes);
-    free(d->ch_lo); free(d->ch_hi); free(d->ch_q); free(d->ch_slice); free(d->ch_bucket); free(d->ch_ss); free(d->ch_bad);
-    free(d->age); free(d->ch_ss_stay); free(d->ch_n_stay); free(d->slice_s2);
-    free(d->pairs); free(d->pair_off);
+    free(d->bucket_off); free(d->bucket_numel);
+    free(d->bucket_k); free(d->bh); free(d->bstate); free(d->stage);
     free(d->st_slice); free(d->st_jm); free(d->st_em); free(d->st_jg); free(d->st_eg); free(d->st_g);
     free(d->st_gcur); free(d->st_gprev); free(d->st_tmp);
     owner_table_free(&d->own);
@@ -167,12 +172,12 @@ double dist_sumsq(const float *x, size_t lo, size_t hi) {
     return s;
 }
 
-/* Chunk offsets of mask's bits (dist_impl.h). */
-size_t dist_chunk_offsets(const DistOptim *d, const uint8_t *mask, size_t *off) {
+/* Chunk offsets of mask's bits, SCAPE's payload layout (dist_impl.h). */
+size_t dist_chunk_offsets(const size_t *lo, const size_t *hi, size_t nch, const uint8_t *mask, size_t *off) {
     #pragma omp parallel for schedule(static)
-    for (size_t c = 0; c < d->nch; c++) off[c] = mask_count(mask, d->ch_lo[c], d->ch_hi[c]);
+    for (size_t c = 0; c < nch; c++) off[c] = mask_count(mask, lo[c], hi[c]);
     size_t q = 0;
-    for (size_t c = 0; c < d->nch; c++) {
+    for (size_t c = 0; c < nch; c++) {
         size_t n = off[c];
         off[c] = q;
         q += n;
@@ -180,7 +185,32 @@ size_t dist_chunk_offsets(const DistOptim *d, const uint8_t *mask, size_t *off) 
     return q;
 }
 
-void dist_end_step(DistOptim *d) {
+void dist_gather_buckets(DistOptim *d, void (*queue)(DistOptim *d, int b), void (*unpack)(DistOptim *d, int b)) {
+    if (queue)
+        for (int b = 0; b < d->nb; b++)
+            if (d->bstate[b] < 2) queue(d, b);
+    for (int b = 0; b < d->nb; b++) {
+        comm_wait(d->bh[b]);
+        if (unpack) unpack(d, b);
+    }
+}
+
+void dist_drop_buckets(DistOptim *d, void (*undo)(DistOptim *d, int b)) {
+    for (int b = 0; b < d->nb; b++) {
+        comm_wait(d->bh[b]);
+        if (undo && d->bstate[b]) undo(d, b);
+        d->bstate[b] = 0;
+    }
+    d->step_begun = 0;
+}
+
+size_t dist_bucket_k_total(const DistOptim *d) {
+    size_t K = 0;
+    for (int b = 0; b < d->nb; b++) K += d->bucket_k[b];
+    return K;
+}
+
+int dist_end_step(DistOptim *d, int t, int skipped) {
     const size_t CH = 1 << 18;
     if (!d->grads_clear) {
         #pragma omp parallel for schedule(static)
@@ -192,6 +222,8 @@ void dist_end_step(DistOptim *d) {
         d->bh[b] = 0;
     }
     d->step_begun = 0;
+    if (!skipped) d->last_t = t;
+    return skipped;
 }
 
 int distopt_step(DistOptim *d, int t, float lr, float *grad_norm) {
@@ -214,8 +246,8 @@ void distopt_owner_range(const DistOptim *d, int rank, size_t *lo, size_t *hi) {
     *hi = d->own.hi[rank];
 }
 
-const float *distopt_moment(const DistOptim *d) { return d->rule->moment ? d->rule->moment(d) : d->m; }
-const float *distopt_residual(const DistOptim *d) { return d->rule->residual ? d->rule->residual(d) : d->r; }
+const float *distopt_moment(const DistOptim *d) { return d->rule->moment ? d->rule->moment(d) : NULL; }
+const float *distopt_residual(const DistOptim *d) { return d->rule->residual ? d->rule->residual(d) : NULL; }
 const uint8_t *distopt_mask(DistOptim *d, int next) { return d->rule->mask ? d->rule->mask(d, next) : NULL; }
 
 void distopt_debug_capture(DistOptim *d, float *c, float *s, float *ghat) {

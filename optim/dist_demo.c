@@ -24,7 +24,8 @@
  * Defaults: s 64, k 32, beta 0.999 (the reference implementation's defaults).
  * Bytes per rank and step: 8 K (N-1), K = sum over blocks of min(k, |B|) (an all-gather of N K pairs, comm.h's ring
  * model), identical on every rank.
- * State (dist_impl.h): r = delta_i (P), stage = the DCT coefficients (P, scratch), pairs (N K), the DCT matrices.
+ * State (DemoState below): delta_i (P), the pairs (N K), the DCT matrices; DistOptim's stage holds the coefficients
+ * (P, scratch).
  * Not for: the collectives (comm/comm.c).
  */
 #include <math.h>
@@ -45,11 +46,14 @@ RULE_PARAMS_FIT(DemoParams);
 static inline const DemoParams *demo_params(const RuleParams *b) { return (const DemoParams *)(const void *)b->bytes; }
 static inline const DemoParams *demo_par(const DistOptim *d) { return demo_params(&d->cfg.rule_params); }
 
-/* DeMo's own state (DistOptim's state): the DCT-II matrices by size (NULL until used; dct_n + 1 of them), per block
- * its first pair in a rank's part, the pairs per rank K, the largest block, per coefficient how many ranks sent it,
- * block scratch (3 blocks) and the block's selection bits. DistOptim's r is delta_i, stage the coefficients, pairs
- * the all-gather. */
+/* DeMo's own state (DistOptim's state): the local momentum delta_i (P); the DCT-II matrices by size (NULL until used;
+ * dct_n + 1 of them), per block its first pair in a rank's part, the pairs per rank K, the all-gather's pairs (N K),
+ * the largest block, per coefficient how many ranks sent it, block scratch (3 blocks), the block's selection bits
+ * and the top-k scratch (the largest block). DistOptim's stage holds the coefficients. */
 typedef struct {
+    float *delta;
+    TopkPair *pairs;
+    uint32_t *topk_tmp;
     float **dct;
     size_t dct_n;
     size_t *koff, k, maxblk;
@@ -155,9 +159,7 @@ extern const UpdateRule rule_demo;
 
 static void demo_init(DistOptim *d, size_t owned_total) {
     d->state = xcalloc(1, sizeof(DemoState), "DeMo state");
-    d->slo = 0;
-    d->shi = d->P;
-    d->r = xcalloc(d->P ? d->P : 1, sizeof(float), "DeMo momentum");
+    demo(d)->delta = xcalloc(d->P ? d->P : 1, sizeof(float), "DeMo momentum");
     demo(d)->dct = xcalloc((size_t)demo_par(d)->chunk + 1, sizeof(float *), "DCT matrices");
     demo(d)->dct_n = (size_t)demo_par(d)->chunk;
     size_t nblk = 0;
@@ -171,11 +173,11 @@ static void demo_init(DistOptim *d, size_t owned_total) {
     size_t K = 0;
     demo_for_blocks(d, count_block, &K);
     demo(d)->k = K;
-    d->pairs = xmalloc(((size_t)d->world * K + 1) * sizeof(TopkPair), "DeMo all-gather buffer");
+    demo(d)->pairs = xmalloc(((size_t)d->world * K + 1) * sizeof(TopkPair), "DeMo all-gather buffer");
     if (!d->stage) d->stage = xmalloc((d->P ? d->P : 1) * sizeof(float), "DeMo coefficients");
     demo(d)->cnt = xmalloc((d->P ? d->P : 1) * sizeof(uint16_t), "DeMo coefficient counts");
     demo(d)->tmp = xmalloc((3 * demo(d)->maxblk + 1) * sizeof(float), "DeMo block scratch");
-    d->topk_tmp = xmalloc((demo(d)->maxblk + 1) * sizeof(uint32_t), "DeMo top-k scratch");
+    demo(d)->topk_tmp = xmalloc((demo(d)->maxblk + 1) * sizeof(uint32_t), "DeMo top-k scratch");
     demo(d)->bits = xmalloc(mask_bytes(demo(d)->maxblk) + 8, "DeMo block selection");
 }
 
@@ -198,10 +200,10 @@ static void encode_block(DistOptim *d, const ParamSlice *s, size_t origin, size_
     const size_t n = br * bc, k = (size_t)demo_par(d)->topk < n ? (size_t)demo_par(d)->topk : n;
     const float *Dr = demo_dct(d, br), *Dc = bc > 1 ? demo_dct(d, bc) : NULL;
     float *x = demo(d)->tmp, *C = x + demo(d)->maxblk, *tmp = C + demo(d)->maxblk;
-    block_get(d->r, origin, br, bc, ld, x);
+    block_get(demo(d)->delta, origin, br, bc, ld, x);
     demo_transform(Dr, Dc, x, C, br, bc, 0, tmp);
     memset(demo(d)->bits, 0, mask_bytes(n));
-    scape_topk_mask(C, n, k, demo(d)->bits, 0, d->topk_tmp);
+    scape_topk_mask(C, n, k, demo(d)->bits, 0, demo(d)->topk_tmp);
     size_t q = 0;
     for (size_t j = 0; j < n; j++) {
         if (mask_get(demo(d)->bits, j)) {
@@ -214,7 +216,7 @@ static void encode_block(DistOptim *d, const ParamSlice *s, size_t origin, size_
     }
     demo_transform(Dr, Dc, C, x, br, bc, 1, tmp); /* the sent part, back in the parameter domain */
     for (size_t i = 0; i < br; i++)
-        for (size_t j = 0; j < bc; j++) d->r[origin + i * ld + j] -= x[i * bc + j];
+        for (size_t j = 0; j < bc; j++) demo(d)->delta[origin + i * ld + j] -= x[i * bc + j];
 }
 
 /* One block's decode: the combined coefficients Q (in stage, at the indices of encode_block) to the step
@@ -235,15 +237,14 @@ static void decode_block(DistOptim *d, const ParamSlice *s, size_t origin, size_
 }
 
 static int demo_step(DistOptim *d, int t, float lr, float *grad_norm) {
-    (void)t;
+    dist_gather_buckets(d, NULL, NULL); /* none went out: everything happens here */
     float *g = d->grads;
     double ctl[2] = {dist_sumsq(g, 0, d->P), 0};
     ctl[1] = !isfinite(ctl[0]);
     comm_allreduce_sum_f64(ctl, 2);
     if (ctl[1] != 0) {
         *grad_norm = NAN;
-        dist_end_step(d);
-        return 1;
+        return dist_end_step(d, t, 1);
     }
     float norm = (float)sqrt(ctl[0] / d->world);
     *grad_norm = norm;
@@ -255,16 +256,16 @@ static int demo_step(DistOptim *d, int t, float lr, float *grad_norm) {
         for (size_t j = s->offset; j < s->offset + s->numel; j++) d->params[j] *= f;
     }
     const float beta = demo_par(d)->decay;
-    for (size_t j = 0; j < d->P; j++) d->r[j] = beta * d->r[j] + lr * (g[j] * sc);
-    TopkPair *mine = d->pairs + (size_t)d->rank * demo(d)->k;
+    for (size_t j = 0; j < d->P; j++) demo(d)->delta[j] = beta * demo(d)->delta[j] + lr * (g[j] * sc);
+    TopkPair *mine = demo(d)->pairs + (size_t)d->rank * demo(d)->k;
     demo_for_blocks(d, encode_block, mine);
-    comm_wait(comm_iallgather(d->pairs, demo(d)->k, sizeof(TopkPair)));
+    comm_wait(comm_iallgather(demo(d)->pairs, demo(d)->k, sizeof(TopkPair)));
     /* Q: the mean over the ranks that sent each coefficient, summed in rank order */
     memset(d->stage, 0, d->P * sizeof(float));
     memset(demo(d)->cnt, 0, d->P * sizeof(uint16_t));
     for (size_t q = 0; q < (size_t)d->world * demo(d)->k; q++) {
-        uint32_t j = d->pairs[q].idx;
-        d->stage[j] += d->pairs[q].val;
+        uint32_t j = demo(d)->pairs[q].idx;
+        d->stage[j] += demo(d)->pairs[q].val;
         demo(d)->cnt[j]++;
     }
     for (size_t j = 0; j < d->P; j++)
@@ -272,9 +273,7 @@ static int demo_step(DistOptim *d, int t, float lr, float *grad_norm) {
     demo_for_blocks(d, decode_block, &lr);
     if (d->dbg_ghat) memcpy(d->dbg_ghat, g, d->P * sizeof(float));
     d->last_k = demo(d)->k;
-    dist_end_step(d);
-    d->last_t = t;
-    return 0;
+    return dist_end_step(d, t, 0);
 }
 
 /* the block side, coefficients per block and decay, when DeMo is the chosen rule */
@@ -308,14 +307,16 @@ static const RuleOption demo_options[] = {
 static size_t demo_state_bytes(const DistOptim *d) { return sizeof(BlobHeader) + d->P * sizeof(float); }
 static void demo_save(const DistOptim *d, void *blob) {
     BlobHeader h = dist_blob_header(d);
-    memcpy((char *)blob + sizeof h, d->r, d->P * sizeof(float));
+    memcpy((char *)blob + sizeof h, demo(d)->delta, d->P * sizeof(float));
     memcpy(blob, &h, sizeof h);
 }
 static size_t demo_blob_payload(const BlobHeader *h, int i) { return h->P * sizeof(float); }
 static void demo_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs) {
-    dist_load_residual(d, blobs, n_blobs, h0->world);
-    d->have_cur = 0;
+    dist_load_residual(d, demo(d)->delta, blobs, n_blobs, h0->world);
 }
+
+/* distopt_residual: the local momentum (DeMo has no shared moment) */
+static const float *demo_residual(const DistOptim *d) { return demo(d)->delta; }
 
 static void demo_free(DistOptim *d) {
     DemoState *s = demo(d);
@@ -323,6 +324,7 @@ static void demo_free(DistOptim *d) {
     if (s->dct)
         for (size_t b = 0; b <= s->dct_n; b++) free(s->dct[b]);
     free(s->dct); free(s->koff); free(s->cnt); free(s->tmp); free(s->bits);
+    free(s->delta); free(s->pairs); free(s->topk_tmp);
     free(s);
 }
 
@@ -332,6 +334,6 @@ const UpdateRule rule_demo = {
     .check = demo_check, .init = demo_init, .bucket_ready = demo_bucket_ready, .step = demo_step,
     .state_bytes = demo_state_bytes, .save = demo_save, .blob_payload = demo_blob_payload, .load = demo_load,
     .state_memory = demo_state_memory,
-    .free = demo_free,
+    .free = demo_free, .residual = demo_residual,
 };
 

@@ -1,10 +1,12 @@
 /*
  * optim/dist_impl.h - the inside of optim/dist.h's DistOptim, shared by the files that make up the host update and
  * by nothing else: optim/dist.c (creation, bucket hand-off, the calls through the rule's row, inspection),
- * dist_dense.c (dense all-reduce and ZeRO-1), dist_scape.c (SCAPE), dist_topk_ef.c (top-k EF), dist_powersgd.c
+ * dist_dense.c (dense all-reduce and ZeRO-1), dist_scape*.c (SCAPE), dist_topk_ef.c (top-k EF), dist_powersgd.c
  * (PowerSGD), dist_onebit_adam.c (1-bit Adam), dist_demo.c (DeMo), dist_mask_stats.c
  * (mask stability) and dist_state.c (checkpoint blobs). Each rule file fills one UpdateRule (optim/rule.h), through
- * which dist.c calls it; what the rules share (norm, clip factor, end of step, blob helpers) is declared here.
+ * which dist.c calls it, and keeps its state in a struct of its own behind DistOptim's state pointer (SCAPE's, shared
+ * by its files, in optim/dist_scape.h); what the rules share (the step's opening and end, norm, clip factor, blob
+ * helpers) is declared here.
  * Not for: anything outside those files; users include optim/dist.h.
  */
 #ifndef SCAPE_DIST_IMPL_H
@@ -27,8 +29,8 @@ _Static_assert(sizeof(TopkPair) == 8, "topk-ef pairs are 8 bytes on the wire");
 
 struct DistOptim {
     const UpdateRule *rule; /* the rule's row (optim/rule.h): every rule-specific call goes through it */
-    void *state;            /* the rule's own state, a struct private to its file (rule->free frees it); NULL for
-                             * the rules whose state is still the fields below (dense, SCAPE, topk-ef) */
+    void *state;            /* the rule's own state, a struct private to its file(s) (rule->init makes it, rule->free
+                             * frees it) */
     const ParamTable *tab;
     float *params, *grads; /* (P) the model's buffers */
     DistConfig cfg;
@@ -40,82 +42,19 @@ struct DistOptim {
     int **bslices;
     int *bn;
     size_t *bucket_off, *bucket_numel;
-    float *stage;          /* (P) packed gradients by bucket; SCAPE: its payload, stage_cap >= K_t values packed by
-                            * bucket from pay_off[b] (scape_payload_layout) */
-    uint16_t *stage16;     /* SCAPE bf16 payload: the payload as sent, then b, laid out like stage */
-    float *qerr;           /* SCAPE bf16 payload: e = fp32 mean - b on this rank's parts, 0 elsewhere, like stage */
-    size_t stage_cap, *pay_off;
-    float *rs_out;         /* ZeRO: the owned part of each bucket after reduce-scatter */
-    size_t *rs_off;        /* ZeRO: offset of bucket b's owned part in rs_out */
+    float *stage;          /* (P) packed gradients by bucket (dist.c allocates it where the row sets stage, else the
+                            * rule's init may); SCAPE: its payload of K_t values, packed by bucket */
     CommHandle *bh;        /* per bucket: its collective */
     int *bstate;           /* per bucket: 0 nothing, 1 c computed (SCAPE), 2 queued */
+    size_t *bucket_k;      /* per bucket: the values it sends at the step in progress (the sparse rules, PowerSGD) */
     int step_begun;
     int grads_clear;       /* the step's update already wrote 0 over every gradient (dist_end_step skips its pass) */
-    /* dense state over [slo, shi): the whole buffer, or the owned shard with ZeRO-1 */
+    /* the parameters whose state this rank holds, [slo, shi) (the blob header's lo, hi): all of them, or the dense
+     * rules' ZeRO-1 shard (their init sets it) */
     size_t slo, shi;
-    float *m, *v;          /* SCAPE: m compact, see below */
-    /* SCAPE */
-    float *r;              /* (P) residual */
-    uint8_t *mask_cur, *mask_next; /* (P bits) */
-    uint8_t *seg;          /* owners' packed segments, concatenated in rank order */
-    size_t *seg_bytes, *seg_off;
-    /* coded masks (cfg.mask_coding): this rank's code, every rank's code in slots of code_cap bytes, their lengths,
-     * and whether the codes were made against a previous mask (mask_cur) */
-    uint8_t *code_mine, *code_all;
-    size_t code_cap, *code_sizes;
-    int code_prev;
-    uint32_t *topk_tmp;
-    size_t *bucket_k;      /* K_b of the step in progress */
-    size_t last_k;
-    int have_cur, have_next;
-    CommHandle next_h;
-    int swapped;           /* mask_next became mask_cur at this step (undone if the step is skipped) */
-    int last_t;
-    float *dbg_c, *dbg_s, *dbg_ghat;
-    /* SCAPE step passes: the slices in payload order cut into chunks of at most SCAPE_CHUNK elements, processed
-     * in parallel; per-chunk partial sums are added in chunk order, so results do not depend on thread count */
-    size_t nch;
-    size_t *ch_lo, *ch_hi, *ch_q;  /* element range; first compact payload index (per step, scape_payload_layout) */
-    int *ch_slice, *ch_bucket;
-    double *ch_ss;
-    int *ch_bad;
-    /* the variants (cfg.variant, issue 31): catchup's age (P bytes: steps each coordinate has been off the mask,
-     * saturating at 255; the same on every rank, as the masks are; checkpointed), tensor-nu's per-chunk sums of
-     * g_hat^2 and counts over the stayers (M_t and mask_m) and per-slice mean s_T (clip scale included) */
-    uint8_t *age;
-    double *ch_ss_stay;
-    size_t *ch_n_stay;
-    float *slice_s2;
-    /* SCAPE's first moment, compact (issue 17): m is zero off the mask it was last updated on (SCAPE.md section 3
-     * items 3-4), so it holds only its m_n values on mask_m, packed in payload order (chunk by chunk; ch_qm[c] is
-     * chunk c's first). The update pass writes m_t into m_new (at the payload's offsets, ch_q); then the two swap
-     * and mask_m becomes M_t. have_m = 0: m is zero everywhere (no step yet). */
-    float *m_new;
-    size_t m_n, m_cap, m_new_cap;
-    uint8_t *mask_m;
-    int have_m;
-    size_t *ch_qm;
-    int *slice_ch0;        /* per slice (ParamTable index): its first chunk */
-    /* SCAPE with ZeRO-1 (cfg.zero; dist_scape_zero.c): m exists on the owners only, for their slices, compact in
-     * chunk order from ch_qm[c] (owned chunks); r holds beta1 m on the mask m is on (the fold); the payload is
-     * reduce-scattered to the owners into rs_out (owned chunk c's values from ch_qo[c], bucket b's part from
-     * rs_off[b]; rs_k[b * world + r]: rank r's count in bucket b, own_k this rank's total); the owners' updated m
-     * and p values on M_t come back through stage, in memory order (chunk c's from ch_qs[c]). With the bf16 payload
-     * rs16 and rs_err hold the owned part of b as received and its rounding errors (rs layout), and r's value on
-     * mask_m (what the unsharded r holds there: this rank's rounding losses) lives apart in ez, in mask_m's payload
-     * order (chunk c's from ch_qe[c]), since r itself holds beta1 m there. */
-    size_t *ch_qo, *ch_qs, *rs_k, rs_cap, own_k;
-    uint16_t *rs16;
-    float *rs_err, *ez;
-    size_t ez_cap, *ch_qe;
-    double *zred;          /* per-chunk sums of g_hat^2, then the count of ranks with a non-finite c */
-    float *r_plain;        /* distopt_residual's unfolded copy (tests) */
-    float *m_dense;        /* distopt_moment's dense copy (tests) */
-    /* topk-ef: r is e_i, m and v AdamW's; mask_cur this rank's selection S_t, stage acc_i (P, flat) */
-    TopkPair *pairs;       /* per bucket: world consecutive parts of K_b pairs, at world * pair_off[b] */
-    size_t pairs_cap;      /* pairs allocated */
-    size_t *pair_off;      /* per bucket: sum of K_b' over earlier buckets */
-    int cur_t;             /* the step whose buckets are on the wire */
+    size_t last_k;         /* distopt_payload_count: the payload values of the last completed step */
+    int last_t;            /* the last completed step */
+    float *dbg_c, *dbg_s, *dbg_ghat; /* distopt_debug_capture's buffers (NULL: none) */
     /* mask statistics (rank 0) */
     int st_on;
     int st_valid;          /* st holds the last completed step's values */
@@ -138,9 +77,9 @@ static inline int dist_is_owned_slice(const DistOptim *d, int i) {
 }
 
 /* ---- dist.c: shared by the rules ---- */
-/* off[c]: how many bits of mask lie in the chunks before c (chunk order = payload order: bucket by bucket, slices
- * in memory order); returns the total. SCAPE's payload layout, plain and ZeRO-1. */
-size_t dist_chunk_offsets(const DistOptim *d, const uint8_t *mask, size_t *off);
+/* off[c]: how many bits of mask lie in the chunks before c, chunk c' being the bits [lo[c'], hi[c']) (nch chunks);
+ * returns the total. SCAPE's payload layout, plain and ZeRO-1 (chunk order = payload order). */
+size_t dist_chunk_offsets(const size_t *lo, const size_t *hi, size_t nch, const uint8_t *mask, size_t *off);
 /* The global-norm clip factor: clip / (norm + 1e-6) when clipping is on (clip > 0) and norm exceeds it, else 1. */
 static inline float dist_clip_scale(float clip, float norm) {
     return clip > 0 && norm > clip ? clip / (norm + 1e-6f) : 1.0f;
@@ -151,86 +90,70 @@ static inline float dist_clip_scale(float clip, float norm) {
  * lanes are added by the halving tree lane[l] += lane[l + w], w = 128 .. 1; the GPU's norm kernel
  * (cuda/optimizer.cuh, one block of 256 threads a chunk) adds in exactly this order, so the two agree bit for bit. */
 double dist_sumsq(const float *x, size_t lo, size_t hi);
-/* The end of every step, taken or skipped: grads zeroed (unless the update did, grads_clear), every bucket back to
- * "nothing done". */
-void dist_end_step(DistOptim *d);
-
-/* ---- dist_scape.c: SCAPE.md section 3, what its other files (dist_scape_row.c, dist_scape_zero.c,
- * dist_mask_stats.c, dist_state.c) use ---- */
-/* init, bucket hand-off and step: the hooks of SCAPE's row (dist_scape_row.c) */
-void scape_init(DistOptim *d, size_t owned_total);
-void scape_bucket_ready(DistOptim *d, int b);
-int scape_step(DistOptim *d, int t, float lr, float *grad_norm);/* Waits for the all-gather of the mask made at the last step and assembles it into mask_next (no-op if none). */
-void scape_collect_next(DistOptim *d);
-/* The compact first moment as a dense (P) vector into out (zero off mask_m). */
-void scape_m_expand(const DistOptim *d, float *out);
-/* The compact first moment in memory order (mask_m's set coordinates ascending) into out (m_n values). */
-void scape_m_memory_order(const DistOptim *d, float *out);
-/* Sets the compact first moment from a dense m (P) supported on mask (have = 0: none, m zero). */
-void scape_m_set_dense(DistOptim *d, const float *m, const uint8_t *mask, int have);
-
-/* ---- dist_scape_zero.c: SCAPE with ZeRO-1, the parts that differ (see its header) ---- */
-void scape_zero_init(DistOptim *d);
-/* at the end of scape_payload_layout (K: the step's payload count): the owners' reduce-scatter layout (rs_k, rs_off, ch_qo,
- * own_k) and rs_out sized to it */
-void scape_zero_layout(DistOptim *d, size_t K);
-/* per-chunk sums of g_hat^2 (owned chunks, others 0) and the bad flags all-reduced: ch_ss and *bad as if every rank
- * had computed every chunk */
-double scape_zero_reduce_norm(DistOptim *d, int *bad);
-/* the update of the owned masked coordinates is done (m_new at ch_qo): all-gather m_t and p on M_t from their owners,
- * write p everywhere and fold beta1 m_t into r on M_t */
-void scape_zero_sync(DistOptim *d);
-/* m (memory order, mask_m's set coordinates ascending: m_n values over all ranks) gathered from the owners; a
- * collective. Returns the count. */
-size_t scape_zero_m_memory_order(const DistOptim *d, float *out);
-/* r without the fold (what the unsharded r holds) into out (P) */
-void scape_zero_r_unfold(const DistOptim *d, float *out);
-/* after a load (r as saved, m dense (P) on mask_m): r = beta1 m on mask_m, what r held there going to ez with the
- * bf16 payload (fp32: added, as it is 0 there) */
-void scape_zero_r_fold(DistOptim *d, const float *m);
-
+/* The opening of every rule's step, after the rule's own start of it: each bucket backward did not hand over (bstate
+ * below 2) goes out through queue(d, b) (NULL: the rule sends nothing per bucket), in bucket order; then every
+ * bucket's collective is waited for in bucket order, and unpack(d, b) (NULL: none) takes bucket b's result out of
+ * the rule's buffers once it has landed. */
+void dist_gather_buckets(DistOptim *d, void (*queue)(DistOptim *d, int b), void (*unpack)(DistOptim *d, int b));
+/* The buckets on the wire went out for another step number than the loop's (after a skipped step): waits for each,
+ * undo(d, b) for each that went out (NULL: nothing to undo), and leaves the step unbegun, to be begun again. */
+void dist_drop_buckets(DistOptim *d, void (*undo)(DistOptim *d, int b));
+/* K_t: the sum of bucket_k, the values the step's buckets send. */
+size_t dist_bucket_k_total(const DistOptim *d);
+/* The end of step t, taken or skipped: grads zeroed (unless the update did, grads_clear), every bucket back to
+ * "nothing done", and for a taken step (skipped 0) t becomes the last completed step (last_t). Returns skipped, the
+ * step hook's result. */
+int dist_end_step(DistOptim *d, int t, int skipped);
 
 /* ---- dist_dense.c: bucket b into stage and its collective (the averaging all-reduce, or with ZeRO-1 the
  * reduce-scatter to the owners): the dense rules' hand-off, also 1-bit Adam's during its warm-up ---- */
 void dense_queue_bucket(DistOptim *d, int b);
-/* SCAPE_CHECK_SYNC's shared state of the rules on e, m, v (topk-ef, powersgd, onebit-adam; dist.c): m and v,
- * continuing h */
-uint64_t dist_sync_hash_mv(DistOptim *d, uint64_t h);
+/* The reduced bucket b back into grads from stage: all of it, or with ZeRO-1 the owned slices (nothing for the dense
+ * rules' in-place update on one rank). */
+void dense_unpack_bucket(DistOptim *d, int b);
 
-/* ---- dist_state.c: what the blobs of the rules share ---- */
-/* The header of this rank's blob: optimizer kind, world, rank, ZeRO, last step, mask flags, P and [slo, shi). */
-BlobHeader dist_blob_header(const DistOptim *d);
-/* e (DistOptim's r), m, v (P each) after the header, and *h = dist_blob_header (the caller adds K and writes it):
- * the start of the topk-ef, PowerSGD and 1-bit Adam blobs; dist_emv_load reads them back (e by
- * dist_load_residual) and clears have_cur. */
+/* ---- dist.c, dist_state.c: the rules that feed AdamW a compressed gradient (topk-ef, PowerSGD, 1-bit Adam) ---- */
+/* Their error feedback e and AdamW's moments m, v (P floats each, e this rank's own, m and v the same on every rank):
+ * the first member of each one's private state, so that the helpers below reach it through DistOptim's state. */
+typedef struct {
+    float *e, *m, *v;
+} EmvState;
+static inline EmvState *dist_emv(const DistOptim *d) { return (EmvState *)d->state; }
+/* e, m, v allocated, zero (the rule's state allocated first); dist_emv_free frees them, not the struct. */
+void dist_emv_init(DistOptim *d);
+void dist_emv_free(EmvState *s);
+/* SCAPE_CHECK_SYNC's shared state (the sync_hash hook): m and v, continuing h */
+uint64_t dist_sync_hash_mv(DistOptim *d, uint64_t h);
+/* distopt_moment and distopt_residual (the moment and residual hooks): m and e */
+const float *dist_emv_moment(const DistOptim *d);
+const float *dist_emv_residual(const DistOptim *d);
+/* e, m, v (P each) after the header, and *h = dist_blob_header (the caller completes it and writes it): the start
+ * of their blobs; dist_emv_load reads them back (e by dist_load_residual). */
 void dist_emv_save(const DistOptim *d, void *blob, BlobHeader *h);
 void dist_emv_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, int n_blobs);
-/* DistOptim's r (P) from the (P) floats after each blob's header: this rank's own when the world is unchanged (or
- * one blob), else the mean over all saved ranks in rank order (SCAPE.md section 8). */
-void dist_load_residual(DistOptim *d, const void *const *blobs, int n_blobs, int saved_world);
 
-/* ---- dist_state.c: each rule's checkpoint blob, the hooks of its row (optim/rule.h; layouts in dist_state.c) ---- */
-size_t dense_state_bytes(const DistOptim *d);
-void dense_save(const DistOptim *d, void *blob);
-size_t dense_blob_payload(const BlobHeader *h, int i);
-void dense_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
-size_t scape_state_bytes(const DistOptim *d);
-void scape_save(const DistOptim *d, void *blob);
-size_t scape_blob_payload(const BlobHeader *h, int i);
-void scape_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
-size_t topk_state_bytes(const DistOptim *d);
-void topk_save(const DistOptim *d, void *blob);
-size_t topk_blob_payload(const BlobHeader *h, int i);
-void topk_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
+/* ---- dist_state.c: what the blobs of the rules share ---- */
+/* The header of this rank's blob: optimizer kind, world, rank, ZeRO, last step, P and [slo, shi); no masks
+ * (have_cur, have_next 0: a rule with one sets them). */
+BlobHeader dist_blob_header(const DistOptim *d);
+/* A mask of P bits as a blob holds it: padded to 8 bytes, so the floats after it stay aligned. */
+size_t dist_blob_mask_bytes(size_t P);
+/* r (P) from the (P) floats after each blob's header: this rank's own when the world is unchanged (or one blob),
+ * else the mean over all saved ranks in rank order (SCAPE.md section 8). */
+void dist_load_residual(const DistOptim *d, float *r, const void *const *blobs, int n_blobs, int saved_world);
+/* [lo, hi) of the dense rules' m (and v for AdamW: kind) from whichever of the blobs cover it; fatal() if they do
+ * not. */
+void dist_dense_assemble(OptimizerKind kind, size_t lo, size_t hi, float *m, float *v, const void *const *blobs,
+                         int n_blobs);
 
 /* ---- dist_mask_stats.c: DistMaskStats of dist.h, on rank 0 ---- */
 /* Fills d->st for step t. gmask/gvec: the raw-gradient mask of this step and the vector its energy is of (SCAPE:
- * G_t and g_i; topk-ef: the selection and acc). mprev: M_{t-1} (SCAPE, NULL if none); c: SCAPE's c_i (M_t's
- * energy), NULL for topk-ef. */
-void stats_compute(DistOptim *d, int t, const uint8_t *gmask, const float *gvec, const uint8_t *mprev,
-                   const float *c);
+ * G_t and g_i; topk-ef: the selection and acc). mcur: SCAPE's M_t, NULL for topk-ef (no _m values); mprev: M_{t-1}
+ * (SCAPE, NULL if none); c: SCAPE's c_i (M_t's energy), NULL for topk-ef. */
+void stats_compute(DistOptim *d, int t, const uint8_t *gmask, const float *gvec, const uint8_t *mcur,
+                   const uint8_t *mprev, const float *c);
 /* SCAPE's statistics at step t, before the next mask goes out: G_t = top-k of the copy of g_i made per bucket
- * (st_g), M_t against M_{t-1} (mask_next, when have_prev). */
-void stats_scape(DistOptim *d, int t, int have_prev);
+ * (st_g), M_t (mcur) against M_{t-1} (mprev, NULL if none), the energy of c_i (in grads). */
+void stats_scape(DistOptim *d, int t, const uint8_t *mcur, const uint8_t *mprev);
 
 #endif

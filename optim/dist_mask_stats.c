@@ -78,9 +78,9 @@ void distopt_mask_stats_means(DistMaskStats *st, const ParamTable *tab) {
 }
 
 
-void stats_compute(DistOptim *d, int t, const uint8_t *gmask, const float *gvec, const uint8_t *mprev,
-                          const float *c) {
-    int scape = d->rule == &rule_scape;
+void stats_compute(DistOptim *d, int t, const uint8_t *gmask, const float *gvec, const uint8_t *mcur,
+                   const uint8_t *mprev, const float *c) {
+    int scape = mcur != NULL;
     int have_gprev = d->st_gprev_t == t - 1;
     int n = 0;
     for (int i = 0; i < d->tab->n; i++) {
@@ -91,8 +91,8 @@ void stats_compute(DistOptim *d, int t, const uint8_t *gmask, const float *gvec,
         d->st_jg[n] = have_gprev ? mask_jaccard(gmask, d->st_gprev, lo, hi) : NAN;
         d->st_eg[n] = mask_energy(gmask, gvec, lo, hi);
         if (scape) {
-            d->st_jm[n] = mprev ? mask_jaccard(d->mask_cur, mprev, lo, hi) : NAN;
-            d->st_em[n] = mask_energy(d->mask_cur, c, lo, hi);
+            d->st_jm[n] = mprev ? mask_jaccard(mcur, mprev, lo, hi) : NAN;
+            d->st_em[n] = mask_energy(mcur, c, lo, hi);
         }
         n++;
     }
@@ -109,7 +109,7 @@ void stats_compute(DistOptim *d, int t, const uint8_t *gmask, const float *gvec,
     d->st_valid = 1;
 }
 
-void stats_scape(DistOptim *d, int t, int have_prev) {
+void stats_scape(DistOptim *d, int t, const uint8_t *mcur, const uint8_t *mprev) {
     double dens = dist_density(&d->cfg, t);
     memset(d->st_gcur, 0, mask_bytes(d->P));
     for (int i = 0; i < d->tab->n; i++) {
@@ -117,5 +117,5 @@ void stats_scape(DistOptim *d, int t, int have_prev) {
         if (!dist_slice_sparse(d, s)) continue;
         scape_topk_mask(d->st_g + s->offset, s->numel, scape_k(dens, s->numel), d->st_gcur, s->offset, d->st_tmp);
     }
-    stats_compute(d, t, d->st_gcur, d->st_g, have_prev ? d->mask_next : NULL, d->grads);
+    stats_compute(d, t, d->st_gcur, d->st_g, mcur, mprev, d->grads);
 }

@@ -24,8 +24,8 @@
  * Bytes per rank and step: warm-up 2 * 4P (N-1)/N; compression 2 Bk (N-1), Bk = 4 S + sum_s L_s / 8 (an
  * all-to-all and an all-gather of N blocks of Bk bytes: S worker or server scales, then the sign bits of the chunks),
  * i.e. about P/4 (N-1)/N, 1/32 of the dense all-reduce; the control all-reduce (16 bytes) is counted as control.
- * State (dist_impl.h): r = e_i (P), ob_es = es (P, nonzero on this rank's chunks only), m, v (P, m shared), stage
- * (warm-up buckets), ob_send/ob_recv (N Bk bytes each).
+ * State (OnebitState below): e_i, m, v (P each, m shared), es (P, nonzero on this rank's chunks only), the send and
+ * receive blocks (N Bk bytes each); DistOptim's stage holds the warm-up's buckets.
  * Not for: AdamW itself (optim.c).
  */
 #include <limits.h>
@@ -45,10 +45,11 @@ typedef struct {
 RULE_PARAMS_FIT(OnebitParams);
 static inline const OnebitParams *onebit_params(const RuleParams *b) { return (const OnebitParams *)(const void *)b->bytes; }
 
-/* 1-bit Adam's own state (DistOptim's state): the server error es (P, nonzero on this rank's chunks), per slice
- * the offset of its chunk's sign bytes within a block, the block size Bk, the all-to-all's send (also the
- * all-gather's buffer) and receive blocks (world * Bk bytes each). The worker error, m and v are DistOptim's r, m, v. */
+/* 1-bit Adam's own state (DistOptim's state): the worker error e_i, m and v (EmvState, first); the server error es
+ * (P, nonzero on this rank's chunks), per slice the offset of its chunk's sign bytes within a block, the block size
+ * Bk, the all-to-all's send (also the all-gather's buffer) and receive blocks (world * Bk bytes each). */
 typedef struct {
+    EmvState emv;
     float *es;
     size_t *boff, block;
     uint8_t *send, *recv;
@@ -67,11 +68,7 @@ extern const UpdateRule rule_onebit_adam;
 static void onebit_init(DistOptim *d, size_t owned_total) {
     d->state = xcalloc(1, sizeof(OnebitState), "1-bit Adam state");
     const ParamTable *tab = d->tab;
-    d->slo = 0;
-    d->shi = d->P;
-    d->m = xcalloc(d->P ? d->P : 1, sizeof(float), "1-bit Adam first moment");
-    d->v = xcalloc(d->P ? d->P : 1, sizeof(float), "1-bit Adam second moment");
-    d->r = xcalloc(d->P ? d->P : 1, sizeof(float), "1-bit Adam worker error");
+    dist_emv_init(d);
     onebit(d)->es = xcalloc(d->P ? d->P : 1, sizeof(float), "1-bit Adam server error");
     onebit(d)->boff = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(size_t), "1-bit Adam chunk offsets");
     size_t sb = 0;
@@ -113,7 +110,7 @@ static void ob_compressed_allreduce(DistOptim *d) {
     for (int i = 0; i < S; i++) {
         const ParamSlice *s = &tab->slices[i];
         size_t n = s->numel, L = ob_chunk(n, N);
-        float *x = d->m + s->offset, *e = d->r + s->offset;
+        float *x = onebit(d)->emv.m + s->offset, *e = onebit(d)->emv.e + s->offset;
         for (size_t j = 0; j < n; j++) x[j] = x[j] + e[j];
         float a = ob_scale(x, n);
         for (size_t j = 0; j < n; j++) {
@@ -135,7 +132,8 @@ static void ob_compressed_allreduce(DistOptim *d) {
         const ParamSlice *s = &tab->slices[i];
         size_t n = s->numel, L = ob_chunk(n, N), lo = (size_t)me * L, hi = lo + L < n ? lo + L : n;
         size_t len = hi > lo ? hi - lo : 0;
-        float *es = onebit(d)->es + s->offset + lo, *y = d->m + s->offset + lo; /* y: m's elements there, as scratch */
+        float *es = onebit(d)->es + s->offset + lo;
+        float *y = onebit(d)->emv.m + s->offset + lo; /* y: m's elements there, as scratch */
         for (int w = 0; w < N; w++) memcpy(&sc[w], recv + (size_t)w * Bk + 4 * (size_t)i, 4);
         for (size_t k = 0; k < len; k++) {
             size_t byte = 4 * (size_t)S + onebit(d)->boff[i] + k / 8;
@@ -158,7 +156,7 @@ static void ob_compressed_allreduce(DistOptim *d) {
     for (int i = 0; i < S; i++) {
         const ParamSlice *s = &tab->slices[i];
         size_t n = s->numel, L = ob_chunk(n, N);
-        float *m = d->m + s->offset;
+        float *m = onebit(d)->emv.m + s->offset;
         for (size_t j = 0; j < n; j++) {
             size_t r = j / L, k = j % L;
             const uint8_t *blk = send + r * Bk;
@@ -175,19 +173,9 @@ static int onebit_step(DistOptim *d, int t, float lr, float *grad_norm) {
     if (t <= F) {
         /* the warm-up: AdamW on the mean gradient (buckets not yet sent go now; after a skipped step the buckets
          * of a compression step cannot have been sent, so the phase of t decides) */
-        for (int b = 0; b < d->nb; b++)
-            if (!d->bstate[b]) dense_queue_bucket(d, b);
-        for (int b = 0; b < d->nb; b++) comm_wait(d->bh[b]);
-        for (int b = 0; b < d->nb; b++) {
-            const float *st = d->stage + d->bucket_off[b];
-            for (int k = 0; k < d->bn[b]; k++) {
-                const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
-                memcpy(d->grads + s->offset, st, s->numel * sizeof(float));
-                st += s->numel;
-            }
-        }
+        dist_gather_buckets(d, dense_queue_bucket, dense_unpack_bucket);
     } else {
-        for (int b = 0; b < d->nb; b++) comm_wait(d->bh[b]); /* buckets of a skipped warm-up step, if any */
+        dist_gather_buckets(d, NULL, NULL); /* buckets of a skipped warm-up step, if any */
     }
     float *g = d->grads;
     double ss = dist_sumsq(g, 0, d->P);
@@ -200,8 +188,7 @@ static int onebit_step(DistOptim *d, int t, float lr, float *grad_norm) {
     }
     if (bad) {
         *grad_norm = NAN;
-        dist_end_step(d);
-        return 1;
+        return dist_end_step(d, t, 1);
     }
     float norm = (float)sqrt(ss);
     *grad_norm = norm;
@@ -209,10 +196,10 @@ static int onebit_step(DistOptim *d, int t, float lr, float *grad_norm) {
     if (t <= F) {
         if (sc != 1.0f)
             for (size_t j = 0; j < d->P; j++) g[j] *= sc;
-        adamw_update(d->tab, d->params, g, d->m, d->v, 0, d->P, t, lr, &d->cfg.opt);
+        adamw_update(d->tab, d->params, g, onebit(d)->emv.m, onebit(d)->emv.v, 0, d->P, t, lr, &d->cfg.opt);
     } else {
         const float b1 = d->cfg.opt.beta1, eps = d->cfg.opt.eps;
-        for (size_t j = 0; j < d->P; j++) d->m[j] = b1 * d->m[j] + (1.0f - b1) * (g[j] * sc);
+        for (size_t j = 0; j < d->P; j++) onebit(d)->emv.m[j] = b1 * onebit(d)->emv.m[j] + (1.0f - b1) * (g[j] * sc);
         ob_compressed_allreduce(d);
         float bc1 = (float)(1.0 - pow((double)b1, t));
         float bc2 = (float)(1.0 - pow((double)d->cfg.opt.beta2, F > 0 ? F : 1));
@@ -220,15 +207,13 @@ static int onebit_step(DistOptim *d, int t, float lr, float *grad_norm) {
             const ParamSlice *s = &d->tab->slices[i];
             float wd = s->decay ? d->cfg.opt.weight_decay : 0.0f;
             float *p = d->params + s->offset;
-            const float *m = d->m + s->offset, *v = d->v + s->offset;
+            const float *m = onebit(d)->emv.m + s->offset, *v = onebit(d)->emv.v + s->offset;
             for (size_t j = 0; j < s->numel; j++) p[j] -= lr * ((m[j] / bc1) / (sqrtf(v[j] / bc2) + eps) + wd * p[j]);
         }
     }
     d->last_k = 0;
     if (d->dbg_ghat) memcpy(d->dbg_ghat, g, d->P * sizeof(float));
-    dist_end_step(d);
-    d->last_t = t;
-    return 0;
+    return dist_end_step(d, t, 0);
 }
 
 /* Zeroes the server error off the chunks this rank reduces (after a load that summed every saved rank's). */
@@ -306,6 +291,7 @@ static void onebit_load(DistOptim *d, const BlobHeader *h0, const void *const *b
 static void onebit_free(DistOptim *d) {
     OnebitState *s = onebit(d);
     if (!s) return;
+    dist_emv_free(&s->emv);
     free(s->es); free(s->boff); free(s->send); free(s->recv);
     free(s);
 }
@@ -317,5 +303,6 @@ const UpdateRule rule_onebit_adam = {
     .state_bytes = onebit_state_bytes, .save = onebit_save, .blob_payload = onebit_blob_payload, .load = onebit_load,
     .state_memory = onebit_state_memory, .sync_hash = dist_sync_hash_mv,
     .free = onebit_free,
+    .moment = dist_emv_moment, .residual = dist_emv_residual,
 };
 

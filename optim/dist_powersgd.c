@@ -21,8 +21,8 @@
  * view, and a zero column left zero where the hook (epsilon 0) would divide by zero.
  * Bytes per rank and step: 2 * 4 (K_P + K_Q) (N - 1) / N (two ring all-reduces), K_P = sum over slices of n r_s
  * (compressed) or numel (uncompressed), K_Q = sum of m r_s.
- * State (dist_impl.h): r = e_i (P), m, v (AdamW's, P), Q (K_Q, shared; PsgdState below), stage = the P payloads by bucket,
- * qbuf = the Q payload.
+ * State (PsgdState below): e_i, m, v (AdamW's, P each), Q (K_Q, shared), qbuf = the Q payload; DistOptim's stage
+ * holds the P payloads by bucket.
  * Not for: AdamW itself (optim.c).
  */
 #include <limits.h>
@@ -47,13 +47,15 @@ RULE_PARAMS_FIT(PsgdParams);
 static inline const PsgdParams *psgd_params(const RuleParams *b) { return (const PsgdParams *)(const void *)b->bytes; }
 static inline const PsgdParams *psgd_par(const DistOptim *d) { return psgd_params(&d->cfg.rule_params); }
 
-/* PowerSGD's own state (DistOptim's state): per slice its rank r_s (slice_rank; 0: not compressed), Q offset and
- * payload offset; the warm-started Q (shared, kq values) and the Q payload (kq values); whether the step in flight
- * compresses. e, m, v are DistOptim's r, m, v. */
+/* PowerSGD's own state (DistOptim's state): e_i, m, v (EmvState, first); per slice its rank r_s (slice_rank; 0: not
+ * compressed), Q offset and payload offset; per bucket its payload's offset in stage (pay_off); the warm-started Q
+ * (shared, kq values) and the Q payload (kq values); the step whose buckets are on the wire (cur_t, -1 none) and
+ * whether it compresses. */
 typedef struct {
-    size_t *slice_rank, *qoff, *poff, kq;
+    EmvState emv;
+    size_t *slice_rank, *qoff, *poff, *pay_off, kq;
     float *q, *qbuf;
-    int compress;
+    int cur_t, compress;
 } PsgdState;
 static inline PsgdState *psgd(const DistOptim *d) { return (PsgdState *)d->state; }
 
@@ -71,15 +73,11 @@ static size_t psgd_rank_of(const DistOptim *d, const ParamSlice *s) {
 static void psgd_init(DistOptim *d, size_t owned_total) {
     d->state = xcalloc(1, sizeof(PsgdState), "PowerSGD state");
     const ParamTable *tab = d->tab;
-    d->slo = 0;
-    d->shi = d->P;
-    d->m = xcalloc(d->P, sizeof(float), "AdamW first moment");
-    d->v = xcalloc(d->P, sizeof(float), "AdamW second moment");
-    d->r = xcalloc(d->P, sizeof(float), "PowerSGD error feedback");
+    dist_emv_init(d);
     psgd(d)->slice_rank = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(size_t), "PowerSGD ranks");
     psgd(d)->qoff = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(size_t), "PowerSGD Q offsets");
     psgd(d)->poff = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(size_t), "PowerSGD P offsets");
-    d->pay_off = xcalloc((size_t)(d->nb ? d->nb : 1), sizeof(size_t), "PowerSGD payload offsets");
+    psgd(d)->pay_off = xcalloc((size_t)(d->nb ? d->nb : 1), sizeof(size_t), "PowerSGD payload offsets");
     size_t kq = 0;
     for (int i = 0; i < tab->n; i++) {
         const ParamSlice *s = &tab->slices[i];
@@ -100,23 +98,23 @@ static void psgd_init(DistOptim *d, size_t owned_total) {
     rng_seed(&g, 0x9e3779b97f4a7c15ull); /* fixed: every rank draws the same Q */
     if (kq) rng_normal(&g, psgd(d)->q, kq, 0.0f, 1.0f);
     d->stage = xmalloc((d->P ? d->P : 1) * sizeof(float), "PowerSGD payload"); /* K_P <= P */
-    d->cur_t = -1;
+    psgd(d)->cur_t = -1;
 }
 
 /* Start of step t's communication: whether it compresses (t > S), and each bucket's payload layout. */
 static void psgd_begin(DistOptim *d, int t) {
-    d->cur_t = t;
+    psgd(d)->cur_t = t;
     psgd(d)->compress = t > psgd_par(d)->start;
     size_t off = 0;
     for (int b = 0; b < d->nb; b++) {
-        d->pay_off[b] = off;
+        psgd(d)->pay_off[b] = off;
         for (int k = 0; k < d->bn[b]; k++) {
             int i = d->bslices[b][k];
             const ParamSlice *s = &d->tab->slices[i];
             psgd(d)->poff[i] = off;
             off += psgd(d)->compress && psgd(d)->slice_rank[i] ? s->shape[0] * psgd(d)->slice_rank[i] : s->numel;
         }
-        d->bucket_k[b] = off - d->pay_off[b];
+        d->bucket_k[b] = off - psgd(d)->pay_off[b];
     }
     d->step_begun = 1;
 }
@@ -135,7 +133,7 @@ static void psgd_queue_bucket(DistOptim *d, int b) {
         }
         size_t n = s->shape[0], m = s->numel / n;
         float *M = g + s->offset;
-        const float *Q = psgd(d)->q + psgd(d)->qoff[i], *e = d->r + s->offset;
+        const float *Q = psgd(d)->q + psgd(d)->qoff[i], *e = psgd(d)->emv.e + s->offset;
         for (size_t j = 0; j < s->numel; j++) M[j] = M[j] + e[j];
         float *P = out + o;
         #pragma omp parallel for schedule(static) if (n * m >= 65536)
@@ -146,7 +144,7 @@ static void psgd_queue_bucket(DistOptim *d, int b) {
                 P[a * r + c] = (float)acc;
             }
     }
-    d->bh[b] = comm_iallreduce_avg_f32(out + d->pay_off[b], d->bucket_k[b]);
+    d->bh[b] = comm_iallreduce_avg_f32(out + psgd(d)->pay_off[b], d->bucket_k[b]);
     d->bstate[b] = 2;
 }
 
@@ -171,45 +169,39 @@ static void psgd_orthogonalize(float *P, size_t n, size_t r, float eps) {
     }
 }
 
+/* Bucket b went out for another step, in the other phase: M = g + e undone on its compressed slices, so the retry
+ * starts from the gradient. */
+static void psgd_unqueue_bucket(DistOptim *d, int b) {
+    for (int k = 0; k < d->bn[b]; k++) {
+        int i = d->bslices[b][k];
+        const ParamSlice *s = &d->tab->slices[i];
+        if (psgd(d)->compress && psgd(d)->slice_rank[i])
+            for (size_t j = s->offset; j < s->offset + s->numel; j++) d->grads[j] = d->grads[j] - psgd(d)->emv.e[j];
+    }
+}
+
 /* Step t: the buckets backward did not send, the P all-reduces, the skip decision (any rank's non-finite M or
  * gradient), P orthogonalized, Q_i = M^T P and its all-reduce, g = P Q^T and e = M - P Q^T, the clip and AdamW. */
 static int psgd_step(DistOptim *d, int t, float lr, float *grad_norm) {
-    if (d->step_begun && d->cur_t != t && psgd(d)->compress == (t > psgd_par(d)->start))
-        d->cur_t = t; /* buckets went out for another step number (after a skipped step) in the same phase: the
+    if (d->step_begun && psgd(d)->cur_t != t && psgd(d)->compress == (t > psgd_par(d)->start))
+        psgd(d)->cur_t = t; /* buckets went out for another step number (after a skipped step) in the same phase: the
                        * payload does not depend on t */
-    if (d->step_begun && d->cur_t != t) {
-        /* ... in the other phase (a skip at the boundary): redo them for t, M - e giving g back up to rounding */
-        for (int b = 0; b < d->nb; b++) {
-            comm_wait(d->bh[b]);
-            if (d->bstate[b]) { /* undo M = g + e, so the retry starts from the gradient */
-                for (int k = 0; k < d->bn[b]; k++) {
-                    int i = d->bslices[b][k];
-                    const ParamSlice *s = &d->tab->slices[i];
-                    if (psgd(d)->compress && psgd(d)->slice_rank[i])
-                        for (size_t j = s->offset; j < s->offset + s->numel; j++) d->grads[j] = d->grads[j] - d->r[j];
-                }
-            }
-            d->bstate[b] = 0;
-        }
-        d->step_begun = 0;
-    }
+    /* ... in the other phase (a skip at the boundary): redo them for t, M - e giving g back up to rounding */
+    if (d->step_begun && psgd(d)->cur_t != t) dist_drop_buckets(d, psgd_unqueue_bucket);
     if (!d->step_begun) psgd_begin(d, t);
-    for (int b = 0; b < d->nb; b++)
-        if (!d->bstate[b]) psgd_queue_bucket(d, b);
-    for (int b = 0; b < d->nb; b++) comm_wait(d->bh[b]);
+    dist_gather_buckets(d, psgd_queue_bucket, NULL);
     float *g = d->grads;
     const float *avg = d->stage;
     /* a non-finite M or gradient on any rank would reach e or the update: every rank must agree to skip */
     int64_t bad = 0;
     for (size_t j = 0; j < d->P; j++) bad |= !isfinite(g[j]);
     for (int b = 0; b < d->nb; b++)
-        for (size_t q = d->pay_off[b]; q < d->pay_off[b] + d->bucket_k[b]; q++) bad |= !isfinite(avg[q]);
+        for (size_t q = psgd(d)->pay_off[b]; q < psgd(d)->pay_off[b] + d->bucket_k[b]; q++) bad |= !isfinite(avg[q]);
     comm_allreduce_max_i64(&bad, 1);
     if (bad) {
         *grad_norm = NAN;
-        d->cur_t = -1;
-        dist_end_step(d);
-        return 1;
+        psgd(d)->cur_t = -1;
+        return dist_end_step(d, t, 1);
     }
     const int comp = psgd(d)->compress;
     if (comp && psgd(d)->kq) {
@@ -244,7 +236,7 @@ static int psgd_step(DistOptim *d, int t, float lr, float *grad_norm) {
         }
         size_t n = s->shape[0], m = s->numel / n;
         const float *P = avg + psgd(d)->poff[i], *Q = psgd(d)->q + psgd(d)->qoff[i];
-        float *M = g + s->offset, *e = d->r + s->offset;
+        float *M = g + s->offset, *e = psgd(d)->emv.e + s->offset;
         #pragma omp parallel for schedule(static) if (n * m >= 65536)
         for (size_t a = 0; a < n; a++)
             for (size_t j = 0; j < m; j++) {
@@ -262,14 +254,10 @@ static int psgd_step(DistOptim *d, int t, float lr, float *grad_norm) {
     float sc = dist_clip_scale(d->cfg.clip, norm);
     if (sc != 1.0f)
         for (size_t j = 0; j < d->P; j++) g[j] *= sc;
-    adamw_update(d->tab, d->params, g, d->m, d->v, 0, d->P, t, lr, &d->cfg.opt);
-    d->last_k = 0;
-    for (int b = 0; b < d->nb; b++) d->last_k += d->bucket_k[b];
-    if (comp) d->last_k += psgd(d)->kq;
-    d->cur_t = -1;
-    dist_end_step(d);
-    d->last_t = t;
-    return 0;
+    adamw_update(d->tab, d->params, g, psgd(d)->emv.m, psgd(d)->emv.v, 0, d->P, t, lr, &d->cfg.opt);
+    d->last_k = dist_bucket_k_total(d) + (comp ? psgd(d)->kq : 0);
+    psgd(d)->cur_t = -1;
+    return dist_end_step(d, t, 0);
 }
 
 extern const UpdateRule rule_powersgd;
@@ -338,7 +326,8 @@ static void psgd_load(DistOptim *d, const BlobHeader *h0, const void *const *blo
 static void psgd_free(DistOptim *d) {
     PsgdState *s = psgd(d);
     if (!s) return;
-    free(s->slice_rank); free(s->qoff); free(s->poff); free(s->q); free(s->qbuf);
+    dist_emv_free(&s->emv);
+    free(s->slice_rank); free(s->qoff); free(s->poff); free(s->pay_off); free(s->q); free(s->qbuf);
     free(s);
 }
 
@@ -354,5 +343,6 @@ const UpdateRule rule_powersgd = {
     .state_bytes = psgd_state_bytes, .save = psgd_save, .blob_payload = psgd_blob_payload, .load = psgd_load,
     .state_memory = psgd_state_memory, .sync_hash = psgd_sync_hash,
     .free = psgd_free,
+    .moment = dist_emv_moment, .residual = dist_emv_residual,
 };
 

@@ -32,13 +32,13 @@
  *                   lost mass, (1 - rho) r_{t-1} a step, is what it gives up. No state.
  * The first two attack the entering step's length (docs/reproduction.md 6.3: it is fixed, so error feedback
  * restores the direction of missed updates but not their length); the third the staleness of the top-k's mass.
- * State (dist_impl.h): m compact on the mask it was last updated on (mask_m: about d P values; issue 17), r (P),
- * mask_cur = M_t, mask_next = M_{t+1} once collected, the
- * owners' packed segments (seg), the payload in stage (K_t values, bucket after bucket from pay_off) and with the bf16 payload stage16 and
+ * State (ScapeState, optim/dist_scape.h): m compact on the mask it was last updated on (mask_m: about d P values;
+ * issue 17), r (P), mask_cur = M_t, mask_next = M_{t+1} once collected, the owners' packed segments (seg), the
+ * payload in DistOptim's stage (K_t values, bucket after bucket from pay_off) and with the bf16 payload stage16 and
  * qerr. The passes run over fixed chunks of at most SCAPE_CHUNK elements in parallel, partial sums added in chunk
  * order, so no result depends on the thread count.
  * Not for: top-k, masks and the update formula of one coordinate (scape.c, scape.h), the collectives (comm.c),
- * the checkpoint blob (dist_state.c), mask statistics (dist_mask_stats.c), the rule's row and settings
+ * the checkpoint blob (dist_scape_row.c), mask statistics (dist_mask_stats.c), the rule's row and settings
  * (dist_scape_row.c).
  */
 #include <math.h>
@@ -47,74 +47,90 @@
 
 #include "common/bf16.h"
 #include "common/util.h"
-#include "optim/dist_impl.h"
+#include "optim/dist_scape.h"
 #include "optim/mask_code.h"
 
 /* SCAPE's state, the chunks of the step passes and the owners' mask segments (one per rank, in rank order). */
 void scape_init(DistOptim *d, size_t owned_total) {
     const ParamTable *tab = d->tab;
-    d->slo = 0;
-    d->shi = d->P;
-    d->m = NULL; /* compact: grows to the mask's count at the first update (scape_update_pass) */
-    d->mask_m = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "SCAPE first-moment mask");
-    d->slice_ch0 = xmalloc((size_t)(tab->n ? tab->n : 1) * sizeof(int), "SCAPE chunks");
-    d->r = xcalloc(d->P, sizeof(float), "SCAPE residual");
-    d->mask_cur = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "SCAPE mask");
-    d->mask_next = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "SCAPE mask");
+    ScapeState *S = d->state = xcalloc(1, sizeof(ScapeState), "SCAPE state");
+    S->m = NULL; /* compact: grows to the mask's count at the first update (scape_update_pass) */
+    S->mask_m = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "SCAPE first-moment mask");
+    S->slice_ch0 = xmalloc((size_t)(tab->n ? tab->n : 1) * sizeof(int), "SCAPE chunks");
+    S->r = xcalloc(d->P, sizeof(float), "SCAPE residual");
+    S->mask_cur = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "SCAPE mask");
+    S->mask_next = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "SCAPE mask");
     /* the payload buffers hold K values, packed bucket after bucket (scape_payload_layout), not P */
-    d->stage_cap = 0; /* dist.c left stage NULL */
-    d->pay_off = xcalloc((size_t)(d->nb ? d->nb : 1), sizeof(size_t), "SCAPE payload offsets");
+    S->stage_cap = 0; /* dist.c left stage NULL */
+    S->pay_off = xcalloc((size_t)(d->nb ? d->nb : 1), sizeof(size_t), "SCAPE payload offsets");
     size_t nch = 0;
     for (int i = 0; i < tab->n; i++) nch += (tab->slices[i].numel + SCAPE_CHUNK - 1) / SCAPE_CHUNK;
-    d->nch = nch;
-    d->ch_lo = xmalloc((nch ? nch : 1) * sizeof(size_t), "SCAPE chunks");
-    d->ch_hi = xmalloc((nch ? nch : 1) * sizeof(size_t), "SCAPE chunks");
-    d->ch_q = xmalloc((nch ? nch : 1) * sizeof(size_t), "SCAPE chunks");
-    d->ch_slice = xmalloc((nch ? nch : 1) * sizeof(int), "SCAPE chunks");
-    d->ch_bucket = xmalloc((nch ? nch : 1) * sizeof(int), "SCAPE chunks");
-    d->ch_ss = xmalloc((nch ? nch : 1) * sizeof(double), "SCAPE chunks");
-    d->ch_bad = xmalloc((nch ? nch : 1) * sizeof(int), "SCAPE chunks");
-    d->ch_qm = xcalloc(nch ? nch : 1, sizeof(size_t), "SCAPE chunks");
+    S->nch = nch;
+    S->ch_lo = xmalloc((nch ? nch : 1) * sizeof(size_t), "SCAPE chunks");
+    S->ch_hi = xmalloc((nch ? nch : 1) * sizeof(size_t), "SCAPE chunks");
+    S->ch_q = xmalloc((nch ? nch : 1) * sizeof(size_t), "SCAPE chunks");
+    S->ch_slice = xmalloc((nch ? nch : 1) * sizeof(int), "SCAPE chunks");
+    S->ch_bucket = xmalloc((nch ? nch : 1) * sizeof(int), "SCAPE chunks");
+    S->ch_ss = xmalloc((nch ? nch : 1) * sizeof(double), "SCAPE chunks");
+    S->ch_bad = xmalloc((nch ? nch : 1) * sizeof(int), "SCAPE chunks");
+    S->ch_qm = xcalloc(nch ? nch : 1, sizeof(size_t), "SCAPE chunks");
     size_t c = 0;
     for (int b = 0; b < d->nb; b++)
         for (int k = 0; k < d->bn[b]; k++) {
             const ParamSlice *sl = &tab->slices[d->bslices[b][k]];
-            d->slice_ch0[d->bslices[b][k]] = (int)c;
+            S->slice_ch0[d->bslices[b][k]] = (int)c;
             for (size_t a = sl->offset; a < sl->offset + sl->numel; a += SCAPE_CHUNK, c++) {
-                d->ch_lo[c] = a;
-                d->ch_hi[c] = a + SCAPE_CHUNK < sl->offset + sl->numel ? a + SCAPE_CHUNK : sl->offset + sl->numel;
-                d->ch_slice[c] = d->bslices[b][k];
-                d->ch_bucket[c] = b;
+                S->ch_lo[c] = a;
+                S->ch_hi[c] = a + SCAPE_CHUNK < sl->offset + sl->numel ? a + SCAPE_CHUNK : sl->offset + sl->numel;
+                S->ch_slice[c] = d->bslices[b][k];
+                S->ch_bucket[c] = b;
             }
         }
-    d->seg_bytes = xmalloc((size_t)d->world * sizeof(size_t), "mask segments");
-    d->seg_off = xmalloc((size_t)d->world * sizeof(size_t), "mask segments");
+    S->seg_bytes = xmalloc((size_t)d->world * sizeof(size_t), "mask segments");
+    S->seg_off = xmalloc((size_t)d->world * sizeof(size_t), "mask segments");
     size_t so = 0, maxn = 1;
     for (int r = 0; r < d->world; r++) {
-        d->seg_off[r] = so;
-        d->seg_bytes[r] = mask_bytes(d->own.hi[r] - d->own.lo[r]);
-        so += d->seg_bytes[r];
+        S->seg_off[r] = so;
+        S->seg_bytes[r] = mask_bytes(d->own.hi[r] - d->own.lo[r]);
+        so += S->seg_bytes[r];
     }
-    d->seg = xcalloc(so + MASK_PAD, 1, "mask segments"); /* the coder reads words: MASK_PAD of slack */
+    S->seg = xcalloc(so + MASK_PAD, 1, "mask segments"); /* the coder reads words: MASK_PAD of slack */
     for (int i = d->own.first[d->rank]; i < d->own.first[d->rank + 1]; i++)
         if (tab->slices[i].numel > maxn) maxn = tab->slices[i].numel;
-    d->topk_tmp = xmalloc(maxn * sizeof(uint32_t), "top-k scratch");
+    S->topk_tmp = xmalloc(maxn * sizeof(uint32_t), "top-k scratch");
     if (d->cfg.mask_coding) {
         size_t most = 0;
         for (int r = 0; r < d->world; r++)
             if (d->own.hi[r] - d->own.lo[r] > most) most = d->own.hi[r] - d->own.lo[r];
-        d->code_cap = mask_code_bound(most);
-        d->code_mine = xmalloc(d->code_cap, "coded mask");
-        d->code_all = xmalloc((size_t)d->world * d->code_cap, "coded masks");
-        d->code_sizes = xcalloc((size_t)d->world, sizeof(size_t), "coded mask sizes");
+        S->code_cap = mask_code_bound(most);
+        S->code_mine = xmalloc(S->code_cap, "coded mask");
+        S->code_all = xmalloc((size_t)d->world * S->code_cap, "coded masks");
+        S->code_sizes = xcalloc((size_t)d->world, sizeof(size_t), "coded mask sizes");
     }
-    if (d->cfg.variant == SCAPE_CATCHUP) d->age = xcalloc(d->P ? d->P : 1, 1, "SCAPE catchup age");
+    if (d->cfg.variant == SCAPE_CATCHUP) S->age = xcalloc(d->P ? d->P : 1, 1, "SCAPE catchup age");
     if (d->cfg.variant == SCAPE_TENSOR_NU) {
-        d->ch_ss_stay = xcalloc(nch ? nch : 1, sizeof(double), "SCAPE tensor-nu sums");
-        d->ch_n_stay = xcalloc(nch ? nch : 1, sizeof(size_t), "SCAPE tensor-nu counts");
-        d->slice_s2 = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(float), "SCAPE tensor-nu scales");
+        S->ch_ss_stay = xcalloc(nch ? nch : 1, sizeof(double), "SCAPE tensor-nu sums");
+        S->ch_n_stay = xcalloc(nch ? nch : 1, sizeof(size_t), "SCAPE tensor-nu counts");
+        S->slice_s2 = xcalloc((size_t)(tab->n ? tab->n : 1), sizeof(float), "SCAPE tensor-nu scales");
     }
     if (d->cfg.zero) scape_zero_init(d);
+}
+
+/* Frees SCAPE's state, once the mask all-gather in flight (if any) has landed. */
+void scape_free(DistOptim *d) {
+    ScapeState *S = scape(d);
+    if (!S) return;
+    comm_wait(S->next_h);
+    free(S->r); free(S->mask_cur); free(S->mask_next); free(S->seg); free(S->seg_bytes); free(S->seg_off);
+    free(S->code_mine); free(S->code_all); free(S->code_sizes); free(S->topk_tmp);
+    free(S->pay_off); free(S->stage16); free(S->qerr);
+    free(S->ch_lo); free(S->ch_hi); free(S->ch_q); free(S->ch_slice); free(S->ch_bucket); free(S->ch_ss); free(S->ch_bad);
+    free(S->age); free(S->ch_ss_stay); free(S->ch_n_stay); free(S->slice_s2);
+    free(S->m); free(S->m_new); free(S->mask_m); free(S->ch_qm); free(S->slice_ch0);
+    free(S->rs_out); free(S->rs_off); free(S->ch_qo); free(S->ch_qs); free(S->rs_k); free(S->rs16); free(S->rs_err);
+    free(S->ez); free(S->ch_qe); free(S->zred);
+    free(S->r_plain); free(S->m_dense);
+    free(S);
 }
 
 /* ---- the step's start: M_t ---- */
@@ -123,25 +139,26 @@ void scape_init(DistOptim *d, size_t owned_total) {
  * into the segments first, against the mask_cur they were coded against, and counted; a segment that does not
  * decode stops the run naming its rank). */
 void scape_collect_next(DistOptim *d) {
-    if (!d->next_h) return;
-    comm_wait(d->next_h);
-    d->next_h = 0;
+    ScapeState *S = scape(d);
+    if (!S->next_h) return;
+    comm_wait(S->next_h);
+    S->next_h = 0;
     if (d->cfg.mask_coding) {
         uint64_t total = 8ull * (uint64_t)d->world;
         for (int r = 0; r < d->world; r++) {
             size_t n = d->own.hi[r] - d->own.lo[r];
-            if (mask_decode(d->code_all + (size_t)r * d->code_cap, d->code_sizes[r], n, d->code_prev ? d->mask_cur : NULL,
-                            d->own.lo[r], d->seg + d->seg_off[r]) != 0)
+            if (mask_decode(S->code_all + (size_t)r * S->code_cap, S->code_sizes[r], n, S->code_prev ? S->mask_cur : NULL,
+                            d->own.lo[r], S->seg + S->seg_off[r]) != 0)
                 fatal("mask all-gather: rank %d's coded mask segment (%zu bytes for %zu parameters) does not decode; "
-                      "the ranks run different builds, or the message was damaged in transit", r, d->code_sizes[r], n);
-            total += d->code_sizes[r];
+                      "the ranks run different builds, or the message was damaged in transit", r, S->code_sizes[r], n);
+            total += S->code_sizes[r];
         }
         comm_stats_add(COMM_ALLGATHER, total, 0.0);
     }
-    memset(d->mask_next, 0, mask_bytes(d->P));
+    memset(S->mask_next, 0, mask_bytes(d->P));
     for (int r = 0; r < d->world; r++)
-        mask_or_bits(d->mask_next, d->own.lo[r], d->seg + d->seg_off[r], d->own.hi[r] - d->own.lo[r]);
-    d->have_next = 1;
+        mask_or_bits(S->mask_next, d->own.lo[r], S->seg + S->seg_off[r], d->own.hi[r] - d->own.lo[r]);
+    S->have_next = 1;
 }
 
 /* The step's payload layout, once M_t is known and before any bucket is packed: ch_q[c], each chunk's first index
@@ -149,36 +166,38 @@ void scape_collect_next(DistOptim *d) {
  * the payload buffers (stage, and stage16 and qerr with the bf16 payload) hold K_t values in all. They grow, or
  * shrink by a third or more, to fit: no collective holds them now (the last step waited for all its payloads). */
 static void scape_payload_layout(DistOptim *d) {
-    size_t K = dist_chunk_offsets(d, d->mask_cur, d->ch_q), c = 0;
+    ScapeState *S = scape(d);
+    size_t K = dist_chunk_offsets(S->ch_lo, S->ch_hi, S->nch, S->mask_cur, S->ch_q), c = 0;
     for (int b = 0; b < d->nb; b++) {
-        while (c < d->nch && d->ch_bucket[c] < b) c++;
-        d->pay_off[b] = c < d->nch ? d->ch_q[c] : K;
+        while (c < S->nch && S->ch_bucket[c] < b) c++;
+        S->pay_off[b] = c < S->nch ? S->ch_q[c] : K;
     }
     if (d->cfg.zero) scape_zero_layout(d, K);
-    if (d->stage && K <= d->stage_cap && d->stage_cap <= K + K / 2) return;
+    if (d->stage && K <= S->stage_cap && S->stage_cap <= K + K / 2) return;
     size_t n = K ? K : 1;
     d->stage = xrealloc(d->stage, n * sizeof(float), "SCAPE payload");
     if (d->cfg.payload_bf16) {
-        d->stage16 = xrealloc(d->stage16, n * sizeof(uint16_t), "SCAPE bf16 payload");
-        d->qerr = xrealloc(d->qerr, n * sizeof(float), "SCAPE bf16 rounding errors");
+        S->stage16 = xrealloc(S->stage16, n * sizeof(uint16_t), "SCAPE bf16 payload");
+        S->qerr = xrealloc(S->qerr, n * sizeof(float), "SCAPE bf16 rounding errors");
     }
-    d->stage_cap = K;
+    S->stage_cap = K;
 }
 
 /* Start of a SCAPE step at its first bucket: M_t becomes the current mask (SCAPE.md section 3, first line). */
 static void scape_begin(DistOptim *d) {
+    ScapeState *S = scape(d);
     d->step_begun = 1;
-    d->swapped = 0;
+    S->swapped = 0;
     scape_collect_next(d);
-    if (d->have_next) {
-        uint8_t *t = d->mask_cur;
-        d->mask_cur = d->mask_next;
-        d->mask_next = t;
-        d->have_next = 0;
-        d->have_cur = 1;
-        d->swapped = 1;
+    if (S->have_next) {
+        uint8_t *t = S->mask_cur;
+        S->mask_cur = S->mask_next;
+        S->mask_next = t;
+        S->have_next = 0;
+        S->have_cur = 1;
+        S->swapped = 1;
     }
-    if (d->have_cur) scape_payload_layout(d);
+    if (S->have_cur) scape_payload_layout(d);
 }
 
 /* ---- item 1: corrected local momentum ---- */
@@ -192,35 +211,36 @@ static inline uint64_t mask_word(const uint8_t *M, size_t j, size_t n, uint64_t 
 /* c = beta1 m + (1 - beta1) g + r over chunk ch (into g), m read from its compact form: the expression of
  * scape_corrected_momentum (scape.c) with m = 0 off mask_m, so every bit is as with a dense m. */
 static void scape_c_chunk(DistOptim *d, size_t ch) {
+    ScapeState *S = scape(d);
     const float b1 = d->cfg.opt.beta1, omb1 = 1.0f - b1, zero = 0.0f;
     float *g = d->grads;
-    const float *r = d->r, *m = d->m;
-    size_t lo = d->ch_lo[ch], hi = d->ch_hi[ch];
+    const float *r = S->r, *m = S->m;
+    size_t lo = S->ch_lo[ch], hi = S->ch_hi[ch];
     if (d->cfg.zero) {
         /* ZeRO-1: r already holds beta1 m_{t-1} on mask_m and m is zero elsewhere (the fold, dist_scape_zero.c):
          * the same sums in another order, then what the unsharded r holds on mask_m (the bf16 payload's rounding
          * losses, ez; else 0: + 0 gives the unsharded expression's +0 for a -0 sum) */
-        if (!d->ez || !d->have_m) {
+        if (!S->ez || !S->have_m) {
             for (size_t j = lo; j < hi; j++) g[j] = (omb1 * g[j] + r[j]) + zero;
             return;
         }
-        const float *e = d->ez;
-        size_t q = d->ch_qe[ch];
+        const float *e = S->ez;
+        size_t q = S->ch_qe[ch];
         for (size_t j = lo; j < hi; j += 64) {
             size_t n = hi - j < 64 ? hi - j : 64;
-            uint64_t full, w = mask_word(d->mask_m, j, n, &full);
+            uint64_t full, w = mask_word(S->mask_m, j, n, &full);
             for (size_t i = 0; i < n; i++) g[j + i] = (omb1 * g[j + i] + r[j + i]) + ((w >> i) & 1 ? e[q++] : zero);
         }
         return;
     }
-    if (!d->have_m) {
+    if (!S->have_m) {
         for (size_t j = lo; j < hi; j++) g[j] = b1 * zero + omb1 * g[j] + r[j];
         return;
     }
-    size_t q = d->ch_qm[ch];
+    size_t q = S->ch_qm[ch];
     for (size_t j = lo; j < hi; j += 64) {
         size_t n = hi - j < 64 ? hi - j : 64;
-        uint64_t full, w = mask_word(d->mask_m, j, n, &full);
+        uint64_t full, w = mask_word(S->mask_m, j, n, &full);
         if (w == full) {
             for (size_t i = 0; i < n; i++) g[j + i] = b1 * m[q + i] + omb1 * g[j + i] + r[j + i];
             q += n;
@@ -239,7 +259,7 @@ static void scape_c_bucket(DistOptim *d, int b) {
         int i = d->bslices[b][k];
         const ParamSlice *s = &d->tab->slices[i];
         if (d->st_on) memcpy(d->st_g + s->offset, d->grads + s->offset, s->numel * sizeof(float));
-        size_t c0 = (size_t)d->slice_ch0[i], c1 = c0 + (s->numel + SCAPE_CHUNK - 1) / SCAPE_CHUNK;
+        size_t c0 = (size_t)scape(d)->slice_ch0[i], c1 = c0 + (s->numel + SCAPE_CHUNK - 1) / SCAPE_CHUNK;
         #pragma omp parallel for schedule(static) if (s->numel >= 65536)
         for (size_t ch = c0; ch < c1; ch++) scape_c_chunk(d, ch);
     }
@@ -252,14 +272,15 @@ static void scape_c_bucket(DistOptim *d, int b) {
  * stage16 with that payload); K_b = bucket_k[b]; then the bucket's averaging all-reduce on the communication
  * thread. */
 static void scape_queue_bucket(DistOptim *d, int b) {
-    float *out = d->stage + d->pay_off[b];
+    ScapeState *S = scape(d);
+    float *out = d->stage + S->pay_off[b];
     size_t K = 0;
     for (int k = 0; k < d->bn[b]; k++) {
         const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
-        K += scape_gather_masked(d->grads, d->mask_cur, s->offset, s->offset + s->numel, out + K);
+        K += scape_gather_masked(d->grads, S->mask_cur, s->offset, s->offset + s->numel, out + K);
     }
     d->bucket_k[b] = K;
-    uint16_t *out16 = d->stage16 ? d->stage16 + d->pay_off[b] : NULL;
+    uint16_t *out16 = S->stage16 ? S->stage16 + S->pay_off[b] : NULL;
     if (out16) {
         /* what goes on the wire: s_i rounded to bf16 (the error goes to r in scape_update_pass) */
         #pragma omp parallel for schedule(static) if (K > 65536)
@@ -270,7 +291,7 @@ static void scape_queue_bucket(DistOptim *d, int b) {
         for (int k = 0; k < d->bn[b]; k++) {
             const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
             for (size_t j = s->offset; j < s->offset + s->numel; j++) {
-                if (!mask_get(d->mask_cur, j)) {
+                if (!mask_get(S->mask_cur, j)) {
                     d->dbg_s[j] = 0.0f;
                     continue;
                 }
@@ -279,20 +300,20 @@ static void scape_queue_bucket(DistOptim *d, int b) {
             }
         }
     }
-    const size_t *counts = d->rs_k + (size_t)b * (size_t)d->world;
+    const size_t *counts = S->rs_k + (size_t)b * (size_t)d->world;
     if (d->cfg.zero && out16) /* ZeRO-1: each owner receives the mean of its slices' values (counts by rank) */
-        d->bh[b] = comm_ireduce_scatter_avg_bf16(out16, d->rs16 + d->rs_off[b], d->rs_err + d->rs_off[b], counts);
+        d->bh[b] = comm_ireduce_scatter_avg_bf16(out16, S->rs16 + S->rs_off[b], S->rs_err + S->rs_off[b], counts);
     else if (d->cfg.zero)
-        d->bh[b] = comm_ireduce_scatter_avg_f32(out, d->rs_out + d->rs_off[b], counts);
+        d->bh[b] = comm_ireduce_scatter_avg_f32(out, S->rs_out + S->rs_off[b], counts);
     else
-        d->bh[b] = out16 ? comm_iallreduce_avg_bf16(out16, K, d->qerr + d->pay_off[b]) : comm_iallreduce_avg_f32(out, K);
+        d->bh[b] = out16 ? comm_iallreduce_avg_bf16(out16, K, S->qerr + S->pay_off[b]) : comm_iallreduce_avg_f32(out, K);
     d->bstate[b] = 2;
 }
 
 /* The bucket hand-off (distopt_bucket_ready): items 1 and 2 for bucket b while backward continues. */
 void scape_bucket_ready(DistOptim *d, int b) {
     if (!d->step_begun) scape_begin(d);
-    if (!d->have_cur) return; /* step 1: the mask is made from all gradients in scape_step */
+    if (!scape(d)->have_cur) return; /* step 1: the mask is made from all gradients in scape_step */
     scape_c_bucket(d, b);
     scape_queue_bucket(d, b);
 }
@@ -305,7 +326,7 @@ void scape_bucket_ready(DistOptim *d, int b) {
     do {                                                                                                      \
         size_t q = 0;                                                                                         \
         for (int b_ = 0; b_ < (d)->nb; b_++) {                                                                \
-            q = (d)->pay_off[b_];                                                                             \
+            q = scape(d)->pay_off[b_];                                                                        \
             for (int k_ = 0; k_ < (d)->bn[b_]; k_++) {                                                        \
                 const ParamSlice *s = &(d)->tab->slices[(d)->bslices[b_][k_]];                                \
                 for (size_t j = s->offset; j < s->offset + s->numel; j++) {                                   \
@@ -324,24 +345,25 @@ static inline float m_prev_at(const float *m, uint64_t wm, size_t qm, size_t i) 
  * whether any c (in grads) is not finite. Returns the sum of the chunk sums in chunk order. With ZeRO-1 b and
  * m_{t-1} exist for the owned chunks only: the others' sums are 0 (scape_zero_reduce_norm completes them). */
 static double scape_norm_pass(DistOptim *d) {
+    ScapeState *S = scape(d);
     const float b1 = d->cfg.opt.beta1, omb1 = 1.0f - b1;
     const int zero = d->cfg.zero;
-    const float *c = d->grads, *m = d->m, *bv = zero ? d->rs_out : d->stage;
-    const size_t *qb = zero ? d->ch_qo : d->ch_q;
-    const uint8_t *M = d->mask_cur, *Mm = d->mask_m;
-    const int have_m = d->have_m;
+    const float *c = d->grads, *m = S->m, *bv = zero ? S->rs_out : d->stage;
+    const size_t *qb = zero ? S->ch_qo : S->ch_q;
+    const uint8_t *M = S->mask_cur, *Mm = S->mask_m;
+    const int have_m = S->have_m;
     #pragma omp parallel for schedule(dynamic, 4)
-    for (size_t ch = 0; ch < d->nch; ch++) {
-        size_t q = qb[ch], qm = d->ch_qm[ch], hi = d->ch_hi[ch];
+    for (size_t ch = 0; ch < S->nch; ch++) {
+        size_t q = qb[ch], qm = S->ch_qm[ch], hi = S->ch_hi[ch];
         double ss = 0;
         int bad = 0;
-        if (zero && !dist_is_owned_slice(d, d->ch_slice[ch])) {
-            for (size_t j = d->ch_lo[ch]; j < hi; j++) bad |= !isfinite(c[j]);
-            d->ch_ss[ch] = 0;
-            d->ch_bad[ch] = bad;
+        if (zero && !dist_is_owned_slice(d, S->ch_slice[ch])) {
+            for (size_t j = S->ch_lo[ch]; j < hi; j++) bad |= !isfinite(c[j]);
+            S->ch_ss[ch] = 0;
+            S->ch_bad[ch] = bad;
             continue;
         }
-        for (size_t j = d->ch_lo[ch]; j < hi; j += 64) {
+        for (size_t j = S->ch_lo[ch]; j < hi; j += 64) {
             size_t n = hi - j < 64 ? hi - j : 64;
             uint64_t full, w = mask_word(M, j, n, &full), fm, wm = have_m ? mask_word(Mm, j, n, &fm) : 0;
             for (size_t i = 0; i < n; i++) bad |= !isfinite(c[j + i]);
@@ -360,11 +382,11 @@ static double scape_norm_pass(DistOptim *d) {
             }
             qm += (size_t)__builtin_popcountll(wm);
         }
-        d->ch_ss[ch] = ss;
-        d->ch_bad[ch] = bad;
+        S->ch_ss[ch] = ss;
+        S->ch_bad[ch] = bad;
     }
     double ss = 0;
-    for (size_t ch = 0; ch < d->nch; ch++) ss += d->ch_ss[ch];
+    for (size_t ch = 0; ch < S->nch; ch++) ss += S->ch_ss[ch];
     return ss;
 }
 
@@ -373,16 +395,17 @@ static double scape_norm_pass(DistOptim *d) {
  * with no stayer (its entering coordinates then take the faithful step). A pass of its own, so that the faithful
  * norm pass stays as it is; chunk sums in double, added in chunk order. */
 static void scape_stay_pass(DistOptim *d, int clipped, float sc) {
+    ScapeState *S = scape(d);
     const float b1 = d->cfg.opt.beta1, omb1 = 1.0f - b1;
-    const float *m = d->m, *bv = d->stage;
-    const uint8_t *M = d->mask_cur, *Mm = d->mask_m;
+    const float *m = S->m, *bv = d->stage;
+    const uint8_t *M = S->mask_cur, *Mm = S->mask_m;
     #pragma omp parallel for schedule(dynamic, 4)
-    for (size_t ch = 0; ch < d->nch; ch++) {
-        size_t q = d->ch_q[ch], qm = d->ch_qm[ch], hi = d->ch_hi[ch], n_st = 0;
+    for (size_t ch = 0; ch < S->nch; ch++) {
+        size_t q = S->ch_q[ch], qm = S->ch_qm[ch], hi = S->ch_hi[ch], n_st = 0;
         double ss = 0;
-        for (size_t j = d->ch_lo[ch]; j < hi; j += 64) {
+        for (size_t j = S->ch_lo[ch]; j < hi; j += 64) {
             size_t n = hi - j < 64 ? hi - j : 64;
-            uint64_t full, w = mask_word(M, j, n, &full), fm, wm = d->have_m ? mask_word(Mm, j, n, &fm) : 0;
+            uint64_t full, w = mask_word(M, j, n, &full), fm, wm = S->have_m ? mask_word(Mm, j, n, &fm) : 0;
             for (uint64_t x = w; x; x &= x - 1) {
                 size_t i = (size_t)__builtin_ctzll(x);
                 if ((wm >> i) & 1) {
@@ -394,19 +417,19 @@ static void scape_stay_pass(DistOptim *d, int clipped, float sc) {
             }
             qm += (size_t)__builtin_popcountll(wm);
         }
-        d->ch_ss_stay[ch] = ss;
-        d->ch_n_stay[ch] = n_st;
+        S->ch_ss_stay[ch] = ss;
+        S->ch_n_stay[ch] = n_st;
     }
     const double sc2 = clipped ? (double)sc * (double)sc : 1.0;
     for (int i = 0; i < d->tab->n; i++) {
         const ParamSlice *sl = &d->tab->slices[i];
-        size_t c0 = (size_t)d->slice_ch0[i], c1 = c0 + (sl->numel + SCAPE_CHUNK - 1) / SCAPE_CHUNK, n = 0;
+        size_t c0 = (size_t)S->slice_ch0[i], c1 = c0 + (sl->numel + SCAPE_CHUNK - 1) / SCAPE_CHUNK, n = 0;
         double ss = 0;
         for (size_t ch = c0; ch < c1; ch++) {
-            ss += d->ch_ss_stay[ch];
-            n += d->ch_n_stay[ch];
+            ss += S->ch_ss_stay[ch];
+            n += S->ch_n_stay[ch];
         }
-        d->slice_s2[i] = n ? (float)(ss / (double)n * sc2) : 0.0f;
+        S->slice_s2[i] = n ? (float)(ss / (double)n * sc2) : 0.0f;
     }
 }
 
@@ -415,27 +438,28 @@ static void scape_stay_pass(DistOptim *d, int clipped, float sc) {
 /* Top-k of |c| (c in grads) over this rank's owned slices with density dens, into its segment of seg, then the
  * all-gather of all segments (asynchronous; waited for by scape_collect_next). */
 static CommHandle scape_make_mask(DistOptim *d, double dens) {
-    uint8_t *mine = d->seg + d->seg_off[d->rank];
+    ScapeState *S = scape(d);
+    uint8_t *mine = S->seg + S->seg_off[d->rank];
     size_t base = d->own.lo[d->rank];
-    memset(mine, 0, d->seg_bytes[d->rank]);
+    memset(mine, 0, S->seg_bytes[d->rank]);
     for (int i = d->own.first[d->rank]; i < d->own.first[d->rank + 1]; i++) {
         const ParamSlice *s = &d->tab->slices[i];
         if (!dist_slice_sparse(d, s)) mask_set_range(mine, s->offset - base, s->numel);
-        else scape_topk_mask(d->grads + s->offset, s->numel, scape_k(dens, s->numel), mine, s->offset - base, d->topk_tmp);
+        else scape_topk_mask(d->grads + s->offset, s->numel, scape_k(dens, s->numel), mine, s->offset - base, S->topk_tmp);
     }
     if (d->cfg.mask_coding) { /* coded against M_t where there is one (every rank holds it) */
-        d->code_prev = d->have_cur;
-        size_t len = mask_encode(mine, d->own.hi[d->rank] - base, d->have_cur ? d->mask_cur : NULL, base, d->code_mine, NULL);
+        S->code_prev = S->have_cur;
+        size_t len = mask_encode(mine, d->own.hi[d->rank] - base, S->have_cur ? S->mask_cur : NULL, base, S->code_mine, NULL);
         /* test hook (test/test_scape_gpt2.sh): SCAPE_TEST_CORRUPT_MASK=R makes rank R send its code with one byte too
          * many (one too few when it fills its slot) once it has a current mask; every rank must refuse it naming R */
         const char *bad = getenv("SCAPE_TEST_CORRUPT_MASK");
-        if (bad && atoi(bad) == d->rank && d->have_cur) {
-            if (len < d->code_cap) d->code_mine[len++] = 0;
+        if (bad && atoi(bad) == d->rank && S->have_cur) {
+            if (len < S->code_cap) S->code_mine[len++] = 0;
             else len--;
         }
-        return comm_iallgather_bytes(d->code_mine, len, d->code_all, d->code_cap, d->code_sizes);
+        return comm_iallgather_bytes(S->code_mine, len, S->code_all, S->code_cap, S->code_sizes);
     }
-    return comm_iallgatherv(d->seg, d->seg_bytes, 1);
+    return comm_iallgatherv(S->seg, S->seg_bytes, 1);
 }
 
 /* ---- items 3, 4, 7: error feedback, new momentum, masked AdamS ---- */
@@ -462,40 +486,38 @@ static inline void scape_update_entering(float *p, float *m, float mt, float sc,
  * only (and m = 0) off it. Word by word over the mask, chunks in parallel; every coordinate's arithmetic is
  * independent of the others, so the thread count cannot change a bit. */
 static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float sc) {
+    ScapeState *S = scape(d);
     const float b1 = d->cfg.opt.beta1, b2 = d->cfg.opt.beta2, eps = d->cfg.opt.eps, omb1 = 1.0f - b1;
     const float bc1 = (float)(1.0 - pow((double)b1, t));
     const float sqrt_bc2 = (float)sqrt(1.0 - pow((double)b2, t));
     /* m_t goes compact into m_new in payload order: chunk c's values start where its payload does (ch_q) */
     const int zero = d->cfg.zero;
-    size_t K = 0;
-    for (int b = 0; b < d->nb; b++) K += d->bucket_k[b];
-    if (zero) K = d->own_k; /* ZeRO-1: m_t of the owned slices only, at ch_qo */
-    if (K > d->m_new_cap || d->m_new_cap > K + K / 2) { /* grow, or shrink by a third or more as the density falls */
-        d->m_new = xrealloc(d->m_new, (K ? K : 1) * sizeof(float), "SCAPE first moment");
-        d->m_new_cap = K;
+    size_t K = zero ? S->own_k : dist_bucket_k_total(d); /* ZeRO-1: m_t of the owned slices only, at ch_qo */
+    if (K > S->m_new_cap || S->m_new_cap > K + K / 2) { /* grow, or shrink by a third or more as the density falls */
+        S->m_new = xrealloc(S->m_new, (K ? K : 1) * sizeof(float), "SCAPE first moment");
+        S->m_new_cap = K;
     }
-    float *p = d->params, *r = d->r, *mn = d->m_new;
-    const float *m = d->m;
-    const float *c = d->grads, *bv = zero ? d->rs_out : d->stage, *qe = zero ? d->rs_err : d->qerr;
-    const size_t *qb = zero ? d->ch_qo : d->ch_q;
+    float *p = d->params, *r = S->r, *mn = S->m_new;
+    const float *m = S->m;
+    const float *c = d->grads, *bv = zero ? S->rs_out : d->stage, *qe = zero ? S->rs_err : S->qerr;
+    const size_t *qb = zero ? S->ch_qo : S->ch_q;
     /* ZeRO-1 with the bf16 payload: r's value on M_t goes to ez (payload order), r itself gets beta1 m_t in the sync */
     float *ez = NULL;
-    if (zero && d->stage16) {
-        size_t Kt = 0;
-        for (int b = 0; b < d->nb; b++) Kt += d->bucket_k[b];
-        if (Kt > d->ez_cap || d->ez_cap > Kt + Kt / 2) { /* e_{t-1} is spent: c read it before this pass */
-            d->ez = xrealloc(d->ez, (Kt ? Kt : 1) * sizeof(float), "SCAPE residual on the mask");
-            d->ez_cap = Kt;
+    if (zero && S->stage16) {
+        size_t Kt = dist_bucket_k_total(d);
+        if (Kt > S->ez_cap || S->ez_cap > Kt + Kt / 2) { /* e_{t-1} is spent: c read it before this pass */
+            S->ez = xrealloc(S->ez, (Kt ? Kt : 1) * sizeof(float), "SCAPE residual on the mask");
+            S->ez_cap = Kt;
         }
-        ez = d->ez;
+        ez = S->ez;
     }
     const float fN = (float)d->world;
-    const uint8_t *M = d->mask_cur, *Mm = d->mask_m;
-    const int have_m = d->have_m, dbl = d->cfg.double_residual;
+    const uint8_t *M = S->mask_cur, *Mm = S->mask_m;
+    const int have_m = S->have_m, dbl = d->cfg.double_residual;
     /* the variants (issue 31): entering coordinates' steps (catchup, tensor-nu), the residual's decay */
     const int var = d->cfg.variant, enter = have_m && (var == SCAPE_CATCHUP || var == SCAPE_TENSOR_NU);
     const float cap = d->cfg.variant_cap, omr = 1.0f - d->cfg.residual_decay;
-    uint8_t *age = d->age;
+    uint8_t *age = S->age;
     /* the residual on M_t: 0, or with the bf16 payload what rounding lost (distopt_create's comment) */
 #define RESIDUAL_ON(j, q) (qe ? (c[j] - bf16_to_f32(bf16_from_f32(c[j]))) + fN * qe[q] : 0.0f)
     /* r on M_t (pq: the coordinate's payload index, counted along) */
@@ -511,16 +533,16 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
         pq++;                                                                                                         \
     } while (0)
     #pragma omp parallel for schedule(dynamic, 4)
-    for (size_t ch = 0; ch < d->nch; ch++) {
-        const ParamSlice *s = &d->tab->slices[d->ch_slice[ch]];
+    for (size_t ch = 0; ch < S->nch; ch++) {
+        const ParamSlice *s = &d->tab->slices[S->ch_slice[ch]];
         const float wd = s->decay ? d->cfg.opt.weight_decay : 0.0f;
-        size_t q = qb[ch], qm = d->ch_qm[ch], qn = q, hi = d->ch_hi[ch], pq = d->ch_q[ch];
-        if (zero && !dist_is_owned_slice(d, d->ch_slice[ch])) {
+        size_t q = qb[ch], qm = S->ch_qm[ch], qn = q, hi = S->ch_hi[ch], pq = S->ch_q[ch];
+        if (zero && !dist_is_owned_slice(d, S->ch_slice[ch])) {
             /* another rank's slice: error feedback and decay here; its owner's m_t and p on M_t come with the sync,
              * which also folds beta1 m_t into r there (the bf16 payload's error is the owner's: none here) */
-            for (size_t j = d->ch_lo[ch]; j < hi; j++) {
+            for (size_t j = S->ch_lo[ch]; j < hi; j++) {
                 if (mask_get(M, j)) {
-                    float v = d->stage16 ? c[j] - bf16_to_f32(bf16_from_f32(c[j])) : 0.0f;
+                    float v = S->stage16 ? c[j] - bf16_to_f32(bf16_from_f32(c[j])) : 0.0f;
                     if (ez) ez[pq++] = v;
                     r[j] = 0.0f;
                 } else {
@@ -530,7 +552,7 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
             }
             continue;
         }
-        for (size_t j = d->ch_lo[ch]; j < hi; j += 64) {
+        for (size_t j = S->ch_lo[ch]; j < hi; j += 64) {
             size_t n = hi - j < 64 ? hi - j : 64;
             uint64_t full, w = mask_word(M, j, n, &full), fm, wm = have_m ? mask_word(Mm, j, n, &fm) : 0;
             if (w == full && wm == full) {
@@ -551,7 +573,7 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
                         if (enter && !((wm >> i) & 1))
                             scape_update_entering(&p[j + i], &mv, bv[q++], sc, clipped, b1, omb1, b2, eps, bc1, sqrt_bc2,
                                                   lr, wd, age ? fminf((float)age[j + i] + 1.0f, cap) : 1.0f,
-                                                  age ? 0.0f : d->slice_s2[d->ch_slice[ch]], cap);
+                                                  age ? 0.0f : S->slice_s2[S->ch_slice[ch]], cap);
                         else
                             scape_update_on(&p[j + i], &mv, bv[q++], sc, clipped, b1, omb1, b2, eps, bc1, sqrt_bc2, lr, wd);
                         mn[qn++] = mv;
@@ -571,18 +593,18 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
     }
 #undef RESIDUAL_ON
 #undef PUT_R
-    if (ez) memcpy(d->ch_qe, d->ch_q, d->nch * sizeof(size_t));
+    if (ez) memcpy(S->ch_qe, S->ch_q, S->nch * sizeof(size_t));
     /* m_t is now the moment, on M_t */
-    float *tm = d->m;
-    d->m = d->m_new;
-    d->m_new = tm;
-    size_t tc = d->m_cap;
-    d->m_cap = d->m_new_cap;
-    d->m_new_cap = tc;
-    memcpy(d->ch_qm, qb, d->nch * sizeof(size_t));
-    d->m_n = K;
-    memcpy(d->mask_m, d->mask_cur, mask_bytes(d->P));
-    d->have_m = 1;
+    float *tm = S->m;
+    S->m = S->m_new;
+    S->m_new = tm;
+    size_t tc = S->m_cap;
+    S->m_cap = S->m_new_cap;
+    S->m_new_cap = tc;
+    memcpy(S->ch_qm, qb, S->nch * sizeof(size_t));
+    S->m_n = K;
+    memcpy(S->mask_m, S->mask_cur, mask_bytes(d->P));
+    S->have_m = 1;
     if (zero) scape_zero_sync(d);
 }
 
@@ -591,31 +613,33 @@ static void scape_update_pass(DistOptim *d, int t, float lr, int clipped, float 
 /* Calls the body for every coordinate j of chunk ch on mask_m with its compact index q. */
 #define FOR_M_CHUNK(d, ch, j, q, ...)                                                                        \
     do {                                                                                                      \
-        size_t q = (d)->ch_qm[ch];                                                                            \
-        for (size_t j = (d)->ch_lo[ch]; j < (d)->ch_hi[ch]; j++)                                              \
-            if (mask_get((d)->mask_m, j)) {                                                                   \
+        size_t q = scape(d)->ch_qm[ch];                                                                       \
+        for (size_t j = scape(d)->ch_lo[ch]; j < scape(d)->ch_hi[ch]; j++)                                    \
+            if (mask_get(scape(d)->mask_m, j)) {                                                              \
                 __VA_ARGS__                                                                                   \
                 q++;                                                                                          \
             }                                                                                                 \
     } while (0)
 
 void scape_m_expand(const DistOptim *d, float *out) {
+    const ScapeState *S = scape(d);
     memset(out, 0, d->P * sizeof(float));
-    if (!d->have_m) return;
+    if (!S->have_m) return;
     if (d->cfg.zero) { /* a collective: the owners' values in memory order, then spread over mask_m */
-        size_t n = mask_count(d->mask_m, 0, d->P), q = 0;
+        size_t n = mask_count(S->mask_m, 0, d->P), q = 0;
         float *v = xmalloc((n ? n : 1) * sizeof(float), "SCAPE first moment");
         scape_zero_m_memory_order(d, v);
         for (size_t j = 0; j < d->P; j++)
-            if (mask_get(d->mask_m, j)) out[j] = v[q++];
+            if (mask_get(S->mask_m, j)) out[j] = v[q++];
         free(v);
         return;
     }
-    for (size_t ch = 0; ch < d->nch; ch++) FOR_M_CHUNK(d, ch, j, q, { out[j] = d->m[q]; });
+    for (size_t ch = 0; ch < S->nch; ch++) FOR_M_CHUNK(d, ch, j, q, { out[j] = S->m[q]; });
 }
 
 void scape_m_memory_order(const DistOptim *d, float *out) {
-    if (!d->have_m) return;
+    const ScapeState *S = scape(d);
+    if (!S->have_m) return;
     if (d->cfg.zero) {
         scape_zero_m_memory_order(d, out);
         return;
@@ -623,88 +647,95 @@ void scape_m_memory_order(const DistOptim *d, float *out) {
     size_t o = 0; /* slices in memory order; each slice's values are consecutive in m, its chunks too */
     for (int i = 0; i < d->tab->n; i++) {
         const ParamSlice *s = &d->tab->slices[i];
-        size_t n = mask_count(d->mask_m, s->offset, s->offset + s->numel);
+        size_t n = mask_count(S->mask_m, s->offset, s->offset + s->numel);
         if (!n) continue; /* (an empty slice has no chunk) */
-        memcpy(out + o, d->m + d->ch_qm[d->slice_ch0[i]], n * sizeof(float));
+        memcpy(out + o, S->m + S->ch_qm[S->slice_ch0[i]], n * sizeof(float));
         o += n;
     }
 }
 
 void scape_m_set_dense(DistOptim *d, const float *m, const uint8_t *mask, int have) {
-    d->have_m = have;
-    d->m_n = 0;
-    memset(d->mask_m, 0, mask_bytes(d->P));
+    ScapeState *S = scape(d);
+    S->have_m = have;
+    S->m_n = 0;
+    memset(S->mask_m, 0, mask_bytes(d->P));
     if (!have) return;
-    memcpy(d->mask_m, mask, mask_bytes(d->P));
-    d->m_n = dist_chunk_offsets(d, d->mask_m, d->ch_qm);
+    memcpy(S->mask_m, mask, mask_bytes(d->P));
+    S->m_n = dist_chunk_offsets(S->ch_lo, S->ch_hi, S->nch, S->mask_m, S->ch_qm);
     if (d->cfg.zero) { /* the owned chunks only, in chunk order */
         size_t q = 0;
-        for (size_t ch = 0; ch < d->nch; ch++) {
-            size_t n = (ch + 1 < d->nch ? d->ch_qm[ch + 1] : d->m_n) - d->ch_qm[ch];
-            if (!dist_is_owned_slice(d, d->ch_slice[ch])) continue;
-            d->ch_qm[ch] = q;
+        for (size_t ch = 0; ch < S->nch; ch++) {
+            size_t n = (ch + 1 < S->nch ? S->ch_qm[ch + 1] : S->m_n) - S->ch_qm[ch];
+            if (!dist_is_owned_slice(d, S->ch_slice[ch])) continue;
+            S->ch_qm[ch] = q;
             q += n;
         }
-        d->m_n = q;
+        S->m_n = q;
     }
-    if (d->m_n > d->m_cap) {
-        d->m = xrealloc(d->m, d->m_n * sizeof(float), "SCAPE first moment");
-        d->m_cap = d->m_n;
+    if (S->m_n > S->m_cap) {
+        S->m = xrealloc(S->m, S->m_n * sizeof(float), "SCAPE first moment");
+        S->m_cap = S->m_n;
     }
-    for (size_t ch = 0; ch < d->nch; ch++)
-        if (!d->cfg.zero || dist_is_owned_slice(d, d->ch_slice[ch])) FOR_M_CHUNK(d, ch, j, q, { d->m[q] = m[j]; });
+    for (size_t ch = 0; ch < S->nch; ch++)
+        if (!d->cfg.zero || dist_is_owned_slice(d, S->ch_slice[ch])) FOR_M_CHUNK(d, ch, j, q, { S->m[q] = m[j]; });
     if (d->cfg.zero) scape_zero_r_fold(d, m);
 }
 /* ---- the step ---- */
+
+/* Bucket b out at the step: items 1 (if backward did not hand it over) and 2. */
+static void scape_send_bucket(DistOptim *d, int b) {
+    if (d->bstate[b] == 0) scape_c_bucket(d, b);
+    scape_queue_bucket(d, b);
+}
+
+/* Bucket b's reduced payload, once landed, where the passes read it: with the bf16 payload b in fp32 (the owned
+ * part with ZeRO-1, in rs_out; else in stage); the fp32 payload is there already. */
+static void scape_unpack_bucket(DistOptim *d, int b) {
+    ScapeState *S = scape(d);
+    if (S->stage16 && d->cfg.zero) { /* the owned part of b in bf16 -> fp32 */
+        float *bv = S->rs_out + S->rs_off[b];
+        const uint16_t *b16 = S->rs16 + S->rs_off[b];
+        size_t Kb = S->rs_k[(size_t)b * (size_t)d->world + (size_t)d->rank];
+        #pragma omp parallel for schedule(static) if (Kb > 65536)
+        for (size_t q = 0; q < Kb; q++) bv[q] = bf16_to_f32(b16[q]);
+    } else if (S->stage16) {
+        /* b in bf16 -> the fp32 payload buffer the passes below read */
+        float *bv = d->stage + S->pay_off[b];
+        const uint16_t *b16 = S->stage16 + S->pay_off[b];
+        size_t Kb = d->bucket_k[b];
+        #pragma omp parallel for schedule(static) if (Kb > 65536)
+        for (size_t q = 0; q < Kb; q++) bv[q] = bf16_to_f32(b16[q]);
+    }
+}
 
 /* Step t: bootstrap the first mask if there is none, send the buckets backward did not, wait for the payloads,
  * g_hat's norm and the skip decision (any rank's non-finite c), the clip factor, statistics, the next mask's
  * top-k and all-gather, then the update. */
 int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
+    ScapeState *S = scape(d);
     const float b1 = d->cfg.opt.beta1, omb1 = 1.0f - b1;
     if (!d->step_begun) scape_begin(d);
     int bootstrapped = 0;
-    if (!d->have_cur) {
+    if (!S->have_cur) {
         /* first step: c for everything, then M_1 = all ones (d(1) = 1) or the owners' top-k, gathered now */
         for (int b = 0; b < d->nb; b++) scape_c_bucket(d, b);
         double d1 = scape_density(d->cfg.density, d->cfg.density_start, d->cfg.density_warmup, t);
         if (d1 >= 1.0) {
-            mask_set_range(d->mask_cur, 0, d->P);
+            mask_set_range(S->mask_cur, 0, d->P);
         } else {
-            d->next_h = scape_make_mask(d, d1);
+            S->next_h = scape_make_mask(d, d1);
             scape_collect_next(d);
-            uint8_t *tmp = d->mask_cur;
-            d->mask_cur = d->mask_next;
-            d->mask_next = tmp;
-            d->have_next = 0;
+            uint8_t *tmp = S->mask_cur;
+            S->mask_cur = S->mask_next;
+            S->mask_next = tmp;
+            S->have_next = 0;
         }
-        d->have_cur = 1;
+        S->have_cur = 1;
         bootstrapped = 1;
         scape_payload_layout(d);
     }
-    for (int b = 0; b < d->nb; b++) {
-        if (d->bstate[b] == 0) scape_c_bucket(d, b);
-        if (d->bstate[b] == 1) scape_queue_bucket(d, b);
-    }
-    size_t K = 0;
-    for (int b = 0; b < d->nb; b++) {
-        comm_wait(d->bh[b]);
-        K += d->bucket_k[b];
-        if (d->stage16 && d->cfg.zero) { /* the owned part of b in bf16 -> fp32 */
-            float *bv = d->rs_out + d->rs_off[b];
-            const uint16_t *b16 = d->rs16 + d->rs_off[b];
-            size_t Kb = d->rs_k[(size_t)b * (size_t)d->world + (size_t)d->rank];
-            #pragma omp parallel for schedule(static) if (Kb > 65536)
-            for (size_t q = 0; q < Kb; q++) bv[q] = bf16_to_f32(b16[q]);
-        } else if (d->stage16) {
-            /* b in bf16 -> the fp32 payload buffer the passes below read */
-            float *bv = d->stage + d->pay_off[b];
-            const uint16_t *b16 = d->stage16 + d->pay_off[b];
-            size_t Kb = d->bucket_k[b];
-            #pragma omp parallel for schedule(static) if (Kb > 65536)
-            for (size_t q = 0; q < Kb; q++) bv[q] = bf16_to_f32(b16[q]);
-        }
-    }
+    dist_gather_buckets(d, scape_send_bucket, scape_unpack_bucket);
+    size_t K = dist_bucket_k_total(d);
     if (d->dbg_c) memcpy(d->dbg_c, d->grads, d->P * sizeof(float));
 
     /* g_hat = (m_t - beta1 m_{t-1}) / (1 - beta1) on M_t (SCAPE.md section 3 item 5); its norm for clipping */
@@ -714,7 +745,7 @@ int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
         scape_m_expand(d, mprev);
         memset(d->dbg_ghat, 0, d->P * sizeof(float));
         FOR_MASKED(d, s, j, q, {
-            if (mask_get(d->mask_cur, j)) {
+            if (mask_get(S->mask_cur, j)) {
                 d->dbg_ghat[j] = (d->stage[q] - b1 * mprev[j]) / omb1;
                 q++;
             }
@@ -730,7 +761,7 @@ int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
         ss = scape_zero_reduce_norm(d, &zbad);
         bad = zbad;
     } else {
-        for (size_t c = 0; c < d->nch; c++) bad |= d->ch_bad[c];
+        for (size_t c = 0; c < S->nch; c++) bad |= S->ch_bad[c];
         comm_allreduce_max_i64(&bad, 1);
     }
     float norm = (float)sqrt(ss);
@@ -738,28 +769,25 @@ int scape_step(DistOptim *d, int t, float lr, float *grad_norm) {
     *grad_norm = norm;
     if (!isfinite(norm)) {
         /* skipped: put the masks back as they were before the step, so m stays supported on mask_cur */
-        if (bootstrapped) d->have_cur = 0;
-        else if (d->swapped) {
-            uint8_t *tmp = d->mask_cur;
-            d->mask_cur = d->mask_next;
-            d->mask_next = tmp;
-            d->have_next = 1;
+        if (bootstrapped) S->have_cur = 0;
+        else if (S->swapped) {
+            uint8_t *tmp = S->mask_cur;
+            S->mask_cur = S->mask_next;
+            S->mask_next = tmp;
+            S->have_next = 1;
         }
-        dist_end_step(d);
-        return 1;
+        return dist_end_step(d, t, 1);
     }
     int clipped = d->cfg.clip > 0 && norm > d->cfg.clip;
     float sc = dist_clip_scale(d->cfg.clip, norm);
 
-    if (d->st_on) stats_scape(d, t, d->swapped && !bootstrapped);
+    if (d->st_on) stats_scape(d, t, S->mask_cur, S->swapped && !bootstrapped ? S->mask_next : NULL);
     /* next mask from |c| (c still in grads), gathered while the update and the next forward/backward run */
-    d->next_h = scape_make_mask(d, scape_density(d->cfg.density, d->cfg.density_start, d->cfg.density_warmup, t + 1));
+    S->next_h = scape_make_mask(d, scape_density(d->cfg.density, d->cfg.density_start, d->cfg.density_warmup, t + 1));
 
     /* error feedback, then AdamS on M_t and decay only elsewhere (SCAPE.md section 3 items 3-7) */
-    if (d->cfg.variant == SCAPE_TENSOR_NU && d->have_m) scape_stay_pass(d, clipped, sc);
+    if (d->cfg.variant == SCAPE_TENSOR_NU && S->have_m) scape_stay_pass(d, clipped, sc);
     scape_update_pass(d, t, lr, clipped, sc);
     d->last_k = K;
-    dist_end_step(d);
-    d->last_t = t;
-    return 0;
+    return dist_end_step(d, t, 0);
 }

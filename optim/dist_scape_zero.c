@@ -34,71 +34,75 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "optim/dist_impl.h"
+#include "optim/dist_scape.h"
 
 void scape_zero_init(DistOptim *d) {
-    size_t nch = d->nch ? d->nch : 1;
-    d->ch_qo = xcalloc(nch, sizeof(size_t), "SCAPE owned payload offsets");
-    d->ch_qs = xcalloc(nch, sizeof(size_t), "SCAPE sync offsets");
-    d->rs_k = xcalloc((size_t)(d->nb ? d->nb : 1) * (size_t)d->world, sizeof(size_t), "SCAPE reduce-scatter counts");
-    d->zred = xmalloc((d->nch + 1) * sizeof(double), "SCAPE norm partials");
-    if (d->cfg.payload_bf16) d->ch_qe = xcalloc(nch, sizeof(size_t), "SCAPE residual offsets");
+    ScapeState *S = scape(d);
+    size_t nch = S->nch ? S->nch : 1;
+    S->ch_qo = xcalloc(nch, sizeof(size_t), "SCAPE owned payload offsets");
+    S->ch_qs = xcalloc(nch, sizeof(size_t), "SCAPE sync offsets");
+    S->rs_off = xcalloc((size_t)(d->nb ? d->nb : 1), sizeof(size_t), "SCAPE reduce-scatter offsets");
+    S->rs_k = xcalloc((size_t)(d->nb ? d->nb : 1) * (size_t)d->world, sizeof(size_t), "SCAPE reduce-scatter counts");
+    S->zred = xmalloc((S->nch + 1) * sizeof(double), "SCAPE norm partials");
+    if (d->cfg.payload_bf16) S->ch_qe = xcalloc(nch, sizeof(size_t), "SCAPE residual offsets");
 }
 
 void scape_zero_layout(DistOptim *d, size_t K) {
+    ScapeState *S = scape(d);
     const size_t W = (size_t)d->world;
-    memset(d->rs_k, 0, (size_t)d->nb * W * sizeof(size_t));
+    memset(S->rs_k, 0, (size_t)d->nb * W * sizeof(size_t));
     size_t q = 0;
     for (int b = 0; b < d->nb; b++) {
-        d->rs_off[b] = q;
+        S->rs_off[b] = q;
         /* the bucket's slices are in memory order, so each owner's are consecutive in its payload, in rank order */
         for (int k = 0; k < d->bn[b]; k++) {
             int i = d->bslices[b][k];
             const ParamSlice *s = &d->tab->slices[i];
-            size_t c0 = (size_t)d->slice_ch0[i], c1 = c0 + (s->numel + SCAPE_CHUNK - 1) / SCAPE_CHUNK;
-            size_t n = c1 == c0 ? 0 : (c1 < d->nch ? d->ch_q[c1] : K) - d->ch_q[c0];
+            size_t c0 = (size_t)S->slice_ch0[i], c1 = c0 + (s->numel + SCAPE_CHUNK - 1) / SCAPE_CHUNK;
+            size_t n = c1 == c0 ? 0 : (c1 < S->nch ? S->ch_q[c1] : K) - S->ch_q[c0];
             int r = owner_table_owner(&d->own, i);
-            d->rs_k[(size_t)b * W + (size_t)r] += n;
+            S->rs_k[(size_t)b * W + (size_t)r] += n;
             if (r != d->rank) continue;
-            for (size_t c = c0; c < c1; c++) d->ch_qo[c] = q + (d->ch_q[c] - d->ch_q[c0]);
+            for (size_t c = c0; c < c1; c++) S->ch_qo[c] = q + (S->ch_q[c] - S->ch_q[c0]);
             q += n;
         }
     }
-    d->own_k = q;
+    S->own_k = q;
     /* ch_qs: where chunk c's masked values sit among all masked coordinates in memory order (the sync's layout:
      * the owners' parts in rank order, each in memory order) */
     size_t qs = 0;
     for (int i = 0; i < d->tab->n; i++) {
         const ParamSlice *s = &d->tab->slices[i];
-        size_t c0 = (size_t)d->slice_ch0[i], c1 = c0 + (s->numel + SCAPE_CHUNK - 1) / SCAPE_CHUNK;
+        size_t c0 = (size_t)S->slice_ch0[i], c1 = c0 + (s->numel + SCAPE_CHUNK - 1) / SCAPE_CHUNK;
         if (c1 == c0) continue; /* an empty slice */
-        for (size_t c = c0; c < c1; c++) d->ch_qs[c] = qs + (d->ch_q[c] - d->ch_q[c0]);
-        qs += (c1 < d->nch ? d->ch_q[c1] : K) - d->ch_q[c0];
+        for (size_t c = c0; c < c1; c++) S->ch_qs[c] = qs + (S->ch_q[c] - S->ch_q[c0]);
+        qs += (c1 < S->nch ? S->ch_q[c1] : K) - S->ch_q[c0];
     }
-    if (d->rs_out && q <= d->rs_cap && d->rs_cap <= q + q / 2) return;
-    d->rs_out = xrealloc(d->rs_out, (q ? q : 1) * sizeof(float), "SCAPE owned payload");
+    if (S->rs_out && q <= S->rs_cap && S->rs_cap <= q + q / 2) return;
+    S->rs_out = xrealloc(S->rs_out, (q ? q : 1) * sizeof(float), "SCAPE owned payload");
     if (d->cfg.payload_bf16) {
-        d->rs16 = xrealloc(d->rs16, (q ? q : 1) * sizeof(uint16_t), "SCAPE owned bf16 payload");
-        d->rs_err = xrealloc(d->rs_err, (q ? q : 1) * sizeof(float), "SCAPE owned rounding errors");
+        S->rs16 = xrealloc(S->rs16, (q ? q : 1) * sizeof(uint16_t), "SCAPE owned bf16 payload");
+        S->rs_err = xrealloc(S->rs_err, (q ? q : 1) * sizeof(float), "SCAPE owned rounding errors");
     }
-    d->rs_cap = q;
+    S->rs_cap = q;
 }
 
 double scape_zero_reduce_norm(DistOptim *d, int *bad) {
+    ScapeState *S = scape(d);
     int b = 0;
-    for (size_t c = 0; c < d->nch; c++) {
-        d->zred[c] = d->ch_ss[c];
-        b |= d->ch_bad[c];
+    for (size_t c = 0; c < S->nch; c++) {
+        S->zred[c] = S->ch_ss[c];
+        b |= S->ch_bad[c];
     }
-    d->zred[d->nch] = b ? 1.0 : 0.0;
+    S->zred[S->nch] = b ? 1.0 : 0.0;
     /* one rank contributes each chunk's sum, the others +0: exact, in any order of addition */
-    comm_allreduce_sum_f64(d->zred, d->nch + 1);
+    comm_allreduce_sum_f64(S->zred, S->nch + 1);
     double ss = 0;
-    for (size_t c = 0; c < d->nch; c++) {
-        d->ch_ss[c] = d->zred[c];
-        ss += d->zred[c];
+    for (size_t c = 0; c < S->nch; c++) {
+        S->ch_ss[c] = S->zred[c];
+        ss += S->zred[c];
     }
-    *bad = d->zred[d->nch] > 0;
+    *bad = S->zred[S->nch] > 0;
     return ss;
 }
 
@@ -108,7 +112,7 @@ static size_t owner_counts(const DistOptim *d, size_t *kr) {
     size_t total = 0;
     for (size_t r = 0; r < W; r++) {
         kr[r] = 0;
-        for (int b = 0; b < d->nb; b++) kr[r] += d->rs_k[(size_t)b * W + r];
+        for (int b = 0; b < d->nb; b++) kr[r] += scape(d)->rs_k[(size_t)b * W + r];
         total += kr[r];
     }
     return total;
@@ -119,22 +123,23 @@ static size_t owner_counts(const DistOptim *d, size_t *kr) {
  * from ch_qs[c]); then every rank writes them over M_t: into p (what = 'p'), or beta1 times them into r (what = 'm',
  * the fold). Chunks in parallel, word by word over the mask. */
 static void sync_values(DistOptim *d, const size_t *kr, char what) {
+    ScapeState *S = scape(d);
     const float b1 = d->cfg.opt.beta1;
-    const uint8_t *M = d->mask_cur;
+    const uint8_t *M = S->mask_cur;
     float *v = d->stage;
     #pragma omp parallel for schedule(dynamic, 4)
-    for (size_t c = 0; c < d->nch; c++) {
-        if (!dist_is_owned_slice(d, d->ch_slice[c])) continue;
-        if (what == 'p') scape_gather_masked(d->params, M, d->ch_lo[c], d->ch_hi[c], v + d->ch_qs[c]);
-        else memcpy(v + d->ch_qs[c], d->m + d->ch_qm[c], mask_count(M, d->ch_lo[c], d->ch_hi[c]) * sizeof(float));
+    for (size_t c = 0; c < S->nch; c++) {
+        if (!dist_is_owned_slice(d, S->ch_slice[c])) continue;
+        if (what == 'p') scape_gather_masked(d->params, M, S->ch_lo[c], S->ch_hi[c], v + S->ch_qs[c]);
+        else memcpy(v + S->ch_qs[c], S->m + S->ch_qm[c], mask_count(M, S->ch_lo[c], S->ch_hi[c]) * sizeof(float));
     }
     comm_wait(comm_iallgatherv(v, kr, sizeof(float)));
-    float *dst = what == 'p' ? d->params : d->r;
+    float *dst = what == 'p' ? d->params : S->r;
     const float sc = what == 'p' ? 1.0f : b1;
     #pragma omp parallel for schedule(dynamic, 4)
-    for (size_t c = 0; c < d->nch; c++) {
-        size_t q = d->ch_qs[c], hi = d->ch_hi[c];
-        for (size_t j = d->ch_lo[c]; j < hi; j += 64) {
+    for (size_t c = 0; c < S->nch; c++) {
+        size_t q = S->ch_qs[c], hi = S->ch_hi[c];
+        for (size_t j = S->ch_lo[c]; j < hi; j += 64) {
             size_t n = hi - j < 64 ? hi - j : 64;
             uint64_t w = mask_load64(M, j) & (n == 64 ? ~0ull : (1ull << n) - 1);
             for (; w; w &= w - 1) {
@@ -155,20 +160,21 @@ void scape_zero_sync(DistOptim *d) {
 }
 
 size_t scape_zero_m_memory_order(const DistOptim *d, float *out) {
+    const ScapeState *S = scape(d);
     const size_t W = (size_t)d->world;
     size_t *cnt = xmalloc(W * sizeof(size_t), "SCAPE gather counts"), total = 0, mine = 0;
     for (size_t r = 0; r < W; r++) {
-        cnt[r] = d->have_m ? mask_count(d->mask_m, d->own.lo[r], d->own.hi[r]) : 0;
+        cnt[r] = S->have_m ? mask_count(S->mask_m, d->own.lo[r], d->own.hi[r]) : 0;
         if ((int)r == d->rank) mine = total;
         total += cnt[r];
     }
     size_t o = 0;
-    if (d->have_m)
+    if (S->have_m)
         for (int i = d->own.first[d->rank]; i < d->own.first[d->rank + 1]; i++) {
             const ParamSlice *s = &d->tab->slices[i];
-            size_t n = mask_count(d->mask_m, s->offset, s->offset + s->numel);
+            size_t n = mask_count(S->mask_m, s->offset, s->offset + s->numel);
             if (!n) continue; /* (an empty slice has no chunk) */
-            memcpy(out + mine + o, d->m + d->ch_qm[d->slice_ch0[i]], n * sizeof(float));
+            memcpy(out + mine + o, S->m + S->ch_qm[S->slice_ch0[i]], n * sizeof(float));
             o += n;
         }
     comm_wait(comm_iallgatherv(out, cnt, sizeof(float)));
@@ -177,35 +183,37 @@ size_t scape_zero_m_memory_order(const DistOptim *d, float *out) {
 }
 
 void scape_zero_r_unfold(const DistOptim *d, float *out) {
-    memcpy(out, d->r, d->P * sizeof(float));
-    if (!d->have_m) return;
+    const ScapeState *S = scape(d);
+    memcpy(out, S->r, d->P * sizeof(float));
+    if (!S->have_m) return;
     #pragma omp parallel for schedule(dynamic, 4)
-    for (size_t c = 0; c < d->nch; c++) {
-        size_t q = d->ez ? d->ch_qe[c] : 0;
-        for (size_t j = d->ch_lo[c]; j < d->ch_hi[c]; j++)
-            if (mask_get(d->mask_m, j)) out[j] = d->ez ? d->ez[q++] : 0.0f;
+    for (size_t c = 0; c < S->nch; c++) {
+        size_t q = S->ez ? S->ch_qe[c] : 0;
+        for (size_t j = S->ch_lo[c]; j < S->ch_hi[c]; j++)
+            if (mask_get(S->mask_m, j)) out[j] = S->ez ? S->ez[q++] : 0.0f;
     }
 }
 
 void scape_zero_r_fold(DistOptim *d, const float *m) {
-    if (!d->have_m) return;
+    ScapeState *S = scape(d);
+    if (!S->have_m) return;
     const float b1 = d->cfg.opt.beta1;
     if (d->cfg.payload_bf16) { /* r on mask_m (the rounding losses) -> ez, in mask_m's payload order */
-        size_t n = dist_chunk_offsets(d, d->mask_m, d->ch_qe);
-        if (n > d->ez_cap || !d->ez) {
-            d->ez = xrealloc(d->ez, (n ? n : 1) * sizeof(float), "SCAPE residual on the mask");
-            d->ez_cap = n;
+        size_t n = dist_chunk_offsets(S->ch_lo, S->ch_hi, S->nch, S->mask_m, S->ch_qe);
+        if (n > S->ez_cap || !S->ez) {
+            S->ez = xrealloc(S->ez, (n ? n : 1) * sizeof(float), "SCAPE residual on the mask");
+            S->ez_cap = n;
         }
-        for (size_t c = 0; c < d->nch; c++) {
-            size_t q = d->ch_qe[c];
-            for (size_t j = d->ch_lo[c]; j < d->ch_hi[c]; j++)
-                if (mask_get(d->mask_m, j)) {
-                    d->ez[q++] = d->r[j];
-                    d->r[j] = b1 * m[j];
+        for (size_t c = 0; c < S->nch; c++) {
+            size_t q = S->ch_qe[c];
+            for (size_t j = S->ch_lo[c]; j < S->ch_hi[c]; j++)
+                if (mask_get(S->mask_m, j)) {
+                    S->ez[q++] = S->r[j];
+                    S->r[j] = b1 * m[j];
                 }
         }
         return;
     }
     for (size_t j = 0; j < d->P; j++)
-        if (mask_get(d->mask_m, j)) d->r[j] += b1 * m[j];
+        if (mask_get(S->mask_m, j)) S->r[j] += b1 * m[j];
 }

@@ -1,6 +1,6 @@
 /*
  * optim/dist_state.c - the checkpoint blobs (distopt_state_bytes / save / load of optim/dist.h, through each rule's
- * row; the code of the powersgd, onebit-adam and demo blobs is in their own files, on the helpers here) and the
+ * row; the code of every blob but SCAPE's is in its rule's file, on the helpers here) and the
  * same layouts from explicit views for the CUDA trainers' device update (distopt_dense_blob_*, distopt_scape_blob_*),
  * so that host and device write and read each other's checkpoints. A blob is one rank's file of a checkpoint:
  * header, then
@@ -30,10 +30,9 @@
 
 _Static_assert(sizeof(BlobHeader) == 72, "the blob header layout is part of the checkpoint format");
 
-/* masks are padded to 8 bytes in the blob so the floats after them stay aligned */
-static size_t blob_mask_bytes(size_t P) { return (mask_bytes(P) + 7) / 8 * 8; }
+/* masks are padded to 8 bytes in the blob so the floats after them stay aligned (dist_impl.h) */
+size_t dist_blob_mask_bytes(size_t P) { return (mask_bytes(P) + 7) / 8 * 8; }
 
-static size_t scape_m_count(const DistOptim *d) { return d->have_cur ? mask_count(d->mask_cur, 0, d->P) : 0; }
 
 static BlobHeader check_blob_kind(OptimizerKind kind, size_t P, const void *blob, size_t size, int i) {
     BlobHeader h;
@@ -73,8 +72,8 @@ void distopt_dense_blob_save(void *blob, OptimizerKind kind, int world, int rank
     memcpy(blob, &h, sizeof h);
 }
 
-/* Assembles [lo, hi) of m (and v) from whichever blobs cover it; fatal() if they do not. */
-static void dense_assemble(OptimizerKind kind, size_t lo, size_t hi, float *m, float *v, const void *const *blobs,
+/* Assembles [lo, hi) of m (and v) from whichever blobs cover it; fatal() if they do not (dist_impl.h). */
+void dist_dense_assemble(OptimizerKind kind, size_t lo, size_t hi, float *m, float *v, const void *const *blobs,
                            int n_blobs) {
     size_t n = hi - lo;
     size_t covered = 0;
@@ -101,7 +100,7 @@ int distopt_dense_blob_load(OptimizerKind kind, size_t P, int world, size_t lo, 
     for (int i = 1; i < n_blobs; i++) check_blob_kind(kind, P, blobs[i], sizes[i], i);
     if (n_blobs < h0.world && h0.world != world && (h0.lo > lo || h0.hi < hi))
         fatal("optimizer state was saved by %d ranks, this run has %d; pass the state of all %d saved ranks", h0.world, world, h0.world);
-    dense_assemble(kind, lo, hi, m, v, blobs, n_blobs);
+    dist_dense_assemble(kind, lo, hi, m, v, blobs, n_blobs);
     return h0.last_t;
 }
 
@@ -122,15 +121,15 @@ static void load_residual_into(float *r, size_t P, int world, int rank, const vo
     }
     for (size_t j = 0; j < P; j++) r[j] /= (float)n_blobs;
 }
-void dist_load_residual(DistOptim *d, const void *const *blobs, int n_blobs, int saved_world) {
-    load_residual_into(d->r, d->P, d->world, d->rank, blobs, n_blobs, saved_world);
+void dist_load_residual(const DistOptim *d, float *r, const void *const *blobs, int n_blobs, int saved_world) {
+    load_residual_into(r, d->P, d->world, d->rank, blobs, n_blobs, saved_world);
 }
 
 /* ---- the SCAPE blob from explicit views (shared with the device updater, cuda/dist_scape.cuh) ---- */
 
 size_t distopt_scape_blob_bytes(size_t P, int have_cur, int have_next, size_t K) {
-    return sizeof(BlobHeader) + P * sizeof(float) + (have_cur ? blob_mask_bytes(P) : 0) +
-           (have_next ? blob_mask_bytes(P) : 0) + (have_cur ? K : 0) * sizeof(float);
+    return sizeof(BlobHeader) + P * sizeof(float) + (have_cur ? dist_blob_mask_bytes(P) : 0) +
+           (have_next ? dist_blob_mask_bytes(P) : 0) + (have_cur ? K : 0) * sizeof(float);
 }
 
 void distopt_scape_blob_save(void *blob, int world, int rank, int last_t, size_t P, const float *r,
@@ -143,14 +142,14 @@ void distopt_scape_blob_save(void *blob, int world, int rank, int last_t, size_t
     memcpy(p, r, P * sizeof(float));
     p += P * sizeof(float);
     if (mask_cur) {
-        memset(p, 0, blob_mask_bytes(P));
+        memset(p, 0, dist_blob_mask_bytes(P));
         memcpy(p, mask_cur, mask_bytes(P));
-        p += blob_mask_bytes(P);
+        p += dist_blob_mask_bytes(P);
     }
     if (mask_next) {
-        memset(p, 0, blob_mask_bytes(P));
+        memset(p, 0, dist_blob_mask_bytes(P));
         memcpy(p, mask_next, mask_bytes(P));
-        p += blob_mask_bytes(P);
+        p += dist_blob_mask_bytes(P);
     }
     if (mask_cur && m) scape_gather_masked(m, mask_cur, 0, P, (float *)p);
     memcpy(blob, &h, sizeof h);
@@ -173,11 +172,11 @@ int distopt_scape_blob_load(size_t P, int world, int rank, float *r, uint8_t *ma
     memset(mask_next, 0, PB);
     if (h0.have_cur) {
         memcpy(mask_cur, p, PB);
-        p += blob_mask_bytes(P);
+        p += dist_blob_mask_bytes(P);
     }
     if (h0.have_next) {
         memcpy(mask_next, p, PB);
-        p += blob_mask_bytes(P);
+        p += dist_blob_mask_bytes(P);
     }
     memset(m, 0, P * sizeof(float));
     if (h0.have_cur) {
@@ -196,111 +195,26 @@ int distopt_scape_blob_load(size_t P, int world, int rank, float *r, uint8_t *ma
 BlobHeader dist_blob_header(const DistOptim *d) {
     BlobHeader h = {.magic = DIST_MAGIC, .version = DIST_VERSION, .kind = (int32_t)d->cfg.opt.kind,
                     .world = d->world, .rank = d->rank, .zero = d->cfg.zero, .last_t = d->last_t,
-                    .have_cur = d->have_cur, .have_next = d->have_next, .P = d->P, .lo = d->slo, .hi = d->shi};
+                    .have_cur = 0, .have_next = 0, .P = d->P, .lo = d->slo, .hi = d->shi};
     return h;
-}
-
-/* adamw, adams: m (and v) over [lo, hi) */
-size_t dense_state_bytes(const DistOptim *d) {
-    return sizeof(BlobHeader) + (d->shi - d->slo) * sizeof(float) * (d->cfg.opt.kind == OPT_ADAMW ? 2 : 1);
-}
-void dense_save(const DistOptim *d, void *blob) {
-    distopt_dense_blob_save(blob, d->cfg.opt.kind, d->world, d->rank, d->cfg.zero, d->last_t, d->P, d->slo, d->shi,
-                            d->m, d->v);
-}
-size_t dense_blob_payload(const BlobHeader *h, int i) {
-    if (h->lo > h->hi || h->hi > h->P) fatal("optimizer state of rank %d: bad range [%llu, %llu)", i, (unsigned long long)h->lo, (unsigned long long)h->hi);
-    return (h->hi - h->lo) * sizeof(float) * (h->kind == OPT_ADAMW ? 2 : 1);
-}
-/* assembles [slo, shi) from whichever blobs cover it */
-void dense_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs) {
-    dense_assemble(d->cfg.opt.kind, d->slo, d->shi, d->m, d->v, blobs, n_blobs);
-}
-
-/* scape: the layout of distopt_scape_blob_save, then catchup's age */
-size_t scape_state_bytes(const DistOptim *d) {
-    scape_collect_next((DistOptim *)d); /* the pending mask all-gather must land before the state is complete */
-    size_t n = sizeof(BlobHeader);
-    n += d->P * sizeof(float);
-    if (d->have_cur) n += blob_mask_bytes(d->P);
-    if (d->have_next) n += blob_mask_bytes(d->P);
-    n += scape_m_count(d) * sizeof(float);
-    if (d->age) n += blob_mask_bytes(8 * d->P);
-    return n;
-}
-void scape_save(const DistOptim *d, void *blob) {
-    scape_collect_next((DistOptim *)d);
-    /* the layout of distopt_scape_blob_save, from the compact m: after a step (taken or skipped) m is on
-     * mask_cur, so its values in memory order are the blob's "m on mask_cur" */
-    distopt_scape_blob_save(blob, d->world, d->rank, d->last_t, d->P, d->r, d->have_cur ? d->mask_cur : NULL,
-                            d->have_next ? d->mask_next : NULL, NULL);
-    if (d->have_cur) {
-        size_t K = mask_count(d->mask_cur, 0, d->P);
-        if (d->have_m && !d->cfg.zero && d->m_n != K)
-            fatal("distopt_save: SCAPE's first moment has %zu values, its mask %zu (internal error)", d->m_n, K);
-        float *out = (float *)((char *)blob + distopt_scape_blob_bytes(d->P, 1, d->have_next, K) - K * sizeof(float));
-        if (d->have_m) scape_m_memory_order(d, out); /* ZeRO-1: gathered from the owners, a collective */
-        else memset(out, 0, K * sizeof(float));
-    }
-    if (d->cfg.zero) /* ZeRO-1: r as the unsharded step holds it, without beta1 m folded in */
-        scape_zero_r_unfold(d, (float *)((char *)blob + sizeof(BlobHeader)));
-    if (d->age) { /* catchup's age after the rest, flagged in the header */
-        size_t at = distopt_scape_blob_bytes(d->P, d->have_cur, d->have_next, scape_m_count(d));
-        memset((char *)blob + at, 0, blob_mask_bytes(8 * d->P));
-        memcpy((char *)blob + at, d->age, d->P);
-        BlobHeader hb;
-        memcpy(&hb, blob, sizeof hb);
-        hb.ext |= 1;
-        memcpy(blob, &hb, sizeof hb);
-    }
-}
-size_t scape_blob_payload(const BlobHeader *h, int i) {
-    size_t want = h->P * sizeof(float) + (h->have_cur ? blob_mask_bytes(h->P) : 0) + (h->have_next ? blob_mask_bytes(h->P) : 0) + h->K * sizeof(float);
-    if (h->ext & 1) want += blob_mask_bytes(8 * h->P);
-    if (h->ext & ~1) fatal("optimizer state of rank %d carries extras %#x this program does not know; resume with "
-                           "the program version that wrote it", i, (unsigned)h->ext);
-    return want;
-}
-void scape_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs) {
-    /* through a dense m, once: the host keeps it compact on mask_cur (dist_impl.h) */
-    float *m = xmalloc(d->P * sizeof(float), "SCAPE first moment being loaded");
-    distopt_scape_blob_load(d->P, d->world, d->rank, d->r, d->mask_cur, d->mask_next, &d->have_cur,
-                            &d->have_next, m, blobs, sizes, n_blobs);
-    scape_m_set_dense(d, m, d->mask_cur, d->have_cur);
-    free(m);
-    if (!(h0->ext & 1) != !d->age)
-        fatal("optimizer state was written %s --scape-variant catchup, this run is %s it; resume with the variant "
-              "the checkpoint was trained with", h0->ext & 1 ? "with" : "without", d->age ? "with" : "without");
-    if (d->age) /* the same on every rank (the masks are): rank 0's */
-        memcpy(d->age, (const char *)blobs[0] + sizes[0] - blob_mask_bytes(8 * d->P), d->P);
 }
 
 /* topk-ef, powersgd, onebit-adam: e (P), m (P), v (P), then powersgd's Q (K) or onebit-adam's server error (P) */
 void dist_emv_save(const DistOptim *d, void *blob, BlobHeader *h) {
+    const EmvState *s = dist_emv(d);
     *h = dist_blob_header(d);
     char *p = (char *)blob + sizeof *h;
-    memcpy(p, d->r, d->P * sizeof(float));
-    memcpy(p + d->P * sizeof(float), d->m, d->P * sizeof(float));
-    memcpy(p + 2 * d->P * sizeof(float), d->v, d->P * sizeof(float));
+    memcpy(p, s->e, d->P * sizeof(float));
+    memcpy(p + d->P * sizeof(float), s->m, d->P * sizeof(float));
+    memcpy(p + 2 * d->P * sizeof(float), s->v, d->P * sizeof(float));
 }
 /* e_i: this rank's own when the world is unchanged, else the mean over the saved ranks (as SCAPE's r); m, v */
 void dist_emv_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, int n_blobs) {
-    dist_load_residual(d, blobs, n_blobs, h0->world);
+    EmvState *s = dist_emv(d);
+    dist_load_residual(d, s->e, blobs, n_blobs, h0->world);
     const float *mv = (const float *)((const char *)blobs[0] + sizeof(BlobHeader)) + d->P;
-    memcpy(d->m, mv, d->P * sizeof(float));
-    memcpy(d->v, mv + d->P, d->P * sizeof(float));
-    d->have_cur = 0;
-}
-
-size_t topk_state_bytes(const DistOptim *d) { return sizeof(BlobHeader) + 3 * d->P * sizeof(float); }
-void topk_save(const DistOptim *d, void *blob) {
-    BlobHeader h;
-    dist_emv_save(d, blob, &h);
-    memcpy(blob, &h, sizeof h);
-}
-size_t topk_blob_payload(const BlobHeader *h, int i) { return 3 * h->P * sizeof(float); }
-void topk_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs) {
-    dist_emv_load(d, h0, blobs, n_blobs);
+    memcpy(s->m, mv, d->P * sizeof(float));
+    memcpy(s->v, mv + d->P, d->P * sizeof(float));
 }
 
 /* ---- through the rule's row ---- */
@@ -315,8 +229,6 @@ void distopt_load(DistOptim *d, const void *const *blobs, const size_t *sizes, i
     for (int i = 1; i < n_blobs; i++) check_blob(d, blobs[i], sizes[i], i);
     if (n_blobs < h0.world && h0.world != d->world && (!d->rule->any_shard || h0.lo > d->slo || h0.hi < d->shi))
         fatal("optimizer state was saved by %d ranks, this run has %d; pass the state of all %d saved ranks", h0.world, d->world, h0.world);
-    comm_wait(d->next_h);
-    d->next_h = 0;
     d->last_t = h0.last_t;
     for (int b = 0; b < d->nb; b++) d->bstate[b] = 0;
     d->step_begun = 0;

@@ -3,9 +3,9 @@
  * raw gradient plus error feedback, exchanged as (index, value) pairs on one all-gather per bucket, and their mean
  * fed into dense AdamW. Formulas and sources at distopt_create in optim/dist.h. Unlike SCAPE's, the selections
  * differ per rank, so the support of the mean grows with N (the "fill-in") and the indices go on the wire.
- * State (dist_impl.h): r = e_i (P), m, v (AdamW's, P), mask_cur = this rank's selection S_t, stage = acc_i (P,
- * flat), pairs = every rank's pairs by bucket.
- * Not for: top-k itself (scape.c), AdamW (optim.c), the checkpoint blob (dist_state.c).
+ * State (TopkState below): e_i, m, v (AdamW's, P each), this rank's selection S_t, every rank's pairs by bucket;
+ * DistOptim's stage holds acc_i (P, flat). Its blob: e, m, v (dist_state.c's dist_emv_save).
+ * Not for: top-k itself (scape.c), AdamW (optim.c).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -14,20 +14,32 @@
 #include "common/util.h"
 #include "optim/dist_impl.h"
 
+/* topk-ef's own state (DistOptim's state): e_i, m, v (EmvState, first); this rank's selection S_t (P bits) and
+ * whether a completed step made it (sel_valid); every rank's pairs by bucket, bucket b's world parts of K_b pairs
+ * from world * pair_off[b] (pair_off[b]: sum of K_b' over earlier buckets; pairs_cap allocated); the step whose
+ * buckets are on the wire (cur_t, -1 none); the top-k scratch (the largest slice). */
+typedef struct {
+    EmvState emv;
+    uint8_t *sel;
+    int sel_valid;
+    TopkPair *pairs;
+    size_t pairs_cap, *pair_off;
+    int cur_t;
+    uint32_t *topk_tmp;
+} TopkState;
+static inline TopkState *topk(const DistOptim *d) { return (TopkState *)d->state; }
+
 /* e, AdamW's m and v, the selection bits and the top-k scratch; the pairs buffer grows at the first step. */
 static void topk_init(DistOptim *d, size_t owned_total) {
     const ParamTable *tab = d->tab;
-    d->slo = 0;
-    d->shi = d->P;
-    d->m = xcalloc(d->P, sizeof(float), "AdamW first moment");
-    d->v = xcalloc(d->P, sizeof(float), "AdamW second moment");
-    d->r = xcalloc(d->P, sizeof(float), "topk-ef error feedback");
-    d->mask_cur = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "topk-ef selection");
-    d->pair_off = xcalloc((size_t)d->nb, sizeof(size_t), "topk-ef bucket offsets");
+    d->state = xcalloc(1, sizeof(TopkState), "topk-ef state");
+    dist_emv_init(d);
+    topk(d)->sel = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "topk-ef selection");
+    topk(d)->pair_off = xcalloc((size_t)d->nb, sizeof(size_t), "topk-ef bucket offsets");
     size_t maxn = 1;
     for (int i = 0; i < tab->n; i++)
         if (tab->slices[i].numel > maxn) maxn = tab->slices[i].numel;
-    d->topk_tmp = xmalloc(maxn * sizeof(uint32_t), "top-k scratch");
+    topk(d)->topk_tmp = xmalloc(maxn * sizeof(uint32_t), "top-k scratch");
 }
 
 /* Start of step t's communication: K_b per bucket from the density at t, room for the all-gathers, S_t cleared. */
@@ -35,7 +47,7 @@ static void topk_begin(DistOptim *d, int t) {
     double dens = dist_density(&d->cfg, t);
     size_t K = 0;
     for (int b = 0; b < d->nb; b++) {
-        d->pair_off[b] = K;
+        topk(d)->pair_off[b] = K;
         size_t kb = 0;
         for (int k = 0; k < d->bn[b]; k++) {
             const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
@@ -45,31 +57,31 @@ static void topk_begin(DistOptim *d, int t) {
         K += kb;
     }
     size_t need = K * (size_t)d->world;
-    if (need > d->pairs_cap) { /* nothing is in flight at a step's start, so the buffer may move */
-        free(d->pairs);
-        d->pairs = xmalloc((need ? need : 1) * sizeof(TopkPair), "topk-ef all-gather buffer");
-        d->pairs_cap = need;
+    if (need > topk(d)->pairs_cap) { /* nothing is in flight at a step's start, so the buffer may move */
+        free(topk(d)->pairs);
+        topk(d)->pairs = xmalloc((need ? need : 1) * sizeof(TopkPair), "topk-ef all-gather buffer");
+        topk(d)->pairs_cap = need;
     }
-    memset(d->mask_cur, 0, mask_bytes(d->P));
-    d->cur_t = t;
+    memset(topk(d)->sel, 0, mask_bytes(d->P));
+    topk(d)->cur_t = t;
     d->step_begun = 1;
 }
 
 /* acc = e + g over bucket b into stage, S_t of its slices, this rank's pairs, and the bucket's all-gather. */
 static void topk_queue_bucket(DistOptim *d, int b) {
-    double dens = dist_density(&d->cfg, d->cur_t);
+    double dens = dist_density(&d->cfg, topk(d)->cur_t);
     float *acc = d->stage;
-    TopkPair *all = d->pairs + (size_t)d->world * d->pair_off[b];
+    TopkPair *all = topk(d)->pairs + (size_t)d->world * topk(d)->pair_off[b];
     TopkPair *out = all + (size_t)d->rank * d->bucket_k[b];
     size_t q = 0;
     for (int k = 0; k < d->bn[b]; k++) {
         const ParamSlice *s = &d->tab->slices[d->bslices[b][k]];
         size_t lo = s->offset, hi = s->offset + s->numel;
-        for (size_t j = lo; j < hi; j++) acc[j] = d->r[j] + d->grads[j];
-        if (!dist_slice_sparse(d, s)) mask_set_range(d->mask_cur, lo, s->numel);
-        else scape_topk_mask(acc + lo, s->numel, scape_k(dens, s->numel), d->mask_cur, lo, d->topk_tmp);
+        for (size_t j = lo; j < hi; j++) acc[j] = topk(d)->emv.e[j] + d->grads[j];
+        if (!dist_slice_sparse(d, s)) mask_set_range(topk(d)->sel, lo, s->numel);
+        else scape_topk_mask(acc + lo, s->numel, scape_k(dens, s->numel), topk(d)->sel, lo, topk(d)->topk_tmp);
         for (size_t j = lo; j < hi; j++)
-            if (mask_get(d->mask_cur, j)) out[q++] = (TopkPair){(uint32_t)j, acc[j]};
+            if (mask_get(topk(d)->sel, j)) out[q++] = (TopkPair){(uint32_t)j, acc[j]};
     }
     if (q != d->bucket_k[b]) fatal("topk-ef: bucket %d selected %zu coordinates, expected %zu", b, q, d->bucket_k[b]);
     d->bh[b] = comm_iallgather(all, d->bucket_k[b], sizeof(TopkPair));
@@ -86,22 +98,14 @@ static void topk_bucket_ready(DistOptim *d, int b) {
 /* Step t: the buckets backward did not send, the wait, the mean of every rank's pairs in rank order, the skip
  * decision (any rank's non-finite acc), statistics, e_i, the clip and AdamW. */
 static int topk_step(DistOptim *d, int t, float lr, float *grad_norm) {
-    if (d->step_begun && d->cur_t != t) {
-        /* buckets went out for another step number (the loop retried or skipped one): redo them for t */
-        for (int b = 0; b < d->nb; b++) {
-            comm_wait(d->bh[b]);
-            d->bstate[b] = 0;
-        }
-        d->step_begun = 0;
-    }
+    /* buckets that went out for another step number (the loop retried or skipped one) are redone for t */
+    if (d->step_begun && topk(d)->cur_t != t) dist_drop_buckets(d, NULL);
     if (!d->step_begun) topk_begin(d, t);
-    for (int b = 0; b < d->nb; b++)
-        if (!d->bstate[b]) topk_queue_bucket(d, b);
-    for (int b = 0; b < d->nb; b++) comm_wait(d->bh[b]);
+    dist_gather_buckets(d, topk_queue_bucket, NULL);
     const float *acc = d->stage;
     if (d->dbg_c) memcpy(d->dbg_c, acc, d->P * sizeof(float));
     if (d->dbg_s)
-        for (size_t j = 0; j < d->P; j++) d->dbg_s[j] = mask_get(d->mask_cur, j) ? acc[j] : 0.0f;
+        for (size_t j = 0; j < d->P; j++) d->dbg_s[j] = mask_get(topk(d)->sel, j) ? acc[j] : 0.0f;
     /* a non-finite acc anywhere would poison e forever even if unselected: every rank must agree to skip */
     int64_t bad = 0;
     for (size_t j = 0; j < d->P; j++) bad |= !isfinite(acc[j]);
@@ -112,7 +116,7 @@ static int topk_step(DistOptim *d, int t, float lr, float *grad_norm) {
     memset(g, 0, d->P * sizeof(float));
     const float fN = (float)d->world;
     for (int b = 0; b < d->nb; b++) {
-        const TopkPair *all = d->pairs + (size_t)d->world * d->pair_off[b];
+        const TopkPair *all = topk(d)->pairs + (size_t)d->world * topk(d)->pair_off[b];
         size_t kb = d->bucket_k[b];
         for (size_t q = 0; q < kb; q++) g[all[q].idx] = all[q].val;
         for (int r = 1; r < d->world; r++)
@@ -124,23 +128,19 @@ static int topk_step(DistOptim *d, int t, float lr, float *grad_norm) {
     double ss = dist_sumsq(g, 0, d->P);
     float norm = bad ? NAN : (float)sqrt(ss);
     *grad_norm = norm;
-    d->cur_t = -1;
+    topk(d)->cur_t = -1;
     if (!isfinite(norm)) {
-        dist_end_step(d);
-        return 1;
+        return dist_end_step(d, t, 1);
     }
-    if (d->st_on) stats_compute(d, t, d->mask_cur, acc, NULL, NULL);
-    for (size_t j = 0; j < d->P; j++) d->r[j] = mask_get(d->mask_cur, j) ? 0.0f : acc[j];
+    if (d->st_on) stats_compute(d, t, topk(d)->sel, acc, NULL, NULL, NULL);
+    for (size_t j = 0; j < d->P; j++) topk(d)->emv.e[j] = mask_get(topk(d)->sel, j) ? 0.0f : acc[j];
     float sc = dist_clip_scale(d->cfg.clip, norm);
     if (sc != 1.0f)
         for (size_t j = 0; j < d->P; j++) g[j] *= sc;
-    adamw_update(d->tab, d->params, g, d->m, d->v, 0, d->P, t, lr, &d->cfg.opt);
-    d->last_k = 0;
-    for (int b = 0; b < d->nb; b++) d->last_k += d->bucket_k[b];
-    d->have_cur = 1;
-    dist_end_step(d);
-    d->last_t = t;
-    return 0;
+    adamw_update(d->tab, d->params, g, topk(d)->emv.m, topk(d)->emv.v, 0, d->P, t, lr, &d->cfg.opt);
+    d->last_k = dist_bucket_k_total(d);
+    topk(d)->sel_valid = 1;
+    return dist_end_step(d, t, 0);
 }
 
 /* e, m, v */
@@ -150,7 +150,30 @@ static size_t topk_state_memory(const DistOptim *d) { return 3 * d->P * sizeof(f
 static double topk_bytes_per_param(const DistConfig *cfg) { return 12; }
 
 /* the last completed step's selection S_t (no next mask: it is chosen at the step) */
-static const uint8_t *topk_mask(DistOptim *d, int next) { return !next && d->have_cur ? d->mask_cur : NULL; }
+static const uint8_t *topk_mask(DistOptim *d, int next) { return !next && topk(d)->sel_valid ? topk(d)->sel : NULL; }
+
+/* e (P), m (P), v (P); the header's have_cur records whether the selection exists (not restored: a resumed run
+ * makes its own at its first step) */
+static size_t topk_state_bytes(const DistOptim *d) { return sizeof(BlobHeader) + 3 * d->P * sizeof(float); }
+static void topk_save(const DistOptim *d, void *blob) {
+    BlobHeader h;
+    dist_emv_save(d, blob, &h);
+    h.have_cur = topk(d)->sel_valid;
+    memcpy(blob, &h, sizeof h);
+}
+static size_t topk_blob_payload(const BlobHeader *h, int i) { return 3 * h->P * sizeof(float); }
+static void topk_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs) {
+    dist_emv_load(d, h0, blobs, n_blobs);
+    topk(d)->sel_valid = 0;
+}
+
+static void topk_free(DistOptim *d) {
+    TopkState *s = topk(d);
+    if (!s) return;
+    dist_emv_free(&s->emv);
+    free(s->sel); free(s->pairs); free(s->pair_off); free(s->topk_tmp);
+    free(s);
+}
 
 const UpdateRule rule_topk_ef = {
     .name = "topk-ef", .kind = OPT_TOPK_EF, .sparse = 1, .index32 = 1, .stage = 1,
@@ -158,4 +181,5 @@ const UpdateRule rule_topk_ef = {
     .init = topk_init, .bucket_ready = topk_bucket_ready, .step = topk_step,
     .state_bytes = topk_state_bytes, .save = topk_save, .blob_payload = topk_blob_payload, .load = topk_load,
     .state_memory = topk_state_memory, .sync_hash = dist_sync_hash_mv, .mask = topk_mask,
+    .moment = dist_emv_moment, .residual = dist_emv_residual, .free = topk_free,
 };

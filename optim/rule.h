@@ -92,14 +92,14 @@ typedef struct UpdateRule {
     void (*save)(const DistOptim *d, void *blob);
     size_t (*blob_payload)(const BlobHeader *h, int i);
     void (*load)(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
-    /* frees the rule's own state (DistOptim's state pointer; NULL: the rule keeps none), from distopt_free */
+    /* frees the rule's own state (DistOptim's state pointer; NULL: the rule keeps none), from distopt_free after the
+     * buckets' collectives (a collective of the rule's own still in flight, it waits for) */
     void (*free)(DistOptim *d);
     /* bytes of optimizer state this rank holds now (distopt_state_memory) */
     size_t (*state_memory)(const DistOptim *d);
     /* the shared state beside the parameters that SCAPE_CHECK_SYNC hashes (common/hash.h hash_fnv1a64 continued from h); NULL: none */
     uint64_t (*sync_hash)(DistOptim *d, uint64_t h);
-    /* inspection (optim/dist.h): distopt_moment, distopt_residual (NULL: DistOptim's m and r as they are) and
-     * distopt_mask (NULL: no mask) */
+    /* inspection (optim/dist.h): distopt_moment, distopt_residual and distopt_mask (NULL: the rule has none) */
     const float *(*moment)(const DistOptim *d);
     const float *(*residual)(const DistOptim *d);
     const uint8_t *(*mask)(DistOptim *d, int next);
