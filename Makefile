@@ -119,8 +119,8 @@ FUZZ_REPLAY_FLAGS_loader := --any-error
 # tokenizer: encode/decode with the real vocabulary (needs `make data`), and the vocabulary loader
 ifneq ($(wildcard tokenizer/bpe.c),)
 FUZZ_HARNESSES += bpe vocab
-FUZZ_SRC_bpe   := test/fuzz/fuzz_bpe.c tokenizer/bpe.c $(COMMON_SRC)
-FUZZ_SRC_vocab := test/fuzz/fuzz_vocab.c tokenizer/bpe.c $(COMMON_SRC)
+FUZZ_SRC_bpe   := test/fuzz/fuzz_bpe.c $(BPE_SRC) $(COMMON_SRC)
+FUZZ_SRC_vocab := test/fuzz/fuzz_vocab.c $(BPE_SRC) $(COMMON_SRC)
 FUZZ_LIBS_bpe  := $(PCRE2_LIBS) -lpthread
 FUZZ_LIBS_vocab := $(PCRE2_LIBS) -lpthread
 FUZZ_ENV_bpe   := FUZZ_DATA=$(DATA)
@@ -128,7 +128,7 @@ endif
 # the shard tool's JSON-lines reader (jsonl_text, static in tokenizer/tok.c: included with main renamed)
 ifneq ($(wildcard tokenizer/tok.c),)
 FUZZ_HARNESSES += jsonl
-FUZZ_SRC_jsonl := test/fuzz/fuzz_jsonl.c tokenizer/bpe.c tokenizer/bpe_train.c dataloader/shard.c $(COMMON_SRC)
+FUZZ_SRC_jsonl := test/fuzz/fuzz_jsonl.c $(BPE_SRC) tokenizer/bpe_train.c dataloader/shard.c $(COMMON_SRC)
 FUZZ_LIBS_jsonl := $(PCRE2_LIBS) -lpthread
 $(BUILD)/fuzz/lf/test/fuzz/fuzz_jsonl.o $(BUILD)/fuzz/san/test/fuzz/fuzz_jsonl.o: tokenizer/tok.c
 endif
