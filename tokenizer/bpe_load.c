@@ -78,6 +78,11 @@ static uint32_t get_utf8(const unsigned char **p) {
     return cp;
 }
 
+/* encoder.json is read by the small reader below, not jansson (issue 44 asks for jansson where its speed allows): on
+ * GPT-2's encoder.json (1 MB, 50257 entries), loading it with a one-merge vocab.bpe took 61.6 ms of CPU through
+ * jansson's json_loadb and a walk of the object against 21.1 ms through this reader, and the whole tokenizer_load_gpt2
+ * 99 ms against 47 ms (medians of 5 runs of 21 and 11 loads; bpe4k: 3.5 ms against 2.0 ms, medians of 3 runs of 51;
+ * a 2-core x86-64, libjansson 2.14). Every program that tokenizes pays this load, so the reader stays. */
 typedef struct {
     const char *path, *s;
     size_t pos, len;
