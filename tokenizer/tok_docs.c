@@ -190,8 +190,6 @@ static void refuse_in_inputs(const char *flag, const char *shown, const char *di
 
 void refuse_out_in_inputs(const char *out, const Seen *seen) { refuse_in_inputs("--out", out, out, seen); }
 
-/* fatal() unless tok train's --words-out names a file of its own: not an input document (it was written over), not
- * in an input folder, not the encoder.json or vocab.bpe of --out (the vocabulary would replace it). */
 void refuse_words_out(const char *words, const char *out, const Seen *seen) {
     struct stat st, d, o;
     if (stat(words, &st) == 0 && was_visited(seen, &st))
@@ -213,8 +211,6 @@ void refuse_words_out(const char *words, const char *out, const Seen *seen) {
     free(dir);
 }
 
-/* fatal() if an input document's file is one of the shards of this --name in --out, which the run replaces or
- * removes (`tok shards --out o --name s o/s_train_000000.bin`). */
 void refuse_inputs_among_shards(const DocList *docs, const char *out, const char *prefix) {
     size_t pl = strlen(prefix);
     for (size_t i = 0; i < docs->n; i++) {
@@ -231,7 +227,6 @@ void refuse_inputs_among_shards(const DocList *docs, const char *out, const char
     }
 }
 
-/* --val-percent: a number in [0, 100); fatal() otherwise. */
 double parse_val_percent(const char *s) {
     char *end;
     double percent = strtod(s, &end);
