@@ -119,18 +119,16 @@ FUZZ_REPLAY_FLAGS_loader := --any-error
 # tokenizer: encode/decode with the real vocabulary (needs `make data`), and the vocabulary loader
 ifneq ($(wildcard tokenizer/bpe.c),)
 FUZZ_HARNESSES += bpe vocab
-FUZZ_SRC_bpe   := test/fuzz/fuzz_bpe.c tokenizer/bpe.c $(COMMON_SRC)
-FUZZ_SRC_vocab := test/fuzz/fuzz_vocab.c tokenizer/bpe.c $(COMMON_SRC)
+FUZZ_SRC_bpe   := test/fuzz/fuzz_bpe.c $(BPE_SRC) $(COMMON_SRC)
+FUZZ_SRC_vocab := test/fuzz/fuzz_vocab.c $(BPE_SRC) $(COMMON_SRC)
 FUZZ_LIBS_bpe  := $(PCRE2_LIBS) -lpthread
 FUZZ_LIBS_vocab := $(PCRE2_LIBS) -lpthread
 FUZZ_ENV_bpe   := FUZZ_DATA=$(DATA)
 endif
-# the shard tool's JSON-lines reader (jsonl_text, static in tokenizer/tok.c: included with main renamed)
-ifneq ($(wildcard tokenizer/tok.c),)
+# the shard tool's JSON-lines reader (jsonl_text, tokenizer/tok_jsonl.c)
+ifneq ($(wildcard tokenizer/tok_jsonl.c),)
 FUZZ_HARNESSES += jsonl
-FUZZ_SRC_jsonl := test/fuzz/fuzz_jsonl.c tokenizer/bpe.c tokenizer/bpe_train.c dataloader/shard.c $(COMMON_SRC)
-FUZZ_LIBS_jsonl := $(PCRE2_LIBS) -lpthread
-$(BUILD)/fuzz/lf/test/fuzz/fuzz_jsonl.o $(BUILD)/fuzz/san/test/fuzz/fuzz_jsonl.o: tokenizer/tok.c
+FUZZ_SRC_jsonl := test/fuzz/fuzz_jsonl.c tokenizer/tok_jsonl.c $(COMMON_SRC)
 endif
 # GPT-2 model files (gpt2_load, static in train_gpt.c: the harness includes the file with TESTING defined)
 ifneq ($(wildcard train_gpt.c),)

@@ -211,6 +211,70 @@ static const Updater sd_ops = {
     .free = sd_free,
 };
 
+/* scape_updater_create's state and scratch: m (unless ZeRO-1 keeps it compact), r (or its pinned host copy and two
+ * staging buffers with --scape-offload-residual), the two masks, the mask segments (seg_words words), payload, norm
+ * partials, the step's control values, the payload counts; the host staging buffers of host-staged MPI and the bf16
+ * payload's buffers. m, r, the masks, the segments and the control values start at zero. */
+static void sd_alloc_state(ScapeDev *u, size_t seg_words) {
+    const ParamTable *tab = u->tab;
+    const size_t wo = seg_words, so = u->seg_total;
+    const size_t wb = (size_t)scape_mask_words((long long)u->P) * sizeof(uint32_t);
+    /* m: dense over the parameters (with ZeRO-1 compact on the owners instead, cuda/dist_scape_zero.cuh) */
+    if (!u->zero) u->d_m = (float *)dmalloc(u->P * sizeof(float), "the SCAPE first moment");
+    size_t max_slice = 1;
+    for (int i = 0; i < tab->n; i++)
+        if (tab->slices[i].numel > max_slice) max_slice = tab->slices[i].numel;
+    if (u->offload) {
+        u->h_r = (float *)hmalloc_pinned(u->P * sizeof(float), "the offloaded SCAPE residual");
+        memset(u->h_r, 0, u->P * sizeof(float));
+        for (int i = 0; i < 2; i++) {
+            u->d_stage[i] = (float *)dmalloc(max_slice * sizeof(float), "a residual staging buffer");
+            cudaCheck(cudaEventCreateWithFlags(&u->ev_stage_free[i], cudaEventDisableTiming));
+            cudaCheck(cudaEventCreateWithFlags(&u->ev_stage_ready[i], cudaEventDisableTiming));
+        }
+        cudaCheck(cudaStreamCreateWithFlags(&u->cps, cudaStreamNonBlocking));
+    } else {
+        u->d_r = (float *)dmalloc(u->P * sizeof(float), "the SCAPE residual");
+    }
+    u->d_cur = (uint32_t *)dmalloc(wb, "a SCAPE mask");
+    u->d_next = (uint32_t *)dmalloc(wb, "a SCAPE mask");
+    u->d_seg = (uint32_t *)dmalloc((wo ? wo : 1) * sizeof(uint32_t), "the mask segments");
+    u->d_payload = (float *)dmalloc(u->P * sizeof(float), "the SCAPE payload");
+    u->d_part = (double *)dmalloc((size_t)(u->npart ? u->npart : 1) * sizeof(double), "norm partials");
+    u->d_ctl = (ScapeCtl *)dmalloc(sizeof(ScapeCtl), "the step's control values");
+    if (u->d_m) cudaCheck(cudaMemset(u->d_m, 0, u->P * sizeof(float)));
+    if (u->d_r) cudaCheck(cudaMemset(u->d_r, 0, u->P * sizeof(float)));
+    cudaCheck(cudaMemset(u->d_cur, 0, wb));
+    cudaCheck(cudaMemset(u->d_next, 0, wb));
+    cudaCheck(cudaMemset(u->d_seg, 0, (wo ? wo : 1) * sizeof(uint32_t)));
+    cudaCheck(cudaMemset(u->d_ctl, 0, sizeof(ScapeCtl)));
+    u->h_ctl = (ScapeCtl *)hmalloc_pinned(sizeof(ScapeCtl), "the step's control values");
+    u->h_kb = (long long *)hmalloc_pinned((size_t)(u->nb ? u->nb : 1) * sizeof(long long), "payload counts");
+    memset(u->h_kb, 0, (size_t)(u->nb ? u->nb : 1) * sizeof(long long));
+    u->h_kb_dev = (long long *)hmalloc_pinned((size_t)(u->nb ? u->nb : 1) * sizeof(long long), "payload counts");
+    u->cur_dens = u->next_dens = -1.0;
+    if (u->world > 1 && !u->nccl) {
+        u->h_seg = (uint8_t *)hmalloc_pinned(so ? so : 1, "the mask segments");
+        memset(u->h_seg, 0, so ? so : 1);
+        u->h_payload = (float *)hmalloc_pinned(u->P * sizeof(float), "the payload staging buffer");
+    }
+    if (u->bf16 && u->world > 1) {
+        u->d_payload16 = (uint16_t *)dmalloc(u->P * sizeof(uint16_t), "the bf16 SCAPE payload");
+        u->d_qerr = (float *)dmalloc(u->P * sizeof(float), "the bf16 payload's rounding errors");
+        if (u->nccl) {
+            size_t max_part = 1;
+            for (int b = 0; b < u->nb; b++) {
+                size_t part = scape_bucket_numel(u, b) / (size_t)u->world + 1;
+                if (part > max_part) max_part = part;
+            }
+            u->d_recv16 = (uint16_t *)dmalloc((size_t)u->world * max_part * sizeof(uint16_t), "the bf16 all-to-all buffer");
+        } else {
+            u->h_payload16 = (uint16_t *)hmalloc_pinned(u->P * sizeof(uint16_t), "the bf16 payload staging buffer");
+            u->h_qerr = (float *)hmalloc_pinned(u->P * sizeof(float), "the bf16 rounding error staging buffer");
+        }
+    }
+}
+
 /* The device SCAPE update over dm's buffers (see the top of this file); the collectives chosen as
  * device_updater_create does (nccl: 1 for NCCL, 0 for host-staged MPI; ignored with one rank). dist.c's checks
  * of the SCAPE settings (fatal() with the flag to fix). */
@@ -272,62 +336,7 @@ static Updater *scape_updater_create(const DeviceModel *dm, const UpdaterConfig 
     for (int i = u->own.first[u->rank]; i < u->own.first[u->rank + 1]; i++)
         if (tab->slices[i].numel > maxn) maxn = tab->slices[i].numel;
 
-    /* state and scratch */
-    const size_t wb = (size_t)scape_mask_words((long long)u->P) * sizeof(uint32_t);
-    /* m: dense over the parameters (with ZeRO-1 compact on the owners instead, cuda/dist_scape_zero.cuh) */
-    if (!u->zero) u->d_m = (float *)dmalloc(u->P * sizeof(float), "the SCAPE first moment");
-    size_t max_slice = 1;
-    for (int i = 0; i < tab->n; i++)
-        if (tab->slices[i].numel > max_slice) max_slice = tab->slices[i].numel;
-    if (u->offload) {
-        u->h_r = (float *)hmalloc_pinned(u->P * sizeof(float), "the offloaded SCAPE residual");
-        memset(u->h_r, 0, u->P * sizeof(float));
-        for (int i = 0; i < 2; i++) {
-            u->d_stage[i] = (float *)dmalloc(max_slice * sizeof(float), "a residual staging buffer");
-            cudaCheck(cudaEventCreateWithFlags(&u->ev_stage_free[i], cudaEventDisableTiming));
-            cudaCheck(cudaEventCreateWithFlags(&u->ev_stage_ready[i], cudaEventDisableTiming));
-        }
-        cudaCheck(cudaStreamCreateWithFlags(&u->cps, cudaStreamNonBlocking));
-    } else {
-        u->d_r = (float *)dmalloc(u->P * sizeof(float), "the SCAPE residual");
-    }
-    u->d_cur = (uint32_t *)dmalloc(wb, "a SCAPE mask");
-    u->d_next = (uint32_t *)dmalloc(wb, "a SCAPE mask");
-    u->d_seg = (uint32_t *)dmalloc((wo ? wo : 1) * sizeof(uint32_t), "the mask segments");
-    u->d_payload = (float *)dmalloc(u->P * sizeof(float), "the SCAPE payload");
-    u->d_part = (double *)dmalloc((size_t)(u->npart ? u->npart : 1) * sizeof(double), "norm partials");
-    u->d_ctl = (ScapeCtl *)dmalloc(sizeof(ScapeCtl), "the step's control values");
-    if (u->d_m) cudaCheck(cudaMemset(u->d_m, 0, u->P * sizeof(float)));
-    if (u->d_r) cudaCheck(cudaMemset(u->d_r, 0, u->P * sizeof(float)));
-    cudaCheck(cudaMemset(u->d_cur, 0, wb));
-    cudaCheck(cudaMemset(u->d_next, 0, wb));
-    cudaCheck(cudaMemset(u->d_seg, 0, (wo ? wo : 1) * sizeof(uint32_t)));
-    cudaCheck(cudaMemset(u->d_ctl, 0, sizeof(ScapeCtl)));
-    u->h_ctl = (ScapeCtl *)hmalloc_pinned(sizeof(ScapeCtl), "the step's control values");
-    u->h_kb = (long long *)hmalloc_pinned((size_t)(u->nb ? u->nb : 1) * sizeof(long long), "payload counts");
-    memset(u->h_kb, 0, (size_t)(u->nb ? u->nb : 1) * sizeof(long long));
-    u->h_kb_dev = (long long *)hmalloc_pinned((size_t)(u->nb ? u->nb : 1) * sizeof(long long), "payload counts");
-    u->cur_dens = u->next_dens = -1.0;
-    if (u->world > 1 && !u->nccl) {
-        u->h_seg = (uint8_t *)hmalloc_pinned(so ? so : 1, "the mask segments");
-        memset(u->h_seg, 0, so ? so : 1);
-        u->h_payload = (float *)hmalloc_pinned(u->P * sizeof(float), "the payload staging buffer");
-    }
-    if (u->bf16 && u->world > 1) {
-        u->d_payload16 = (uint16_t *)dmalloc(u->P * sizeof(uint16_t), "the bf16 SCAPE payload");
-        u->d_qerr = (float *)dmalloc(u->P * sizeof(float), "the bf16 payload's rounding errors");
-        if (u->nccl) {
-            size_t max_part = 1;
-            for (int b = 0; b < u->nb; b++) {
-                size_t part = scape_bucket_numel(u, b) / (size_t)u->world + 1;
-                if (part > max_part) max_part = part;
-            }
-            u->d_recv16 = (uint16_t *)dmalloc((size_t)u->world * max_part * sizeof(uint16_t), "the bf16 all-to-all buffer");
-        } else {
-            u->h_payload16 = (uint16_t *)hmalloc_pinned(u->P * sizeof(uint16_t), "the bf16 payload staging buffer");
-            u->h_qerr = (float *)hmalloc_pinned(u->P * sizeof(float), "the bf16 rounding error staging buffer");
-        }
-    }
+    sd_alloc_state(u, wo);
     scape_topk_work_create(&u->topk, (long long)maxn);
     if (u->zero) scape_zero_setup(u);
     cudaCheck(cudaStreamCreateWithFlags(&u->cs, cudaStreamNonBlocking));

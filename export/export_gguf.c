@@ -178,25 +178,10 @@ static int read_magic(const char *path) {
     return h[0];
 }
 
-int main(int argc, char **argv) {
-    const char *model_path, *out, *type, *tok_kind, *data, *name;
-    ArgSpec specs[] = {
-        {"model", ARG_STRING, &model_path, "", 0, 0, NULL, "model file (model.bin, --init file) or checkpoint folder (out/ckpt_<step>)", 0},
-        {"out", ARG_STRING, &out, "", 0, 0, NULL, "GGUF file to write (its folder must exist)", 0},
-        {"type", ARG_STRING, &type, "f32", 0, 0, "f32|f16|bf16", "type of the weight matrices (vectors stay f32)", 0},
-        {"tokenizer", ARG_STRING, &tok_kind, "auto", 0, 0, NULL,
-         "vocabulary to embed: auto (the model's: GPT-2 gpt2, or bpe4k when V is 4096; Llama llama3 when V is "
-         "128256, else llama2), gpt2, bpe4k, llama2, llama3, or the folder of one learned by `tok train --out DIR`",
-         0},
-        {"data", ARG_STRING, &data, "data", 0, 0, NULL, "data cache holding the vocabularies (make data, make data-llama)", 0},
-        {"name", ARG_STRING, &name, "", 0, 0, NULL, "general.name in the file (default: the model's description)", 0},
-    };
-    const int n_specs = (int)(sizeof specs / sizeof specs[0]);
-    args_parse(specs, n_specs, argc, argv, "usage: export_gguf --model PATH --out FILE.gguf [options]",
-               "Writes a GGUF file for llama.cpp from a model of train_gpt / train_llama, tokenizer included.");
-    if (!*model_path) { fprintf(stderr, "error: --model is required (a model file or checkpoint folder)\n"); return 2; }
-    if (!*out) { fprintf(stderr, "error: --out is required (the GGUF file to write)\n"); return 2; }
-
+/* The model file to export into path (cap bytes): model_path itself, or the model.bin of the checkpoint folder it
+ * names. fatal() before anything is loaded if --out's folder does not exist, if the checkpoint is incomplete or does
+ * not verify, if --out is the model file itself, or if --out exists and is not a GGUF file (never written over). */
+static void resolve_model_path(const char *model_path, const char *out, char *path, size_t cap) {
     /* the output's folder first: a typo there should not cost a model load */
     char *out_copy = strdup(out);
     const char *out_dir = dirname(out_copy);
@@ -206,15 +191,14 @@ int main(int argc, char **argv) {
     free(out_copy);
 
     /* a checkpoint folder means its model.bin, once the checkpoint is complete */
-    char path[4096];
     if (stat(model_path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(path, sizeof path, "%s/manifest.json", model_path);
+        snprintf(path, cap, "%s/manifest.json", model_path);
         if (!file_exists(path))
             fatal("%s has no manifest.json: not a checkpoint folder, or one whose writing never finished; pass a "
                   "complete checkpoint (out/ckpt_<step>) or a model file", model_path);
-        snprintf(path, sizeof path, "%s/model.bin", model_path);
+        snprintf(path, cap, "%s/model.bin", model_path);
     } else {
-        snprintf(path, sizeof path, "%s", model_path);
+        snprintf(path, cap, "%s", model_path);
     }
     /* a model.bin beside a manifest is a checkpoint's: exported only once it verifies (trainer/ckpt.h) */
     {
@@ -242,6 +226,29 @@ int main(int argc, char **argv) {
             fatal("--out %s exists and is not a GGUF file; it is left as it is: remove it first or pass another "
                   "--out", out);
     }
+}
+
+int main(int argc, char **argv) {
+    const char *model_path, *out, *type, *tok_kind, *data, *name;
+    ArgSpec specs[] = {
+        {"model", ARG_STRING, &model_path, "", 0, 0, NULL, "model file (model.bin, --init file) or checkpoint folder (out/ckpt_<step>)", 0},
+        {"out", ARG_STRING, &out, "", 0, 0, NULL, "GGUF file to write (its folder must exist)", 0},
+        {"type", ARG_STRING, &type, "f32", 0, 0, "f32|f16|bf16", "type of the weight matrices (vectors stay f32)", 0},
+        {"tokenizer", ARG_STRING, &tok_kind, "auto", 0, 0, NULL,
+         "vocabulary to embed: auto (the model's: GPT-2 gpt2, or bpe4k when V is 4096; Llama llama3 when V is "
+         "128256, else llama2), gpt2, bpe4k, llama2, llama3, or the folder of one learned by `tok train --out DIR`",
+         0},
+        {"data", ARG_STRING, &data, "data", 0, 0, NULL, "data cache holding the vocabularies (make data, make data-llama)", 0},
+        {"name", ARG_STRING, &name, "", 0, 0, NULL, "general.name in the file (default: the model's description)", 0},
+    };
+    const int n_specs = (int)(sizeof specs / sizeof specs[0]);
+    args_parse(specs, n_specs, argc, argv, "usage: export_gguf --model PATH --out FILE.gguf [options]",
+               "Writes a GGUF file for llama.cpp from a model of train_gpt / train_llama, tokenizer included.");
+    if (!*model_path) { fprintf(stderr, "error: --model is required (a model file or checkpoint folder)\n"); return 2; }
+    if (!*out) { fprintf(stderr, "error: --out is required (the GGUF file to write)\n"); return 2; }
+
+    char path[4096];
+    resolve_model_path(model_path, out, path, sizeof path);
     int magic = read_magic(path);
     if (magic != GPT2_MAGIC && magic != LLAMA_MAGIC)
         fatal("%s is not a model file of this runtime (magic %d; GPT-2 files start with %d, Llama files with %d)", path,

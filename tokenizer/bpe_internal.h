@@ -1,5 +1,6 @@
 /*
- * tokenizer/bpe_internal.h - pieces of tokenizer/bpe.c that only the tokenizer's own tests call.
+ * tokenizer/bpe_internal.h - pieces of the tokenizers (tokenizer/bpe*.c) that only their own tests and the BPE
+ * trainer call.
  * Not for: programs (use tokenizer/tokenizer.h).
  */
 #ifndef TOKENIZER_BPE_INTERNAL_H
@@ -10,7 +11,7 @@
 
 #include "tokenizer/tokenizer.h"
 
-/* The hashes of the vocabulary, merge and piece tables (bpe.c, bpe_train.c): bytes, and a 64-bit key. */
+/* The hashes of the vocabulary, merge and piece tables (bpe.c, bpe_encode.c, bpe_train.c): bytes, and a 64-bit key. */
 static inline uint64_t bpe_hash_bytes(const unsigned char *p, size_t n) {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
     while (n >= 8) {

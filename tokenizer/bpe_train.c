@@ -13,7 +13,7 @@
  *
  * Ids: byte b is token b; the merges' results follow in the order they were learned (a merge whose bytes are
  * already a token reuses that token and adds none); <|endoftext|> is the last id, as in GPT-2.
- * Not for: encoding (bpe.c), reading documents (tok.c).
+ * Not for: encoding (bpe_encode.c), reading documents (tok_docs.c).
  */
 #define _GNU_SOURCE
 #include <errno.h>

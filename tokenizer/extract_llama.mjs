@@ -1,8 +1,8 @@
 // tokenizer/extract_llama.mjs NPM_DIR OUT_DIR llama2|llama3 - writes the vocabulary and merges baked into
 // llama-tokenizer-js@1.2.2 (llama2) or llama3-tokenizer-js@1.2.0 (llama3) as two plain files the C loader
-// (tokenizer/bpe.c) reads:
+// (tokenizer/bpe_load.c) reads:
 //   OUT_DIR/vocab.txt   one token per line, line i = id i, spelled as the package spells it (UTF-8): Llama 3 in
-//                       GPT-2's byte alphabet (128000 lines; the 256 special tokens are not listed, bpe.c
+//                       GPT-2's byte alphabet (128000 lines; the 256 special tokens are not listed, bpe_load.c
 //                       appends them as the package does), Llama 2 as SentencePiece pieces (U+2581 for space,
 //                       <0xNN> byte-fallback tokens, <unk> <s> </s>; 32000 lines). No token holds '\n' (the
 //                       package itself splits its vocabulary on '\n').
@@ -10,7 +10,7 @@
 // The data comes from the package's own decoded tables (tokenizer.vocabById / .merges), so the unpacking of
 // its base64 and 17-bit packing is the package's. Checks: counts, every merge's parts and result exist, merge
 // priorities strictly increase. Deterministic; files are written through temp names and renamed.
-// Not for: tokenizing (bpe.c does that).
+// Not for: tokenizing (tokenizer/bpe*.c does that).
 import fs from 'fs';
 import path from 'path';
 import { pathToFileURL } from 'url';

@@ -1,10 +1,14 @@
-# tokenizer/module.mk - GPT-2, Llama 2 and Llama 3 BPE (bpe.c), BPE training (bpe_train.c), the `tok` program
-# (encode/decode/shards/train), `make data` (GPT-2 shards; the bpe4k vocabulary learned from the corpus's training
-# split, and its shards) and `make data-llama` (Llama 2 and Llama 3 shards), and the tokenizer tests.
+# tokenizer/module.mk - GPT-2, Llama 2 and Llama 3 BPE (bpe*.c), BPE training (bpe_train.c), the `tok` program
+# (tok*.c: encode/decode/shards/train), `make data` (GPT-2 shards; the bpe4k vocabulary learned from the corpus's
+# training split, and its shards) and `make data-llama` (Llama 2 and Llama 3 shards), and the tokenizer tests.
 # DATA (default `data`) is the data cache directory.
-TOKENIZER_OBJ := $(BUILD)/tokenizer/bpe.o $(BUILD)/tokenizer/bpe_train.o
+# BPE_SRC: the tokenizers (tokenizer/tokenizer.h); the fuzz harnesses (Makefile) compile them too
+BPE_SRC := tokenizer/bpe.c tokenizer/bpe_load.c tokenizer/bpe_pretok.c tokenizer/bpe_encode.c
+TOKENIZER_OBJ := $(BPE_SRC:%.c=$(BUILD)/%.o) $(BUILD)/tokenizer/bpe_train.o
+TOK_SRC := tokenizer/tok.c tokenizer/tok_encode.c tokenizer/tok_decode.c tokenizer/tok_shards.c \
+           tokenizer/tok_train.c tokenizer/tok_docs.c tokenizer/tok_jsonl.c tokenizer/tok_staging.c
 
-tok: $(BUILD)/tokenizer/tok.o $(TOKENIZER_OBJ) $(BUILD)/dataloader/shard.o $(COMMON_OBJ)
+tok: $(TOK_SRC:%.c=$(BUILD)/%.o) $(TOKENIZER_OBJ) $(BUILD)/dataloader/shard.o $(COMMON_OBJ)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(PCRE2_LIBS) -lpthread
 
 PROGRAMS += tok

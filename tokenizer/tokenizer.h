@@ -7,7 +7,7 @@
  *            (data/bpe4k/encoder.json, vocab.bpe) and with GPT-2's pre-tokenizer: a small vocabulary for models
  *            whose parameters are mostly transformer blocks (docs/reproduction.md).
  *   "llama3" byte-level BPE, 128256 tokens: 128000 merge-built + 256 specials (<|begin_of_text|> = 128000,
- *            <|end_of_text|> = 128001, ...). Equals llama3-tokenizer-js 1.2.0 (see bpe.c for the few characters
+ *            <|end_of_text|> = 128001, ...). Equals llama3-tokenizer-js 1.2.0 (see bpe_pretok.c for the few characters
  *            where that package's JavaScript regex differs from tiktoken's).
  *   "bpe"    a vocabulary learned by `tok train --out DIR` (any size, <|endoftext|> last), named by its folder:
  *            `tok --model DIR`, the trainers' and the exporter's --tokenizer DIR.

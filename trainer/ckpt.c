@@ -145,14 +145,17 @@ void ckpt_write_manifest(const char *dir, int world, int step, int n_files, cons
 }
 
 char *ckpt_read_text(const char *path, size_t max) {
-    int64_t size = file_size(path);
+    int64_t size = file_size(path); /* a file already too long is not read at all */
     if (size < 0 || (uint64_t)size > max) return NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
-    char *buf = xmalloc((size_t)size + 1, "manifest");
-    size_t got = fread(buf, 1, (size_t)size, f);
+    size_t len;
+    char *buf = read_stream(f, &len); /* NULL on a read error: unreadable */
     fclose(f);
-    buf[got] = '\0';
+    if (buf && len > max) { /* it grew since the size was taken */
+        free(buf);
+        return NULL;
+    }
     return buf;
 }
 

@@ -1,6 +1,6 @@
 /*
- * test/fuzz/fuzz_bpe.c - the GPT-2 BPE encoder and decoder (tokenizer/bpe.c) on arbitrary bytes, with the
- * vocabulary from the data cache ($FUZZ_DATA, default "data": run `make data` first).
+ * test/fuzz/fuzz_bpe.c - the GPT-2 BPE encoder and decoder (tokenizer/bpe_encode.c, bpe.c) on arbitrary bytes, with
+ * the vocabulary from the data cache ($FUZZ_DATA, default "data": run `make data` first).
  * Oracles: every id is in [0, vocab_size); decode(encode(x)) == x with and without special tokens; decoding
  * arbitrary ids (the input read as int32, out-of-range ones included) yields exactly the concatenation of
  * tokenizer_token_bytes of the valid ones.

@@ -1,14 +1,13 @@
 /*
- * test/fuzz/fuzz_jsonl.c - the JSON-lines reader of the shard tool (jsonl_text in tokenizer/tok.c, which pulls
- * one string field out of one line): the fuzz input is one line. tok.c is included with its main() renamed, so
- * its static reader is reachable without changing it. Fields tried: "text" (the default) and "" (empty key).
- * Oracle: the decoded text is never longer than the line (every escape shrinks or keeps its length).
+ * test/fuzz/fuzz_jsonl.c - the JSON-lines reader of the shard tool (jsonl_text in tokenizer/tok_jsonl.c, which pulls
+ * one string field out of one line): the fuzz input is one line. Fields tried: "text" (the default) and "" (empty
+ * key). Oracle: the decoded text is never longer than the line (every escape shrinks or keeps its length).
  */
-#define main tok_main
-#include "tokenizer/tok.c"
-#undef main
+#include <stdlib.h>
+#include <string.h>
 
 #include "test/fuzz/fuzz.h"
+#include "tokenizer/tok.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
