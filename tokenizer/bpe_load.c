@@ -64,8 +64,9 @@ static int put_utf8(unsigned char *out, uint32_t cp) {
     return 4;
 }
 
-/* Decodes one UTF-8 code point at *p (known valid: produced by put_utf8 or checked by the caller). */
-static uint32_t get_utf8(const unsigned char **p) {
+/* Decodes one UTF-8 code point at *p, before end; UINT32_MAX (outside every alphabet) for one that end cuts. A
+ * vocabulary line is not checked for valid UTF-8 before this: a lead byte near its end must not read past it. */
+static uint32_t get_utf8(const unsigned char **p, const unsigned char *end) {
     const unsigned char *s = *p;
     uint32_t cp;
     int n;
@@ -73,6 +74,7 @@ static uint32_t get_utf8(const unsigned char **p) {
     else if (s[0] < 0xE0) { cp = s[0] & 31; n = 2; }
     else if (s[0] < 0xF0) { cp = s[0] & 15; n = 3; }
     else { cp = s[0] & 7; n = 4; }
+    if (end - s < n) { *p = end; return UINT32_MAX; } /* a character cut by the end: no byte past it is read */
     for (int i = 1; i < n; i++) cp = (cp << 6) | (s[i] & 63);
     *p = s + n;
     return cp;
@@ -161,7 +163,7 @@ static long alphabet_to_bytes(unsigned char *s, size_t n, const int byte_of[324]
     const unsigned char *p = s, *end = s + n;
     size_t m = 0;
     while (p < end) {
-        uint32_t cp = get_utf8(&p);
+        uint32_t cp = get_utf8(&p, end);
         if (cp >= 324 || byte_of[cp] < 0) return -1;
         s[m++] = (unsigned char)byte_of[cp];
     }
