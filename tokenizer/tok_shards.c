@@ -164,6 +164,8 @@ int cmd_shards(int argc, char **argv) {
                  vocab_hash};
     Writer wv = {"val", NULL, 0, per_shard, 0, 0, token_bytes, kind, vocab_hash};
     if (n_val) wv.buf = xmalloc(per_shard * sizeof(int32_t), "shard buffer");
+    /* progress on a terminal only: a log gets the final count, and a failure's one error line stays one line */
+    const int tty = isatty(STDERR_FILENO);
     double last = t0;
     for (size_t i = 0; i < docs.n; i++) {
         pthread_mutex_lock(&pool.mu);
@@ -176,12 +178,13 @@ int cmd_shards(int argc, char **argv) {
         writer_add(docs.docs[i].is_val ? &wv : &wt, r.ids, r.n);
         free(r.ids);
         double t = now_seconds();
-        if (t - last > 1.0 || i + 1 == docs.n) {
+        if (tty && t - last > 1.0) {
             fprintf(stderr, "\rtok shards: %zu/%zu documents, %zu tokens", i + 1, docs.n, wt.total + wv.total);
             last = t;
         }
     }
-    fprintf(stderr, "\n");
+    fprintf(stderr, "%stok shards: %zu/%zu documents, %zu tokens\n", tty ? "\r" : "", docs.n, docs.n,
+            wt.total + wv.total);
     for (int i = 0; i < threads; i++) pthread_join(tids[i], NULL);
     if (wt.n || wt.files == 0) writer_flush(&wt);
     if (n_val && (wv.n || wv.files == 0)) writer_flush(&wv);
