@@ -223,7 +223,6 @@ expect_error error_resume_other_optimizer any '--optimizer adams contradicts the
 expect_error error_resume_other_model any '--model v32l3t64 contradicts the checkpoint .*, whose run has --model v32l2t64' \
     "${RUN[@]}" --out "$TMP/x" --resume "$TMP/b/ckpt_4" --model v32l3t64
 cp -r "$TMP/b/ckpt_4" "$TMP/b/ckpt_5"
-sed -i 's/"step": 4/"step": 5/' "$TMP/b/ckpt_5/manifest.json"
 printf '\x55' | dd of="$TMP/b/ckpt_5/state_rank0.bin" bs=1 seek=300 conv=notrunc status=none
 expect_error error_resume_corrupt_state any 'ckpt_5: damaged or incomplete checkpoint \(state_rank0.bin fails its checksum' \
     "${RUN[@]}" --out "$TMP/x" --resume "$TMP/b/ckpt_5"
@@ -313,6 +312,21 @@ if [ $st = 1 ] && [ $st1 = 0 ] && [ "$(wc -l < "$TMP/v.out")" = 3 ] \
    && grep -q "^$TMP/dm/ckpt_8: ok, step 8" "$TMP/v1.out"; then
     ok verify_ckpt_reports_each_checkpoint
 else fail verify_ckpt_reports_each_checkpoint "status $st/$st1: $(cat "$TMP/v.out" "$TMP/v1.out")"; fi
+
+# --- a byte changed in manifest.json itself (an option a resume takes as given: --lr 0.05 read as 0.09) is caught
+#     like a damaged state file: --verify-ckpt reports it, --resume DIR refuses it, --resume latest passes over it
+cp -r "$TMP/dm/ckpt_8" "$TMP/dm/ckpt_16"
+sed -i 's/"step": 8,/"step": 16,/; s/"lr": "0.0500000007"/"lr": "0.0900000007"/' "$TMP/dm/ckpt_16/manifest.json"
+"$TOY" --verify-ckpt "$TMP/dm/ckpt_16" > "$TMP/vm.out" 2>&1
+st=$?
+if [ $st = 1 ] && grep -q '"lr": "0.09' "$TMP/dm/ckpt_16/manifest.json" \
+   && grep -q "^$TMP/dm/ckpt_16: BAD, manifest.json fails its own checksum" "$TMP/vm.out"; then
+    ok damaged_manifest_fails_verify_ckpt
+else fail damaged_manifest_fails_verify_ckpt "status $st: $(cat "$TMP/vm.out")"; fi
+expect_error damaged_manifest_is_refused_by_name any \
+    "error: --resume $TMP/dm/ckpt_16: damaged or incomplete checkpoint \(manifest.json fails its own checksum" \
+    "${RUN[@]}" --out "$TMP/x" --resume "$TMP/dm/ckpt_16"
+rm -rf "$TMP/dm/ckpt_16"
 
 # --- retention never deletes the checkpoint just written (the newest that verified), even when older steps are
 #     resumed into a directory that holds newer checkpoints of an earlier branch: those are moved aside, kept

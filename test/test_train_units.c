@@ -21,6 +21,8 @@
 #include "common/util.h"
 #include "test/test.h"
 
+#include <xxhash.h>
+
 static char tmpdir[256];
 
 /* ---- schedule ---- */
@@ -567,7 +569,8 @@ TEST(rollback_moves_later_checkpoints_aside) {
 }
 
 /* Rewrites the run_id of the checkpoint <dir> (written by write_ckpt: run 00000000000000aa) to id, as if the folder
- * had been copied in from another run. */
+ * had been copied in from another run: the manifest's own checksum (its last member) is made anew, so the
+ * checkpoint stays a good one, of another run. */
 static void set_run_id(const char *dir, const char *id) {
     char path[600], buf[4096];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
@@ -578,6 +581,11 @@ static void set_run_id(const char *dir, const char *id) {
     char *at = strstr(buf, "00000000000000aa");
     if (!at || strlen(id) != 16) fatal("set_run_id: %s has no run id to replace", path);
     memcpy(at, id, 16);
+    char *seal = strstr(buf, ", \"manifest_xxh3\": \"");
+    if (!seal) fatal("set_run_id: %s has no checksum of its own", path);
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH3_64bits(buf, (size_t)(seal - buf)));
+    memcpy(seal + strlen(", \"manifest_xxh3\": \""), hex, 16);
     write_file_atomic(path, buf, n, NULL, 0);
 }
 
