@@ -170,6 +170,15 @@ if [ $st -ne 0 ] && one_error_line "$TMP/l7.err" "^error: --batch 8 contradicts 
     ok refused_resume_leaves_the_line_as_it_was
 else fail refused_resume_leaves_the_line_as_it_was "status $st/$st2, left '$(lsckpt "$TMP/l7")': $(cat "$TMP/l7.err" "$TMP/l7b.err")"; fi
 
+# --- a resume with nothing to do (--steps at or below the checkpoint's step, a typo for --steps 20) trains nothing
+#     and so moves nothing: the later checkpoints stay the line, --resume latest still finds ckpt_4
+"${RUN[@]}" --out "$TMP/l7" --resume "$TMP/l7/ckpt_2" --steps 2 > "$TMP/l7c.out" 2>&1
+st=$?
+if [ $st = 0 ] && grep -q "^checkpoint is at step 2, --steps 2: nothing to do" "$TMP/l7c.out" \
+   && [ "$(lsckpt "$TMP/l7")" = "ckpt_2 ckpt_4 " ] && [ ! -e "$TMP/l7/abandoned" ] && [ ! -e "$TMP/l7/.rollback" ]; then
+    ok resume_with_nothing_to_do_moves_nothing
+else fail resume_with_nothing_to_do_moves_nothing "status $st, left '$(lsckpt "$TMP/l7")': $(grep -v '^step ' "$TMP/l7c.out" | tail -3)"; fi
+
 # --- l8: <out>/abandoned planted as a link to a folder outside --out
 "${RUN[@]}" --out "$TMP/l8" --steps 4 --ckpt-every 2 --keep-ckpts 0 > /dev/null 2>&1
 mkdir -p "$TMP/l8elsewhere"

@@ -541,7 +541,9 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     int start = r->ckpt_path[0] ? restore_checkpoint(r) : 0;
     open_loop(r);
     open_eval_dump(r, start);
-    commit_lineage(r); /* every check has passed: only now does the line of checkpoints change */
+    /* every check has passed: only now does the line of checkpoints change, and only for a run that trains (a
+     * resume with --steps at or below its checkpoint's step, a typo for a longer run, moves nothing aside) */
+    if (start < c->steps) commit_lineage(r);
     log_start(r, start);
     if (start >= c->steps && r->rank == 0) printf("checkpoint is at step %d, --steps %d: nothing to do\n", start,
                                                    c->steps);
