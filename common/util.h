@@ -73,6 +73,12 @@ int atomic_place(AtomicFile *a, const char *path);
 int atomic_commit(AtomicFile *a, const char *path);
 /* Removes the temp, the target untouched; frees a. NULL is a no-op. */
 void atomic_discard(AtomicFile *a);
+/* Removes the temp file of every atomic write in progress (async-signal-safe: for a handler that ends the process,
+ * so no temp is left beside its target). */
+void atomic_remove_temps(void);
+/* For a program without stop signals of its own (export_gguf): SIGINT, SIGTERM and SIGHUP remove the temps of the
+ * writes in progress (atomic_remove_temps), then end the process as the signal would. */
+void atomic_temps_go_with_signals(void);
 /* Creates a new file "<path>.tmp.XXXXXX" (a unique name, mkostemp: mode 0600, O_EXCL so an existing name or a
  * planted symbolic link is never opened) and returns its descriptor, its name in tmp; -1 with errno on failure. */
 int open_temp_beside(const char *path, char *tmp, size_t cap);

@@ -196,6 +196,7 @@ int main(int argc, char **argv) {
                "Writes a GGUF file for llama.cpp from a model of train_gpt / train_llama, tokenizer included.");
     if (!*model_path) { fprintf(stderr, "error: --model is required (a model file or checkpoint folder)\n"); return 2; }
     if (!*out) { fprintf(stderr, "error: --out is required (the GGUF file to write)\n"); return 2; }
+    atomic_temps_go_with_signals(); /* Ctrl-C while the file is written leaves no FILE.gguf.tmp.* beside it */
 
     /* the output's folder first: a typo there should not cost a model load */
     char *out_copy = strdup(out);

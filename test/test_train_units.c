@@ -5,7 +5,9 @@
  * completeness, latest, pruning). Error paths run in a forked child so the exit status and stderr can be checked.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -538,6 +540,36 @@ TEST(manifest_options_keep_any_bytes_at_any_length) {
           !utf8_valid("\xf4\x90\x80\x80") && !utf8_valid("\xe2\x82"), "utf8_valid");
 }
 
+/* A program stopped by a signal while it writes a file (export_gguf, Ctrl-C in the middle of a GGUF) leaves neither
+ * the file nor its temp: atomic_temps_go_with_signals removes the temps of the writes in progress, then the process
+ * ends by the signal as it would have. */
+TEST(a_signal_mid_write_leaves_no_temp_file) {
+    char dir[300], path[400];
+    snprintf(dir, sizeof dir, "%s/signalled", tmpdir);
+    make_dirs(dir);
+    snprintf(path, sizeof path, "%s/model.gguf", dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        atomic_temps_go_with_signals();
+        AtomicFile *a = atomic_open(path);
+        if (!a) _exit(3);
+        fputs("half a file", atomic_stream(a));
+        fflush(atomic_stream(a));
+        raise(SIGINT);
+        _exit(4); /* not reached */
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    DIR *d = opendir(dir);
+    int left = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.') left++;
+    if (d) closedir(d);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGINT, "the writer did not end by its SIGINT (status %d)", st);
+    CHECK(left == 0, "%d file(s) left in %s after a SIGINT mid-write", left, dir);
+}
+
 /* Issue 34, symptom 3: a roll-back moves the later checkpoints aside (kept), so latest and retention follow the new
  * branch; a roll-back killed half-way is finished by the next run; unfinished later folders are removed. */
 TEST(rollback_moves_later_checkpoints_aside) {
@@ -677,6 +709,7 @@ int main(void) {
     RUN_TEST(manifest_options_keep_any_bytes_at_any_length);
     RUN_TEST(rollback_moves_later_checkpoints_aside);
     RUN_TEST(atomic_write_never_follows_a_planted_link);
+    RUN_TEST(a_signal_mid_write_leaves_no_temp_file);
     RUN_TEST(lineage_keeps_to_its_own_run_and_its_own_folder);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

@@ -112,11 +112,15 @@ static CommBackend comm_backend(const char *name) {
 }
 
 /* Preemption: SIGTERM (a cluster's notice before it kills a job) or SIGINT (Ctrl-C) asks the run to stop after
- * the step in progress; a second signal ends the process at once. The flag is agreed on by all ranks through the
+ * the step in progress; a second signal ends the process at once, removing the temp files of the writes in
+ * progress (a checkpoint file, the --eval-dump beside its target). The flag is agreed on by all ranks through the
  * step's mean-loss all-reduce, so every rank stops after the same step and writes its part of one checkpoint. */
 static volatile sig_atomic_t stop_signal = 0;
 static void on_stop_signal(int sig) {
-    if (stop_signal) _exit(128 + sig);
+    if (stop_signal) {
+        atomic_remove_temps();
+        _exit(128 + sig);
+    }
     stop_signal = sig;
 }
 static void install_stop_handlers(void) {
