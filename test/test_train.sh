@@ -328,6 +328,22 @@ expect_error damaged_manifest_is_refused_by_name any \
     "${RUN[@]}" --out "$TMP/x" --resume "$TMP/dm/ckpt_16"
 rm -rf "$TMP/dm/ckpt_16"
 
+# --- an input that is a FIFO or a pipe (--init <(zcat m.bin.gz), --train <(cat shard.bin), a FIFO planted as a
+#     manifest) is refused with one line, never waited on (a FIFO blocked the run, even after SIGTERM) nor read half
+mkfifo "$TMP/fifo"
+expect_error init_that_is_a_fifo_is_refused any "^error: --init $TMP/fifo: is not a regular file" \
+    timeout -s KILL 20 "${RUN[@]}" --out "$TMP/x" --init "$TMP/fifo"
+expect_error train_shard_that_is_a_fifo_is_refused any "^error: $TMP/fifo: is not a regular file" \
+    timeout -s KILL 20 "${RUN[@]}" --out "$TMP/x" --train "$TMP/fifo"
+cp -r "$TMP/dm/ckpt_8" "$TMP/fm"
+rm "$TMP/fm/manifest.json"
+mkfifo "$TMP/fm/manifest.json"
+timeout -s KILL 20 "$TOY" --verify-ckpt "$TMP/fm" > "$TMP/fm.out" 2>&1
+st=$?
+if [ $st = 1 ] && grep -q "^$TMP/fm: BAD, manifest.json cannot be read as a file" "$TMP/fm.out"; then
+    ok fifo_manifest_is_reported_not_waited_on
+else fail fifo_manifest_is_reported_not_waited_on "status $st: $(cat "$TMP/fm.out")"; fi
+
 # --- retention never deletes the checkpoint just written (the newest that verified), even when older steps are
 #     resumed into a directory that holds newer checkpoints of an earlier branch: those are moved aside, kept
 cp -r "$TMP/b" "$TMP/rt"

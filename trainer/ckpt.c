@@ -153,10 +153,21 @@ void ckpt_write_manifest(const char *dir, int world, int step, int n_files, cons
 }
 
 char *ckpt_read_text(const char *path, size_t max) {
-    int64_t size = file_size(path);
-    if (size < 0 || (uint64_t)size > max) return NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+    /* O_NONBLOCK: a FIFO planted at the name never blocks the reader (--verify-ckpt, --resume latest); only a
+     * regular file is read */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) return NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
+        close(fd);
+        return NULL;
+    }
+    int64_t size = (int64_t)st.st_size;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return NULL;
+    }
     char *buf = xmalloc((size_t)size + 1, "manifest");
     size_t got = fread(buf, 1, (size_t)size, f);
     fclose(f);
@@ -271,7 +282,11 @@ static int check_dir(const char *dir, int hashes, CkptInfo *info, char *why, siz
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     char *m = ckpt_read_text(path, CKPT_MANIFEST_MAX);
     if (!m) {
-        snprintf(why, why_cap, "no manifest.json (the run stopped while writing it)");
+        struct stat st;
+        if (lstat(path, &st) == 0)
+            snprintf(why, why_cap, "manifest.json cannot be read as a file (a FIFO, a folder, unreadable, or over %d "
+                     "MiB)", CKPT_MANIFEST_MAX >> 20);
+        else snprintf(why, why_cap, "no manifest.json (the run stopped while writing it)");
         return 0;
     }
     long long w, s, version = 1;
