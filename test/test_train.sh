@@ -128,6 +128,12 @@ expect_error error_value_out_of_range 2 '^error: --lr: 5 is out of range \[0, 1\
 expect_error error_malformed_value 2 "^error: --steps: 'ten' is not an integer$" "${RUN[@]}" --steps ten
 expect_error error_bad_choice 2 "^error: --optimizer: 'sgd' is not one of adamw\|adams\|scape\|topk-ef\|powersgd\|onebit-adam\|demo$" \
     "${RUN[@]}" --optimizer sgd
+# the switches the runtime reads from the environment take 1 or 0: SCAPE_CHECK_SYNC=yes skipped the check it asks for
+# without a word, and SCAPE_COMM_SPIN=off turned spinning on
+expect_error error_env_switch_not_0_or_1 any '^error: SCAPE_CHECK_SYNC=yes: set it to 1 \(check that' \
+    env SCAPE_CHECK_SYNC=yes "${RUN[@]}" --out "$TMP/x"
+expect_error error_env_switch_off_is_not_on any '^error: SCAPE_COMM_SPIN=off: set it to 1' \
+    env SCAPE_COMM_SPIN=off "${RUN[@]}" --out "$TMP/x"
 expect_error error_lr_floor_above_lr 2 '^error: --lr-floor 0.5 is above --lr 0.1' "${RUN[@]}" --lr 0.1 --lr-floor 0.5
 expect_error error_density_without_scape 2 '^error: --density 0.1 applies only to --optimizer scape' \
     "${RUN[@]}" --density 0.1
