@@ -128,6 +128,17 @@ expect_error error_value_out_of_range 2 '^error: --lr: 5 is out of range \[0, 1\
 expect_error error_malformed_value 2 "^error: --steps: 'ten' is not an integer$" "${RUN[@]}" --steps ten
 expect_error error_bad_choice 2 "^error: --optimizer: 'sgd' is not one of adamw\|adams\|scape\|topk-ef\|powersgd\|onebit-adam\|demo$" \
     "${RUN[@]}" --optimizer sgd
+# the default corpus is prepared by the trainer's own Makefile (beside the program), never by the Makefile of the
+# folder it is run from (another project's `make data`); the toy, in build/, has none and says so
+mkdir -p "$TMP/elsewhere"
+printf 'data:\n\ttouch ran-a-foreign-make\n' > "$TMP/elsewhere/Makefile"
+expect_error default_corpus_never_runs_the_make_of_the_current_folder any \
+    '^error: the default corpus is missing under data/ and this program has no Makefile beside it' \
+    sh -c 'cd "$1" && shift && exec "$@"' - "$TMP/elsewhere" "$(realpath "$TOY")" --model v32l2t64 --batch 4 --seq 16 \
+    --steps 2 --threads 1 --out "$(realpath "$TMP")/x"
+[ -e "$TMP/elsewhere/ran-a-foreign-make" ] && fail default_corpus_never_runs_the_make_of_the_current_folder \
+    "the Makefile of the folder the trainer was run from ran"
+
 # the switches the runtime reads from the environment take 1 or 0: SCAPE_CHECK_SYNC=yes skipped the check it asks for
 # without a word, and SCAPE_COMM_SPIN=off turned spinning on
 expect_error error_env_switch_not_0_or_1 any '^error: SCAPE_CHECK_SYNC=yes: set it to 1 \(check that' \

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -77,22 +78,50 @@ static const char *data_target(const char *tokenizer_kind) {
     return tokenizer_kind && strncmp(tokenizer_kind, "llama", 5) == 0 ? "data-llama" : "data";
 }
 
-/* The default corpus is "prepared on first use": rank 0 runs `make -s <data_target>` once while the others
- * wait. */
+/* The folder of this program into dir (cap bytes), 1 if it holds the Makefile that prepares the default corpus (the
+ * build puts the trainers beside it), else 0. */
+static int program_dir(char *dir, size_t cap) {
+    ssize_t n = readlink("/proc/self/exe", dir, cap - 1);
+    if (n <= 0) return 0;
+    dir[n] = '\0';
+    char *slash = strrchr(dir, '/');
+    if (!slash) return 0;
+    *slash = '\0';
+    char mk[4200];
+    snprintf(mk, sizeof mk, "%s/Makefile", dir);
+    return file_exists(mk);
+}
+
+/* The default corpus is "prepared on first use": rank 0 runs `make -s -C <this program's folder> <data_target>
+ * DATA=<--data, absolute>` once while the others wait; never a Makefile of the folder it was started from (another
+ * project's `make data`), never through a shell (a quote in --data). fatal() when the program has no Makefile beside
+ * it or make fails. */
 static void ensure_data(const TrainConfig *c, const char *tokenizer_kind, const char *train, const char *val,
                         int defaults) {
     const char *target = data_target(tokenizer_kind);
     int missing = !shards_exist(train) || !shards_exist(val);
     if (missing && defaults) {
         if (comm_rank() == 0) {
-            char cmd[4400];
-            snprintf(cmd, sizeof cmd, "make -s %s DATA='%s'", target, c->data);
+            char dir[4096], data[4400], cwd[4096], cmd[9000];
+            if (!program_dir(dir, sizeof dir))
+                fatal("the default corpus is missing under %s/ and this program has no Makefile beside it to prepare "
+                      "it; run `make %s DATA=...` in the repository, or pass --train and --val", c->data, target);
+            if (c->data[0] == '/' || !getcwd(cwd, sizeof cwd)) snprintf(data, sizeof data, "DATA=%s", c->data);
+            else snprintf(data, sizeof data, "DATA=%s/%s", cwd, c->data);
+            snprintf(cmd, sizeof cmd, "make -s -C '%s' %s '%s'", dir, target, data);
             printf("default corpus missing under %s/: preparing it once with `%s`\n", c->data, cmd);
             fflush(stdout);
-            int rc = system(cmd);
-            if (rc != 0)
-                fatal("`%s` failed (status %d); run it from the repository root, or pass --train and --val", cmd,
-                      rc);
+            pid_t pid = fork();
+            if (pid == 0) {
+                execlp("make", "make", "-s", "-C", dir, target, data, (char *)NULL);
+                _exit(127);
+            }
+            int st = 0;
+            if (pid < 0) fatal("cannot start `%s`: %s; run it by hand, or pass --train and --val", cmd, strerror(errno));
+            while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+            if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                fatal("`%s` failed (%s %d); run it by hand to see why, or pass --train and --val", cmd,
+                      WIFEXITED(st) ? "status" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
         }
         comm_barrier();
     }
