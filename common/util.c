@@ -570,6 +570,15 @@ int out_open_append(const char *path, char *err, size_t cap) {
         close(fd);
         return -1;
     }
+    /* a hard link is another file's content under this name: appending (and cutting a partial last line) would
+     * change that file too */
+    if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
+        snprintf(err, cap, "%s has %lu names (a hard link of another file, or of a copy made with cp -l); the run "
+                 "appends to (and may cut) its log only in a file of its own: give it one with cp %s %s.own && mv "
+                 "%s.own %s", path, (unsigned long)st.st_nlink, path, path, path, path);
+        close(fd);
+        return -1;
+    }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     if (S_ISREG(st.st_mode)) { /* no whole output opened later replaces it */
         add_guard(path, "the log file");

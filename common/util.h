@@ -131,8 +131,8 @@ int out_commit(OutFile *o, char *err, size_t cap);
 void out_discard(OutFile *o);
 /* Opens `path` for appending (O_APPEND, created 0644 if missing) without ever blocking: refuses, returning -1 with
  * one line in err, a FIFO, a socket, a folder, a block device, an input or a whole output of this run (out_open),
- * and a symbolic link, except one to a character device (/dev/null: a discarded log; /dev/full), where nothing can
- * be cut or overwritten. Returns the descriptor (blocking mode, close-on-exec). */
+ * a file with other hard links (their content would change with it), and a symbolic link, except one to a character
+ * device (/dev/null: a discarded log; /dev/full), where nothing can be cut or overwritten. Returns the descriptor (blocking mode, close-on-exec). */
 int out_open_append(const char *path, char *err, size_t cap);
 
 /* Makes the calling thread flush denormal floats to zero (x86 MXCSR FTZ and DAZ; no-op elsewhere). Threads it

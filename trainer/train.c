@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -176,6 +177,10 @@ static void lock_out_dir(const Run *r, const char *out) {
     if (fd < 0 && errno == ELOOP)
         fatal("%s is a symbolic link; the run locks only a file of its own: remove the link", path);
     if (fd < 0) fatal("cannot open %s: %s; check that --out %s is writable", path, strerror(errno), out);
+    struct stat st; /* a hard link planted there: writing the pid would overwrite another file's content */
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink > 1)
+        fatal("%s has %lu names (a hard link of another file); the run writes its pid only into a file of its own: "
+              "remove it (a run makes it anew)", path, (unsigned long)st.st_nlink);
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         char pid[32] = "";
         ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
