@@ -706,6 +706,16 @@ void comm_stats_take_kind(CommStats out[COMM_NKINDS]) {
 
 /* ---- life cycle ---- */
 
+/* A switch read from the environment: unset, empty or "0" is off, "1" on; any other value (yes, true, on, off) is
+ * refused with one line naming the variable, so that a check asked for is never silently skipped nor "off" read as
+ * on. */
+static int env_switch(const char *name, const char *what) {
+    const char *v = getenv(name);
+    if (!v || !v[0] || strcmp(v, "0") == 0) return 0;
+    if (strcmp(v, "1") == 0) return 1;
+    fatal("%s=%s: set it to 1 (%s) or 0, or unset it", name, v, what);
+}
+
 static int launched_by_mpirun(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
 }
@@ -748,8 +758,10 @@ void comm_init(int *argc, char ***argv) {
     pthread_cond_init(&C.cv_done, NULL);
     C.next_ticket = 1;
     C.done = 0;
-    const char *spin = getenv("SCAPE_COMM_SPIN");
-    C.spin = spin && strcmp(spin, "0") != 0;
+    C.spin = env_switch("SCAPE_COMM_SPIN", "wait on collectives with plain MPI_Wait, outside the watchdog");
+    /* checked now, read later: the report at the end, the sync check by the update */
+    env_switch("SCAPE_COMM_REPORT", "rank 0 prints the run's totals per kind of collective");
+    env_switch("SCAPE_CHECK_SYNC", "check that the ranks' parameters and update state stay identical");
     const char *smax = getenv("SCAPE_COMM_SLEEP_MAX_US");
     C.sleep_max_ns = smax ? 1000L * atol(smax) : 500000L;
     if (C.sleep_max_ns < 1000 || C.sleep_max_ns > 100000000L)

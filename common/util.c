@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -170,6 +171,49 @@ struct AtomicFile {
     char tmp[4200];
 };
 
+/* The atomic writes in progress, for atomic_remove_temps in a signal handler: fixed slots, no lock, no allocation.
+ * A write is listed from atomic_open until its temp is renamed or removed (more than LIVE_MAX at once: the rest go
+ * unlisted, as before). */
+#define LIVE_MAX 64
+static AtomicFile *_Atomic live[LIVE_MAX];
+static void live_add(AtomicFile *a) {
+    for (int i = 0; i < LIVE_MAX; i++) {
+        AtomicFile *none = NULL;
+        if (atomic_compare_exchange_strong(&live[i], &none, a)) return;
+    }
+}
+static void live_remove(AtomicFile *a) {
+    for (int i = 0; i < LIVE_MAX; i++) {
+        AtomicFile *mine = a;
+        if (atomic_compare_exchange_strong(&live[i], &mine, NULL)) return;
+    }
+}
+
+void atomic_remove_temps(void) {
+    for (int i = 0; i < LIVE_MAX; i++) {
+        AtomicFile *a = atomic_load(&live[i]);
+        if (a) unlink(a->tmp);
+    }
+}
+
+/* The handler of atomic_temps_go_with_signals: the temps removed, then the signal's own action (the process ends by
+ * it, so a shell sees status 128 + sig). */
+static void remove_temps_and_die(int sig) {
+    atomic_remove_temps();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void atomic_temps_go_with_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = remove_temps_and_die;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
 /* the stream's write: all of it, or -1 with the OS error kept in a->err */
 static ssize_t atomic_write(void *cookie, const char *buf, size_t n) {
     AtomicFile *a = cookie;
@@ -194,6 +238,7 @@ AtomicFile *atomic_open(const char *path) {
         errno = e;
         return NULL;
     }
+    live_add(a);
     return a;
 }
 
@@ -220,7 +265,8 @@ int atomic_place(AtomicFile *a, const char *path) {
     /* rename replaces a link at path itself, never the file it points to */
     int e = rename(a->tmp, path) != 0 ? errno : 0;
     if (e) unlink(a->tmp);
-    else fsync_parent_dir(path);
+    live_remove(a); /* after the rename: a signal before it still finds the temp */
+    if (!e) fsync_parent_dir(path);
     free(a);
     return e;
 }
@@ -239,6 +285,7 @@ void atomic_discard(AtomicFile *a) {
     if (a->f) fclose(a->f);
     if (a->fd >= 0) close(a->fd);
     unlink(a->tmp);
+    live_remove(a);
     free(a);
 }
 
@@ -520,6 +567,15 @@ int out_open_append(const char *path, char *err, size_t cap) {
     if (fstat(fd, &st) != 0 || !(S_ISREG(st.st_mode) || (linked && S_ISCHR(st.st_mode)))) {
         snprintf(err, cap, "%s is a %s, not a regular file; the log is appended only to a file of its own: remove it",
                  path, kind_of(st.st_mode));
+        close(fd);
+        return -1;
+    }
+    /* a hard link is another file's content under this name: appending (and cutting a partial last line) would
+     * change that file too */
+    if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
+        snprintf(err, cap, "%s has %lu names (a hard link of another file, or of a copy made with cp -l); the run "
+                 "appends to (and may cut) its log only in a file of its own: give it one with cp %s %s.own && mv "
+                 "%s.own %s", path, (unsigned long)st.st_nlink, path, path, path, path);
         close(fd);
         return -1;
     }

@@ -73,6 +73,12 @@ int atomic_place(AtomicFile *a, const char *path);
 int atomic_commit(AtomicFile *a, const char *path);
 /* Removes the temp, the target untouched; frees a. NULL is a no-op. */
 void atomic_discard(AtomicFile *a);
+/* Removes the temp file of every atomic write in progress (async-signal-safe: for a handler that ends the process,
+ * so no temp is left beside its target). */
+void atomic_remove_temps(void);
+/* For a program without stop signals of its own (export_gguf): SIGINT, SIGTERM and SIGHUP remove the temps of the
+ * writes in progress (atomic_remove_temps), then end the process as the signal would. */
+void atomic_temps_go_with_signals(void);
 /* Creates a new file "<path>.tmp.XXXXXX" (a unique name, mkostemp: mode 0600, O_EXCL so an existing name or a
  * planted symbolic link is never opened) and returns its descriptor, its name in tmp; -1 with errno on failure. */
 int open_temp_beside(const char *path, char *tmp, size_t cap);
@@ -125,8 +131,8 @@ int out_commit(OutFile *o, char *err, size_t cap);
 void out_discard(OutFile *o);
 /* Opens `path` for appending (O_APPEND, created 0644 if missing) without ever blocking: refuses, returning -1 with
  * one line in err, a FIFO, a socket, a folder, a block device, an input or a whole output of this run (out_open),
- * and a symbolic link, except one to a character device (/dev/null: a discarded log; /dev/full), where nothing can
- * be cut or overwritten. Returns the descriptor (blocking mode, close-on-exec). */
+ * a file with other hard links (their content would change with it), and a symbolic link, except one to a character
+ * device (/dev/null: a discarded log; /dev/full), where nothing can be cut or overwritten. Returns the descriptor (blocking mode, close-on-exec). */
 int out_open_append(const char *path, char *err, size_t cap);
 
 /* Makes the calling thread flush denormal floats to zero (x86 MXCSR FTZ and DAZ; no-op elsewhere). Threads it

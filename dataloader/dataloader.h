@@ -63,7 +63,8 @@ int64_t shard_check_header(const char *path, int *token_bytes);
 int32_t *shard_read_all(const char *path, int64_t *n_tokens, int vocab_size);
 
 /* Expands a shard specification into a sorted list of paths: a single file, a directory (every *.bin inside),
- * or a glob pattern. fatal() if nothing matches. Caller frees with shard_list_free. */
+ * or a glob pattern. fatal() if nothing matches, or when spec names a file that is not a regular one (a pipe). Caller
+ * frees with shard_list_free. */
 char **shard_list(const char *spec, int *count);
 void shard_list_free(char **paths, int count);
 

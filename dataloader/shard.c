@@ -296,6 +296,11 @@ char **shard_list(const char *spec, int *count) {
         closedir(d);
         if (n == 0) fatal("%s: directory holds no *.bin token shards; tokenize data into it first", spec);
     } else if (stat(spec, &st) == 0) {
+        /* a FIFO would block the run and a pipe (--train <(cat shard.bin)) gives its bytes once: a shard is read
+         * by offset, many times */
+        if (!S_ISREG(st.st_mode))
+            fatal("%s: is not a regular file (a pipe, FIFO or device); token shards are read by offset, again and "
+                  "again: pass the shard file itself, a folder or a glob", spec);
         paths = xmalloc(sizeof *paths, "path list");
         paths[n++] = path_dup(spec);
     } else {

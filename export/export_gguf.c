@@ -246,6 +246,7 @@ int main(int argc, char **argv) {
                "Writes a GGUF file for llama.cpp from a model of train_gpt / train_llama, tokenizer included.");
     if (!*model_path) { fprintf(stderr, "error: --model is required (a model file or checkpoint folder)\n"); return 2; }
     if (!*out) { fprintf(stderr, "error: --out is required (the GGUF file to write)\n"); return 2; }
+    atomic_temps_go_with_signals(); /* Ctrl-C while the file is written leaves no FILE.gguf.tmp.* beside it */
 
     char path[4096];
     resolve_model_path(model_path, out, path, sizeof path);

@@ -185,6 +185,16 @@ if [ $st = 130 ] && [ "$(echo "$took < 2" | bc)" = 1 ] && [ ! -e "$TMP/int.dump"
    [ -z "$(ls "$TMP" | grep 'int.dump.tmp')" ] && grep -q "stopped by SIGINT during --eval-only: nothing written" "$TMP/int.out"; then
     ok sigint_stops_eval_only_at_once_with_nothing_written
 else fail sigint_stops_eval_only_at_once_with_nothing_written "exit $st after ${took}s: $(tail -1 "$TMP/int.out")"; fi
+# ... and a second signal, which ends the process at once, leaves no temp of the dump beside it either (both sent
+# while the process is stopped, so the second surely comes before the first is acted on)
+"$trainer" "${only[@]}" --eval-task "jsonl=$TMP/many.jsonl" --eval-dump "$TMP/int2.dump" --out "$TMP/int2" > "$TMP/int2.out" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q '^eval only' "$TMP/int2.out" && break; sleep 0.1; done
+sleep 0.3; kill -STOP $pid; kill -INT $pid; kill -TERM $pid; kill -CONT $pid
+wait $pid; st=$?
+if { [ $st = 130 ] || [ $st = 143 ]; } && [ ! -e "$TMP/int2.dump" ] && [ -z "$(ls "$TMP" | grep 'int2.dump.tmp')" ]; then
+    ok second_sigint_during_eval_only_leaves_no_temp
+else fail second_sigint_during_eval_only_leaves_no_temp "exit $st, left: $(ls "$TMP" | grep 'int2.dump' | tr '\n' ' ')"; fi
 
 # a dump refused on one rank of two, or a check that fails on rank 0 after the others could open theirs, ends the job
 # with no rank's temp file left beside its dump; a dump never replaces the run's <out>/.lock or <out>/log.jsonl

@@ -7,7 +7,8 @@
 #     and the resume a SIGTERM advises follow it, the old branch is kept under abandoned/;
 #   4 export_gguf never writes over its input and refuses a checkpoint that does not verify;
 #   5 retention through a linked-in checkpoint leaves its target's files (unit cases in test_train_units too);
-#   6 a link planted at <out>/.lock or <out>/ckpt_N/model.bin.tmp never makes the run write through it;
+#   6 a link planted at <out>/.lock or <out>/ckpt_N/model.bin.tmp (or a hard link at .lock or log.jsonl) never makes
+#     the run write through it;
 #   7 a run started with --init records its real model: a resume naming it is accepted, another model refused;
 #   8 a prompt that is not UTF-8 comes back from the checkpoint exactly;
 #   9 option checks on resume see the checkpoint's options (--density on a SCAPE run, --lr-floor under its lr),
@@ -114,6 +115,22 @@ st=$?
 if [ $st = 0 ] && [ "$(cat "$TMP/victim")" = precious ] && "$TOY" --verify-ckpt "$TMP/s6/ckpt_8" > /dev/null; then
     ok planted_temp_links_are_never_written_through
 else fail planted_temp_links_are_never_written_through "status $st, victim '$(cat "$TMP/victim")': $(cat "$TMP/s6b.err")"; fi
+# hard links planted at <out>/.lock and <out>/log.jsonl: the pid written into the lock, the log's lines appended and
+# its partial last line cut changed the other file (the victims end without a newline, which the log open cut)
+mkdir -p "$TMP/s6h"
+printf 'precious' > "$TMP/victim_h1"; printf 'line\nprecious' > "$TMP/victim_h2"
+ln "$TMP/victim_h1" "$TMP/s6h/.lock"
+"${RUN[@]}" --out "$TMP/s6h" > /dev/null 2> "$TMP/s6h.err"
+st=$?
+rm "$TMP/s6h/.lock"
+ln "$TMP/victim_h2" "$TMP/s6h/log.jsonl"
+"${RUN[@]}" --out "$TMP/s6h" > /dev/null 2> "$TMP/s6h2.err"
+st2=$?
+if [ $st -ne 0 ] && one_error_line "$TMP/s6h.err" "s6h/.lock has 2 names \(a hard link of another file\)" \
+   && [ $st2 -ne 0 ] && one_error_line "$TMP/s6h2.err" "s6h/log.jsonl has 2 names \(a hard link" \
+   && [ "$(cat "$TMP/victim_h1")" = precious ] && [ "$(cat "$TMP/victim_h2")" = "$(printf 'line\nprecious')" ]; then
+    ok planted_hard_links_are_never_written_through
+else fail planted_hard_links_are_never_written_through "status $st/$st2, victims '$(cat "$TMP/victim_h1")' '$(cat "$TMP/victim_h2" | tr '\n' '|')': $(cat "$TMP/s6h.err" "$TMP/s6h2.err")"; fi
 
 # --- 9: option checks after the checkpoint's options are in
 "${RUN[@]}" --out "$TMP/s9" --optimizer scape --density 0.5 --density-start 1 --density-warmup 2 --lr 0.6 \
@@ -169,6 +186,15 @@ if [ $st -ne 0 ] && one_error_line "$TMP/l7.err" "^error: --batch 8 contradicts 
    && [ "$(lsckpt "$TMP/l7")" = "ckpt_2 ckpt_4 " ] && [ ! -e "$TMP/l7/abandoned" ] && [ ! -e "$TMP/l7/.rollback" ]; then
     ok refused_resume_leaves_the_line_as_it_was
 else fail refused_resume_leaves_the_line_as_it_was "status $st/$st2, left '$(lsckpt "$TMP/l7")': $(cat "$TMP/l7.err" "$TMP/l7b.err")"; fi
+
+# --- a resume with nothing to do (--steps at or below the checkpoint's step, a typo for --steps 20) trains nothing
+#     and so moves nothing: the later checkpoints stay the line, --resume latest still finds ckpt_4
+"${RUN[@]}" --out "$TMP/l7" --resume "$TMP/l7/ckpt_2" --steps 2 > "$TMP/l7c.out" 2>&1
+st=$?
+if [ $st = 0 ] && grep -q "^checkpoint is at step 2, --steps 2: nothing to do" "$TMP/l7c.out" \
+   && [ "$(lsckpt "$TMP/l7")" = "ckpt_2 ckpt_4 " ] && [ ! -e "$TMP/l7/abandoned" ] && [ ! -e "$TMP/l7/.rollback" ]; then
+    ok resume_with_nothing_to_do_moves_nothing
+else fail resume_with_nothing_to_do_moves_nothing "status $st, left '$(lsckpt "$TMP/l7")': $(grep -v '^step ' "$TMP/l7c.out" | tail -3)"; fi
 
 # --- l8: <out>/abandoned planted as a link to a folder outside --out
 "${RUN[@]}" --out "$TMP/l8" --steps 4 --ckpt-every 2 --keep-ckpts 0 > /dev/null 2>&1

@@ -141,7 +141,7 @@ PYEOF
     ); then ok "$name ($msg)"; else fail $name "$msg"; fi
 else fail $name "$(why logs)"; fi
 
-# 5. with no --train/--val and the default corpus missing, ./train_llama prepares it once with `make -s data-llama`
+# 5. with no --train/--val and the default corpus missing, ./train_llama prepares it once with `make -s -C <repo> data-llama`
 #    (not GPT-2's `make data`) and trains on its uint32 Llama 2 shards. A data dir with the fetched vocabularies
 #    and only 20 of the corpus's documents keeps the tokenization short.
 name=llama_default_corpus_prepared_on_first_use
@@ -150,8 +150,8 @@ cp -r "$DATA/gpt2" "$DATA/llama2" "$DATA/llama3" "$TMP/data/"
 ls "$DATA/sotu/txt" | head -n 20 | while IFS= read -r f; do ln -s "$(realpath "$DATA/sotu/txt/$f")" "$TMP/data/sotu/txt/$f"; done
 if env OMP_NUM_THREADS=1 timeout 120 "$TRAIN" --model $MODEL --data "$TMP/data" --batch 2 --seq 16 --steps 1 \
        --eval-batches 1 --sample-every 0 --threads 1 --out "$TMP/first" > "$TMP/first.out" 2>&1; then
-    if ! grep -q "preparing it once with \`make -s data-llama DATA='$TMP/data'\`" "$TMP/first.out"; then
-        fail $name "no 'preparing it once with \`make -s data-llama ...\`' line: $(head -n 1 "$TMP/first.out")"
+    if ! grep -qF "preparing it once with \`make -s -C '$(pwd)' data-llama 'DATA=$(realpath "$TMP")/data'\`" "$TMP/first.out"; then
+        fail $name "no 'preparing it once with \`make -s -C ... data-llama ...\`' line: $(head -n 1 "$TMP/first.out")"
     elif ! [ -s "$TMP/data/sotu/llama2/sotu_train_000000.bin" ] || [ -e "$TMP/data/sotu/gpt2" ]; then
         fail $name "want $TMP/data/sotu/llama2 shards and no GPT-2 ones: $(ls "$TMP/data/sotu")"
     elif ! grep -q '"event": "train"' "$TMP/first/log.jsonl"; then fail $name "no train event"

@@ -128,6 +128,23 @@ expect_error error_value_out_of_range 2 '^error: --lr: 5 is out of range \[0, 1\
 expect_error error_malformed_value 2 "^error: --steps: 'ten' is not an integer$" "${RUN[@]}" --steps ten
 expect_error error_bad_choice 2 "^error: --optimizer: 'sgd' is not one of adamw\|adams\|scape\|topk-ef\|powersgd\|onebit-adam\|demo$" \
     "${RUN[@]}" --optimizer sgd
+# the default corpus is prepared by the trainer's own Makefile (beside the program), never by the Makefile of the
+# folder it is run from (another project's `make data`); the toy, in build/, has none and says so
+mkdir -p "$TMP/elsewhere"
+printf 'data:\n\ttouch ran-a-foreign-make\n' > "$TMP/elsewhere/Makefile"
+expect_error default_corpus_never_runs_the_make_of_the_current_folder any \
+    '^error: the default corpus is missing under data/ and this program has no Makefile beside it' \
+    sh -c 'cd "$1" && shift && exec "$@"' - "$TMP/elsewhere" "$(realpath "$TOY")" --model v32l2t64 --batch 4 --seq 16 \
+    --steps 2 --threads 1 --out "$(realpath "$TMP")/x"
+[ -e "$TMP/elsewhere/ran-a-foreign-make" ] && fail default_corpus_never_runs_the_make_of_the_current_folder \
+    "the Makefile of the folder the trainer was run from ran"
+
+# the switches the runtime reads from the environment take 1 or 0: SCAPE_CHECK_SYNC=yes skipped the check it asks for
+# without a word, and SCAPE_COMM_SPIN=off turned spinning on
+expect_error error_env_switch_not_0_or_1 any '^error: SCAPE_CHECK_SYNC=yes: set it to 1 \(check that' \
+    env SCAPE_CHECK_SYNC=yes "${RUN[@]}" --out "$TMP/x"
+expect_error error_env_switch_off_is_not_on any '^error: SCAPE_COMM_SPIN=off: set it to 1' \
+    env SCAPE_COMM_SPIN=off "${RUN[@]}" --out "$TMP/x"
 expect_error error_lr_floor_above_lr 2 '^error: --lr-floor 0.5 is above --lr 0.1' "${RUN[@]}" --lr 0.1 --lr-floor 0.5
 expect_error error_density_without_scape 2 '^error: --density 0.1 applies only to --optimizer scape' \
     "${RUN[@]}" --density 0.1
@@ -223,7 +240,6 @@ expect_error error_resume_other_optimizer any '--optimizer adams contradicts the
 expect_error error_resume_other_model any '--model v32l3t64 contradicts the checkpoint .*, whose run has --model v32l2t64' \
     "${RUN[@]}" --out "$TMP/x" --resume "$TMP/b/ckpt_4" --model v32l3t64
 cp -r "$TMP/b/ckpt_4" "$TMP/b/ckpt_5"
-sed -i 's/"step": 4/"step": 5/' "$TMP/b/ckpt_5/manifest.json"
 printf '\x55' | dd of="$TMP/b/ckpt_5/state_rank0.bin" bs=1 seek=300 conv=notrunc status=none
 expect_error error_resume_corrupt_state any 'ckpt_5: damaged or incomplete checkpoint \(state_rank0.bin fails its checksum' \
     "${RUN[@]}" --out "$TMP/x" --resume "$TMP/b/ckpt_5"
@@ -313,6 +329,37 @@ if [ $st = 1 ] && [ $st1 = 0 ] && [ "$(wc -l < "$TMP/v.out")" = 3 ] \
    && grep -q "^$TMP/dm/ckpt_8: ok, step 8" "$TMP/v1.out"; then
     ok verify_ckpt_reports_each_checkpoint
 else fail verify_ckpt_reports_each_checkpoint "status $st/$st1: $(cat "$TMP/v.out" "$TMP/v1.out")"; fi
+
+# --- a byte changed in manifest.json itself (an option a resume takes as given: --lr 0.05 read as 0.09) is caught
+#     like a damaged state file: --verify-ckpt reports it, --resume DIR refuses it, --resume latest passes over it
+cp -r "$TMP/dm/ckpt_8" "$TMP/dm/ckpt_16"
+sed -i 's/"step": 8,/"step": 16,/; s/"lr": "0.0500000007"/"lr": "0.0900000007"/' "$TMP/dm/ckpt_16/manifest.json"
+"$TOY" --verify-ckpt "$TMP/dm/ckpt_16" > "$TMP/vm.out" 2>&1
+st=$?
+if [ $st = 1 ] && grep -q '"lr": "0.09' "$TMP/dm/ckpt_16/manifest.json" \
+   && grep -q "^$TMP/dm/ckpt_16: BAD, manifest.json fails its own checksum" "$TMP/vm.out"; then
+    ok damaged_manifest_fails_verify_ckpt
+else fail damaged_manifest_fails_verify_ckpt "status $st: $(cat "$TMP/vm.out")"; fi
+expect_error damaged_manifest_is_refused_by_name any \
+    "error: --resume $TMP/dm/ckpt_16: damaged or incomplete checkpoint \(manifest.json fails its own checksum" \
+    "${RUN[@]}" --out "$TMP/x" --resume "$TMP/dm/ckpt_16"
+rm -rf "$TMP/dm/ckpt_16"
+
+# --- an input that is a FIFO or a pipe (--init <(zcat m.bin.gz), --train <(cat shard.bin), a FIFO planted as a
+#     manifest) is refused with one line, never waited on (a FIFO blocked the run, even after SIGTERM) nor read half
+mkfifo "$TMP/fifo"
+expect_error init_that_is_a_fifo_is_refused any "^error: --init $TMP/fifo: is not a regular file" \
+    timeout -s KILL 20 "${RUN[@]}" --out "$TMP/x" --init "$TMP/fifo"
+expect_error train_shard_that_is_a_fifo_is_refused any "^error: $TMP/fifo: is not a regular file" \
+    timeout -s KILL 20 "${RUN[@]}" --out "$TMP/x" --train "$TMP/fifo"
+cp -r "$TMP/dm/ckpt_8" "$TMP/fm"
+rm "$TMP/fm/manifest.json"
+mkfifo "$TMP/fm/manifest.json"
+timeout -s KILL 20 "$TOY" --verify-ckpt "$TMP/fm" > "$TMP/fm.out" 2>&1
+st=$?
+if [ $st = 1 ] && grep -q "^$TMP/fm: BAD, manifest.json cannot be read as a file" "$TMP/fm.out"; then
+    ok fifo_manifest_is_reported_not_waited_on
+else fail fifo_manifest_is_reported_not_waited_on "status $st: $(cat "$TMP/fm.out")"; fi
 
 # --- retention never deletes the checkpoint just written (the newest that verified), even when older steps are
 #     resumed into a directory that holds newer checkpoints of an earlier branch: those are moved aside, kept

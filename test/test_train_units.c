@@ -5,7 +5,9 @@
  * log and the checkpoint files (atomic write, manifest, completeness, latest, pruning). Error paths run in a forked child so the exit status and stderr can be checked.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,8 @@
 #include "trainer/train_rules.h"
 #include "common/util.h"
 #include "test/test.h"
+
+#include <xxhash.h>
 
 static char tmpdir[256];
 
@@ -593,6 +597,36 @@ TEST(manifest_options_keep_any_bytes_at_any_length) {
           !utf8_valid("\xf4\x90\x80\x80") && !utf8_valid("\xe2\x82"), "utf8_valid");
 }
 
+/* A program stopped by a signal while it writes a file (export_gguf, Ctrl-C in the middle of a GGUF) leaves neither
+ * the file nor its temp: atomic_temps_go_with_signals removes the temps of the writes in progress, then the process
+ * ends by the signal as it would have. */
+TEST(a_signal_mid_write_leaves_no_temp_file) {
+    char dir[300], path[400];
+    snprintf(dir, sizeof dir, "%s/signalled", tmpdir);
+    make_dirs(dir);
+    snprintf(path, sizeof path, "%s/model.gguf", dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        atomic_temps_go_with_signals();
+        AtomicFile *a = atomic_open(path);
+        if (!a) _exit(3);
+        fputs("half a file", atomic_stream(a));
+        fflush(atomic_stream(a));
+        raise(SIGINT);
+        _exit(4); /* not reached */
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    DIR *d = opendir(dir);
+    int left = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.') left++;
+    if (d) closedir(d);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGINT, "the writer did not end by its SIGINT (status %d)", st);
+    CHECK(left == 0, "%d file(s) left in %s after a SIGINT mid-write", left, dir);
+}
+
 /* Issue 34, symptom 3: a roll-back moves the later checkpoints aside (kept), so latest and retention follow the new
  * branch; a roll-back killed half-way is finished by the next run; unfinished later folders are removed. */
 TEST(rollback_moves_later_checkpoints_aside) {
@@ -624,7 +658,8 @@ TEST(rollback_moves_later_checkpoints_aside) {
 }
 
 /* Rewrites the run_id of the checkpoint <dir> (written by write_ckpt: run 00000000000000aa) to id, as if the folder
- * had been copied in from another run. */
+ * had been copied in from another run: the manifest's own checksum (its last member) is made anew, so the
+ * checkpoint stays a good one, of another run. */
 static void set_run_id(const char *dir, const char *id) {
     char path[600], buf[4096];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
@@ -635,6 +670,11 @@ static void set_run_id(const char *dir, const char *id) {
     char *at = strstr(buf, "00000000000000aa");
     if (!at || strlen(id) != 16) fatal("set_run_id: %s has no run id to replace", path);
     memcpy(at, id, 16);
+    char *seal = strstr(buf, ", \"manifest_xxh3\": \"");
+    if (!seal) fatal("set_run_id: %s has no checksum of its own", path);
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH3_64bits(buf, (size_t)(seal - buf)));
+    memcpy(seal + strlen(", \"manifest_xxh3\": \""), hex, 16);
     write_file_atomic(path, buf, n, NULL, 0);
 }
 
@@ -728,6 +768,7 @@ int main(void) {
     RUN_TEST(manifest_options_keep_any_bytes_at_any_length);
     RUN_TEST(rollback_moves_later_checkpoints_aside);
     RUN_TEST(atomic_write_never_follows_a_planted_link);
+    RUN_TEST(a_signal_mid_write_leaves_no_temp_file);
     RUN_TEST(lineage_keeps_to_its_own_run_and_its_own_folder);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

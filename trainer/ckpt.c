@@ -112,6 +112,9 @@ static void put_value(char *buf, size_t cap, size_t *len, const char *v) {
     *len += (size_t)snprintf(buf + *len, cap - *len, "\"}");
 }
 
+/* The key of the manifest's own checksum, its last member: XXH3-64 of the text before it (version 3 on). */
+#define MANIFEST_SEAL_KEY ", \"manifest_xxh3\": \""
+
 void ckpt_write_manifest(const char *dir, int world, int step, int n_files, const CkptFile *files, int n_opts,
                          const char *const *opt_names, const char *const *opt_values, const char *init_hash,
                          const char *run_id, const char *parent) {
@@ -136,7 +139,12 @@ void ckpt_write_manifest(const char *dir, int world, int step, int n_files, cons
         len += (size_t)snprintf(buf + len, cap - len, ": ");
         put_value(buf, cap, &len, opt_values[i]);
     }
-    len += (size_t)snprintf(buf + len, cap - len, "}}\n");
+    /* last, the manifest's own checksum: of every byte before the key, so that a byte changed anywhere in it (an
+     * option's value, which a resume takes as given) makes the checkpoint fail verification (manifest_seal_ok) */
+    len += (size_t)snprintf(buf + len, cap - len, "}");
+    if (len + 64 >= cap) fatal("%s: manifest longer than its buffer (internal error)", dir);
+    unsigned long long seal = (unsigned long long)XXH3_64bits(buf, len);
+    len += (size_t)snprintf(buf + len, cap - len, MANIFEST_SEAL_KEY "%016llx\"}\n", seal);
     if (len + 1 >= cap) fatal("%s: manifest longer than its buffer (internal error)", dir);
     char path[4200];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
@@ -145,10 +153,20 @@ void ckpt_write_manifest(const char *dir, int world, int step, int n_files, cons
 }
 
 char *ckpt_read_text(const char *path, size_t max) {
-    int64_t size = file_size(path); /* a file already too long is not read at all */
-    if (size < 0 || (uint64_t)size > max) return NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+    /* O_NONBLOCK: a FIFO planted at the name never blocks the reader (--verify-ckpt, --resume latest); only a
+     * regular file is read, and one already too long is not read at all */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) return NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
+        close(fd);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return NULL;
+    }
     size_t len;
     char *buf = read_stream(f, &len); /* NULL on a read error: unreadable */
     fclose(f);
@@ -230,6 +248,35 @@ static void skip_ws(const char **p) {
     while (**p == ' ' || **p == '\n' || **p == '\t' || **p == '\r') (*p)++;
 }
 
+/* 1 if the manifest text m carries its own checksum and the bytes before it match; a manifest of
+ * version 3 or later must carry one (an older one has none), and one that carries one is checked whatever its
+ * version says. 0 with the reason in why. */
+static int manifest_seal_ok(const char *m, long long version, char *why, size_t why_cap) {
+    const char *key = NULL;
+    for (const char *p = strstr(m, MANIFEST_SEAL_KEY); p; p = strstr(p + 1, MANIFEST_SEAL_KEY)) key = p;
+    if (!key) {
+        if (version < 3) return 1;
+        snprintf(why, why_cap, "manifest.json has no checksum of its own (manifest_xxh3): it was cut or edited");
+        return 0;
+    }
+    const char *hex = key + strlen(MANIFEST_SEAL_KEY), *end = hex;
+    unsigned long long want = 0;
+    while (end - hex < 16 && hexval(*end) >= 0) want = want * 16 + (unsigned long long)hexval(*end++);
+    const char *rest = end - hex == 16 && end[0] == '"' && end[1] == '}' ? end + 2 : NULL;
+    while (rest && (*rest == '\n' || *rest == ' ' || *rest == '\r' || *rest == '\t')) rest++;
+    if (!rest || *rest) { /* the checksum is the last member: nothing after it but the closing brace */
+        snprintf(why, why_cap, "manifest.json is malformed (its own checksum)");
+        return 0;
+    }
+    unsigned long long got = (unsigned long long)XXH3_64bits(m, (size_t)(key - m));
+    if (got != want) {
+        snprintf(why, why_cap, "manifest.json fails its own checksum (xxh3 %016llx, it says %016llx): its content is "
+                 "damaged", got, want);
+        return 0;
+    }
+    return 1;
+}
+
 /* The manifest check behind ckpt_is_complete (hashes = 0) and ckpt_verify (hashes = 1). */
 static int check_dir(const char *dir, int hashes, CkptInfo *info, char *why, size_t why_cap) {
     char path[4200];
@@ -237,11 +284,19 @@ static int check_dir(const char *dir, int hashes, CkptInfo *info, char *why, siz
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     char *m = ckpt_read_text(path, CKPT_MANIFEST_MAX);
     if (!m) {
-        snprintf(why, why_cap, "no manifest.json (the run stopped while writing it)");
+        struct stat st;
+        if (lstat(path, &st) == 0)
+            snprintf(why, why_cap, "manifest.json cannot be read as a file (a FIFO, a folder, unreadable, or over %d "
+                     "MiB)", CKPT_MANIFEST_MAX >> 20);
+        else snprintf(why, why_cap, "no manifest.json (the run stopped while writing it)");
         return 0;
     }
     long long w, s, version = 1;
     json_int_after(m, "\"version\":", &version);
+    if (!manifest_seal_ok(m, version, why, why_cap)) {
+        free(m);
+        return 0;
+    }
     int ok = json_int_after(m, "\"world\":", &w) && json_int_after(m, "\"step\":", &s) && w >= 1 && w <= INT_MAX &&
              s >= 0 && s <= INT_MAX;
     if (!ok) snprintf(why, why_cap, "manifest.json is malformed");

@@ -59,7 +59,8 @@ void ckpt_write_state(const char *dir, CkptState *h, const void *blob);
  * (caller frees) and fills *h. fatal() naming the file and the fix on any problem. */
 void *ckpt_read_state(const char *path, CkptState *h);
 
-#define CKPT_MANIFEST_VERSION 2 /* 1: no checksums or options (still read: complete, but nothing to verify) */
+#define CKPT_MANIFEST_VERSION 3 /* 1: no checksums or options (still read: complete, but nothing to verify); 2: no
+                                   checksum of the manifest itself (still read: its options are taken unchecked) */
 
 /* One file of a checkpoint as the manifest lists it. */
 typedef struct {

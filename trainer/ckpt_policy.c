@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -327,10 +328,16 @@ void commit_lineage(Run *r) {
     }
 }
 
-/* XXH3 of a model file as 16 hex digits into hex[32]; fatal() naming the flag if it cannot be read. */
+/* XXH3 of a model file as 16 hex digits into hex[32]; fatal() naming the flag if it cannot be read, or is no
+ * regular file: the file is read twice (here, then its weights), which a FIFO would block and a pipe (`--init
+ * <(zcat m.bin.gz)`) could not give twice. */
 static void init_file_hash(const char *path, char *hex) {
     int64_t bytes;
     uint64_t h;
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        fatal("--init %s: is not a regular file (a pipe, FIFO, folder or device); the model file is read twice (its "
+              "checksum, then its weights): pass the file itself", path);
     if (!ckpt_file_hash(path, &bytes, &h)) fatal("--init %s: cannot read it: %s; pass a model file", path, strerror(errno));
     snprintf(hex, 32, "%016llx", (unsigned long long)h);
 }

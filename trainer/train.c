@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -77,22 +79,50 @@ static const char *data_target(const char *tokenizer_kind) {
     return tokenizer_kind && strncmp(tokenizer_kind, "llama", 5) == 0 ? "data-llama" : "data";
 }
 
-/* The default corpus is "prepared on first use": rank 0 runs `make -s <data_target>` once while the others
- * wait. */
+/* The folder of this program into dir (cap bytes), 1 if it holds the Makefile that prepares the default corpus (the
+ * build puts the trainers beside it), else 0. */
+static int program_dir(char *dir, size_t cap) {
+    ssize_t n = readlink("/proc/self/exe", dir, cap - 1);
+    if (n <= 0) return 0;
+    dir[n] = '\0';
+    char *slash = strrchr(dir, '/');
+    if (!slash) return 0;
+    *slash = '\0';
+    char mk[4200];
+    snprintf(mk, sizeof mk, "%s/Makefile", dir);
+    return file_exists(mk);
+}
+
+/* The default corpus is "prepared on first use": rank 0 runs `make -s -C <this program's folder> <data_target>
+ * DATA=<--data, absolute>` once while the others wait; never a Makefile of the folder it was started from (another
+ * project's `make data`), never through a shell (a quote in --data). fatal() when the program has no Makefile beside
+ * it or make fails. */
 static void ensure_data(const TrainConfig *c, const char *tokenizer_kind, const char *train, const char *val,
                         int defaults) {
     const char *target = data_target(tokenizer_kind);
     int missing = !shards_exist(train) || !shards_exist(val);
     if (missing && defaults) {
         if (comm_rank() == 0) {
-            char cmd[4400];
-            snprintf(cmd, sizeof cmd, "make -s %s DATA='%s'", target, c->data);
+            char dir[4096], data[4400], cwd[4096], cmd[9000];
+            if (!program_dir(dir, sizeof dir))
+                fatal("the default corpus is missing under %s/ and this program has no Makefile beside it to prepare "
+                      "it; run `make %s DATA=...` in the repository, or pass --train and --val", c->data, target);
+            if (c->data[0] == '/' || !getcwd(cwd, sizeof cwd)) snprintf(data, sizeof data, "DATA=%s", c->data);
+            else snprintf(data, sizeof data, "DATA=%s/%s", cwd, c->data);
+            snprintf(cmd, sizeof cmd, "make -s -C '%s' %s '%s'", dir, target, data);
             printf("default corpus missing under %s/: preparing it once with `%s`\n", c->data, cmd);
             fflush(stdout);
-            int rc = system(cmd);
-            if (rc != 0)
-                fatal("`%s` failed (status %d); run it from the repository root, or pass --train and --val", cmd,
-                      rc);
+            pid_t pid = fork();
+            if (pid == 0) {
+                execlp("make", "make", "-s", "-C", dir, target, data, (char *)NULL);
+                _exit(127);
+            }
+            int st = 0;
+            if (pid < 0) fatal("cannot start `%s`: %s; run it by hand, or pass --train and --val", cmd, strerror(errno));
+            while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+            if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                fatal("`%s` failed (%s %d); run it by hand to see why, or pass --train and --val", cmd,
+                      WIFEXITED(st) ? "status" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
         }
         comm_barrier();
     }
@@ -112,11 +142,15 @@ static CommBackend comm_backend(const char *name) {
 }
 
 /* Preemption: SIGTERM (a cluster's notice before it kills a job) or SIGINT (Ctrl-C) asks the run to stop after
- * the step in progress; a second signal ends the process at once. The flag is agreed on by all ranks through the
+ * the step in progress; a second signal ends the process at once, removing the temp files of the writes in
+ * progress (a checkpoint file, the --eval-dump beside its target). The flag is agreed on by all ranks through the
  * step's mean-loss all-reduce, so every rank stops after the same step and writes its part of one checkpoint. */
 static volatile sig_atomic_t stop_signal = 0;
 static void on_stop_signal(int sig) {
-    if (stop_signal) _exit(128 + sig);
+    if (stop_signal) {
+        atomic_remove_temps();
+        _exit(128 + sig);
+    }
     stop_signal = sig;
 }
 static void install_stop_handlers(void) {
@@ -143,6 +177,10 @@ static void lock_out_dir(const Run *r, const char *out) {
     if (fd < 0 && errno == ELOOP)
         fatal("%s is a symbolic link; the run locks only a file of its own: remove the link", path);
     if (fd < 0) fatal("cannot open %s: %s; check that --out %s is writable", path, strerror(errno), out);
+    struct stat st; /* a hard link planted there: writing the pid would overwrite another file's content */
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink > 1)
+        fatal("%s has %lu names (a hard link of another file); the run writes its pid only into a file of its own: "
+              "remove it (a run makes it anew)", path, (unsigned long)st.st_nlink);
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         char pid[32] = "";
         ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
@@ -541,7 +579,9 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     int start = r->ckpt_path[0] ? restore_checkpoint(r) : 0;
     open_loop(r);
     open_eval_dump(r, start);
-    commit_lineage(r); /* every check has passed: only now does the line of checkpoints change */
+    /* every check has passed: only now does the line of checkpoints change, and only for a run that trains (a
+     * resume with --steps at or below its checkpoint's step, a typo for a longer run, moves nothing aside) */
+    if (start < c->steps) commit_lineage(r);
     log_start(r, start);
     if (start >= c->steps && r->rank == 0) printf("checkpoint is at step %d, --steps %d: nothing to do\n", start,
                                                    c->steps);
