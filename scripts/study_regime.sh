@@ -28,7 +28,10 @@
 #      (scape_<d>_lr<lr>, seed 1: is SCAPE's lead an lr effect?);
 #   4. at each length past PROBE_STEPS, after seed 1 of the four rules: AdamS at half and twice the chosen lr
 #      (adams_lr<lr>, seed 1: the probe again where the run is long, since compressed rules beating dense AdamS
-#      there would otherwise leave open whether AdamS's lr, chosen at PROBE_STEPS, is what lost);
+#      there would otherwise leave open whether AdamS's lr, chosen at PROBE_STEPS, is what lost); and dense AdamW at the
+#      chosen lr (adamw, seed 1: AdamS's second moment is built from the previous first moment, nu = beta2 m^2 +
+#      (1 - beta2) g^2, so with beta2 0.999 and noisy gradients its step is close to lr times a sign on every
+#      coordinate; AdamW, whose v averages g^2, tells whether the compressed rules beat dense training or AdamS);
 #   longer lengths come last since they cost the most (68,000 steps of the small model: ~45 minutes here).
 # Every finished run appends one line to docs/study/runs.tsv: point (regime_<spec>_steps<N>), run, seed, final
 # validation loss, wall seconds (all pieces), mean bytes sent per step and rank (steps 2..), mean train loss over
@@ -74,6 +77,7 @@ flags_of() {
     local run=${1%_lr*} dw=$2 sparse="--density-start 1 --density-warmup $2 --scape-exclude-norms 0"
     case $run in
         adams) echo "--optimizer adams" ;;
+        adamw) echo "--optimizer adamw" ;;
         scape_0.1|scape_0.01) echo "--optimizer scape --density ${run#scape_} $sparse" ;;
         scape_0.1_catchup_a*|scape_0.01_catchup_a*) local d=${run#scape_}; d=${d%%_*}
             echo "--optimizer scape --density $d $sparse --scape-variant catchup --scape-variant-cap ${run##*_a}" ;;
@@ -116,6 +120,7 @@ plan() {
                 for x in "$(half "$lr")" "$(twice "$lr")"; do
                     printf 'regime_%s_steps%s adams_lr%s 1 %s %s\n' "$SPEC" "$L" "$x" "$L" "$x"
                 done
+                printf 'regime_%s_steps%s adamw 1 %s %s\n' "$SPEC" "$L" "$L" "$lr"
             fi
         done
         if [ "$L" = "$PROBE_STEPS" ]; then

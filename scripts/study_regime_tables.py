@@ -14,7 +14,7 @@ import collections, glob, math, os, re, subprocess, sys, shutil
 TRAIN_TOKENS = 2332677  # the bpe4k State of the Union training shard (`make data`)
 TOKENS_PER_STEP = 1024  # 4 ranks x B 4 x T 64
 BOUND = {"scape_0.1": 0.02, "scape_0.01": 0.04}  # the paper's reported gaps to dense at 90% and 99% sparsity
-MAIN = ["scape_0.1", "scape_0.01", "topk_ef_c0.008", "scape_0.1_catchup_a4", "scape_0.01_catchup_a4"]
+MAIN = ["scape_0.1", "scape_0.01", "topk_ef_c0.008", "scape_0.1_catchup_a4", "scape_0.01_catchup_a4", "adamw"]
 
 
 def params_of(spec):

@@ -25,7 +25,7 @@ if git ls-files --error-unmatch scripts/study_regime.sh > /dev/null 2>&1; then
 else
     export STUDY_TRAINER=$PWD/train_gpt; head=local-$(sha1sum < train_gpt | cut -c1-12)
 fi
-if ONLY="adams scape_0.1 scape_0.01 topk_ef_c0.008" scripts/study_regime.sh run small > "$tmp/stdout" 2> "$tmp/stderr"
+if ONLY="adams adamw scape_0.1 scape_0.01 topk_ef_c0.008" scripts/study_regime.sh run small > "$tmp/stdout" 2> "$tmp/stderr"
 then ok study_regime_runs; else fail study_regime_runs "status $?: $(tail -3 "$tmp/stderr")"; exit 1; fi
 
 /usr/bin/python3 - "$tmp" "$head" <<'EOF' && ok study_regime_lines_match_the_logs || fail study_regime_lines_match_the_logs "see above"
@@ -51,6 +51,7 @@ for ctl in ("%g" % (x / 2), "%g" % (x * 2)):
     for d in ("0.1", "0.01"):
         want.add("regime_%s_steps12 scape_%s_lr%s 1" % (spec, d, ctl))
     want.add("regime_%s_steps18 adams_lr%s 1" % (spec, ctl))
+want.add("regime_%s_steps18 adamw 1" % spec)
 if set(got) != want or len(rows) != len(want):
     bad.append("lines %s, expected %s" % (sorted(set(got) ^ want), len(want)))
 for key, r in got.items():
@@ -107,7 +108,7 @@ for r in ("adams_lr", "scape_0.1", "scape_0.01", "topk_ef_c0.008"):
 if len(alt) != 3: bad.append("18 steps: AdamS at %d lrs, expected 3" % len(alt))
 import os
 dat = sorted(f for f in os.listdir(tmp + "/doc") if f.startswith("regime_gap_"))
-if dat != ["regime_gap_%s_%s.dat" % (spec, r) for r in ("scape_0.01", "scape_0.1", "topk_ef_c0.008")]:
+if dat != ["regime_gap_%s_%s.dat" % (spec, r) for r in ("adamw", "scape_0.01", "scape_0.1", "topk_ef_c0.008")]:
     bad.append("plot data %s" % dat)
 if bad:
     print("\n".join(bad))
@@ -115,7 +116,7 @@ if bad:
 EOF
 
 before=$(wc -l < "$tmp/doc/runs.tsv")
-ONLY="adams scape_0.1 scape_0.01 topk_ef_c0.008" scripts/study_regime.sh run small > /dev/null 2> "$tmp/stderr2"
+ONLY="adams adamw scape_0.1 scape_0.01 topk_ef_c0.008" scripts/study_regime.sh run small > /dev/null 2> "$tmp/stderr2"
 [ "$(wc -l < "$tmp/doc/runs.tsv")" = "$before" ] && grep -q "^== 0 runs trained" "$tmp/stderr2" \
     && ok study_regime_second_run_trains_nothing || fail study_regime_second_run_trains_nothing "$(tail -2 "$tmp/stderr2")"
 
