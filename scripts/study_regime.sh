@@ -26,12 +26,13 @@
 #      its mean bytes per step and rank are SCAPE 0.01's within 1% on the small model, 89 kB measured), and at
 #      PROBE_STEPS the catchup variant (scape_<d>_catchup_a4) and SCAPE at half and twice the chosen lr
 #      (scape_<d>_lr<lr>, seed 1: is SCAPE's lead an lr effect?);
-#   4. at each length past PROBE_STEPS, after seed 1 of the four rules: AdamS at half and twice the chosen lr
-#      (adams_lr<lr>, seed 1: the probe again where the run is long, since compressed rules beating dense AdamS
-#      there would otherwise leave open whether AdamS's lr, chosen at PROBE_STEPS, is what lost); and dense AdamW at the
-#      chosen lr (adamw, seed 1: AdamS's second moment is built from the previous first moment, nu = beta2 m^2 +
-#      (1 - beta2) g^2, so with beta2 0.999 and noisy gradients its step is close to lr times a sign on every
-#      coordinate; AdamW, whose v averages g^2, tells whether the compressed rules beat dense training or AdamS);
+#   4. at each length past PROBE_STEPS: dense AdamW at the chosen lr right after seed 1's AdamS (adamw, seed 1:
+#      AdamS's second moment is built from the previous first moment, nu = beta2 m^2 + (1 - beta2) g^2, so with
+#      beta2 0.999 and noisy gradients its step is close to lr times a sign on every coordinate; AdamW, whose v
+#      averages g^2, tells whether the compressed rules beat dense training or only AdamS), and after seed 1 of the
+#      four rules AdamS at half and twice the chosen lr (adams_lr<lr>, seed 1: the probe again where the run is
+#      long, since compressed rules beating dense AdamS there would otherwise leave open whether AdamS's lr, chosen
+#      at PROBE_STEPS, is what lost);
 #   longer lengths come last since they cost the most (68,000 steps of the small model: ~45 minutes here).
 # Every finished run appends one line to docs/study/runs.tsv: point (regime_<spec>_steps<N>), run, seed, final
 # validation loss, wall seconds (all pieces), mean bytes sent per step and rank (steps 2..), mean train loss over
@@ -113,14 +114,15 @@ plan() {
         [[ " $LENGTHS " == *" $L "* ]] || continue
         seeds=$([ "$L" -le 10000 ] && echo "1 2 3" || echo "1 2")
         for seed in $seeds; do
-            for run in adams scape_0.1 scape_0.01 topk_ef_c0.008; do
+            runs="adams scape_0.1 scape_0.01 topk_ef_c0.008"
+            if [ "$seed" = 1 ] && [ "$L" -gt "$PROBE_STEPS" ]; then runs="adams adamw ${runs#adams }"; fi
+            for run in $runs; do
                 printf 'regime_%s_steps%s %s %s %s %s\n' "$SPEC" "$L" "$run" "$seed" "$L" "$lr"
             done
             if [ "$seed" = 1 ] && [ "$L" -gt "$PROBE_STEPS" ]; then
                 for x in "$(half "$lr")" "$(twice "$lr")"; do
                     printf 'regime_%s_steps%s adams_lr%s 1 %s %s\n' "$SPEC" "$L" "$x" "$L" "$x"
                 done
-                printf 'regime_%s_steps%s adamw 1 %s %s\n' "$SPEC" "$L" "$L" "$lr"
             fi
         done
         if [ "$L" = "$PROBE_STEPS" ]; then
