@@ -13,6 +13,7 @@
  *   dist_powersgd.c    PowerSGD (rank-r approximations with error feedback, into AdamW)
  *   dist_onebit_adam.c 1-bit Adam (AdamW for a warm-up, then the momentum in 1 bit with error compensation)
  *   dist_demo.c        DeMo (local momentum, top-k DCT coefficients per block all-gathered, sign step)
+ *   dist_diloco.c      DiLoCo (H local inner AdamW steps, then the averaged pseudo-gradient by outer Nesterov SGD)
  *   dist_mask_stats.c  mask stability (Jaccard, kept energy) per slice, on rank 0, when enabled
  *   dist_state.c       every optimizer's checkpoint blob (save, load, other world sizes)
  * Here too, shared by the rules: the zeroing at the end of every step, the gradient norm's fixed-order sum, the
@@ -35,7 +36,7 @@ DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, co
     const UpdateRule *rule = update_rule(cfg->opt.kind);
     if (!rule)
         fatal("distopt_create: optimizer kind %d is not supported; use adamw, adams, scape, topk-ef, powersgd, "
-              "onebit-adam or demo", cfg->opt.kind);
+              "onebit-adam, demo or diloco", cfg->opt.kind);
     if (cfg->zero && !rule->zero_ok) fatal("--zero 1 applies to adamw, adams and scape; drop --zero for %s", rule->name);
     if (rule->index32 && tab->total > UINT32_MAX)
         fatal("%s sends 32-bit indices but the model has %zu parameters; use a model under 2^32 parameters", rule->name,
@@ -98,12 +99,13 @@ uint64_t dist_sync_hash_mv(DistOptim *d, uint64_t h) {
 }
 
 /* SCAPE.md section 9.3 at the end of a run, for multi-rank tests of whole trainers: with SCAPE_CHECK_SYNC=1 in
- * the environment, hashes params (and the rule's shared state, e.g. SCAPE's m and masks) on every rank, compares
+ * the environment, hashes params (the synchronized model of a local-update rule: distopt_synced) and the rule's
+ * shared state (e.g. SCAPE's m and masks) on every rank, compares
  * them, and prints one line on rank 0, or fatal() naming the first rank that differs. A collective: every rank
  * calls it from distopt_free. */
 static void sync_check(DistOptim *d) {
     if (!comm_sync_check_enabled()) return;
-    uint64_t h = hash_fnv1a64(1469598103934665603ull, d->params, d->P * sizeof(float));
+    uint64_t h = hash_fnv1a64(1469598103934665603ull, distopt_synced(d), d->P * sizeof(float));
     if (d->rule->sync_hash) h = d->rule->sync_hash(d, h);
     comm_sync_check(h, "parameters/optimizer state", "parameters and shared optimizer state");
 }
@@ -217,6 +219,33 @@ void distopt_owner_range(const DistOptim *d, int rank, size_t *lo, size_t *hi) {
 const float *distopt_moment(const DistOptim *d) { return d->rule->moment ? d->rule->moment(d) : d->m; }
 const float *distopt_residual(const DistOptim *d) { return d->rule->residual ? d->rule->residual(d) : d->r; }
 const uint8_t *distopt_mask(DistOptim *d, int next) { return d->rule->mask ? d->rule->mask(d, next) : NULL; }
+
+const float *distopt_synced(DistOptim *d) {
+    float *s = d->rule->synced && !d->synced_in ? d->rule->synced(d) : NULL;
+    return s ? s : d->params;
+}
+
+void distopt_use_synced(DistOptim *d, int on) {
+    if (!d->rule->synced || !on == !d->synced_in) return;
+    if (on && !d->rule->synced(d)) return; /* the parameters are the synchronized model now */
+    float *s = d->rule->synced(d), *p = d->params;
+    #pragma omp parallel for schedule(static)
+    for (size_t j = 0; j < d->P; j++) {
+        float x = p[j];
+        p[j] = s[j];
+        s[j] = x;
+    }
+    d->synced_in = on;
+}
+
+void *distopt_rule_params(OptimizerKind kind, const char *spec) {
+    const UpdateRule *rule = update_rule(kind);
+    if (rule && rule->params_parse) return rule->params_parse(spec);
+    if (spec && spec[0])
+        fatal("SCAPE_RULE_PARAMS=%s: --optimizer %s has no parameters of its own to set; unset it", spec,
+              rule ? rule->name : "?");
+    return NULL;
+}
 
 void distopt_debug_capture(DistOptim *d, float *c, float *s, float *ghat) {
     if (ghat && d->cfg.zero) fatal("distopt_debug_capture: g_hat is not captured with --zero 1 (only the owners hold b)");

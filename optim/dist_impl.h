@@ -51,6 +51,8 @@ struct DistOptim {
     int *bstate;           /* per bucket: 0 nothing, 1 c computed (SCAPE), 2 queued */
     int step_begun;
     int grads_clear;       /* the step's update already wrote 0 over every gradient (dist_end_step skips its pass) */
+    int synced_in;         /* distopt_use_synced: params hold the synchronized model, the rule's synced buffer this
+                            * rank's own parameters */
     /* dense state over [slo, shi): the whole buffer, or the owned shard with ZeRO-1 */
     size_t slo, shi;
     float *m, *v;          /* SCAPE: m compact, see below */
@@ -222,6 +224,22 @@ size_t topk_state_bytes(const DistOptim *d);
 void topk_save(const DistOptim *d, void *blob);
 size_t topk_blob_payload(const BlobHeader *h, int i);
 void topk_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
+
+/* ---- dist_diloco.c: the rule option rows of the local-update rules, parsed without the trainer's table
+ * (TEMPORARY, issue 45: the shape of the rule option rows; the trainer will take them from the rows) ---- */
+typedef struct {
+    const char *flag;     /* without the leading "--" */
+    int type;             /* common/args.h ArgType */
+    const char *def;      /* default as typed */
+    double min, max;      /* inclusive range of a number */
+    const char *choices;  /* a string's allowed values, '|'-separated, or NULL */
+    const char *help;     /* one line */
+    size_t offset;        /* of the field in the rule's parameters struct */
+} LocoParamRow;
+/* A parameters struct of `bytes` from the n rows' defaults, then spec's "flag=value,..." (NULL: none); string fields
+ * point into a copy of spec kept in the same allocation (one free). fatal() naming who and the flag on an unknown
+ * flag or a bad value. */
+void *loco_params_parse(const LocoParamRow *rows, int n, size_t bytes, const char *spec, const char *who);
 
 /* ---- dist_mask_stats.c: DistMaskStats of dist.h, on rank 0 ---- */
 /* Fills d->st for step t. gmask/gvec: the raw-gradient mask of this step and the vector its energy is of (SCAPE:

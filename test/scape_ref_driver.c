@@ -13,7 +13,11 @@
  * OUT_PREFIX.q.bin; or VARIANT onebit-adam with PARAM its freeze step F: --optimizer onebit-adam, m the shared
  * momentum, r the worker error e_i, the mask dumped as zeros, and every rank writes its server error after every
  * step (P floats) to OUT_PREFIX.es.<rank>.bin; or VARIANT demo with PARAM its top-k: --optimizer demo, blocks of
- * side 8, decay 0.999, r the local momentum delta_i, m and the mask dumped as zeros)
+ * side 8, decay 0.999, r the local momentum delta_i, m and the mask dumped as zeros; or VARIANT diloco with PARAM the
+ * rule's "flag=value,..." (e.g. diloco-h=4,diloco-inner=adams): --optimizer diloco with its last step at STEPS, theta
+ * this rank's own parameters, m its inner first moment, r the outer momentum, the mask dumped as zeros, and every rank
+ * writes after every step the synchronized model theta_prev and its inner second moment (zeros for AdamS), P floats
+ * each, to OUT_PREFIX.dl.<rank>.bin)
  * Writes OUT_PREFIX.<rank>.bin: int32 P, world, rank, nslices, steps; per slice int64 offset, numel, int32 decay,
  * dense_only; per rank int64 owner lo, hi; float32 theta_0 (P); then per step: float32 theta, m, r (P each),
  * uint8 mask_cur (P, unpacked), float32 grad_norm.
@@ -62,8 +66,15 @@ int main(int argc, char **argv) {
     int psgd = argc == 8 && strcmp(argv[6], "powersgd") == 0;
     int onebit = argc == 8 && strcmp(argv[6], "onebit-adam") == 0;
     int demo = argc == 8 && strcmp(argv[6], "demo") == 0;
-    FILE *fq = NULL, *fes = NULL;
-    if (demo) {
+    int diloco = argc == 8 && strcmp(argv[6], "diloco") == 0;
+    void *rule_params = NULL;
+    FILE *fq = NULL, *fes = NULL, *fdl = NULL;
+    if (diloco) {
+        c.opt.kind = OPT_DILOCO;
+        c.last_step = steps;
+        rule_params = distopt_rule_params(OPT_DILOCO, argv[7]);
+        c.rule_params = rule_params;
+    } else if (demo) {
         c.opt.kind = OPT_DEMO;
         c.demo_chunk = 8;
         c.demo_topk = atoi(argv[7]);
@@ -83,6 +94,7 @@ int main(int argc, char **argv) {
         else if (c.variant != SCAPE_FAITHFUL) c.variant_cap = (float)atof(argv[7]);
     }
     DistOptim *d = distopt_create(&tab, p, g, &c);
+    free(rule_params);
 
     char path[4096];
     snprintf(path, sizeof path, "%s.%d.bin", argv[1], rank);
@@ -113,6 +125,10 @@ int main(int argc, char **argv) {
         snprintf(path, sizeof path, "%s.es.%d.bin", argv[1], rank);
         fes = xfopen(path, "wb", "pass a writable OUT_PREFIX");
     }
+    if (diloco) {
+        snprintf(path, sizeof path, "%s.dl.%d.bin", argv[1], rank);
+        fdl = xfopen(path, "wb", "pass a writable OUT_PREFIX");
+    }
     uint8_t *mk = xmalloc(P, "mask");
     for (int t = 1; t <= steps; t++) {
         for (size_t j = 0; j < P; j++) {
@@ -138,7 +154,14 @@ int main(int argc, char **argv) {
             fwrite(q, sizeof(float), nq, fq);
         }
         if (fes) fwrite(distopt_onebit_server_error(d), sizeof(float), P, fes);
+        if (fdl) {
+            fwrite(distopt_synced(d), sizeof(float), P, fdl);
+            const float *v = distopt_loco_inner_v(d);
+            if (v) fwrite(v, sizeof(float), P, fdl);
+            else for (size_t j = 0; j < P; j++) fwrite(&(float){0.0f}, sizeof(float), 1, fdl);
+        }
     }
+    if (fdl) fclose(fdl);
     if (fq) fclose(fq);
     if (fes) fclose(fes);
     fclose(f);

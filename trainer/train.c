@@ -31,6 +31,7 @@
 #include "dataloader/dataloader.h"
 #include "comm/comm.h"
 #include "optim/dist.h"
+#include "optim/rule.h"
 #include "tokenizer/tokenizer.h"
 #include "trainer/ckpt.h"
 #include "trainer/ckpt_policy.h"
@@ -247,6 +248,17 @@ static void check_memory(Run *r, const char *init) {
 /* ------------------------------------------------------------------------------------------------------------ */
 /* set-up, in train_main's order */
 
+/* TEMPORARY (issue 45), until the rule option rows reach the option table: --optimizer's choices are the names of the
+ * rule table (optim/rules.c, in its order), so a rule registered there is accepted (diloco). */
+static void rule_choices(ArgSpec *opts, int n_opts) {
+    static char names[512];
+    size_t n = 0;
+    for (int k = 0; k < update_rule_count && n < sizeof names; k++)
+        n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", k ? "|" : "", update_rules[k]->name);
+    if (n >= sizeof names) fatal("rule_choices: the rule names exceed %zu bytes (internal error)", sizeof names);
+    args_find(opts, n_opts, "optimizer")->choices = names;
+}
+
 /* Parses argv into r->c and r->opts (options first, before MPI, so --help and usage errors need no launcher); exits
  * 2 on a usage error: an empty path value, or options that contradict each other (checked now unless resuming; then
  * once the checkpoint's options are in: a --density given to resume a SCAPE run is not checked against the default
@@ -256,6 +268,7 @@ static int parse_options(Run *r, int argc, char **argv, int *floor_given) {
     TrainConfig *c = &r->c;
     int n_opts;
     ArgSpec *opts = train_options(c, r->fam, &n_opts);
+    rule_choices(opts, n_opts);
     char usage[256];
     snprintf(usage, sizeof usage, "usage: %s [options]   (multi-rank: mpirun -np N %s [options])", argv[0], argv[0]);
     args_parse(opts, n_opts, argc, argv, usage,
@@ -380,6 +393,12 @@ static void create_update(Run *r) {
     TrainConfig *c = &r->c;
     DistConfig dc;
     train_dist_config(c, &dc);
+    dc.last_step = c->steps; /* a local-update rule (DiLoCo) synchronizes at the run's last step */
+    /* TEMPORARY (issue 45), until the rule option rows reach the option table: SCAPE_RULE_PARAMS="flag=value,..."
+     * sets the chosen rule's own parameters (e.g. diloco-h=30); the rule's checkpoint blob records them and a resume
+     * with others is refused */
+    void *rule_params = distopt_rule_params(dc.opt.kind, getenv("SCAPE_RULE_PARAMS"));
+    dc.rule_params = rule_params;
     UpdaterConfig uc;
     memset(&uc, 0, sizeof uc);
     uc.dist = dc;
@@ -405,6 +424,7 @@ static void create_update(Run *r) {
                   "auto%s", c->optimizer, want_host ? ", or --update auto" : "");
         r->u = updater_host_create(&r->m->table, r->m->params, r->m->grads, &dc);
     }
+    free(rule_params); /* the rule copied what it needs */
     r->sparse_rule = dc.opt.kind == OPT_SCAPE || dc.opt.kind == OPT_TOPK_EF; /* the step line shows d */
 }
 
@@ -560,11 +580,20 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         }
         if (c->mask_stats_every > 0 && t % c->mask_stats_every == 0) log_mask_stats(r, t);
         int last = t == c->steps;
-        if (last || (c->eval_every > 0 && t % c->eval_every == 0)) validate(r, t);
-        if (c->sample_every > 0 && (last || t % c->sample_every == 0)) sample(r, t);
+        int val = last || (c->eval_every > 0 && t % c->eval_every == 0);
+        int smp = c->sample_every > 0 && (last || t % c->sample_every == 0);
+        int tasks = r->ntasks && (last || (c->eval_task_every > 0 && t % c->eval_task_every == 0));
+        if (val || smp) run_synced_model(r, 1); /* they see the synchronized model (local-update rules) */
+        if (val) validate(r, t);
+        if (smp) sample(r, t);
+        if (val || smp) run_synced_model(r, 0);
         int saved = checkpoint_at(r, t); /* after sampling: the saved sampler RNG is the one the next step uses */
         /* the tasks after the checkpoint: a scoring point never costs the run (eval_tasks_at) */
-        if (r->ntasks && (last || (c->eval_task_every > 0 && t % c->eval_task_every == 0))) eval_tasks_at(r, t);
+        if (tasks) {
+            run_synced_model(r, 1);
+            eval_tasks_at(r, t);
+            run_synced_model(r, 0);
+        }
         comm_stats_take(&between); /* validation/checkpoint traffic is not the next step's */
         if (r->stop_at && !last) { /* preempted: a checkpoint of this step, then out */
             status = checkpoint_and_stop(r, t, saved);

@@ -1,0 +1,244 @@
+/*
+ * test/test_loco.c - the local-update rule DiLoCo (optim/dist_diloco.c, issue 45) on 1..N ranks, on test_dist.c's
+ * synthetic least-squares model (rank i takes samples i*B .. i*B+B-1 of each step, so the ranks' gradients differ):
+ * bytes per step against the header's formula (0 in every payload kind at inner steps, one all-reduce of P floats at
+ * outer steps), the synchronized model identical on every rank at every step while the ranks' own parameters differ
+ * between outer steps and agree after them, the swap of distopt_use_synced, a save between outer steps resuming bit
+ * for bit, and a non-finite gradient on one rank skipping the step on every rank with the state unchanged. The
+ * arithmetic itself is checked against a float64 reference by test/test_scape_ref.sh (test/diloco_ref.py); the whole
+ * loop by test/test_loco.sh. Built with -ffp-contract=off like optim/.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/hash.h"
+#include "common/rng.h"
+#include "common/util.h"
+#include "optim/dist.h"
+#include "test/test_comm_mpi.h"
+
+static int R, N;
+#define B 2
+#define LR 0.01f
+#define H 4
+
+typedef struct {
+    ParamTable tab;
+    float *p, *g;
+} Toy;
+
+static void toy_build(Toy *m) {
+    memset(m, 0, sizeof *m);
+    size_t s2[2];
+    s2[0] = 20; s2[1] = 6; param_table_add(&m->tab, "wte", -1, 2, 1, 2, s2);
+    for (int l = 0; l < 2; l++) { s2[0] = 8; s2[1] = 12; param_table_add(&m->tab, "w1", l, 1 - l, 1, 2, s2); }
+    for (int l = 0; l < 2; l++) { s2[0] = 12; param_table_add(&m->tab, "b1", l, 1 - l, 0, 1, s2); }
+    s2[0] = 6; param_table_add(&m->tab, "lnf", -1, 2, 0, 1, s2);
+    m->p = xmalloc(m->tab.total * sizeof(float), "p");
+    m->g = xcalloc(m->tab.total, sizeof(float), "g");
+    Rng r;
+    rng_seed(&r, 7);
+    rng_normal(&r, m->p, m->tab.total, 0.0f, 1.0f);
+}
+
+static void toy_free(Toy *m) {
+    free(m->p);
+    free(m->g);
+    param_table_free(&m->tab);
+}
+
+/* g = mean over this rank's samples of step t of w_j (theta_j - x_{s,j}) */
+static void toy_grad(const Toy *m, int t) {
+    size_t P = m->tab.total;
+    float *x = xmalloc(P * sizeof(float), "x");
+    memset(m->g, 0, P * sizeof(float));
+    for (int s = R * B; s < R * B + B; s++) {
+        Rng r;
+        rng_seed(&r, rng_mix((uint64_t)t, (uint64_t)s));
+        rng_normal(&r, x, P, 0.5f, 2.0f);
+        for (size_t j = 0; j < P; j++) m->g[j] += (1.0f + (float)(j % 7)) * (m->p[j] - x[j]) / (float)B;
+    }
+    free(x);
+}
+
+/* DiLoCo with H 4, the inner AdamW (or AdamS), clip 5, the run ending at last_step */
+static DistConfig diloco_config(const char *inner, int last_step, void **params) {
+    DistConfig c = {0};
+    c.opt.kind = OPT_DILOCO;
+    c.opt.beta1 = 0.9f;
+    c.opt.beta2 = 0.95f;
+    c.opt.eps = 1e-8f;
+    c.opt.weight_decay = 0.1f;
+    c.clip = 5.0f;
+    c.density = 1.0;
+    c.density_start = 1.0;
+    c.exclude_norms = 1;
+    c.last_step = last_step;
+    char spec[64];
+    snprintf(spec, sizeof spec, "diloco-h=%d,diloco-inner=%s", H, inner);
+    *params = distopt_rule_params(OPT_DILOCO, spec);
+    c.rule_params = *params;
+    return c;
+}
+
+static int train_step(DistOptim *d, Toy *m, int t) {
+    toy_grad(m, t);
+    for (int b = 0; b < m->tab.num_buckets; b++) distopt_bucket_ready(d, b);
+    float gn;
+    return distopt_step(d, t, LR, &gn);
+}
+
+static uint64_t fnv(const void *p, size_t n) { return hash_fnv1a64(1469598103934665603ull, p, n); }
+
+static int same_everywhere(uint64_t h) {
+    uint64_t *all = xmalloc((size_t)N * sizeof(uint64_t), "hashes");
+    comm_allgather(&h, all, sizeof h);
+    int ok = 1;
+    for (int r = 0; r < N; r++) ok &= all[r] == all[0];
+    free(all);
+    return ok;
+}
+
+/* 10 steps, the last one the run's end: inner steps move 0 bytes in every payload kind, outer steps (4, 8, 10) one
+ * all-reduce of P floats, 2 * 4P (N-1)/N; theta_prev the same everywhere at every step, the ranks' own parameters
+ * different after an inner step (N > 1) and the same after an outer one, where they are theta_prev. */
+TEST(diloco_formula_bytes_and_synchronized_model) {
+    Toy m;
+    toy_build(&m);
+    size_t P = m.tab.total;
+    void *rp;
+    DistConfig cfg = diloco_config("adamw", 10, &rp);
+    DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
+    free(rp);
+    CommStats k[COMM_NKINDS];
+    for (int t = 1; t <= 10; t++) {
+        comm_stats_take_kind(k);
+        CHECK(train_step(d, &m, t) == 0, "step %d skipped", t);
+        comm_stats_take_kind(k);
+        int outer = t % H == 0 || t == 10;
+        uint64_t want = outer ? 8ull * P * (uint64_t)(N - 1) / (uint64_t)N : 0;
+        CHECK(k[COMM_ALLREDUCE].calls == (uint64_t)outer && k[COMM_ALLREDUCE].bytes_sent == want &&
+              k[COMM_ALLGATHER].bytes_sent == 0 && k[COMM_REDUCE_SCATTER].bytes_sent == 0 && k[COMM_BCAST].bytes_sent == 0,
+              "step %d: all-reduce %llu calls %llu bytes (want %d, %llu), all-gather %llu, reduce-scatter %llu", t,
+              (unsigned long long)k[COMM_ALLREDUCE].calls, (unsigned long long)k[COMM_ALLREDUCE].bytes_sent, outer,
+              (unsigned long long)want, (unsigned long long)k[COMM_ALLGATHER].bytes_sent,
+              (unsigned long long)k[COMM_REDUCE_SCATTER].bytes_sent);
+        const float *s = distopt_synced(d);
+        CHECK(same_everywhere(fnv(s, P * 4)), "step %d: the synchronized model differs across ranks", t);
+        CHECK(same_everywhere(fnv(distopt_residual(d), P * 4)), "step %d: the outer momentum differs across ranks", t);
+        int same = same_everywhere(fnv(m.p, P * 4));
+        if (outer) CHECK(same && s == m.p, "step %d: after an outer step the ranks' parameters are not theta_prev", t);
+        else if (N > 1) CHECK(!same, "step %d: an inner step left every rank with the same parameters", t);
+    }
+    distopt_free(d);
+    toy_free(&m);
+}
+
+/* Between outer steps distopt_use_synced(1) puts theta_prev (the same everywhere) into params and (0) this rank's own
+ * parameters back, bit for bit; at an outer step it has nothing to do. */
+TEST(diloco_use_synced_swaps_in_the_synchronized_model_and_back) {
+    Toy m;
+    toy_build(&m);
+    size_t P = m.tab.total;
+    void *rp;
+    DistConfig cfg = diloco_config("adams", 0, &rp);
+    DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
+    free(rp);
+    for (int t = 1; t <= 6; t++) train_step(d, &m, t);
+    float *own = xmalloc(P * 4, "own"), *prev = xmalloc(P * 4, "prev");
+    memcpy(own, m.p, P * 4);
+    memcpy(prev, distopt_synced(d), P * 4);
+    CHECK(N == 1 || memcmp(own, prev, P * 4) != 0, "between outer steps the parameters are theta_prev: nothing to test");
+    distopt_use_synced(d, 1);
+    CHECK(memcmp(m.p, prev, P * 4) == 0 && same_everywhere(fnv(m.p, P * 4)), "swapped in: params are not theta_prev");
+    distopt_use_synced(d, 1); /* idempotent */
+    distopt_use_synced(d, 0);
+    CHECK(memcmp(m.p, own, P * 4) == 0 && memcmp(distopt_synced(d), prev, P * 4) == 0, "swapped back: not as before");
+    for (int t = 7; t <= 8; t++) train_step(d, &m, t); /* 8: an outer step */
+    memcpy(own, m.p, P * 4);
+    distopt_use_synced(d, 1);
+    CHECK(memcmp(m.p, own, P * 4) == 0 && distopt_synced(d) == m.p, "at an outer step the swap changed the parameters");
+    distopt_use_synced(d, 0);
+    free(own); free(prev);
+    distopt_free(d);
+    toy_free(&m);
+}
+
+/* Saved at step 5 (between outer steps) and resumed: steps 6..10 give the same parameters, inner moments, theta_prev
+ * and outer momentum, bit for bit, as the run that went on. */
+static void save_resume(const char *test_name_, const char *inner) {
+    Toy a, b;
+    toy_build(&a);
+    toy_build(&b);
+    size_t P = a.tab.total;
+    void *rp;
+    DistConfig cfg = diloco_config(inner, 10, &rp);
+    DistOptim *d = distopt_create(&a.tab, a.p, a.g, &cfg);
+    for (int t = 1; t <= 5; t++) train_step(d, &a, t);
+    size_t nbytes = distopt_state_bytes(d);
+    void *blob = xmalloc(nbytes, "blob");
+    distopt_save(d, blob);
+    memcpy(b.p, distopt_synced(d), P * 4); /* what the checkpoint's model file holds */
+    for (int t = 6; t <= 10; t++) train_step(d, &a, t);
+    DistOptim *e = distopt_create(&b.tab, b.p, b.g, &cfg);
+    free(rp);
+    const void *blobs[1] = {blob};
+    distopt_load(e, blobs, &nbytes, 1);
+    for (int t = 6; t <= 10; t++) train_step(e, &b, t);
+    CHECK(memcmp(a.p, b.p, P * 4) == 0, "params after resume differ");
+    CHECK(memcmp(distopt_moment(d), distopt_moment(e), P * 4) == 0, "inner m after resume differs");
+    CHECK(!distopt_loco_inner_v(d) == !strcmp(inner, "adams") &&
+          (!distopt_loco_inner_v(d) || memcmp(distopt_loco_inner_v(d), distopt_loco_inner_v(e), P * 4) == 0),
+          "inner v after resume differs");
+    CHECK(memcmp(distopt_residual(d), distopt_residual(e), P * 4) == 0, "outer momentum after resume differs");
+    CHECK(memcmp(distopt_synced(d), distopt_synced(e), P * 4) == 0, "theta_prev after resume differs");
+    distopt_free(d);
+    distopt_free(e);
+    free(blob);
+    toy_free(&a);
+    toy_free(&b);
+}
+TEST(diloco_adamw_save_between_outer_steps_resumes_bit_identically) { save_resume(test_name_, "adamw"); }
+TEST(diloco_adams_save_between_outer_steps_resumes_bit_identically) { save_resume(test_name_, "adams"); }
+
+/* A non-finite gradient on the last rank alone (at an outer step, 4): every rank skips, the state and parameters as
+ * before; the next step runs. */
+TEST(nonfinite_gradient_on_one_rank_skips_diloco_step_everywhere) {
+    Toy m;
+    toy_build(&m);
+    size_t P = m.tab.total;
+    void *rp;
+    DistConfig cfg = diloco_config("adamw", 0, &rp);
+    DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
+    free(rp);
+    for (int t = 1; t <= 3; t++) train_step(d, &m, t);
+    size_t nb = distopt_state_bytes(d);
+    void *s0 = xmalloc(nb, "s0"), *s1 = xmalloc(nb, "s1");
+    distopt_save(d, s0);
+    toy_grad(&m, 4);
+    if (R == N - 1) m.g[P / 2] = INFINITY;
+    for (int b = 0; b < m.tab.num_buckets; b++) distopt_bucket_ready(d, b);
+    float gn;
+    int skipped = distopt_step(d, 4, LR, &gn);
+    CHECK(skipped == 1 && !isfinite(gn), "expected a skip with a non-finite norm, got %d, %g", skipped, gn);
+    distopt_save(d, s1);
+    CHECK(memcmp(s0, s1, nb) == 0, "params or optimizer state changed by a skipped step");
+    CHECK(train_step(d, &m, 4) == 0, "the step after a skip did not run");
+    distopt_free(d);
+    free(s0); free(s1);
+    toy_free(&m);
+}
+
+int main(int argc, char **argv) {
+    comm_init(&argc, &argv);
+    R = comm_rank();
+    N = comm_world();
+    MPI_RUN_TEST(diloco_formula_bytes_and_synchronized_model);
+    MPI_RUN_TEST(diloco_use_synced_swaps_in_the_synchronized_model_and_back);
+    MPI_RUN_TEST(diloco_adamw_save_between_outer_steps_resumes_bit_identically);
+    MPI_RUN_TEST(diloco_adams_save_between_outer_steps_resumes_bit_identically);
+    MPI_RUN_TEST(nonfinite_gradient_on_one_rank_skips_diloco_step_everywhere);
+    comm_finalize();
+    TEST_EXIT();
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# test/test_loco.sh TOY - the local-update rule DiLoCo (optim/dist_diloco.c, issue 45) through the whole training loop
+# with the toy model under mpirun, H = 4 on 10 steps (outer steps at 4, 8 and the last step, 10): a 2-rank run resumed
+# from a checkpoint between outer steps (step 5) ends bit-identical to the uninterrupted run (model file, both ranks'
+# state files, the logged losses); the checkpoints' model file is the synchronized model (unchanged from step 4
+# through 7, moved at 8); SCAPE_CHECK_SYNC passes; the logged bytes are 0 in every payload kind at inner steps and one
+# all-reduce of P floats at outer steps, 2 * 4P (N-1)/N; a checkpoint of an outer step resumes on 1 rank, one between
+# outer steps is refused in one line. The rule's parameters go through the temporary SCAPE_RULE_PARAMS (optim/dist.h).
+# Prints "ok <name>"/"FAIL <name>: ..."; temp files under build/ are removed on exit.
+set -u
+TOY=${1:?usage: test/test_loco.sh build/test_train_toy}
+command -v mpirun > /dev/null || { echo "FAIL mpirun_present: mpirun not found; run 'make deps'"; exit 1; }
+mkdir -p build
+TMP=$(mktemp -d build/test_loco.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+MPI=(env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 SCAPE_RULE_PARAMS=diloco-h=4 timeout 120 mpirun --allow-run-as-root
+     --oversubscribe --bind-to none)
+. "$(dirname "$0")/lib.sh" # failures=0, ok NAME, fail NAME WHY
+train_rows() { grep '"event": "train"' "$1" | sed -E 's/.*"step": ([0-9]+), "train_loss": ([^,]+), "lr": ([^,]+), "grad_norm": ([^,]+),.*/\1 \2 \3 \4/'; }
+
+"$TOY" mkdata "$TMP/data" 32 || { echo "FAIL mkdata: could not write toy shards"; exit 1; }
+RUN=("$TOY" --model v32l2t64 --train "$TMP/data/train.bin" --val "$TMP/data/val.bin" --batch 4 --seq 16
+     --steps 10 --warmup 2 --lr 5e-2 --eval-every 4 --eval-batches 4 --sample-every 0 --threads 1 --optimizer diloco)
+
+# run A: 2 ranks, a checkpoint after every step, the sync check on
+if SCAPE_CHECK_SYNC=1 "${MPI[@]}" -np 2 "${RUN[@]}" --out "$TMP/a" --ckpt-every 1 --keep-ckpts 0 > "$TMP/a.out" 2>&1 \
+    && grep -q "^sync check: parameters and shared optimizer state identical on 2 ranks" "$TMP/a.out"; then
+    ok diloco_2_ranks_end_in_sync
+else fail diloco_2_ranks_end_in_sync "$(tail -3 "$TMP/a.out")"; fi
+
+# the model file is the synchronized model: theta_prev of step 4 until the outer step of step 8
+same=1
+for s in 5 6 7; do cmp -s "$TMP/a/ckpt_4/model.bin" "$TMP/a/ckpt_$s/model.bin" || same=0; done
+if [ $same = 1 ] && ! cmp -s "$TMP/a/ckpt_4/model.bin" "$TMP/a/ckpt_8/model.bin" \
+    && ! cmp -s "$TMP/a/ckpt_5/state_rank0.bin" "$TMP/a/ckpt_5/state_rank1.bin"; then
+    ok diloco_checkpoint_model_is_the_synchronized_model
+else fail diloco_checkpoint_model_is_the_synchronized_model "model.bin changed between outer steps, or did not at one"; fi
+
+# bytes: P = 2080 floats; inner steps 0 in every payload kind, outer steps (4, 8, 10) 2 * 4 * 2080 * 1/2 = 8320
+bytes=$(grep '"event": "train"' "$TMP/a/log.jsonl" | sed -E 's/.*"step": ([0-9]+),.*"comm_allreduce_bytes": ([0-9]+), "comm_reduce_scatter_bytes": ([0-9]+), "comm_allgather_bytes": ([0-9]+),.*/\1 \2 \3 \4/' | tr '\n' ' ')
+want="1 0 0 0 2 0 0 0 3 0 0 0 4 8320 0 0 5 0 0 0 6 0 0 0 7 0 0 0 8 8320 0 0 9 0 0 0 10 8320 0 0 "
+if [ "$bytes" = "$want" ]; then ok diloco_bytes_zero_inner_and_one_allreduce_per_outer_step
+else fail diloco_bytes_zero_inner_and_one_allreduce_per_outer_step "step allreduce reduce-scatter allgather: $bytes"; fi
+
+# run B: resumed from step 5, between outer steps
+if "${MPI[@]}" -np 2 "${RUN[@]}" --out "$TMP/b" --resume "$TMP/a/ckpt_5" > "$TMP/b.out" 2>&1; then
+    diff_files=""
+    for f in model.bin state_rank0.bin state_rank1.bin; do
+        cmp -s "$TMP/a/ckpt_10/$f" "$TMP/b/ckpt_10/$f" || diff_files="$diff_files $f"
+    done
+    if [ -n "$diff_files" ]; then fail diloco_resume_between_outer_steps_bitwise "ckpt_10:$diff_files differ"
+    elif ! diff <(train_rows "$TMP/a/log.jsonl" | awk '$1 > 5') <(train_rows "$TMP/b/log.jsonl") > /dev/null; then
+        fail diloco_resume_between_outer_steps_bitwise "losses after resume differ"
+    else ok diloco_resume_between_outer_steps_bitwise; fi
+else fail diloco_resume_between_outer_steps_bitwise "resumed run failed: $(tail -3 "$TMP/b.out")"; fi
+
+# another world: at an outer step (8) it resumes on 1 rank; between outer steps (5) it is refused in one line
+if "${MPI[@]}" -np 1 "${RUN[@]}" --out "$TMP/c" --resume "$TMP/a/ckpt_8" > "$TMP/c.out" 2>&1 && [ -f "$TMP/c/ckpt_10/model.bin" ]; then
+    ok diloco_outer_step_checkpoint_resumes_on_1_rank
+else fail diloco_outer_step_checkpoint_resumes_on_1_rank "$(tail -3 "$TMP/c.out")"; fi
+if "${MPI[@]}" -np 1 "${RUN[@]}" --out "$TMP/d" --resume "$TMP/a/ckpt_5" > "$TMP/d.out" 2>&1; then
+    fail diloco_between_outer_steps_checkpoint_refused_on_1_rank "the resume ran"
+elif [ "$(grep -c 'between outer steps' "$TMP/d.out")" = 1 ]; then
+    ok diloco_between_outer_steps_checkpoint_refused_on_1_rank
+else fail diloco_between_outer_steps_checkpoint_refused_on_1_rank "$(tail -3 "$TMP/d.out")"; fi
+
+# other rule parameters than the checkpoint's are refused
+if SCAPE_RULE_PARAMS=diloco-h=5 "${MPI[@]/SCAPE_RULE_PARAMS=diloco-h=4/SCAPE_RULE_PARAMS=diloco-h=5}" -np 2 "${RUN[@]}" \
+       --out "$TMP/e" --resume "$TMP/a/ckpt_5" > "$TMP/e.out" 2>&1; then
+    fail diloco_other_h_refused_on_resume "the resume ran"
+elif grep -q "diloco-h 4.*this run has 5" "$TMP/e.out"; then ok diloco_other_h_refused_on_resume
+else fail diloco_other_h_refused_on_resume "$(tail -2 "$TMP/e.out")"; fi
+exit $failures
