@@ -13,7 +13,9 @@
  *   dist_powersgd.c    PowerSGD (rank-r approximations with error feedback, into AdamW)
  *   dist_onebit_adam.c 1-bit Adam (AdamW for a warm-up, then the momentum in 1 bit with error compensation)
  *   dist_demo.c        DeMo (local momentum, top-k DCT coefficients per block all-gathered, sign step)
+ *   dist_loco.c        what the local-update rules share: inner steps, synchronized model, blob, option rows
  *   dist_diloco.c      DiLoCo (H local inner AdamW steps, then the averaged pseudo-gradient by outer Nesterov SGD)
+ *   dist_sparseloco.c  SparseLoCo (DiLoCo with per-rank error feedback, chunked top-k in 2 bits all-gathered)
  *   dist_mask_stats.c  mask stability (Jaccard, kept energy) per slice, on rank 0, when enabled
  *   dist_state.c       every optimizer's checkpoint blob (save, load, other world sizes)
  * Here too, shared by the rules: the zeroing at the end of every step, the gradient norm's fixed-order sum, the
@@ -36,7 +38,7 @@ DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, co
     const UpdateRule *rule = update_rule(cfg->opt.kind);
     if (!rule)
         fatal("distopt_create: optimizer kind %d is not supported; use adamw, adams, scape, topk-ef, powersgd, "
-              "onebit-adam, demo or diloco", cfg->opt.kind);
+              "onebit-adam, demo, diloco or sparseloco", cfg->opt.kind);
     if (cfg->zero && !rule->zero_ok) fatal("--zero 1 applies to adamw, adams and scape; drop --zero for %s", rule->name);
     if (rule->index32 && tab->total > UINT32_MAX)
         fatal("%s sends 32-bit indices but the model has %zu parameters; use a model under 2^32 parameters", rule->name,

@@ -178,9 +178,13 @@ size_t distopt_onebit_block_bytes(const DistOptim *d);
 /* DeMo: the (index, value) pairs each rank sends per step (K of optim/dist_demo.c's header); 0 for the other rules. */
 size_t distopt_demo_count(const DistOptim *d);
 const uint8_t *distopt_mask(DistOptim *d, int next);
-/* DiLoCo (optim/dist_diloco.c): the inner AdamW's second moment (P; NULL with the inner AdamS and for other rules).
- * Its inner first moment is distopt_moment, its outer momentum distopt_residual. */
+/* DiLoCo (optim/dist_diloco.c) and SparseLoCo (optim/dist_sparseloco.c): the inner AdamW's second moment (P; NULL
+ * with the inner AdamS and for other rules). Their inner first moment is distopt_moment, their outer state (DiLoCo's
+ * momentum, SparseLoCo's error feedback e_i) distopt_residual. */
 const float *distopt_loco_inner_v(const DistOptim *d);
+/* SparseLoCo: the bytes of one rank's message at an outer step (sum over chunks of 4 + 2 k_c + ceil(k_c b / 8)); 0 for
+ * the other rules. */
+size_t distopt_sparseloco_message_bytes(const DistOptim *d);
 
 /* Local-update rules (DiLoCo): on = 1 swaps the synchronized model (identical on every rank) into params, keeping
  * this rank's own parameters aside, when the two differ now; on = 0 swaps them back. Around validation, samples,

@@ -21,13 +21,13 @@
  * non-finite norm on any rank) skipping the outer step due at it too: the next one comes at the next multiple of H.
  * Bytes per rank (comm.h's ring model): inner steps 0 in every payload kind (the control all-reduce of 2 doubles is
  * counted as COMM_CONTROL, like every step's loss vote); an outer step 2 * 4P (N-1)/N, dense AdamW's per step.
- * State (private): theta_prev, v (P each), the inner m (and v) (P each); DistOptim's stage holds Delta.
+ * State: dist_loco.c's LocoState (theta_prev, v as its outer state, the inner m and v; P each); DistOptim's stage
+ * holds Delta. The inner step, the synchronized model and the blob's common part are dist_loco.c's.
  * Resume: every rank's blob holds its own theta_i and inner moments and the shared theta_prev and v, so a resume on
  * the same number of ranks is bit-identical at any step; on another number only at an outer step (theta_i ==
  * theta_prev), the inner moments then the mean over the saved ranks; between outer steps it is refused.
  * Not for: the collectives (comm/comm.c), the inner formulas (optim/optim.c).
  */
-#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +36,8 @@
 #include "common/util.h"
 #include "optim/dist_impl.h"
 
-/* The rule's own parameters, as its options set them (diloco_params below; the trainer's table takes them once the
- * rule option rows land: until then distopt_rule_params / SCAPE_RULE_PARAMS, see dist.h). */
+/* The rule's own parameters, as its options set them (the trainer's table takes the rows below once the rule option
+ * rows land: until then distopt_rule_params / SCAPE_RULE_PARAMS, see dist.h). */
 typedef struct {
     int h;                /* inner steps per outer step */
     const char *inner;    /* "adamw" or "adams" */
@@ -59,71 +59,18 @@ static const LocoParamRow diloco_params[] = {
 };
 enum { N_DILOCO_PARAMS = sizeof diloco_params / sizeof diloco_params[0] };
 
-/* DiLoCo's state (DistOptim's state). */
+/* DiLoCo's state (DistOptim's state): the shared local-update state (its outer state the momentum v), lr_out, mu */
 typedef struct {
-    int h, adams;          /* resolved parameters */
+    LocoState loco;
     float outer_lr, mu;
-    float *prev;           /* (P) theta_prev, the synchronized model */
-    float *u;              /* (P) the outer momentum v */
-    float *m, *v;          /* (P) the inner moments (v NULL for AdamS) */
-    int have_prev;         /* prev holds theta_prev (0 before the first step: params are it) */
-    int at_sync;           /* params == prev (no inner step since the last outer step) */
 } DilocoState;
 static inline DilocoState *dl(const DistOptim *d) { return (DilocoState *)d->state; }
 
 extern const UpdateRule rule_diloco;
 
-/* ---- the rule option rows, parsed without the trainer's table (temporary) ---- */
-
-/* row's field in block from text (a number in its range, a string among its choices); fatal() naming who and the flag */
-static void loco_param_set(const LocoParamRow *row, char *block, const char *text, const char *who) {
-    void *field = block + row->offset;
-    if (row->type == ARG_STRING) {
-        size_t n = strlen(text);
-        for (const char *c = row->choices; c; c = strchr(c, '|') ? strchr(c, '|') + 1 : NULL)
-            if (strncmp(c, text, n) == 0 && (c[n] == '|' || c[n] == '\0')) {
-                *(const char **)field = text;
-                return;
-            }
-        if (row->choices) fatal("%s: %s=%s is not one of %s", who, row->flag, text, row->choices);
-        *(const char **)field = text;
-        return;
-    }
-    char *end;
-    double x = strtod(text, &end);
-    if (end == text || *end || !(x >= row->min && x <= row->max) || (row->type == ARG_INT && x != floor(x)))
-        fatal("%s: %s=%s is not a%s number in [%g, %g]", who, row->flag, text, row->type == ARG_INT ? " whole" : "",
-              row->min, row->max);
-    if (row->type == ARG_INT) *(int *)field = (int)x;
-    else if (row->type == ARG_FLOAT) *(float *)field = (float)x;
-    else if (row->type == ARG_DOUBLE) *(double *)field = x;
-    else fatal("%s: %s has a type this parser does not take (internal error)", who, row->flag);
-}
-
-void *loco_params_parse(const LocoParamRow *rows, int n, size_t bytes, const char *spec, const char *who) {
-    size_t sl = spec ? strlen(spec) : 0;
-    char *block = xcalloc(1, bytes + sl + 1, "rule parameters");
-    char *text = block + bytes; /* the copy string fields point into: it lives as long as the parameters */
-    if (spec) memcpy(text, spec, sl);
-    for (int i = 0; i < n; i++) loco_param_set(&rows[i], block, rows[i].def, who);
-    for (char *save = NULL, *kv = strtok_r(text, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(kv, '=');
-        if (eq) *eq = '\0';
-        int i = 0;
-        while (i < n && strcmp(rows[i].flag, kv) != 0) i++;
-        if (!eq || i == n)
-            fatal("%s: '%s' is not FLAG=VALUE of one of this rule's options (%s%s%s%s); fix the setting", who, kv,
-                  rows[0].flag, n > 1 ? ", " : "", n > 1 ? rows[1].flag : "", n > 2 ? ", ..." : "");
-        loco_param_set(&rows[i], block, eq + 1, who);
-    }
-    return block;
-}
-
 static void *diloco_params_parse(const char *spec) {
     return loco_params_parse(diloco_params, N_DILOCO_PARAMS, sizeof(DilocoParams), spec, "--optimizer diloco");
 }
-
-/* ---- init, step ---- */
 
 static void diloco_init(DistOptim *d, size_t owned_total) {
     (void)owned_total;
@@ -131,25 +78,10 @@ static void diloco_init(DistOptim *d, size_t owned_total) {
     const DilocoParams *q = d->cfg.rule_params ? d->cfg.rule_params : p;
     DilocoState *s = xcalloc(1, sizeof *s, "DiLoCo state");
     d->state = s;
-    s->h = q->h;
-    s->adams = strcmp(q->inner, "adams") == 0;
+    loco_init(d, &s->loco, q->h, q->inner);
     s->outer_lr = q->outer_lr;
     s->mu = q->outer_momentum;
     free(p);
-    size_t n = d->P ? d->P : 1;
-    d->slo = 0;
-    d->shi = d->P;
-    s->prev = xmalloc(n * sizeof(float), "DiLoCo synchronized model");
-    s->u = xcalloc(n, sizeof(float), "DiLoCo outer momentum");
-    s->m = xcalloc(n, sizeof(float), "DiLoCo inner first moment");
-    if (!s->adams) s->v = xcalloc(n, sizeof(float), "DiLoCo inner second moment");
-    s->at_sync = 1;
-}
-
-/* the settings, when DiLoCo is the chosen rule: clip and weight decay are the inner optimizer's */
-static void diloco_check(const DistConfig *cfg, const UpdateRule *chosen) {
-    if (chosen != &rule_diloco) return;
-    if (cfg->last_step < 0) fatal("DiLoCo: the run's last step %d is negative (internal error)", cfg->last_step);
 }
 
 static void diloco_bucket_ready(DistOptim *d, int b) { (void)d; (void)b; /* inner steps communicate nothing */ }
@@ -157,158 +89,70 @@ static void diloco_bucket_ready(DistOptim *d, int b) { (void)d; (void)b; /* inne
 /* The outer step (the header's formulas): Delta averaged over the ranks, Nesterov, then every rank at theta. */
 static void diloco_outer(DistOptim *d) {
     DilocoState *s = dl(d);
-    float *D = d->stage, *p = d->params;
+    float *D = d->stage, *p = d->params, *prev = s->loco.prev, *u = s->loco.outer;
     const size_t P = d->P;
     #pragma omp parallel for schedule(static)
-    for (size_t j = 0; j < P; j++) D[j] = s->prev[j] - p[j];
+    for (size_t j = 0; j < P; j++) D[j] = prev[j] - p[j];
     comm_wait(comm_iallreduce_avg_f32(D, P));
     const float mu = s->mu, lr = s->outer_lr;
     #pragma omp parallel for schedule(static)
     for (size_t j = 0; j < P; j++) {
-        float v = mu * s->u[j] + D[j];
-        s->u[j] = v;
-        float th = s->prev[j] - lr * (D[j] + mu * v);
-        s->prev[j] = th;
-        p[j] = th;
+        float v = mu * u[j] + D[j];
+        u[j] = v;
+        prev[j] = prev[j] - lr * (D[j] + mu * v);
     }
-    s->at_sync = 1;
+    loco_synchronize(d);
 }
 
 static int diloco_step(DistOptim *d, int t, float lr, float *grad_norm) {
-    DilocoState *s = dl(d);
-    if (d->synced_in) fatal("distopt_step: the synchronized model is still swapped in (distopt_use_synced)");
-    if (!s->have_prev) { /* the first step: params, as broadcast at creation, are theta_prev */
-        memcpy(s->prev, d->params, d->P * sizeof(float));
-        s->have_prev = 1;
-    }
-    double own = dist_sumsq(d->grads, 0, d->P);
-    double ctl[2] = {own, !isfinite(own)};
-    comm_allreduce_sum_f64(ctl, 2);
-    if (ctl[1] != 0) {
-        *grad_norm = NAN;
-        dist_end_step(d);
-        return 1;
-    }
-    *grad_norm = (float)sqrt(ctl[0] / d->world);
-    float sc = dist_clip_scale(d->cfg.clip, (float)sqrt(own));
-    if (s->adams) adams_update_and_zero(d->tab, d->params, d->grads, s->m, 0, d->P, t, lr, &d->cfg.opt, sc);
-    else adamw_update_and_zero(d->tab, d->params, d->grads, s->m, s->v, 0, d->P, t, lr, &d->cfg.opt, sc);
-    d->grads_clear = 1;
-    s->at_sync = 0;
-    if (t % s->h == 0 || t == d->cfg.last_step) diloco_outer(d);
+    if (loco_inner_step(d, t, lr, grad_norm)) return 1;
+    if (loco_outer_due(d, t)) diloco_outer(d);
     dist_end_step(d);
     d->last_t = t;
     return 0;
 }
 
-/* theta_prev while a rank's own parameters differ from it, else NULL (params are the synchronized model) */
-static float *diloco_synced(DistOptim *d) { return dl(d)->at_sync ? NULL : dl(d)->prev; }
-
-/* ---- checkpoint blob: header (K: the P-vectors that follow), the parameters record, then theta_i, theta_prev, v,
- * m (and the inner v for AdamW) ---- */
-
-typedef struct {
-    int32_t h, adams, at_sync, pad;
-    float outer_lr, mu, pad2[2];
-} DilocoRecord;
-_Static_assert(sizeof(DilocoRecord) == 32, "DiLoCo's blob record is part of the checkpoint format");
-
-static size_t diloco_vectors(const DistOptim *d) { return dl(d)->adams ? 4 : 5; }
-static size_t diloco_state_bytes(const DistOptim *d) {
-    return sizeof(BlobHeader) + sizeof(DilocoRecord) + diloco_vectors(d) * d->P * sizeof(float);
-}
+/* the blob: dist_loco.c's, its record words lr_out and mu */
 static void diloco_save(const DistOptim *d, void *blob) {
-    const DilocoState *s = dl(d);
-    if (d->synced_in) fatal("distopt_save: the synchronized model is still swapped in (distopt_use_synced)");
-    BlobHeader h = dist_blob_header(d);
-    h.K = diloco_vectors(d);
-    DilocoRecord rec = {.h = s->h, .adams = s->adams, .at_sync = s->at_sync, .outer_lr = s->outer_lr, .mu = s->mu};
-    char *o = (char *)blob + sizeof h;
-    memcpy(o, &rec, sizeof rec);
-    float *f = (float *)(o + sizeof rec);
-    const size_t P = d->P;
-    memcpy(f, d->params, P * sizeof(float));
-    memcpy(f + P, s->have_prev ? s->prev : d->params, P * sizeof(float));
-    memcpy(f + 2 * P, s->u, P * sizeof(float));
-    memcpy(f + 3 * P, s->m, P * sizeof(float));
-    if (!s->adams) memcpy(f + 4 * P, s->v, P * sizeof(float));
-    memcpy(blob, &h, sizeof h);
-}
-static size_t diloco_blob_payload(const BlobHeader *h, int i) {
-    if (h->K != 4 && h->K != 5)
-        fatal("optimizer state of rank %d: %llu vectors, DiLoCo writes 4 or 5; the checkpoint is corrupt", i,
-              (unsigned long long)h->K);
-    return sizeof(DilocoRecord) + h->K * h->P * sizeof(float);
+    LocoRecord rec = {0};
+    rec.w[0].f = dl(d)->outer_lr;
+    rec.w[1].f = dl(d)->mu;
+    loco_save(d, blob, rec);
 }
 static void diloco_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes,
                         int n_blobs) {
     (void)sizes;
-    DilocoState *s = dl(d);
-    const size_t P = d->P;
-    int other_world = h0->world != d->world;
+    const DilocoState *s = dl(d);
     for (int i = 0; i < n_blobs; i++) {
-        DilocoRecord rec;
-        memcpy(&rec, (const char *)blobs[i] + sizeof(BlobHeader), sizeof rec);
-        if (rec.h != s->h || rec.adams != s->adams || rec.outer_lr != s->outer_lr || rec.mu != s->mu)
-            fatal("optimizer state of rank %d was written with diloco-h %d, diloco-inner %s, diloco-outer-lr %g, "
-                  "diloco-outer-momentum %g; this run has %d, %s, %g, %g: resume with the checkpoint's settings", i,
-                  rec.h, rec.adams ? "adams" : "adamw", rec.outer_lr, rec.mu, s->h, s->adams ? "adams" : "adamw",
-                  s->outer_lr, s->mu);
-        if (other_world && !rec.at_sync)
-            fatal("DiLoCo checkpoint at step %d lies between outer steps, where each of its %d ranks has its own "
-                  "parameters; resume it on %d ranks, or resume a checkpoint of an outer step (a multiple of "
-                  "diloco-h %d) on %d", h0->last_t, h0->world, h0->world, s->h, d->world);
+        LocoRecord rec = loco_record(blobs[i]);
+        if (rec.w[0].f != s->outer_lr || rec.w[1].f != s->mu)
+            fatal("optimizer state of rank %d was written with diloco-outer-lr %g, diloco-outer-momentum %g; this run "
+                  "has %g, %g: resume with the checkpoint's settings", i, rec.w[0].f, rec.w[1].f, s->outer_lr, s->mu);
     }
-    /* this rank's own blob on the same world, else blob 0's shared part and the mean inner moments */
-    int src = !other_world && n_blobs > 1 ? d->rank : 0;
-    const float *f0 = (const float *)((const char *)blobs[src] + sizeof(BlobHeader) + sizeof(DilocoRecord));
-    DilocoRecord r0;
-    memcpy(&r0, (const char *)blobs[src] + sizeof(BlobHeader), sizeof r0);
-    memcpy(d->params, f0, P * sizeof(float));
-    memcpy(s->prev, f0 + P, P * sizeof(float));
-    memcpy(s->u, f0 + 2 * P, P * sizeof(float));
-    s->have_prev = 1;
-    s->at_sync = r0.at_sync;
-    if (!other_world) {
-        memcpy(s->m, f0 + 3 * P, P * sizeof(float));
-        if (!s->adams) memcpy(s->v, f0 + 4 * P, P * sizeof(float));
-        return;
-    }
-    memset(s->m, 0, P * sizeof(float));
-    if (!s->adams) memset(s->v, 0, P * sizeof(float));
-    for (int i = 0; i < n_blobs; i++) { /* summed in rank order */
-        const float *fi = (const float *)((const char *)blobs[i] + sizeof(BlobHeader) + sizeof(DilocoRecord));
-        for (size_t j = 0; j < P; j++) s->m[j] += fi[3 * P + j];
-        if (!s->adams)
-            for (size_t j = 0; j < P; j++) s->v[j] += fi[4 * P + j];
-    }
-    for (size_t j = 0; j < P; j++) s->m[j] /= (float)n_blobs;
-    if (!s->adams)
-        for (size_t j = 0; j < P; j++) s->v[j] /= (float)n_blobs;
+    loco_load(d, h0, blobs, n_blobs, 1, "diloco"); /* v is shared: blob 0's on another world */
 }
 
 static void diloco_free(DistOptim *d) {
     DilocoState *s = dl(d);
     if (!s) return;
-    free(s->prev); free(s->u); free(s->m); free(s->v);
+    loco_free(&s->loco);
     free(s);
 }
 
-/* theta_prev, v, m (and v) */
-static size_t diloco_state_memory(const DistOptim *d) { return (diloco_vectors(d) - 1) * d->P * sizeof(float); }
-
 /* SCAPE_CHECK_SYNC: the outer momentum (the synchronized model is hashed as the parameters) */
-static uint64_t diloco_sync_hash(DistOptim *d, uint64_t h) { return hash_fnv1a64(h, dl(d)->u, d->P * sizeof(float)); }
+static uint64_t diloco_sync_hash(DistOptim *d, uint64_t h) {
+    return hash_fnv1a64(h, dl(d)->loco.outer, d->P * sizeof(float));
+}
 
-static const float *diloco_moment(const DistOptim *d) { return dl(d)->m; }
-static const float *diloco_residual(const DistOptim *d) { return dl(d)->u; }
+static const float *diloco_moment(const DistOptim *d) { return dl(d)->loco.m; }
+static const float *diloco_residual(const DistOptim *d) { return dl(d)->loco.outer; }
 
-const float *distopt_loco_inner_v(const DistOptim *d) { return d->rule == &rule_diloco ? dl(d)->v : NULL; }
+const float *distopt_loco_inner_v(const DistOptim *d) { return d->rule->local_params ? loco(d)->v : NULL; }
 
 const UpdateRule rule_diloco = {
     .name = "diloco", .kind = OPT_DILOCO, .stage = 1, .local_params = 1,
-    .check = diloco_check, .init = diloco_init, .bucket_ready = diloco_bucket_ready, .step = diloco_step,
-    .state_bytes = diloco_state_bytes, .save = diloco_save, .blob_payload = diloco_blob_payload, .load = diloco_load,
-    .free = diloco_free, .state_memory = diloco_state_memory, .sync_hash = diloco_sync_hash,
-    .moment = diloco_moment, .residual = diloco_residual, .synced = diloco_synced, .params_parse = diloco_params_parse,
+    .init = diloco_init, .bucket_ready = diloco_bucket_ready, .step = diloco_step,
+    .state_bytes = loco_state_bytes, .save = diloco_save, .blob_payload = loco_blob_payload, .load = diloco_load,
+    .free = diloco_free, .state_memory = loco_state_memory, .sync_hash = diloco_sync_hash,
+    .moment = diloco_moment, .residual = diloco_residual, .synced = loco_synced, .params_parse = diloco_params_parse,
 };

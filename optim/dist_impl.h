@@ -225,8 +225,48 @@ void topk_save(const DistOptim *d, void *blob);
 size_t topk_blob_payload(const BlobHeader *h, int i);
 void topk_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes, int n_blobs);
 
-/* ---- dist_diloco.c: the rule option rows of the local-update rules, parsed without the trainer's table
- * (TEMPORARY, issue 45: the shape of the rule option rows; the trainer will take them from the rows) ---- */
+/* ---- dist_loco.c: what the local-update rules (DiLoCo, SparseLoCo; issue 45) share (formulas in its header) ---- */
+/* The common state, the first member of each such rule's private state (DistOptim's state). */
+typedef struct {
+    int h, adams;          /* inner steps per outer step; 1: the inner optimizer is AdamS (no v) */
+    float *prev;           /* (P) theta_prev, the synchronized model */
+    float *outer;          /* (P) DiLoCo's outer momentum, SparseLoCo's error feedback e_i */
+    float *m, *v;          /* (P) the inner moments (v NULL for AdamS) */
+    int have_prev;         /* prev holds theta_prev (0 before the first step: params are it) */
+    int at_sync;           /* params == prev (no inner step since the last outer step) */
+} LocoState;
+static inline LocoState *loco(const DistOptim *d) { return (LocoState *)d->state; }
+/* The blob's record after its header: at_sync, H, inner AdamS, then the rule's own parameters (w: 5 words). */
+typedef struct {
+    int32_t at_sync, h, adams;
+    union { int32_t i; float f; } w[5];
+} LocoRecord;
+/* prev, outer, m (and v) of P floats, the outer state zero; at_sync */
+void loco_init(DistOptim *d, LocoState *s, int h, const char *inner);
+void loco_free(LocoState *s);
+/* Step t's inner step (dist_loco.c's header); returns 1 when skipped (dist_end_step done, nothing changed), else 0
+ * with the update done and the gradients cleared (the caller then takes its outer step if due, and ends the step:
+ * dist_end_step, last_t). */
+int loco_inner_step(DistOptim *d, int t, float lr, float *grad_norm);
+/* An outer step is due at step t: a multiple of H, or the run's last step. */
+int loco_outer_due(const DistOptim *d, int t);
+/* The end of an outer step that has written theta into prev: every rank's parameters to it. */
+void loco_synchronize(DistOptim *d);
+/* rule.h's synced: theta_prev while the parameters differ from it, else NULL */
+float *loco_synced(DistOptim *d);
+/* The blob: its size; save (rec: the rule's own words; the common ones are filled); the payload a header implies;
+ * one blob's record; load (refuses other H / inner rule than this run's, and another world between outer steps;
+ * on another world the inner moments, and the outer state unless outer_shared, are the mean over the saved ranks;
+ * name: the rule's option prefix for the messages). The rule checks its own record words before loco_load. */
+size_t loco_state_bytes(const DistOptim *d);
+void loco_save(const DistOptim *d, void *blob, LocoRecord rec);
+size_t loco_blob_payload(const BlobHeader *h, int i);
+LocoRecord loco_record(const void *blob);
+void loco_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, int n_blobs, int outer_shared,
+               const char *name);
+size_t loco_state_memory(const DistOptim *d);
+/* The rule option rows of the local-update rules, parsed without the trainer's table (TEMPORARY, issue 45: the
+ * shape of the rule option rows; the trainer will take them from the rows). */
 typedef struct {
     const char *flag;     /* without the leading "--" */
     int type;             /* common/args.h ArgType */

@@ -35,7 +35,7 @@ TEST_CMDS += "PYTHON_REF=$(PYTHON_REF) $(BUILD)/test_gpt2 $(DATA)"
 # --- data-parallel update and SCAPE (distributed engineer)
 # Programs that use DIST_OBJ link with $(MPICC) (Open MPI) and -lpthread; the collectives, MPI_CFLAGS and
 # MPIRUN_TEST are comm/module.mk's (read before this file).
-DIST_RULES := dist rules dist_dense dist_scape dist_scape_row dist_scape_zero dist_topk_ef dist_powersgd dist_onebit_adam dist_demo dist_diloco dist_mask_stats dist_state
+DIST_RULES := dist rules dist_dense dist_scape dist_scape_row dist_scape_zero dist_topk_ef dist_powersgd dist_onebit_adam dist_demo dist_loco dist_diloco dist_sparseloco dist_mask_stats dist_state
 DIST_OBJ := $(COMM_OBJ) $(DIST_RULES:%=$(BUILD)/optim/%.o) $(BUILD)/optim/scape.o $(BUILD)/optim/mask_code.o $(OPTIM_OBJ)
 # no fused multiply-adds: SCAPE's conservation test recomputes c bit for bit, and ranks must round alike
 $(DIST_RULES:%=$(BUILD)/optim/%.o) $(BUILD)/optim/scape.o: CFLAGS += -ffp-contract=off

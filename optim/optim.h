@@ -11,7 +11,8 @@
 #include "common/params.h"
 
 typedef enum { OPT_ADAMW = 0, OPT_ADAMS = 1, OPT_SCAPE = 2, OPT_TOPK_EF = 3, OPT_POWERSGD = 4,
-               OPT_ONEBIT_ADAM = 5, OPT_DEMO = 6, OPT_DILOCO = 7 } OptimizerKind;
+               OPT_ONEBIT_ADAM = 5, OPT_DEMO = 6, OPT_DILOCO = 7,
+               OPT_SPARSELOCO = 8 } OptimizerKind;
 
 typedef struct {
     OptimizerKind kind;

@@ -36,6 +36,21 @@ def read_dl(prefix, rank, P, steps):  # per step: theta_prev (P), the inner v (P
     return [dict(prev=a[t, 0], v=a[t, 1]) for t in range(steps)]
 
 
+def inner_step(theta, m, v, g, t, lr, clip, adams, decay):
+    """one rank's inner step: g clipped by its own norm, then AdamW (or AdamS) at step t; returns theta, m, v, |g|^2"""
+    n2 = float(np.sum(g * g))
+    n = math.sqrt(n2)
+    g = g * (clip / (n + 1e-6) if clip > 0 and n > clip else 1.0)
+    bc1, bc2 = 1 - B1 ** t, 1 - B2 ** t
+    if adams:
+        nu = B2 * m ** 2 + (1 - B2) * g * g
+        m = B1 * m + (1 - B1) * g
+        return theta - lr * ((m / bc1) / (np.sqrt(nu) / math.sqrt(bc2) + EPS) + decay * theta), m, v, n2
+    m = B1 * m + (1 - B1) * g
+    v = B2 * v + (1 - B2) * g * g
+    return theta - lr * ((m / bc1) / (np.sqrt(v / bc2) + EPS) + decay * theta), m, v, n2
+
+
 def main():
     prefix, spec, clip, name = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
     mistake = sys.argv[5] if len(sys.argv) > 5 else ""
@@ -68,20 +83,9 @@ def main():
             prev, u = D0["theta0"].copy(), np.zeros(P)
         norms2 = []
         for k in range(N):
-            g = grads(theta[k], t, N)[k]
-            n2 = float(np.sum(g * g))
+            theta[k], m[k], v[k], n2 = inner_step(theta[k], m[k], v[k], grads(theta[k], t, N)[k], t, lr, clip, adams,
+                                                  decay)
             norms2.append(n2)
-            n = math.sqrt(n2)
-            g = g * (clip / (n + 1e-6) if clip > 0 and n > clip else 1.0)
-            bc1, bc2 = 1 - B1 ** t, 1 - B2 ** t
-            if adams:
-                nu = B2 * m[k] ** 2 + (1 - B2) * g * g
-                m[k] = B1 * m[k] + (1 - B1) * g
-                theta[k] = theta[k] - lr * ((m[k] / bc1) / (np.sqrt(nu) / math.sqrt(bc2) + EPS) + decay * theta[k])
-            else:
-                m[k] = B1 * m[k] + (1 - B1) * g
-                v[k] = B2 * v[k] + (1 - B2) * g * g
-                theta[k] = theta[k] - lr * ((m[k] / bc1) / (np.sqrt(v[k] / bc2) + EPS) + decay * theta[k])
         gn = math.sqrt(sum(norms2) / N)
         if t % H == 0 or t == T:
             outer_steps += 1

@@ -17,7 +17,8 @@
  * rule's "flag=value,..." (e.g. diloco-h=4,diloco-inner=adams): --optimizer diloco with its last step at STEPS, theta
  * this rank's own parameters, m its inner first moment, r the outer momentum, the mask dumped as zeros, and every rank
  * writes after every step the synchronized model theta_prev and its inner second moment (zeros for AdamS), P floats
- * each, to OUT_PREFIX.dl.<rank>.bin)
+ * each, to OUT_PREFIX.dl.<rank>.bin; or VARIANT sparseloco with PARAM its "flag=value,...": the same dumps, r its error
+ * feedback e_i)
  * Writes OUT_PREFIX.<rank>.bin: int32 P, world, rank, nslices, steps; per slice int64 offset, numel, int32 decay,
  * dense_only; per rank int64 owner lo, hi; float32 theta_0 (P); then per step: float32 theta, m, r (P each),
  * uint8 mask_cur (P, unpacked), float32 grad_norm.
@@ -66,13 +67,14 @@ int main(int argc, char **argv) {
     int psgd = argc == 8 && strcmp(argv[6], "powersgd") == 0;
     int onebit = argc == 8 && strcmp(argv[6], "onebit-adam") == 0;
     int demo = argc == 8 && strcmp(argv[6], "demo") == 0;
-    int diloco = argc == 8 && strcmp(argv[6], "diloco") == 0;
+    int sparseloco = argc == 8 && strcmp(argv[6], "sparseloco") == 0;
+    int diloco = (argc == 8 && strcmp(argv[6], "diloco") == 0) || sparseloco;
     void *rule_params = NULL;
     FILE *fq = NULL, *fes = NULL, *fdl = NULL;
     if (diloco) {
-        c.opt.kind = OPT_DILOCO;
+        c.opt.kind = sparseloco ? OPT_SPARSELOCO : OPT_DILOCO;
         c.last_step = steps;
-        rule_params = distopt_rule_params(OPT_DILOCO, argv[7]);
+        rule_params = distopt_rule_params(c.opt.kind, argv[7]);
         c.rule_params = rule_params;
     } else if (demo) {
         c.opt.kind = OPT_DEMO;

@@ -1,11 +1,13 @@
 /*
- * test/test_loco.c - the local-update rule DiLoCo (optim/dist_diloco.c, issue 45) on 1..N ranks, on test_dist.c's
+ * test/test_loco.c - the local-update rules DiLoCo and SparseLoCo (optim/dist_diloco.c, dist_sparseloco.c, issue 45)
+ * on 1..N ranks, on test_dist.c's
  * synthetic least-squares model (rank i takes samples i*B .. i*B+B-1 of each step, so the ranks' gradients differ):
  * bytes per step against the header's formula (0 in every payload kind at inner steps, one all-reduce of P floats at
  * outer steps), the synchronized model identical on every rank at every step while the ranks' own parameters differ
- * between outer steps and agree after them, the swap of distopt_use_synced, a save between outer steps resuming bit
+ * between outer steps and agree after them (for SparseLoCo: one all-gather of its messages at outer steps), the swap of distopt_use_synced, a save between outer steps resuming bit
  * for bit, and a non-finite gradient on one rank skipping the step on every rank with the state unchanged. The
- * arithmetic itself is checked against a float64 reference by test/test_scape_ref.sh (test/diloco_ref.py); the whole
+ * arithmetic itself is checked against float64 references by test/test_scape_ref.sh (test/diloco_ref.py,
+ * test/sparseloco_ref.py); the whole
  * loop by test/test_loco.sh. Built with -ffp-contract=off like optim/.
  */
 #include <math.h>
@@ -62,10 +64,14 @@ static void toy_grad(const Toy *m, int t) {
     free(x);
 }
 
-/* DiLoCo with H 4, the inner AdamW (or AdamS), clip 5, the run ending at last_step */
-static DistConfig diloco_config(const char *inner, int last_step, void **params) {
+/* SparseLoCo's chunks and top-k here: the toy's tensors (120, 96, 12, 6 elements) cut into chunks of 16 */
+#define CHUNK 16
+#define TOPK 3
+
+/* DiLoCo (or SparseLoCo: sparse) with H 4, the inner AdamW (or AdamS), clip 5, the run ending at last_step */
+static DistConfig loco_config(int sparse, const char *inner, int last_step, void **params) {
     DistConfig c = {0};
-    c.opt.kind = OPT_DILOCO;
+    c.opt.kind = sparse ? OPT_SPARSELOCO : OPT_DILOCO;
     c.opt.beta1 = 0.9f;
     c.opt.beta2 = 0.95f;
     c.opt.eps = 1e-8f;
@@ -75,9 +81,12 @@ static DistConfig diloco_config(const char *inner, int last_step, void **params)
     c.density_start = 1.0;
     c.exclude_norms = 1;
     c.last_step = last_step;
-    char spec[64];
-    snprintf(spec, sizeof spec, "diloco-h=%d,diloco-inner=%s", H, inner);
-    *params = distopt_rule_params(OPT_DILOCO, spec);
+    char spec[160];
+    if (sparse)
+        snprintf(spec, sizeof spec, "sparseloco-h=%d,sparseloco-inner=%s,sparseloco-chunk=%d,sparseloco-topk=%d", H,
+                 inner, CHUNK, TOPK);
+    else snprintf(spec, sizeof spec, "diloco-h=%d,diloco-inner=%s", H, inner);
+    *params = distopt_rule_params(c.opt.kind, spec);
     c.rule_params = *params;
     return c;
 }
@@ -100,15 +109,27 @@ static int same_everywhere(uint64_t h) {
     return ok;
 }
 
-/* 10 steps, the last one the run's end: inner steps move 0 bytes in every payload kind, outer steps (4, 8, 10) one
- * all-reduce of P floats, 2 * 4P (N-1)/N; theta_prev the same everywhere at every step, the ranks' own parameters
- * different after an inner step (N > 1) and the same after an outer one, where they are theta_prev. */
-TEST(diloco_formula_bytes_and_synchronized_model) {
+/* SparseLoCo's message of one rank: per chunk of each tensor a 4-byte scale, k_c 2-byte offsets and k_c 2-bit codes */
+static uint64_t sparseloco_message(const ParamTable *tab) {
+    uint64_t n = 0;
+    for (int i = 0; i < tab->n; i++)
+        for (size_t a = 0; a < tab->slices[i].numel; a += CHUNK) {
+            size_t len = tab->slices[i].numel - a < CHUNK ? tab->slices[i].numel - a : CHUNK, k = len < TOPK ? len : TOPK;
+            n += 4 + 2 * k + (2 * k + 7) / 8;
+        }
+    return n;
+}
+
+/* 10 steps, the last one the run's end: inner steps move 0 bytes in every payload kind; outer steps (4, 8, 10) DiLoCo
+ * one all-reduce of P floats, 2 * 4P (N-1)/N, SparseLoCo one all-gather of every rank's message, (N-1) times its
+ * bytes; theta_prev the same everywhere at every step, the ranks' own parameters different after an inner step
+ * (N > 1) and the same after an outer one, where they are theta_prev. */
+static void formula_bytes(const char *test_name_, int sparse) {
     Toy m;
     toy_build(&m);
     size_t P = m.tab.total;
     void *rp;
-    DistConfig cfg = diloco_config("adamw", 10, &rp);
+    DistConfig cfg = loco_config(sparse, "adamw", 10, &rp);
     DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
     free(rp);
     CommStats k[COMM_NKINDS];
@@ -117,16 +138,23 @@ TEST(diloco_formula_bytes_and_synchronized_model) {
         CHECK(train_step(d, &m, t) == 0, "step %d skipped", t);
         comm_stats_take_kind(k);
         int outer = t % H == 0 || t == 10;
-        uint64_t want = outer ? 8ull * P * (uint64_t)(N - 1) / (uint64_t)N : 0;
-        CHECK(k[COMM_ALLREDUCE].calls == (uint64_t)outer && k[COMM_ALLREDUCE].bytes_sent == want &&
-              k[COMM_ALLGATHER].bytes_sent == 0 && k[COMM_REDUCE_SCATTER].bytes_sent == 0 && k[COMM_BCAST].bytes_sent == 0,
-              "step %d: all-reduce %llu calls %llu bytes (want %d, %llu), all-gather %llu, reduce-scatter %llu", t,
-              (unsigned long long)k[COMM_ALLREDUCE].calls, (unsigned long long)k[COMM_ALLREDUCE].bytes_sent, outer,
-              (unsigned long long)want, (unsigned long long)k[COMM_ALLGATHER].bytes_sent,
-              (unsigned long long)k[COMM_REDUCE_SCATTER].bytes_sent);
+        uint64_t ar = outer && !sparse ? 8ull * P * (uint64_t)(N - 1) / (uint64_t)N : 0;
+        uint64_t ag = outer && sparse ? sparseloco_message(&m.tab) * (uint64_t)(N - 1) : 0;
+        CHECK(k[COMM_ALLREDUCE].calls == (uint64_t)(outer && !sparse) && k[COMM_ALLREDUCE].bytes_sent == ar &&
+              k[COMM_ALLGATHER].calls == (uint64_t)(outer && sparse) && k[COMM_ALLGATHER].bytes_sent == ag &&
+              k[COMM_REDUCE_SCATTER].bytes_sent == 0 && k[COMM_BCAST].bytes_sent == 0,
+              "step %d: all-reduce %llu calls %llu bytes (want %llu), all-gather %llu calls %llu bytes (want %llu), "
+              "reduce-scatter %llu", t, (unsigned long long)k[COMM_ALLREDUCE].calls,
+              (unsigned long long)k[COMM_ALLREDUCE].bytes_sent, (unsigned long long)ar,
+              (unsigned long long)k[COMM_ALLGATHER].calls, (unsigned long long)k[COMM_ALLGATHER].bytes_sent,
+              (unsigned long long)ag, (unsigned long long)k[COMM_REDUCE_SCATTER].bytes_sent);
+        if (sparse && t == 1)
+            CHECK(distopt_sparseloco_message_bytes(d) == sparseloco_message(&m.tab), "message of %zu bytes, the "
+                  "formula %llu", distopt_sparseloco_message_bytes(d), (unsigned long long)sparseloco_message(&m.tab));
         const float *s = distopt_synced(d);
         CHECK(same_everywhere(fnv(s, P * 4)), "step %d: the synchronized model differs across ranks", t);
-        CHECK(same_everywhere(fnv(distopt_residual(d), P * 4)), "step %d: the outer momentum differs across ranks", t);
+        if (!sparse) /* SparseLoCo's error feedback is each rank's own */
+            CHECK(same_everywhere(fnv(distopt_residual(d), P * 4)), "step %d: the outer momentum differs across ranks", t);
         int same = same_everywhere(fnv(m.p, P * 4));
         if (outer) CHECK(same && s == m.p, "step %d: after an outer step the ranks' parameters are not theta_prev", t);
         else if (N > 1) CHECK(!same, "step %d: an inner step left every rank with the same parameters", t);
@@ -134,6 +162,8 @@ TEST(diloco_formula_bytes_and_synchronized_model) {
     distopt_free(d);
     toy_free(&m);
 }
+TEST(diloco_formula_bytes_and_synchronized_model) { formula_bytes(test_name_, 0); }
+TEST(sparseloco_formula_bytes_and_synchronized_model) { formula_bytes(test_name_, 1); }
 
 /* Between outer steps distopt_use_synced(1) puts theta_prev (the same everywhere) into params and (0) this rank's own
  * parameters back, bit for bit; at an outer step it has nothing to do. */
@@ -142,7 +172,7 @@ TEST(diloco_use_synced_swaps_in_the_synchronized_model_and_back) {
     toy_build(&m);
     size_t P = m.tab.total;
     void *rp;
-    DistConfig cfg = diloco_config("adams", 0, &rp);
+    DistConfig cfg = loco_config(0, "adams", 0, &rp);
     DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
     free(rp);
     for (int t = 1; t <= 6; t++) train_step(d, &m, t);
@@ -167,13 +197,13 @@ TEST(diloco_use_synced_swaps_in_the_synchronized_model_and_back) {
 
 /* Saved at step 5 (between outer steps) and resumed: steps 6..10 give the same parameters, inner moments, theta_prev
  * and outer momentum, bit for bit, as the run that went on. */
-static void save_resume(const char *test_name_, const char *inner) {
+static void save_resume(const char *test_name_, int sparse, const char *inner) {
     Toy a, b;
     toy_build(&a);
     toy_build(&b);
     size_t P = a.tab.total;
     void *rp;
-    DistConfig cfg = diloco_config(inner, 10, &rp);
+    DistConfig cfg = loco_config(sparse, inner, 10, &rp);
     DistOptim *d = distopt_create(&a.tab, a.p, a.g, &cfg);
     for (int t = 1; t <= 5; t++) train_step(d, &a, t);
     size_t nbytes = distopt_state_bytes(d);
@@ -191,7 +221,7 @@ static void save_resume(const char *test_name_, const char *inner) {
     CHECK(!distopt_loco_inner_v(d) == !strcmp(inner, "adams") &&
           (!distopt_loco_inner_v(d) || memcmp(distopt_loco_inner_v(d), distopt_loco_inner_v(e), P * 4) == 0),
           "inner v after resume differs");
-    CHECK(memcmp(distopt_residual(d), distopt_residual(e), P * 4) == 0, "outer momentum after resume differs");
+    CHECK(memcmp(distopt_residual(d), distopt_residual(e), P * 4) == 0, "outer state after resume differs");
     CHECK(memcmp(distopt_synced(d), distopt_synced(e), P * 4) == 0, "theta_prev after resume differs");
     distopt_free(d);
     distopt_free(e);
@@ -199,17 +229,18 @@ static void save_resume(const char *test_name_, const char *inner) {
     toy_free(&a);
     toy_free(&b);
 }
-TEST(diloco_adamw_save_between_outer_steps_resumes_bit_identically) { save_resume(test_name_, "adamw"); }
-TEST(diloco_adams_save_between_outer_steps_resumes_bit_identically) { save_resume(test_name_, "adams"); }
+TEST(diloco_adamw_save_between_outer_steps_resumes_bit_identically) { save_resume(test_name_, 0, "adamw"); }
+TEST(diloco_adams_save_between_outer_steps_resumes_bit_identically) { save_resume(test_name_, 0, "adams"); }
+TEST(sparseloco_adamw_save_between_outer_steps_resumes_bit_identically) { save_resume(test_name_, 1, "adamw"); }
 
 /* A non-finite gradient on the last rank alone (at an outer step, 4): every rank skips, the state and parameters as
  * before; the next step runs. */
-TEST(nonfinite_gradient_on_one_rank_skips_diloco_step_everywhere) {
+static void skip_case(const char *test_name_, int sparse) {
     Toy m;
     toy_build(&m);
     size_t P = m.tab.total;
     void *rp;
-    DistConfig cfg = diloco_config("adamw", 0, &rp);
+    DistConfig cfg = loco_config(sparse, "adamw", 0, &rp);
     DistOptim *d = distopt_create(&m.tab, m.p, m.g, &cfg);
     free(rp);
     for (int t = 1; t <= 3; t++) train_step(d, &m, t);
@@ -229,6 +260,8 @@ TEST(nonfinite_gradient_on_one_rank_skips_diloco_step_everywhere) {
     free(s0); free(s1);
     toy_free(&m);
 }
+TEST(nonfinite_gradient_on_one_rank_skips_diloco_step_everywhere) { skip_case(test_name_, 0); }
+TEST(nonfinite_gradient_on_one_rank_skips_sparseloco_step_everywhere) { skip_case(test_name_, 1); }
 
 int main(int argc, char **argv) {
     comm_init(&argc, &argv);
@@ -239,6 +272,9 @@ int main(int argc, char **argv) {
     MPI_RUN_TEST(diloco_adamw_save_between_outer_steps_resumes_bit_identically);
     MPI_RUN_TEST(diloco_adams_save_between_outer_steps_resumes_bit_identically);
     MPI_RUN_TEST(nonfinite_gradient_on_one_rank_skips_diloco_step_everywhere);
+    MPI_RUN_TEST(sparseloco_formula_bytes_and_synchronized_model);
+    MPI_RUN_TEST(sparseloco_adamw_save_between_outer_steps_resumes_bit_identically);
+    MPI_RUN_TEST(nonfinite_gradient_on_one_rank_skips_sparseloco_step_everywhere);
     comm_finalize();
     TEST_EXIT();
 }

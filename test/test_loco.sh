@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# test/test_loco.sh TOY - the local-update rule DiLoCo (optim/dist_diloco.c, issue 45) through the whole training loop
+# test/test_loco.sh TOY - the local-update rules (issue 45), DiLoCo (optim/dist_diloco.c) first, through the whole training loop
 # with the toy model under mpirun, H = 4 on 10 steps (outer steps at 4, 8 and the last step, 10): a 2-rank run resumed
 # from a checkpoint between outer steps (step 5) ends bit-identical to the uninterrupted run (model file, both ranks'
 # state files, the logged losses); the checkpoints' model file is the synchronized model (unchanged from step 4
 # through 7, moved at 8); SCAPE_CHECK_SYNC passes; the logged bytes are 0 in every payload kind at inner steps and one
 # all-reduce of P floats at outer steps, 2 * 4P (N-1)/N; a checkpoint of an outer step resumes on 1 rank, one between
-# outer steps is refused in one line. The rule's parameters go through the temporary SCAPE_RULE_PARAMS (optim/dist.h).
+# outer steps is refused in one line; other rule parameters than the checkpoint's are refused. Then SparseLoCo
+# (optim/dist_sparseloco.c; chunks of 64, top-8) likewise: in sync, 0 bytes at inner steps and one all-gather at outer
+# steps, resume between outer steps bitwise, an outer step's checkpoint on 1 rank. The rules' parameters go through
+# the temporary SCAPE_RULE_PARAMS (optim/dist.h).
 # Prints "ok <name>"/"FAIL <name>: ..."; temp files under build/ are removed on exit.
 set -u
 TOY=${1:?usage: test/test_loco.sh build/test_train_toy}
@@ -13,8 +16,8 @@ command -v mpirun > /dev/null || { echo "FAIL mpirun_present: mpirun not found; 
 mkdir -p build
 TMP=$(mktemp -d build/test_loco.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
-MPI=(env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 SCAPE_RULE_PARAMS=diloco-h=4 timeout 120 mpirun --allow-run-as-root
-     --oversubscribe --bind-to none)
+MPI=(env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none)
+export SCAPE_RULE_PARAMS=diloco-h=4
 . "$(dirname "$0")/lib.sh" # failures=0, ok NAME, fail NAME WHY
 train_rows() { grep '"event": "train"' "$1" | sed -E 's/.*"step": ([0-9]+), "train_loss": ([^,]+), "lr": ([^,]+), "grad_norm": ([^,]+),.*/\1 \2 \3 \4/'; }
 
@@ -65,9 +68,38 @@ elif [ "$(grep -c 'between outer steps' "$TMP/d.out")" = 1 ]; then
 else fail diloco_between_outer_steps_checkpoint_refused_on_1_rank "$(tail -3 "$TMP/d.out")"; fi
 
 # other rule parameters than the checkpoint's are refused
-if SCAPE_RULE_PARAMS=diloco-h=5 "${MPI[@]/SCAPE_RULE_PARAMS=diloco-h=4/SCAPE_RULE_PARAMS=diloco-h=5}" -np 2 "${RUN[@]}" \
+if SCAPE_RULE_PARAMS=diloco-h=5 "${MPI[@]}" -np 2 "${RUN[@]}" \
        --out "$TMP/e" --resume "$TMP/a/ckpt_5" > "$TMP/e.out" 2>&1; then
     fail diloco_other_h_refused_on_resume "the resume ran"
 elif grep -q "diloco-h 4.*this run has 5" "$TMP/e.out"; then ok diloco_other_h_refused_on_resume
 else fail diloco_other_h_refused_on_resume "$(tail -2 "$TMP/e.out")"; fi
+
+# SparseLoCo (optim/dist_sparseloco.c): H 4, chunks of 64 with top-8; the same loop, its per-rank error feedback in
+# the state files
+export SCAPE_RULE_PARAMS=sparseloco-h=4,sparseloco-chunk=64,sparseloco-topk=8
+RUN_SL=("${RUN[@]/diloco/sparseloco}")
+if SCAPE_CHECK_SYNC=1 "${MPI[@]}" -np 2 "${RUN_SL[@]}" --out "$TMP/sa" --ckpt-every 1 --keep-ckpts 0 > "$TMP/sa.out" 2>&1 \
+    && grep -q "^sync check: parameters and shared optimizer state identical on 2 ranks" "$TMP/sa.out"; then
+    ok sparseloco_2_ranks_end_in_sync
+else fail sparseloco_2_ranks_end_in_sync "$(tail -3 "$TMP/sa.out")"; fi
+# bytes: 0 in every payload kind at inner steps; at outer steps (4, 8, 10) one all-gather, the same bytes each time
+rows=$(grep '"event": "train"' "$TMP/sa/log.jsonl" | sed -E 's/.*"step": ([0-9]+),.*"comm_allreduce_bytes": ([0-9]+), "comm_reduce_scatter_bytes": ([0-9]+), "comm_allgather_bytes": ([0-9]+),.*/\1 \2 \3 \4/')
+if [ "$(echo "$rows" | awk '($1 % 4 == 0 || $1 == 10) != ($4 > 0) || $2 != 0 || $3 != 0' | wc -l)" = 0 ] \
+    && [ "$(echo "$rows" | awk '$4 > 0 {print $4}' | sort -u | wc -l)" = 1 ]; then
+    ok sparseloco_bytes_zero_inner_and_one_allgather_per_outer_step
+else fail sparseloco_bytes_zero_inner_and_one_allgather_per_outer_step "step allreduce reduce-scatter allgather: $(echo $rows)"; fi
+if "${MPI[@]}" -np 2 "${RUN_SL[@]}" --out "$TMP/sb" --resume "$TMP/sa/ckpt_5" > "$TMP/sb.out" 2>&1; then
+    diff_files=""
+    for f in model.bin state_rank0.bin state_rank1.bin; do
+        cmp -s "$TMP/sa/ckpt_10/$f" "$TMP/sb/ckpt_10/$f" || diff_files="$diff_files $f"
+    done
+    if [ -n "$diff_files" ]; then fail sparseloco_resume_between_outer_steps_bitwise "ckpt_10:$diff_files differ"
+    elif ! diff <(train_rows "$TMP/sa/log.jsonl" | awk '$1 > 5') <(train_rows "$TMP/sb/log.jsonl") > /dev/null; then
+        fail sparseloco_resume_between_outer_steps_bitwise "losses after resume differ"
+    else ok sparseloco_resume_between_outer_steps_bitwise; fi
+else fail sparseloco_resume_between_outer_steps_bitwise "resumed run failed: $(tail -3 "$TMP/sb.out")"; fi
+if "${MPI[@]}" -np 1 "${RUN_SL[@]}" --out "$TMP/sc" --resume "$TMP/sa/ckpt_8" > "$TMP/sc.out" 2>&1 \
+    && [ -f "$TMP/sc/ckpt_10/model.bin" ]; then
+    ok sparseloco_outer_step_checkpoint_resumes_on_1_rank
+else fail sparseloco_outer_step_checkpoint_resumes_on_1_rank "$(tail -3 "$TMP/sc.out")"; fi
 exit $failures
