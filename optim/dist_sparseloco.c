@@ -23,7 +23,20 @@
  * Bytes per rank (comm.h's ring model): inner steps 0 in every payload kind (the inner step's control all-reduce as
  * DiLoCo's); an outer step one all-gather, (N - 1) sum_c (4 + 2 k_c + ceil(k_c b / 8)): with the defaults (C 4096,
  * k 64, b 2) 148 bytes a chunk, against 2 x 16384 (N-1)/N for DiLoCo's dense all-reduce of the chunk.
- * Defaults: beta 0.95, C 4096, k 64, b 2, alpha 1 (the paper's), H 30 (the paper's 72B run; it reports H 15-250).
+ * --sparseloco-mask shared (ours, not the paper's: SCAPE's shared mask, SCAPE.md sections 3-4, on SparseLoCo's outer
+ * step): one mask M for every rank, so the values go by an all-reduce and no index travels. M of an outer step is
+ * chosen at the one before, after its e_i <- e_i - q_i, by each tensor's owner (optim/scape.h's owner table) as the
+ * top-k_c of each chunk of its own e_i; the owners' packed segments are all-gathered (P bits in all). At the first
+ * outer step (no mask yet) it is chosen there, from e_i after the decay-and-add, the same way. At an outer step each
+ * rank quantizes its e_i on M with its own per-chunk scale s_i (its largest |e_i| on M in the chunk; the quantizer
+ * above), takes that out of e_i, and the K = sum_c k_c dequantized values are averaged by one all-reduce (fp32, in
+ * memory order); theta <- theta_prev - alpha mean on M. Bytes per rank and outer step: 2 * 4K (N-1)/N for the
+ * payload and (N-1)/N sum_r mask_bytes(hi_r - lo_r) for the mask (twice at the first outer step), against the own
+ * masks' (N-1) sum_c (4 + 2 k_c + ceil(k_c b / 8)), which grows with N. The mask is in the blob (shared: rank 0's on
+ * another world) and hashed by SCAPE_CHECK_SYNC. Not done: coding the mask segments (SCAPE's optim/mask_code.h), the
+ * payload in b bits.
+ * Defaults: beta 0.95, C 4096, k 64, b 2, alpha 1 (the paper's), H 30 (the paper's 72B run; it reports H 15-250),
+ * mask own.
  * State: dist_loco.c's LocoState with e_i as its outer state (per rank: no sync hash); the wire buffer, the chunk
  * table. Resume: as DiLoCo's, e_i per rank (the mean over the saved ranks on another world, at an outer step).
  * Not for: the inner step and the blob's common part (dist_loco.c), the collectives (comm/comm.c).
@@ -45,6 +58,7 @@ typedef struct {
     int topk;    /* k per chunk */
     int bits;    /* b per value */
     float alpha; /* the outer learning rate */
+    const char *mask; /* "own" (each rank's top-k, the paper's) or "shared" (the owners', one outer step ahead) */
 } SparselocoParams;
 
 /* the options, in the shape of the rule option rows (flag, type, default, range, choices, help, offset) */
@@ -66,6 +80,10 @@ static const LocoParamRow sparseloco_params[] = {
     {"sparseloco-alpha", ARG_FLOAT, "1", 0, 10, NULL,
      "--optimizer sparseloco: outer learning rate on the mean of what the ranks sent (the paper's 1)",
      offsetof(SparselocoParams, alpha)},
+    {"sparseloco-mask", ARG_STRING, "own", 0, 0, "own|shared",
+     "--optimizer sparseloco: own: each rank sends its own top-k with their offsets (the paper's); shared: one mask "
+     "for every rank, chosen by the tensors' owners one outer step ahead, the values averaged by an all-reduce",
+     offsetof(SparselocoParams, mask)},
 };
 enum { N_SPARSELOCO_PARAMS = sizeof sparseloco_params / sizeof sparseloco_params[0] };
 
@@ -79,6 +97,16 @@ typedef struct {
     uint8_t *wire;
     uint32_t *tmp;
     uint8_t *sel;
+    /* --sparseloco-mask shared: per chunk its tensor's owner; the mask of the next outer step (P bits) and whether
+     * there is one; the owners' packed segments (rank r's mask_bytes(hi_r - lo_r) bytes at seg_off[r]); the payload
+     * (K = sum_c k_c values) */
+    int shared;
+    int *ch_owner;
+    uint8_t *mask_next;
+    int have_next;
+    uint8_t *seg;
+    size_t *seg_off, *seg_n, K;
+    float *pay;
 } SparselocoState;
 static inline SparselocoState *sl(const DistOptim *d) { return (SparselocoState *)d->state; }
 
@@ -107,21 +135,40 @@ static void sparseloco_init(DistOptim *d, size_t owned_total) {
     s->chunk = q->chunk;
     s->topk = q->topk;
     s->bits = q->bits;
+    s->shared = strcmp(q->mask, "shared") == 0;
     free(p);
     for (int i = 0; i < d->tab->n; i++) s->nch += (d->tab->slices[i].numel + (size_t)s->chunk - 1) / (size_t)s->chunk;
     s->ch_lo = xmalloc((s->nch + 1) * sizeof(size_t), "SparseLoCo chunks");
     s->ch_n = xmalloc((s->nch + 1) * sizeof(size_t), "SparseLoCo chunks");
     s->ch_off = xmalloc((s->nch + 1) * sizeof(size_t), "SparseLoCo chunks");
+    s->ch_owner = xmalloc((s->nch + 1) * sizeof(int), "SparseLoCo chunk owners");
     size_t c = 0, maxn = 1;
     for (int i = 0; i < d->tab->n; i++) {
         const ParamSlice *sc = &d->tab->slices[i];
+        int owner = 0;
+        while (owner + 1 < d->world && i >= d->own.first[owner + 1]) owner++;
         for (size_t a = 0; a < sc->numel; a += (size_t)s->chunk, c++) {
+            s->ch_owner[c] = owner;
             s->ch_lo[c] = sc->offset + a;
             s->ch_n[c] = sc->numel - a < (size_t)s->chunk ? sc->numel - a : (size_t)s->chunk;
             s->ch_off[c] = s->msg;
             s->msg += chunk_bytes(s, s->ch_n[c]);
             if (s->ch_n[c] > maxn) maxn = s->ch_n[c];
+            s->K += chunk_k(s, s->ch_n[c]);
         }
+    }
+    if (s->shared) {
+        s->mask_next = xcalloc(mask_bytes(d->P) + 1, 1, "SparseLoCo next mask");
+        s->seg_off = xmalloc((size_t)d->world * sizeof(size_t), "SparseLoCo mask segments");
+        s->seg_n = xmalloc((size_t)d->world * sizeof(size_t), "SparseLoCo mask segments");
+        size_t o = 0;
+        for (int r = 0; r < d->world; r++) {
+            s->seg_off[r] = o;
+            s->seg_n[r] = mask_bytes(d->own.hi[r] - d->own.lo[r]);
+            o += s->seg_n[r];
+        }
+        s->seg = xcalloc(o + 1, 1, "SparseLoCo mask segments");
+        s->pay = xmalloc((s->K + 1) * sizeof(float), "SparseLoCo payload");
     }
     s->wire = xmalloc((size_t)d->world * s->msg + 1, "SparseLoCo all-gather buffer");
     s->tmp = xmalloc(maxn * sizeof(uint32_t), "SparseLoCo top-k scratch");
@@ -216,9 +263,66 @@ static void sparseloco_outer(DistOptim *d) {
     loco_synchronize(d);
 }
 
+/* --sparseloco-mask shared: the owners' top-k of their chunks of e into mask_next, their segments all-gathered and
+ * assembled on every rank (the mask the next outer step uses). */
+static void choose_shared_mask(DistOptim *d, const float *e) {
+    SparselocoState *s = sl(d);
+    const size_t P = d->P, lo = d->own.lo[d->rank], hi = d->own.hi[d->rank];
+    memset(s->mask_next, 0, mask_bytes(P));
+    for (size_t c = 0; c < s->nch; c++)
+        if (s->ch_owner[c] == d->rank)
+            scape_topk_mask(e + s->ch_lo[c], s->ch_n[c], chunk_k(s, s->ch_n[c]), s->mask_next, s->ch_lo[c], s->tmp);
+    uint8_t *mine = s->seg + s->seg_off[d->rank];
+    memset(mine, 0, s->seg_n[d->rank]);
+    for (size_t j = lo; j < hi; j++)
+        if (mask_get(s->mask_next, j)) mask_set(mine, j - lo);
+    comm_wait(comm_iallgatherv(s->seg, s->seg_n, 1));
+    for (int r = 0; r < d->world; r++)
+        if (r != d->rank) mask_or_bits(s->mask_next, d->own.lo[r], s->seg + s->seg_off[r], d->own.hi[r] - d->own.lo[r]);
+    s->have_next = 1;
+}
+
+/* The outer step with the shared mask M (chosen at the last outer step; at the first, now): per chunk the rank's own
+ * scale s_i (its largest |e_i| on M), its values quantized as with its own mask and taken out of e_i, the dequantized
+ * values (K, memory order) averaged by one all-reduce, theta <- theta_prev - alpha mean on M; then the next mask. */
+static void sparseloco_outer_shared(DistOptim *d) {
+    SparselocoState *s = sl(d);
+    float *e = s->loco.outer, *prev = s->loco.prev, *p = d->params;
+    const size_t P = d->P;
+    const float beta = s->beta;
+    #pragma omp parallel for schedule(static)
+    for (size_t j = 0; j < P; j++) e[j] = beta * e[j] + (prev[j] - p[j]);
+    if (!s->have_next) choose_shared_mask(d, e);
+    const uint8_t *M = s->mask_next;
+    size_t q = 0;
+    for (size_t c = 0; c < s->nch; c++) {
+        const size_t lo = s->ch_lo[c], hi = lo + s->ch_n[c];
+        float sc = 0.0f;
+        for (size_t j = lo; j < hi; j++)
+            if (mask_get(M, j) && fabsf(e[j]) > sc) sc = fabsf(e[j]);
+        for (size_t j = lo; j < hi; j++) {
+            if (!mask_get(M, j)) continue;
+            float v = sc > 0.0f ? dequantize(quantize(e[j], sc, s->bits), sc, s->bits) : 0.0f;
+            e[j] -= v;
+            s->pay[q++] = v;
+        }
+    }
+    if (q != s->K) fatal("SparseLoCo: the shared mask holds %zu coordinates, expected %zu (internal error)", q, s->K);
+    comm_wait(comm_iallreduce_avg_f32(s->pay, s->K));
+    const float a = s->alpha;
+    q = 0;
+    for (size_t j = 0; j < P; j++)
+        if (mask_get(M, j)) prev[j] = prev[j] - a * s->pay[q++];
+    choose_shared_mask(d, e);
+    loco_synchronize(d);
+}
+
 static int sparseloco_step(DistOptim *d, int t, float lr, float *grad_norm) {
     if (loco_inner_step(d, t, lr, grad_norm)) return 1;
-    if (loco_outer_due(d, t)) sparseloco_outer(d);
+    if (loco_outer_due(d, t)) {
+        if (sl(d)->shared) sparseloco_outer_shared(d);
+        else sparseloco_outer(d);
+    }
     dist_end_step(d);
     d->last_t = t;
     return 0;
@@ -226,30 +330,50 @@ static int sparseloco_step(DistOptim *d, int t, float lr, float *grad_norm) {
 
 size_t distopt_sparseloco_message_bytes(const DistOptim *d) { return d->rule == &rule_sparseloco ? sl(d)->msg : 0; }
 
-/* the blob: dist_loco.c's, its record words beta, C, k, b, alpha */
+/* the blob: dist_loco.c's, its record words beta, C, k, b (with the shared mask's flag as bit 8), alpha; with the
+ * shared mask the next one (P bits, padded to 8 bytes; the header's have_next) after it */
+static size_t blob_mask(size_t P) { return (mask_bytes(P) + 7) / 8 * 8; }
+static size_t sparseloco_state_bytes(const DistOptim *d) {
+    return loco_state_bytes(d) + (sl(d)->have_next ? blob_mask(d->P) : 0);
+}
 static void sparseloco_save(const DistOptim *d, void *blob) {
     const SparselocoState *s = sl(d);
     LocoRecord rec = {0};
     rec.w[0].f = s->beta;
     rec.w[1].i = s->chunk;
     rec.w[2].i = s->topk;
-    rec.w[3].i = s->bits;
+    rec.w[3].i = s->bits | s->shared << 8;
     rec.w[4].f = s->alpha;
     loco_save(d, blob, rec);
+    if (!s->have_next) return;
+    char *at = (char *)blob + loco_state_bytes(d);
+    memset(at, 0, blob_mask(d->P));
+    memcpy(at, s->mask_next, mask_bytes(d->P));
+    BlobHeader h;
+    memcpy(&h, blob, sizeof h);
+    h.have_next = 1;
+    memcpy(blob, &h, sizeof h);
+}
+static size_t sparseloco_blob_payload(const BlobHeader *h, int i) {
+    return loco_blob_payload(h, i) + (h->have_next ? blob_mask(h->P) : 0);
 }
 static void sparseloco_load(DistOptim *d, const BlobHeader *h0, const void *const *blobs, const size_t *sizes,
                             int n_blobs) {
-    (void)sizes;
     const SparselocoState *s = sl(d);
     for (int i = 0; i < n_blobs; i++) {
         LocoRecord r = loco_record(blobs[i]);
-        if (r.w[0].f != s->beta || r.w[1].i != s->chunk || r.w[2].i != s->topk || r.w[3].i != s->bits ||
+        if (r.w[0].f != s->beta || r.w[1].i != s->chunk || r.w[2].i != s->topk || r.w[3].i != (s->bits | s->shared << 8) ||
             r.w[4].f != s->alpha)
             fatal("optimizer state of rank %d was written with sparseloco-beta %g, -chunk %d, -topk %d, -bits %d, "
-                  "-alpha %g; this run has %g, %d, %d, %d, %g: resume with the checkpoint's settings", i, r.w[0].f,
-                  r.w[1].i, r.w[2].i, r.w[3].i, r.w[4].f, s->beta, s->chunk, s->topk, s->bits, s->alpha);
+                  "-alpha %g, -mask %s; this run has %g, %d, %d, %d, %g, %s: resume with the checkpoint's settings", i,
+                  r.w[0].f, r.w[1].i, r.w[2].i, r.w[3].i & 255, r.w[4].f, r.w[3].i >> 8 ? "shared" : "own", s->beta,
+                  s->chunk, s->topk, s->bits, s->alpha, s->shared ? "shared" : "own");
     }
     loco_load(d, h0, blobs, n_blobs, 0, "sparseloco"); /* e_i per rank: the mean on another world */
+    SparselocoState *w = sl(d);
+    w->have_next = h0->have_next;
+    if (w->have_next) /* the same on every rank: blob 0's */
+        memcpy(w->mask_next, (const char *)blobs[0] + sizes[0] - blob_mask(d->P), mask_bytes(d->P));
 }
 
 static void sparseloco_free(DistOptim *d) {
@@ -257,17 +381,28 @@ static void sparseloco_free(DistOptim *d) {
     if (!s) return;
     loco_free(&s->loco);
     free(s->ch_lo); free(s->ch_n); free(s->ch_off); free(s->wire); free(s->tmp); free(s->sel);
+    free(s->ch_owner); free(s->mask_next); free(s->seg); free(s->seg_off); free(s->seg_n); free(s->pay);
     free(s);
 }
 
 static const float *sparseloco_moment(const DistOptim *d) { return sl(d)->loco.m; }
 static const float *sparseloco_residual(const DistOptim *d) { return sl(d)->loco.outer; }
+/* the shared mask of the next outer step (NULL: none yet, or each rank's own masks) */
+static const uint8_t *sparseloco_mask(DistOptim *d, int next) {
+    (void)next;
+    return sl(d)->have_next ? sl(d)->mask_next : NULL;
+}
+/* SCAPE_CHECK_SYNC: the shared mask, when there is one */
+static uint64_t sparseloco_sync_hash(DistOptim *d, uint64_t h) {
+    return sl(d)->have_next ? hash_fnv1a64(h, sl(d)->mask_next, mask_bytes(d->P)) : h;
+}
 
 const UpdateRule rule_sparseloco = {
     .name = "sparseloco", .kind = OPT_SPARSELOCO, .stage = 1, .local_params = 1,
     .init = sparseloco_init, .bucket_ready = sparseloco_bucket_ready, .step = sparseloco_step,
-    .state_bytes = loco_state_bytes, .save = sparseloco_save, .blob_payload = loco_blob_payload,
+    .state_bytes = sparseloco_state_bytes, .save = sparseloco_save, .blob_payload = sparseloco_blob_payload,
     .load = sparseloco_load, .free = sparseloco_free, .state_memory = loco_state_memory,
-    .moment = sparseloco_moment, .residual = sparseloco_residual, .synced = loco_synced,
+    .sync_hash = sparseloco_sync_hash, .moment = sparseloco_moment, .residual = sparseloco_residual,
+    .mask = sparseloco_mask, .synced = loco_synced,
     .params_parse = sparseloco_params_parse,
 };

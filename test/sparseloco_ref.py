@@ -9,9 +9,15 @@ SPEC: the driver's "flag=value,..." (sparseloco-h, -inner, -beta, -chunk, -topk,
 otherwise). The run's last step also takes an outer step.
 The quantizer (optim/dist_sparseloco.c's header): s = the largest |e| the chunk selected; y = |e| / s (2^b - 1); level
 l = min(2^(b-1) - 1, max(0, floor((y - 1) / 2 + 1/2))), the value sign(e) s (2l + 1) / (2^b - 1).
+With sparseloco-mask=shared: one mask for every rank, each tensor's owner's (the dump's owner table) top-k per chunk
+of its own e, chosen at the outer step before (after e minus what was sent; at the first outer step, there), each
+rank's values on it quantized with its own per-chunk scale and averaged; the dump's mask (the pending one) is checked
+exactly.
 MISTAKE (a negative control: the reference then makes this mistake and must FAIL): decay (the error feedback not
 decayed, beta 1), rounding (the level truncated, not rounded to the nearest), chunks (chunks of the flat parameter
-vector, across tensor boundaries, instead of each tensor's own), sum (what the ranks sent summed, not averaged).
+vector, across tensor boundaries, instead of each tensor's own), sum (what the ranks sent summed, not averaged); with
+the shared mask also own (each rank's own top-k instead) and stale (the mask chosen from this outer step's e, not the
+one chosen a step ahead).
 Each step starts from the C's state after the previous one and checks what the step makes of it. Written from the
 paper and the C's header; shares no code with the C. Prints "ok NAME" or "FAIL NAME: ..." and exits non-zero on
 failure.
@@ -38,18 +44,21 @@ def main():
     prefix, spec, clip, name = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
     mistake = sys.argv[5] if len(sys.argv) > 5 else ""
     opt = {"sparseloco-h": "30", "sparseloco-inner": "adamw", "sparseloco-beta": "0.95", "sparseloco-chunk": "4096",
-           "sparseloco-topk": "64", "sparseloco-bits": "2", "sparseloco-alpha": "1"}
+           "sparseloco-topk": "64", "sparseloco-bits": "2", "sparseloco-alpha": "1", "sparseloco-mask": "own"}
     opt.update(kv.split("=", 1) for kv in spec.split(",") if kv)
     H, adams = int(opt["sparseloco-h"]), opt["sparseloco-inner"] == "adams"
     beta = float(np.float32(float(opt["sparseloco-beta"])))
     C, K, b = int(opt["sparseloco-chunk"]), int(opt["sparseloco-topk"]), int(opt["sparseloco-bits"])
     alpha = float(np.float32(float(opt["sparseloco-alpha"])))
+    shared = opt["sparseloco-mask"] == "shared"
     if mistake == "decay":
         beta = 1.0
+    if mistake == "own":
+        shared = False
     dumps = [read(prefix, 0)]
     dumps += [read(prefix, i) for i in range(1, dumps[0]["world"])]
     D0 = dumps[0]
-    P, N, slices = D0["P"], D0["world"], D0["slices"]
+    P, N, slices, owners = D0["P"], D0["world"], D0["slices"], D0["owners"]
     T = len(D0["steps"])
     dls = [read_dl(prefix, k, P, T) for k in range(N)]
     decay = np.zeros(P)
@@ -58,8 +67,27 @@ def main():
     worst = dict(theta=0.0, m=0.0, v=0.0, prev=0.0, e=0.0, gn=0.0)
     fails, outer_steps, sent = [], 0, 0
     L, top = 1 << (b - 1), (1 << b) - 1
+
+    def quantize(x, s):  # the dequantized values of x (s > 0)
+        y = np.abs(x) / s * top
+        lev = np.floor((y - 1) / 2) if mistake == "rounding" else np.floor((y - 1) / 2 + 0.5)
+        lev = np.clip(lev, 0, L - 1)
+        return np.where(x < 0, -1.0, 1.0) * s * (2 * lev + 1) / top
+
+    def owner_of(off):
+        return [i for i, (lo, hi) in enumerate(owners) if lo <= off < hi][0]
+
+    def shared_mask(e):  # each tensor's owner's top-k per chunk of its own e
+        M = np.zeros(P, bool)
+        for off, n, _, _ in slices:
+            o = owner_of(off)
+            for lo, cn in chunks([(off, n, 0, 0)], C, P, mistake == "chunks"):
+                x = e[o][lo:lo + cn]
+                M[lo + np.argsort(-np.abs(x), kind="stable")[:min(K, cn)]] = True
+        return M
     for t in range(1, T + 1):
         lr = float(np.float32(0.01) * (np.float32(1) + np.float32(0.1) * np.float32(t % 3)))
+        pending = D0["steps"][t - 2]["mask"].copy() if t > 1 and D0["steps"][t - 2]["mask"].any() else None
         if t > 1:
             theta = [Dk["steps"][t - 2]["theta"].astype(np.float64) for Dk in dumps]
             m = [Dk["steps"][t - 2]["m"].astype(np.float64) for Dk in dumps]
@@ -76,7 +104,25 @@ def main():
                                                   decay)
             norms2.append(n2)
         gn = math.sqrt(sum(norms2) / N)
-        if t % H == 0 or t == T:
+        if (t % H == 0 or t == T) and shared:
+            outer_steps += 1
+            e = [beta * e[k] + (prev - theta[k]) for k in range(N)]
+            M = shared_mask(e) if pending is None or mistake == "stale" else pending
+            acc = np.zeros(P)
+            for k in range(N):
+                for lo, n in chunks(slices, C, P, False):
+                    sel = lo + np.nonzero(M[lo:lo + n])[0]
+                    s = float(np.max(np.abs(e[k][sel]))) if len(sel) else 0.0
+                    if s == 0:
+                        continue
+                    q = quantize(e[k][sel], s)
+                    e[k][sel] -= q
+                    acc[sel] += q
+                    sent += len(sel)
+            prev = prev - alpha * (acc if mistake == "sum" else acc / N)
+            theta = [prev.copy() for _ in range(N)]
+            pending = shared_mask(e)
+        elif t % H == 0 or t == T:
             outer_steps += 1
             acc = np.zeros(P)
             for k in range(N):
@@ -87,10 +133,7 @@ def main():
                     s = float(np.max(np.abs(x[sel])))
                     if s == 0:
                         continue
-                    y = np.abs(x[sel]) / s * top
-                    lev = np.floor((y - 1) / 2) if mistake == "rounding" else np.floor((y - 1) / 2 + 0.5)
-                    lev = np.clip(lev, 0, L - 1)
-                    q = np.where(x[sel] < 0, -1.0, 1.0) * s * (2 * lev + 1) / top
+                    q = quantize(x[sel], s)
                     x[sel] -= q  # a view: e[k] changes
                     acc[lo + sel] += q
                     sent += len(sel)
@@ -107,6 +150,9 @@ def main():
             worst["gn"] = max(worst["gn"], abs(s_["gn"] - gn) / (gn + 1e-6))
             if not np.array_equal(dls[k][t - 1]["prev"], dls[0][t - 1]["prev"]):
                 fails.append("step %d: rank %d's synchronized model differs from rank 0's" % (t, k))
+            if shared and pending is not None and not np.array_equal(s_["mask"], pending):
+                fails.append("step %d rank %d: the next shared mask differs at %d coordinates" % (
+                    t, k, int(np.sum(s_["mask"] != pending))))
     tol = 2e-4
     fails += ["max relative |dist_sparseloco.c - float64 reference| of %s is %.3g > %g" % (k, x, tol)
               for k, x in worst.items() if not x <= tol]

@@ -68,7 +68,7 @@ static void toy_grad(const Toy *m, int t) {
 #define CHUNK 16
 #define TOPK 3
 
-/* DiLoCo (or SparseLoCo: sparse) with H 4, the inner AdamW (or AdamS), clip 5, the run ending at last_step */
+/* DiLoCo (sparse 0), SparseLoCo (1; 2: with the shared mask) with H 4, the inner AdamW (or AdamS), clip 5, the run ending at last_step */
 static DistConfig loco_config(int sparse, const char *inner, int last_step, void **params) {
     DistConfig c = {0};
     c.opt.kind = sparse ? OPT_SPARSELOCO : OPT_DILOCO;
@@ -83,8 +83,8 @@ static DistConfig loco_config(int sparse, const char *inner, int last_step, void
     c.last_step = last_step;
     char spec[160];
     if (sparse)
-        snprintf(spec, sizeof spec, "sparseloco-h=%d,sparseloco-inner=%s,sparseloco-chunk=%d,sparseloco-topk=%d", H,
-                 inner, CHUNK, TOPK);
+        snprintf(spec, sizeof spec, "sparseloco-h=%d,sparseloco-inner=%s,sparseloco-chunk=%d,sparseloco-topk=%d,"
+                 "sparseloco-mask=%s", H, inner, CHUNK, TOPK, sparse == 2 ? "shared" : "own");
     else snprintf(spec, sizeof spec, "diloco-h=%d,diloco-inner=%s", H, inner);
     *params = distopt_rule_params(c.opt.kind, spec);
     c.rule_params = *params;
@@ -138,21 +138,38 @@ static void formula_bytes(const char *test_name_, int sparse) {
         CHECK(train_step(d, &m, t) == 0, "step %d skipped", t);
         comm_stats_take_kind(k);
         int outer = t % H == 0 || t == 10;
-        uint64_t ar = outer && !sparse ? 8ull * P * (uint64_t)(N - 1) / (uint64_t)N : 0;
-        uint64_t ag = outer && sparse ? sparseloco_message(&m.tab) * (uint64_t)(N - 1) : 0;
-        CHECK(k[COMM_ALLREDUCE].calls == (uint64_t)(outer && !sparse) && k[COMM_ALLREDUCE].bytes_sent == ar &&
-              k[COMM_ALLGATHER].calls == (uint64_t)(outer && sparse) && k[COMM_ALLGATHER].bytes_sent == ag &&
+        /* the shared mask: an all-reduce of the K selected values and an all-gather of the owners' mask segments
+         * (twice at the first outer step, which chooses its own mask too) */
+        uint64_t K = 0, seg = 0;
+        for (int i = 0; i < m.tab.n; i++)
+            for (size_t a = 0; a < m.tab.slices[i].numel; a += CHUNK)
+                K += m.tab.slices[i].numel - a < TOPK ? m.tab.slices[i].numel - a : TOPK;
+        for (int r = 0; r < N; r++) {
+            size_t lo, hi;
+            distopt_owner_range(d, r, &lo, &hi);
+            seg += (hi - lo + 7) / 8;
+        }
+        uint64_t n_ar = outer && sparse != 1, n_ag = !outer || !sparse ? 0 : sparse == 1 || t > H ? 1 : 2;
+        uint64_t ar = !n_ar ? 0 : sparse ? 8ull * K * (uint64_t)(N - 1) / (uint64_t)N
+                                         : 8ull * P * (uint64_t)(N - 1) / (uint64_t)N;
+        uint64_t ag = sparse == 1 ? n_ag * sparseloco_message(&m.tab) * (uint64_t)(N - 1)
+                                  : n_ag * seg * (uint64_t)(N - 1) / (uint64_t)N;
+        CHECK(k[COMM_ALLREDUCE].calls == n_ar && k[COMM_ALLREDUCE].bytes_sent == ar &&
+              k[COMM_ALLGATHER].calls == n_ag && k[COMM_ALLGATHER].bytes_sent == ag &&
               k[COMM_REDUCE_SCATTER].bytes_sent == 0 && k[COMM_BCAST].bytes_sent == 0,
               "step %d: all-reduce %llu calls %llu bytes (want %llu), all-gather %llu calls %llu bytes (want %llu), "
               "reduce-scatter %llu", t, (unsigned long long)k[COMM_ALLREDUCE].calls,
               (unsigned long long)k[COMM_ALLREDUCE].bytes_sent, (unsigned long long)ar,
               (unsigned long long)k[COMM_ALLGATHER].calls, (unsigned long long)k[COMM_ALLGATHER].bytes_sent,
               (unsigned long long)ag, (unsigned long long)k[COMM_REDUCE_SCATTER].bytes_sent);
-        if (sparse && t == 1)
+        if (sparse == 1 && t == 1)
             CHECK(distopt_sparseloco_message_bytes(d) == sparseloco_message(&m.tab), "message of %zu bytes, the "
                   "formula %llu", distopt_sparseloco_message_bytes(d), (unsigned long long)sparseloco_message(&m.tab));
         const float *s = distopt_synced(d);
         CHECK(same_everywhere(fnv(s, P * 4)), "step %d: the synchronized model differs across ranks", t);
+        if (sparse == 2 && t >= H) /* chosen from the first outer step on */
+            CHECK(distopt_mask(d, 1) && same_everywhere(fnv(distopt_mask(d, 1), (P + 7) / 8)),
+                  "step %d: the shared mask is missing or differs across ranks", t);
         if (!sparse) /* SparseLoCo's error feedback is each rank's own */
             CHECK(same_everywhere(fnv(distopt_residual(d), P * 4)), "step %d: the outer momentum differs across ranks", t);
         int same = same_everywhere(fnv(m.p, P * 4));
@@ -164,6 +181,7 @@ static void formula_bytes(const char *test_name_, int sparse) {
 }
 TEST(diloco_formula_bytes_and_synchronized_model) { formula_bytes(test_name_, 0); }
 TEST(sparseloco_formula_bytes_and_synchronized_model) { formula_bytes(test_name_, 1); }
+TEST(sparseloco_shared_mask_formula_bytes_and_synchronized_model) { formula_bytes(test_name_, 2); }
 
 /* Between outer steps distopt_use_synced(1) puts theta_prev (the same everywhere) into params and (0) this rank's own
  * parameters back, bit for bit; at an outer step it has nothing to do. */
@@ -223,6 +241,9 @@ static void save_resume(const char *test_name_, int sparse, const char *inner) {
           "inner v after resume differs");
     CHECK(memcmp(distopt_residual(d), distopt_residual(e), P * 4) == 0, "outer state after resume differs");
     CHECK(memcmp(distopt_synced(d), distopt_synced(e), P * 4) == 0, "theta_prev after resume differs");
+    const uint8_t *ma = distopt_mask(d, 1), *mb = distopt_mask(e, 1);
+    CHECK(!ma == (sparse != 2) && !ma == !mb && (!ma || memcmp(ma, mb, (P + 7) / 8) == 0),
+          "the shared mask after resume differs (or is missing)");
     distopt_free(d);
     distopt_free(e);
     free(blob);
@@ -232,6 +253,7 @@ static void save_resume(const char *test_name_, int sparse, const char *inner) {
 TEST(diloco_adamw_save_between_outer_steps_resumes_bit_identically) { save_resume(test_name_, 0, "adamw"); }
 TEST(diloco_adams_save_between_outer_steps_resumes_bit_identically) { save_resume(test_name_, 0, "adams"); }
 TEST(sparseloco_adamw_save_between_outer_steps_resumes_bit_identically) { save_resume(test_name_, 1, "adamw"); }
+TEST(sparseloco_shared_mask_save_between_outer_steps_resumes_bit_identically) { save_resume(test_name_, 2, "adams"); }
 
 /* A non-finite gradient on the last rank alone (at an outer step, 4): every rank skips, the state and parameters as
  * before; the next step runs. */
@@ -262,6 +284,7 @@ static void skip_case(const char *test_name_, int sparse) {
 }
 TEST(nonfinite_gradient_on_one_rank_skips_diloco_step_everywhere) { skip_case(test_name_, 0); }
 TEST(nonfinite_gradient_on_one_rank_skips_sparseloco_step_everywhere) { skip_case(test_name_, 1); }
+TEST(nonfinite_gradient_on_one_rank_skips_sparseloco_shared_mask_step_everywhere) { skip_case(test_name_, 2); }
 
 int main(int argc, char **argv) {
     comm_init(&argc, &argv);
@@ -275,6 +298,9 @@ int main(int argc, char **argv) {
     MPI_RUN_TEST(sparseloco_formula_bytes_and_synchronized_model);
     MPI_RUN_TEST(sparseloco_adamw_save_between_outer_steps_resumes_bit_identically);
     MPI_RUN_TEST(nonfinite_gradient_on_one_rank_skips_sparseloco_step_everywhere);
+    MPI_RUN_TEST(sparseloco_shared_mask_formula_bytes_and_synchronized_model);
+    MPI_RUN_TEST(sparseloco_shared_mask_save_between_outer_steps_resumes_bit_identically);
+    MPI_RUN_TEST(nonfinite_gradient_on_one_rank_skips_sparseloco_shared_mask_step_everywhere);
     comm_finalize();
     TEST_EXIT();
 }

@@ -7,7 +7,8 @@
 # all-reduce of P floats at outer steps, 2 * 4P (N-1)/N; a checkpoint of an outer step resumes on 1 rank, one between
 # outer steps is refused in one line; other rule parameters than the checkpoint's are refused. Then SparseLoCo
 # (optim/dist_sparseloco.c; chunks of 64, top-8) likewise: in sync, 0 bytes at inner steps and one all-gather at outer
-# steps, resume between outer steps bitwise, an outer step's checkpoint on 1 rank. The rules' parameters go through
+# steps, resume between outer steps bitwise, an outer step's checkpoint on 1 rank; and with --sparseloco-mask shared
+# (in sync, bytes, resume bitwise, an outer step's checkpoint on 3 ranks). The rules' parameters go through
 # the temporary SCAPE_RULE_PARAMS (optim/dist.h).
 # Prints "ok <name>"/"FAIL <name>: ..."; temp files under build/ are removed on exit.
 set -u
@@ -102,4 +103,32 @@ if "${MPI[@]}" -np 1 "${RUN_SL[@]}" --out "$TMP/sc" --resume "$TMP/sa/ckpt_8" > 
     && [ -f "$TMP/sc/ckpt_10/model.bin" ]; then
     ok sparseloco_outer_step_checkpoint_resumes_on_1_rank
 else fail sparseloco_outer_step_checkpoint_resumes_on_1_rank "$(tail -3 "$TMP/sc.out")"; fi
+
+# SparseLoCo with the shared mask: in sync (the mask hashed too), one all-reduce and one mask all-gather at outer steps
+# (two all-gathers at the first), resume between outer steps bitwise, an outer step's checkpoint on 3 ranks (other
+# owners choose the next masks)
+export SCAPE_RULE_PARAMS=sparseloco-h=4,sparseloco-chunk=64,sparseloco-topk=8,sparseloco-mask=shared
+if SCAPE_CHECK_SYNC=1 "${MPI[@]}" -np 2 "${RUN_SL[@]}" --out "$TMP/ma" --ckpt-every 1 --keep-ckpts 0 > "$TMP/ma.out" 2>&1 \
+    && grep -q "^sync check: parameters and shared optimizer state identical on 2 ranks" "$TMP/ma.out"; then
+    ok sparseloco_shared_mask_2_ranks_end_in_sync
+else fail sparseloco_shared_mask_2_ranks_end_in_sync "$(tail -3 "$TMP/ma.out")"; fi
+rows=$(grep '"event": "train"' "$TMP/ma/log.jsonl" | sed -E 's/.*"step": ([0-9]+),.*"comm_allreduce_bytes": ([0-9]+), "comm_reduce_scatter_bytes": ([0-9]+), "comm_allgather_bytes": ([0-9]+),.*/\1 \2 \3 \4/')
+if [ "$(echo "$rows" | awk '($1 % 4 == 0 || $1 == 10) != ($2 > 0 && $4 > 0) || $3 != 0' | wc -l)" = 0 ] \
+    && [ "$(echo "$rows" | awk '$1 > 4 && $2 > 0 {print $2, $4}' | sort -u | wc -l)" = 1 ]; then
+    ok sparseloco_shared_mask_bytes_zero_inner_and_one_allreduce_per_outer_step
+else fail sparseloco_shared_mask_bytes_zero_inner_and_one_allreduce_per_outer_step "$(echo $rows)"; fi
+if "${MPI[@]}" -np 2 "${RUN_SL[@]}" --out "$TMP/mb" --resume "$TMP/ma/ckpt_6" > "$TMP/mb.out" 2>&1; then
+    diff_files=""
+    for f in model.bin state_rank0.bin state_rank1.bin; do
+        cmp -s "$TMP/ma/ckpt_10/$f" "$TMP/mb/ckpt_10/$f" || diff_files="$diff_files $f"
+    done
+    if [ -n "$diff_files" ]; then fail sparseloco_shared_mask_resume_between_outer_steps_bitwise "ckpt_10:$diff_files differ"
+    elif ! diff <(train_rows "$TMP/ma/log.jsonl" | awk '$1 > 6') <(train_rows "$TMP/mb/log.jsonl") > /dev/null; then
+        fail sparseloco_shared_mask_resume_between_outer_steps_bitwise "losses after resume differ"
+    else ok sparseloco_shared_mask_resume_between_outer_steps_bitwise; fi
+else fail sparseloco_shared_mask_resume_between_outer_steps_bitwise "resumed run failed: $(tail -3 "$TMP/mb.out")"; fi
+if SCAPE_CHECK_SYNC=1 "${MPI[@]}" -np 3 "${RUN_SL[@]}" --out "$TMP/mc" --resume "$TMP/ma/ckpt_8" > "$TMP/mc.out" 2>&1 \
+    && grep -q "^sync check: parameters and shared optimizer state identical on 3 ranks" "$TMP/mc.out"; then
+    ok sparseloco_shared_mask_outer_step_checkpoint_resumes_on_3_ranks
+else fail sparseloco_shared_mask_outer_step_checkpoint_resumes_on_3_ranks "$(tail -3 "$TMP/mc.out")"; fi
 exit $failures

@@ -119,7 +119,8 @@ diloco_ref_n3_h4_clip 3 30 diloco-h=4,diloco-outer-lr=0.5,diloco-outer-momentum=
 CASES
 # SparseLoCo (issue 45): name ranks steps spec clip controls (chunks of 64 with top-5 cut the toy's tensors of 320, 8,
 # 192, 24, 192 elements where flat chunks of the whole vector would not; summing instead of averaging only shows on
-# 2+ ranks; bits 3 has levels the 2-bit grid lacks)
+# 2+ ranks; bits 3 has levels the 2-bit grid lacks); and its shared mask (--sparseloco-mask shared: the owners' top-k
+# one outer step ahead, checked exactly; controls: each rank's own masks, and the mask chosen at the step itself)
 while read -r name np steps spec clip controls; do
     if ! "${mpi[@]}" -np "$np" "$drv" "$tmp/$name" "$steps" 1 0 "$clip" sparseloco "$spec" < /dev/null > "$tmp/$name.log" 2>&1; then
         echo "FAIL $name: driver failed: $(tail -1 "$tmp/$name.log")"; fail=1; continue
@@ -136,5 +137,8 @@ done <<'CASES'
 sparseloco_ref_n1_h4_c64_k5_clip 1 30 sparseloco-h=4,sparseloco-chunk=64,sparseloco-topk=5 30 decay,rounding,chunks
 sparseloco_ref_n2_h5_c64_k3_adams 2 30 sparseloco-h=5,sparseloco-chunk=64,sparseloco-topk=3,sparseloco-inner=adams 0 decay,rounding,chunks,sum
 sparseloco_ref_n3_h4_c64_k5_b3_clip 3 30 sparseloco-h=4,sparseloco-chunk=64,sparseloco-topk=5,sparseloco-bits=3,sparseloco-beta=0.9,sparseloco-alpha=0.8 30 decay,rounding,chunks,sum
+sparseloco_ref_shared_n1_h4_c64_k5_clip 1 30 sparseloco-h=4,sparseloco-chunk=64,sparseloco-topk=5,sparseloco-mask=shared 30 decay,rounding,chunks,own,stale
+sparseloco_ref_shared_n2_h5_c64_k3_adams 2 30 sparseloco-h=5,sparseloco-chunk=64,sparseloco-topk=3,sparseloco-inner=adams,sparseloco-mask=shared 0 decay,rounding,chunks,sum,own,stale
+sparseloco_ref_shared_n3_h4_c64_k5_clip 3 30 sparseloco-h=4,sparseloco-chunk=64,sparseloco-topk=5,sparseloco-mask=shared 30 decay,rounding,chunks,sum,own,stale
 CASES
 exit $fail
