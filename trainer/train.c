@@ -249,7 +249,7 @@ static void check_memory(Run *r, const char *init) {
 /* set-up, in train_main's order */
 
 /* TEMPORARY (issue 45), until the rule option rows reach the option table: --optimizer's choices are the names of the
- * rule table (optim/rules.c, in its order), so a rule registered there is accepted (diloco). */
+ * rule table (optim/rules.c, in its order), so a rule registered there is accepted (diloco, sparseloco). */
 static void rule_choices(ArgSpec *opts, int n_opts) {
     static char names[512];
     size_t n = 0;
