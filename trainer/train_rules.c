@@ -117,6 +117,7 @@ static void dist_config(const TrainConfig *c, DistConfig *dc) {
     dc->exclude_norms = c->scape_exclude_norms;
     dc->payload_bf16 = strcmp(c->scape_payload, "bf16") == 0;
     dc->mask_coding = strcmp(c->scape_mask_coding, "auto") == 0;
+    dc->last_step = c->steps; /* a local-update rule (DiLoCo) synchronizes at the run's last step */
 }
 
 void train_dist_config(TrainConfig *c, DistConfig *dc) {
