@@ -425,8 +425,10 @@ TEST(rule_configure_resolves_into_the_recorded_option) {
     args_format(args_find(t, n, "onebit-freeze"), after, sizeof after);
     CHECK(!strcmp(before, "0") && !strcmp(after, "30"), "--onebit-freeze %s became %s, want 0 -> 30", before, after);
     CHECK(train_option_defining("demo-topk") && train_option_defining("powersgd-rank") &&
-          !train_option_defining("onebit-freeze") && !train_option_defining("lr"), "defining options");
-    CHECK(!strcmp(train_optimizer_choices(), "adamw|adams|scape|topk-ef|powersgd|onebit-adam|demo"),
+          !train_option_defining("onebit-freeze") && !train_option_defining("lr") &&
+          train_option_defining("diloco-h") && !train_option_defining("diloco-outer-lr") &&
+          train_option_defining("sparseloco-mask") && !train_option_defining("sparseloco-beta"), "defining options");
+    CHECK(!strcmp(train_optimizer_choices(), "adamw|adams|scape|topk-ef|powersgd|onebit-adam|demo|diloco|sparseloco"),
           "--optimizer choices %s", train_optimizer_choices());
     free(t);
 }
