@@ -13,7 +13,7 @@
  *   dist_powersgd.c    PowerSGD (rank-r approximations with error feedback, into AdamW)
  *   dist_onebit_adam.c 1-bit Adam (AdamW for a warm-up, then the momentum in 1 bit with error compensation)
  *   dist_demo.c        DeMo (local momentum, top-k DCT coefficients per block all-gathered, sign step)
- *   dist_loco.c        what the local-update rules share: inner steps, synchronized model, blob, option rows
+ *   dist_loco.c        what the local-update rules share: inner steps, synchronized model, blob (dist_loco.h)
  *   dist_diloco.c      DiLoCo (H local inner AdamW steps, then the averaged pseudo-gradient by outer Nesterov SGD)
  *   dist_sparseloco.c  SparseLoCo (DiLoCo with per-rank error feedback, chunked top-k in 2 bits all-gathered)
  *   dist_mask_stats.c  mask stability (Jaccard, kept energy) per slice, on rank 0, when enabled
