@@ -126,7 +126,7 @@ expect_error error_seq_above_model_maximum any 'error: --seq 128 exceeds the mod
 expect_error error_unknown_option 2 '^error: unknown option --bogus; see --help$' "${RUN[@]}" --bogus 3
 expect_error error_value_out_of_range 2 '^error: --lr: 5 is out of range \[0, 1\]$' "${RUN[@]}" --lr 5
 expect_error error_malformed_value 2 "^error: --steps: 'ten' is not an integer$" "${RUN[@]}" --steps ten
-expect_error error_bad_choice 2 "^error: --optimizer: 'sgd' is not one of adamw\|adams\|scape\|topk-ef\|powersgd\|onebit-adam\|demo$" \
+expect_error error_bad_choice 2 "^error: --optimizer: 'sgd' is not one of adamw\|adams\|scape\|topk-ef\|powersgd\|onebit-adam\|demo\|diloco\|sparseloco$" \
     "${RUN[@]}" --optimizer sgd
 # the default corpus is prepared by the trainer's own Makefile (beside the program), never by the Makefile of the
 # folder it is run from (another project's `make data`); the toy, in build/, has none and says so

@@ -168,7 +168,9 @@ void save_checkpoint(Run *r, int step) {
     comm_barrier();
     if (r->rank == 0) {
         snprintf(path, sizeof path, "%s/model.bin", dir);
+        run_synced_model(r, 1); /* the synchronized model; each rank's own parameters are in its state file */
         r->m->save(r->m, path);
+        run_synced_model(r, 0);
     }
     int64_t mine[2];
     write_rank_state(r, dir, step, mine);

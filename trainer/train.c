@@ -600,11 +600,20 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         }
         if (c->mask_stats_every > 0 && t % c->mask_stats_every == 0) log_mask_stats(r, t);
         int last = t == c->steps;
-        if (last || (c->eval_every > 0 && t % c->eval_every == 0)) validate(r, t);
-        if (c->sample_every > 0 && (last || t % c->sample_every == 0)) sample(r, t);
+        int val = last || (c->eval_every > 0 && t % c->eval_every == 0);
+        int smp = c->sample_every > 0 && (last || t % c->sample_every == 0);
+        int tasks = r->ntasks && (last || (c->eval_task_every > 0 && t % c->eval_task_every == 0));
+        if (val || smp) run_synced_model(r, 1); /* they see the synchronized model (local-update rules) */
+        if (val) validate(r, t);
+        if (smp) sample(r, t);
+        if (val || smp) run_synced_model(r, 0);
         int saved = checkpoint_at(r, t); /* after sampling: the saved sampler RNG is the one the next step uses */
         /* the tasks after the checkpoint: a scoring point never costs the run (eval_tasks_at) */
-        if (r->ntasks && (last || (c->eval_task_every > 0 && t % c->eval_task_every == 0))) eval_tasks_at(r, t);
+        if (tasks) {
+            run_synced_model(r, 1);
+            eval_tasks_at(r, t);
+            run_synced_model(r, 0);
+        }
         comm_stats_take(&between); /* validation/checkpoint traffic is not the next step's */
         if (r->stop_at && !last) { /* preempted: a checkpoint of this step, then out */
             status = checkpoint_and_stop(r, t, saved);
