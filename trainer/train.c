@@ -552,6 +552,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     r->world = comm_world();
     r->threads = set_threads(c->threads);
     comm_set_timeout(c->comm_timeout);
+    distopt_test_corrupt_mask_rank(r->world); /* a drill's variable refused before --out is touched */
     if (!c->eval_only) lock_out_dir(r, c->out); /* --eval-only writes no checkpoint: --out need not be free */
 
     /* resuming: what defines the run comes from the checkpoint (ckpt_policy.h choose_checkpoint) */
