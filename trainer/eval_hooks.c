@@ -243,8 +243,9 @@ static void eval_only_scores(Run *r, int step, JsonLog *log) {
     if (st == EVAL_STOPPED) {
         out_discard(r->eval_dump);
         fflush(stdout);
-        fprintf(stderr, "stopped by %s during --eval-only: nothing written\n", *r->eval_stop == SIGINT ? "SIGINT" :
-                "SIGTERM");
+        int s = *r->eval_stop;
+        fprintf(stderr, "stopped by %s during --eval-only: nothing written\n", s == SIGINT ? "SIGINT" :
+                s == SIGHUP ? "SIGHUP" : "SIGTERM");
         fflush(stderr);
         _exit(128 + *r->eval_stop); /* no MPI_Finalize: a job's other ranks are ended by the launcher */
     }
