@@ -168,7 +168,7 @@ printf '{"text": "ab ab ab"}\n' > "$tmp/in.jsonl"
 expect_error error_train_out_names_an_input_file "--out $tmp/in.jsonl names an input: $tmp/in.jsonl is an input file" \
     train --vocab 260 --val-percent 0 --out "$tmp/in.jsonl" "$tmp/in.jsonl"
 [ "$(cat "$tmp/in.jsonl")" = '{"text": "ab ab ab"}' ] || fail error_train_out_names_an_input_file "the input changed"
-expect_error error_train_out_is_a_file "$tmp/tiny.txt" train --vocab 260 --val-percent 0 --out "$tmp/tiny.txt/x" "$tmp/corpus"
+expect_error error_train_out_is_a_file "^error: --out $tmp/tiny.txt/x: cannot create directory $tmp/tiny.txt/x: Not a directory; choose a writable folder$" train --vocab 260 --val-percent 0 --out "$tmp/tiny.txt/x" "$tmp/corpus"
 
 # --words-out never writes over an input document (it did: tok train's own training text), into an input folder, or
 # onto the encoder.json / vocab.bpe of --out (the vocabulary replaced it, exit 0)

@@ -153,6 +153,11 @@ expect_error error_corrupt_mask_drill_junk any '^error: SCAPE_TEST_CORRUPT_MASK=
 if env SCAPE_TEST_CORRUPT_MASK= "${RUN[@]}" --out "$TMP/cm_empty" --optimizer scape --density 0.1 --steps 4 \
         > "$TMP/cm_empty.out" 2>&1; then ok corrupt_mask_drill_empty_is_off
 else fail corrupt_mask_drill_empty_is_off "$(grep -m1 error "$TMP/cm_empty.out")"; fi
+# an --out that cannot be made names the flag and the fix (it said only "cannot create directory X: <reason>")
+: > "$TMP/a_file"
+expect_error error_out_cannot_be_created any \
+    "^error: --out $TMP/a_file/run: cannot create directory $TMP/a_file/run: Not a directory; choose a writable folder\$" \
+    "${RUN[@]}" --out "$TMP/a_file/run"
 expect_error error_lr_floor_above_lr 2 '^error: --lr-floor 0.5 is above --lr 0.1' "${RUN[@]}" --lr 0.1 --lr-floor 0.5
 expect_error error_density_without_scape 2 '^error: --density 0.1 applies only to --optimizer scape' \
     "${RUN[@]}" --density 0.1

@@ -59,6 +59,7 @@ int cmd_train(int argc, char **argv) {
     bpe_trainer_train(bt, vocab);
     sigset_t old;
     block_stop_signals(&old);
+    make_dirs_for("--out", out);
     if (words) bpe_trainer_write_words(bt, words);
     bpe_trainer_write(bt, out);
     sigprocmask(SIG_SETMASK, &old, NULL);

@@ -263,7 +263,7 @@ void eval_only(Run *r, volatile sig_atomic_t *stop) {
     int step = r->ckpt_path[0] ? r->ckpt_step : 0; /* its manifest's step, whatever its folder is called */
     JsonLog *log = NULL;
     if (r->rank == 0) {
-        make_dirs(c->out);
+        make_dirs_for("--out", c->out);
         char path[4400];
         snprintf(path, sizeof path, "%s/eval.jsonl", c->out);
         log = jlog_open(path);

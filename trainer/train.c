@@ -172,7 +172,7 @@ static void install_stop_handlers(void) {
 static int out_lock_fd = -1;
 static void lock_out_dir(const Run *r, const char *out) {
     if (r->rank != 0) return;
-    make_dirs(out);
+    make_dirs_for("--out", out);
     char path[4400];
     snprintf(path, sizeof path, "%s/.lock", out);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644); /* never through a planted link */
@@ -455,7 +455,7 @@ static void open_loop(Run *r) {
     r->inputs = xmalloc((size_t)c->B * c->T * sizeof(int), "inputs");
     r->targets = xmalloc((size_t)c->B * c->T * sizeof(int), "targets");
     if (r->rank == 0) {
-        make_dirs(c->out);
+        make_dirs_for("--out", c->out);
         char path[4400];
         snprintf(path, sizeof path, "%s/log.jsonl", c->out);
         r->log = jlog_open(path);
