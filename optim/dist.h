@@ -63,6 +63,10 @@ enum { SCAPE_FAITHFUL = 0, SCAPE_CATCHUP = 1, SCAPE_TENSOR_NU = 2, SCAPE_RESIDUA
  * (-1 for an unknown name). */
 const char *scape_variant_name(int variant);
 int scape_variant_parse(const char *name);
+/* The test drill SCAPE_TEST_CORRUPT_MASK (test/test_scape_gpt2.sh: that rank sends its coded mask damaged): unset or
+ * empty, -1 (none); a rank in 0..world-1, that rank; anything else (junk, a sign, a rank the job lacks) is refused
+ * with one line by fatal(), so that no value reads as rank 0. The trainer calls it before it touches --out. */
+int distopt_test_corrupt_mask_rank(int world);
 
 typedef struct DistOptim DistOptim;
 

@@ -583,7 +583,7 @@ int checkpoint_and_stop(Run *r, int t, int saved) {
     const TrainConfig *c = &r->c;
     /* preempted: a checkpoint of this step (never of a state reached through skipped steps), then out */
     int ckpt = !r->bad_run;
-    const char *sig = r->stop_at == SIGINT ? "SIGINT" : "SIGTERM";
+    const char *sig = r->stop_at == SIGINT ? "SIGINT" : r->stop_at == SIGHUP ? "SIGHUP" : "SIGTERM";
     if (ckpt && !saved) save_checkpoint(r, t);
     if (r->rank == 0) {
         if (ckpt)

@@ -141,10 +141,11 @@ static CommBackend comm_backend(const char *name) {
     return COMM_BACKEND_AUTO;
 }
 
-/* Preemption: SIGTERM (a cluster's notice before it kills a job) or SIGINT (Ctrl-C) asks the run to stop after
- * the step in progress; a second signal ends the process at once, removing the temp files of the writes in
- * progress (a checkpoint file, the --eval-dump beside its target). The flag is agreed on by all ranks through the
- * step's mean-loss all-reduce, so every rank stops after the same step and writes its part of one checkpoint. */
+/* Preemption: SIGTERM (a cluster's notice before it kills a job), SIGINT (Ctrl-C) or SIGHUP (the terminal or ssh
+ * session that started the run closed) asks the run to stop after the step in progress; a second signal ends the
+ * process at once, removing the temp files of the writes in progress (a checkpoint file, the --eval-dump beside its
+ * target). The flag is agreed on by all ranks through the step's mean-loss all-reduce, so every rank stops after
+ * the same step and writes its part of one checkpoint. */
 static volatile sig_atomic_t stop_signal = 0;
 static void on_stop_signal(int sig) {
     if (stop_signal) {
@@ -161,6 +162,7 @@ static void install_stop_handlers(void) {
     sa.sa_flags = SA_RESTART;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
 }
 
 /* One run per --out: rank 0 holds an exclusive flock on <out>/.lock for the run's lifetime (the descriptor is never
@@ -170,7 +172,7 @@ static void install_stop_handlers(void) {
 static int out_lock_fd = -1;
 static void lock_out_dir(const Run *r, const char *out) {
     if (r->rank != 0) return;
-    make_dirs(out);
+    make_dirs_for("--out", out);
     char path[4400];
     snprintf(path, sizeof path, "%s/.lock", out);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644); /* never through a planted link */
@@ -453,7 +455,7 @@ static void open_loop(Run *r) {
     r->inputs = xmalloc((size_t)c->B * c->T * sizeof(int), "inputs");
     r->targets = xmalloc((size_t)c->B * c->T * sizeof(int), "targets");
     if (r->rank == 0) {
-        make_dirs(c->out);
+        make_dirs_for("--out", c->out);
         char path[4400];
         snprintf(path, sizeof path, "%s/log.jsonl", c->out);
         r->log = jlog_open(path);
@@ -495,11 +497,15 @@ static int finish_run(Run *r, int status) {
  * on the wire, the other ranks wait for them), or a drill asks for it (trainer/drills.h). */
 static int vote_loss(Run *r, int t, double loss, double *mean) {
     int nan_grad = nan_injection_step(&r->inj, r->rank, t, &loss);
-    double sums[2] = {loss / r->accum, stop_signal ? (double)stop_signal : 0.0};
+    /* SIGHUP (1) votes 2^-10, not 1: two ranks' SIGHUPs then never add up to SIGINT (2); any sum that is not one
+     * rank's vote (several ranks signalled) reads as SIGTERM on the ranks that got none */
+    double hup = 1.0 / 1024;
+    double sums[2] = {loss / r->accum, stop_signal == SIGHUP ? hup : stop_signal ? (double)stop_signal : 0.0};
     comm_allreduce_sum_f64(sums, 2);
     *mean = sums[0] / r->world;
-    int s = (int)sums[1]; /* another rank's signal, when only one rank got one */
-    if (s > 0 && !r->stop_at) r->stop_at = stop_signal ? stop_signal : s == SIGINT || s == SIGTERM ? s : SIGTERM;
+    double s = sums[1]; /* another rank's signal, when only one rank got one */
+    if (s > 0 && !r->stop_at)
+        r->stop_at = stop_signal ? stop_signal : s == hup ? SIGHUP : s == SIGINT ? SIGINT : SIGTERM;
     return isfinite(*mean) && !nan_grad;
 }
 
@@ -552,6 +558,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     r->world = comm_world();
     r->threads = set_threads(c->threads);
     comm_set_timeout(c->comm_timeout);
+    distopt_test_corrupt_mask_rank(r->world); /* a drill's variable refused before --out is touched */
     if (!c->eval_only) lock_out_dir(r, c->out); /* --eval-only writes no checkpoint: --out need not be free */
 
     /* resuming: what defines the run comes from the checkpoint (ckpt_policy.h choose_checkpoint) */
