@@ -120,21 +120,33 @@ int file_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
-void make_dirs(const char *path) {
+/* mkdir -p; flag: the option that named path (in the error line with the fix), or NULL. */
+static void make_dirs_named(const char *flag, const char *path) {
     char buf[4096];
     size_t n = strlen(path);
-    if (n == 0 || n >= sizeof buf) fatal("bad directory path '%s'", path);
+    if (n == 0 || n >= sizeof buf) {
+        if (flag) fatal("%s '%s': bad directory path; name a folder (under 4096 bytes)", flag, path);
+        fatal("bad directory path '%s'", path);
+    }
     memcpy(buf, path, n + 1);
     for (size_t i = 1; i <= n; i++) {
         if (buf[i] == '/' || buf[i] == '\0') {
             char c = buf[i];
             buf[i] = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+                if (flag)
+                    fatal("%s %s: cannot create directory %s: %s; choose a writable folder", flag, path, buf,
+                          strerror(errno));
                 fatal("cannot create directory %s: %s", buf, strerror(errno));
+            }
             buf[i] = c;
         }
     }
 }
+
+void make_dirs(const char *path) { make_dirs_named(NULL, path); }
+
+void make_dirs_for(const char *flag, const char *path) { make_dirs_named(flag, path); }
 
 double now_seconds(void) {
     struct timespec ts;

@@ -101,6 +101,9 @@ int utf8_valid_n(const char *s, size_t n);
 int file_exists(const char *path);
 /* mkdir -p; fatal() on failure. */
 void make_dirs(const char *path);
+/* mkdir -p for the folder an option names (flag: "--out"); fatal() on failure with one line naming the option and
+ * the fix: "--out X: cannot create directory Y: <reason>; choose a writable folder". */
+void make_dirs_for(const char *flag, const char *path);
 
 /* ---- output files (issue 43): every output of a run is written the way checkpoints are ----
  * A run names the files it reads (out_guard_input) before it opens its outputs; no output is then written over one

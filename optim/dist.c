@@ -13,6 +13,9 @@
  *   dist_powersgd.c    PowerSGD (rank-r approximations with error feedback, into AdamW)
  *   dist_onebit_adam.c 1-bit Adam (AdamW for a warm-up, then the momentum in 1 bit with error compensation)
  *   dist_demo.c        DeMo (local momentum, top-k DCT coefficients per block all-gathered, sign step)
+ *   dist_loco.c        what the local-update rules share: inner steps, synchronized model, blob (dist_loco.h)
+ *   dist_diloco.c      DiLoCo (H local inner AdamW steps, then the averaged pseudo-gradient by outer Nesterov SGD)
+ *   dist_sparseloco.c  SparseLoCo (DiLoCo with per-rank error feedback, chunked top-k in 2 bits all-gathered)
  *   dist_mask_stats.c  mask stability (Jaccard, kept energy) per slice, on rank 0, when enabled
  *   dist_state.c       what the checkpoint blobs share (header checks, other world sizes) and the dense and SCAPE
  *                      layouts the device update writes too; each rule's blob hooks are in its own file
@@ -37,7 +40,7 @@ DistOptim *distopt_create(const ParamTable *tab, float *params, float *grads, co
     const UpdateRule *rule = update_rule(cfg->opt.kind);
     if (!rule)
         fatal("distopt_create: optimizer kind %d is not supported; use adamw, adams, scape, topk-ef, powersgd, "
-              "onebit-adam or demo", cfg->opt.kind);
+              "onebit-adam, demo, diloco or sparseloco", cfg->opt.kind);
     if (cfg->zero && !rule->zero_ok) fatal("--zero 1 applies to adamw, adams and scape; drop --zero for %s", rule->name);
     if (rule->index32 && tab->total > UINT32_MAX)
         fatal("%s sends 32-bit indices but the model has %zu parameters; use a model under 2^32 parameters", rule->name,
@@ -113,12 +116,13 @@ const float *dist_emv_moment(const DistOptim *d) { return dist_emv(d)->m; }
 const float *dist_emv_residual(const DistOptim *d) { return dist_emv(d)->e; }
 
 /* SCAPE.md section 9.3 at the end of a run, for multi-rank tests of whole trainers: with SCAPE_CHECK_SYNC=1 in
- * the environment, hashes params (and the rule's shared state, e.g. SCAPE's m and masks) on every rank, compares
+ * the environment, hashes params (the synchronized model of a local-update rule: distopt_synced) and the rule's
+ * shared state (e.g. SCAPE's m and masks) on every rank, compares
  * them, and prints one line on rank 0, or fatal() naming the first rank that differs. A collective: every rank
  * calls it from distopt_free. */
 static void sync_check(DistOptim *d) {
     if (!comm_sync_check_enabled()) return;
-    uint64_t h = hash_fnv1a64(1469598103934665603ull, d->params, d->P * sizeof(float));
+    uint64_t h = hash_fnv1a64(1469598103934665603ull, distopt_synced(d), d->P * sizeof(float));
     if (d->rule->sync_hash) h = d->rule->sync_hash(d, h);
     comm_sync_check(h, "parameters/optimizer state", "parameters and shared optimizer state");
 }
@@ -249,6 +253,24 @@ void distopt_owner_range(const DistOptim *d, int rank, size_t *lo, size_t *hi) {
 const float *distopt_moment(const DistOptim *d) { return d->rule->moment ? d->rule->moment(d) : NULL; }
 const float *distopt_residual(const DistOptim *d) { return d->rule->residual ? d->rule->residual(d) : NULL; }
 const uint8_t *distopt_mask(DistOptim *d, int next) { return d->rule->mask ? d->rule->mask(d, next) : NULL; }
+
+const float *distopt_synced(DistOptim *d) {
+    float *s = d->rule->synced && !d->synced_in ? d->rule->synced(d) : NULL;
+    return s ? s : d->params;
+}
+
+void distopt_use_synced(DistOptim *d, int on) {
+    if (!d->rule->synced || !on == !d->synced_in) return;
+    if (on && !d->rule->synced(d)) return; /* the parameters are the synchronized model now */
+    float *s = d->rule->synced(d), *p = d->params;
+    #pragma omp parallel for schedule(static)
+    for (size_t j = 0; j < d->P; j++) {
+        float x = p[j];
+        p[j] = s[j];
+        s[j] = x;
+    }
+    d->synced_in = on;
+}
 
 void distopt_debug_capture(DistOptim *d, float *c, float *s, float *ghat) {
     if (ghat && d->cfg.zero) fatal("distopt_debug_capture: g_hat is not captured with --zero 1 (only the owners hold b)");

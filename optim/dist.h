@@ -30,7 +30,8 @@ typedef union {
 } RuleParams;
 
 typedef struct {
-    OptimConfig opt;       /* kind (adamw, adams, scape, topk-ef, powersgd, onebit-adam, demo), beta1, beta2, eps, weight_decay */
+    OptimConfig opt;       /* kind (adamw, adams, scape, topk-ef, powersgd, onebit-adam, demo, diloco,
+                            * sparseloco), beta1, beta2, eps, weight_decay */
     float clip;            /* global-norm clip threshold, 0 = off */
     int zero;              /* 1: ZeRO-1 sharding (adamw, adams; scape with the fp32 payload: dist_scape_zero.c) */
     double density;        /* SCAPE / topk-ef target density d in (0, 1] (double: k = floor(d n) in double) */
@@ -51,6 +52,8 @@ typedef struct {
     int payload_bf16;      /* SCAPE only: 1 sends the payload in bf16 (SCAPE.md section 7), see distopt_create */
     int mask_coding;       /* SCAPE only: 1 codes each owner's mask segment for the all-gather (optim/mask_code.h);
                             * the masks, and so every result, are the same as with 0 */
+    int last_step;         /* the run's last step (--steps), where a local-update rule (DiLoCo) synchronizes so the
+                            * run ends with one model; 0: none */
 } DistConfig;
 
 /* SCAPE's update variants (issue 31): same payload, masks and collectives as the faithful algorithm, no state
@@ -60,6 +63,10 @@ enum { SCAPE_FAITHFUL = 0, SCAPE_CATCHUP = 1, SCAPE_TENSOR_NU = 2, SCAPE_RESIDUA
  * (-1 for an unknown name). */
 const char *scape_variant_name(int variant);
 int scape_variant_parse(const char *name);
+/* The test drill SCAPE_TEST_CORRUPT_MASK (test/test_scape_gpt2.sh: that rank sends its coded mask damaged): unset or
+ * empty, -1 (none); a rank in 0..world-1, that rank; anything else (junk, a sign, a rank the job lacks) is refused
+ * with one line by fatal(), so that no value reads as rank 0. The trainer calls it before it touches --out. */
+int distopt_test_corrupt_mask_rank(int world);
 
 typedef struct DistOptim DistOptim;
 
@@ -184,6 +191,21 @@ size_t distopt_onebit_block_bytes(const DistOptim *d);
 /* DeMo: the (index, value) pairs each rank sends per step (K of optim/dist_demo.c's header); 0 for the other rules. */
 size_t distopt_demo_count(const DistOptim *d);
 const uint8_t *distopt_mask(DistOptim *d, int next);
+/* DiLoCo (optim/dist_diloco.c) and SparseLoCo (optim/dist_sparseloco.c): the inner AdamW's second moment (P; NULL
+ * with the inner AdamS and for other rules). Their inner first moment is distopt_moment, their outer state (DiLoCo's
+ * momentum, SparseLoCo's error feedback e_i) distopt_residual. */
+const float *distopt_loco_inner_v(const DistOptim *d);
+/* SparseLoCo: the bytes of one rank's message at an outer step (sum over chunks of 4 + 2 k_c + ceil(k_c b / 8)); 0 for
+ * the other rules. */
+size_t distopt_sparseloco_message_bytes(const DistOptim *d);
+
+/* Local-update rules (DiLoCo): on = 1 swaps the synchronized model (identical on every rank) into params, keeping
+ * this rank's own parameters aside, when the two differ now; on = 0 swaps them back. Around validation, samples,
+ * task scoring and the checkpoint's model file; no step or save may run in between (fatal()). A no-op for the other
+ * rules, and when the parameters are the synchronized model (just after a synchronization). Local, no collective. */
+void distopt_use_synced(DistOptim *d, int on);
+/* The synchronized model (P): params unless a local-update rule's ranks hold their own parameters now. */
+const float *distopt_synced(DistOptim *d);
 /* Test hook: at every later SCAPE step copies, densely (P floats each, any may be NULL), this rank's corrected
  * momentum c_i, its payload s_i scattered to its coordinates (0 off the mask), and g_hat before clipping
  * (0 off the mask). Costs three extra passes; never set in training. g_hat is refused with ZeRO-1 (only the

@@ -2,8 +2,9 @@
  * optim/dist_impl.h - the inside of optim/dist.h's DistOptim, shared by the files that make up the host update and
  * by nothing else: optim/dist.c (creation, bucket hand-off, the calls through the rule's row, inspection),
  * dist_dense.c (dense all-reduce and ZeRO-1), dist_scape*.c (SCAPE), dist_topk_ef.c (top-k EF), dist_powersgd.c
- * (PowerSGD), dist_onebit_adam.c (1-bit Adam), dist_demo.c (DeMo), dist_mask_stats.c
- * (mask stability) and dist_state.c (checkpoint blobs). Each rule file fills one UpdateRule (optim/rule.h), through
+ * (PowerSGD), dist_onebit_adam.c (1-bit Adam), dist_demo.c (DeMo), dist_loco.c, dist_diloco.c and
+ * dist_sparseloco.c (the local-update rules, their shared part in optim/dist_loco.h), dist_mask_stats.c (mask
+ * stability) and dist_state.c (checkpoint blobs). Each rule file fills one UpdateRule (optim/rule.h), through
  * which dist.c calls it, and keeps its state in a struct of its own behind DistOptim's state pointer (SCAPE's, shared
  * by its files, in optim/dist_scape.h); what the rules share (the step's opening and end, norm, clip factor, blob
  * helpers) is declared here.
@@ -49,6 +50,8 @@ struct DistOptim {
     size_t *bucket_k;      /* per bucket: the values it sends at the step in progress (the sparse rules, PowerSGD) */
     int step_begun;
     int grads_clear;       /* the step's update already wrote 0 over every gradient (dist_end_step skips its pass) */
+    int synced_in;         /* distopt_use_synced: params hold the synchronized model, the rule's synced buffer this
+                            * rank's own parameters */
     /* the parameters whose state this rank holds, [slo, shi) (the blob header's lo, hi): all of them, or the dense
      * rules' ZeRO-1 shard (their init sets it) */
     size_t slo, shi;

@@ -50,10 +50,22 @@
 #include "optim/dist_scape.h"
 #include "optim/mask_code.h"
 
+int distopt_test_corrupt_mask_rank(int world) {
+    const char *v = getenv("SCAPE_TEST_CORRUPT_MASK");
+    if (!v || !v[0]) return -1;
+    char *end;
+    long r = v[0] >= '0' && v[0] <= '9' ? strtol(v, &end, 10) : -1;
+    if (r < 0 || *end || r >= world)
+        fatal("SCAPE_TEST_CORRUPT_MASK=%s: expected a rank in 0..%d (a drill of test/test_scape_gpt2.sh); unset it "
+              "outside that test", v, world - 1);
+    return (int)r;
+}
+
 /* SCAPE's state, the chunks of the step passes and the owners' mask segments (one per rank, in rank order). */
 void scape_init(DistOptim *d, size_t owned_total) {
     const ParamTable *tab = d->tab;
     ScapeState *S = d->state = xcalloc(1, sizeof(ScapeState), "SCAPE state");
+    S->corrupt_rank = distopt_test_corrupt_mask_rank(d->world);
     S->m = NULL; /* compact: grows to the mask's count at the first update (scape_update_pass) */
     S->mask_m = xcalloc(mask_bytes(d->P) + MASK_PAD, 1, "SCAPE first-moment mask");
     S->slice_ch0 = xmalloc((size_t)(tab->n ? tab->n : 1) * sizeof(int), "SCAPE chunks");
@@ -452,8 +464,7 @@ static CommHandle scape_make_mask(DistOptim *d, double dens) {
         size_t len = mask_encode(mine, d->own.hi[d->rank] - base, S->have_cur ? S->mask_cur : NULL, base, S->code_mine, NULL);
         /* test hook (test/test_scape_gpt2.sh): SCAPE_TEST_CORRUPT_MASK=R makes rank R send its code with one byte too
          * many (one too few when it fills its slot) once it has a current mask; every rank must refuse it naming R */
-        const char *bad = getenv("SCAPE_TEST_CORRUPT_MASK");
-        if (bad && atoi(bad) == d->rank && S->have_cur) {
+        if (S->corrupt_rank == d->rank && S->have_cur) {
             if (len < S->code_cap) S->code_mine[len++] = 0;
             else len--;
         }

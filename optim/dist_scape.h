@@ -25,6 +25,7 @@ typedef struct {
     uint8_t *code_mine, *code_all;
     size_t code_cap, *code_sizes;
     int code_prev;
+    int corrupt_rank;              /* test drill SCAPE_TEST_CORRUPT_MASK: the rank that damages its code, -1 none */
     uint32_t *topk_tmp;            /* top-k scratch, the largest owned slice */
     /* the payload: DistOptim's stage holds stage_cap >= K_t values packed by bucket from pay_off[b]
      * (scape_payload_layout) */

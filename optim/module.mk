@@ -35,7 +35,7 @@ TEST_CMDS += "PYTHON_REF=$(PYTHON_REF) $(BUILD)/test_gpt2 $(DATA)"
 # --- data-parallel update and SCAPE (distributed engineer)
 # Programs that use DIST_OBJ link with $(MPICC) (Open MPI) and -lpthread; the collectives, MPI_CFLAGS and
 # MPIRUN_TEST are comm/module.mk's (read before this file).
-DIST_RULES := dist rules dist_dense dist_scape dist_scape_row dist_scape_zero dist_topk_ef dist_powersgd dist_onebit_adam dist_demo dist_mask_stats dist_state
+DIST_RULES := dist rules dist_dense dist_scape dist_scape_row dist_scape_zero dist_topk_ef dist_powersgd dist_onebit_adam dist_demo dist_loco dist_diloco dist_sparseloco dist_mask_stats dist_state
 # common/args.o: a rule's own options are common/args.h rows (optim/rule.h), parsed by distopt_set_option too
 DIST_OBJ := $(COMM_OBJ) $(DIST_RULES:%=$(BUILD)/optim/%.o) $(BUILD)/optim/scape.o $(BUILD)/optim/mask_code.o $(OPTIM_OBJ) \
             $(BUILD)/common/args.o
@@ -73,6 +73,16 @@ TEST_CMDS += "$(MPIRUN_TEST) -np 2 $(BUILD)/test_dist"
 TEST_CMDS += "$(MPIRUN_TEST) -np 3 $(BUILD)/test_dist"
 TEST_CMDS += "$(MPIRUN_TEST) -np 4 $(BUILD)/test_dist"
 TEST_CMDS += "test/test_dist_resume.sh $(BUILD)/test_dist"
+# the local-update rules (issue 45): DiLoCo's bytes, synchronized model, resume and skips on 1-3 ranks (a second), and
+# through the whole loop with the toy model (test/test_loco.sh, about 15 s)
+$(BUILD)/test_loco: test/test_loco.c $(DIST_OBJ) $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) -ffp-contract=off $(filter %.c %.o,$^) -o $@ $(LDLIBS) -lpthread
+TEST_BINS += $(BUILD)/test_loco
+TEST_CMDS += $(BUILD)/test_loco
+TEST_CMDS += "$(MPIRUN_TEST) -np 2 $(BUILD)/test_loco"
+TEST_CMDS += "$(MPIRUN_TEST) -np 3 $(BUILD)/test_loco"
+TEST_CMDS += "test/test_loco.sh $(BUILD)/test_train_toy"
 # SCAPE against an independent float64 numpy reference of SCAPE.md section 3, step by step (a few seconds)
 $(BUILD)/scape_ref_driver: test/scape_ref_driver.c $(DIST_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)

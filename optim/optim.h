@@ -13,7 +13,8 @@
 /* The update rules (optim/rules.c lists their rows in this order), by the number a checkpoint records; a new rule's
  * number goes before OPT_COUNT, the number of rules. */
 typedef enum { OPT_ADAMW = 0, OPT_ADAMS = 1, OPT_SCAPE = 2, OPT_TOPK_EF = 3, OPT_POWERSGD = 4,
-               OPT_ONEBIT_ADAM = 5, OPT_DEMO = 6, OPT_COUNT } OptimizerKind;
+               OPT_ONEBIT_ADAM = 5, OPT_DEMO = 6, OPT_DILOCO = 7,
+               OPT_SPARSELOCO = 8, OPT_COUNT } OptimizerKind;
 
 typedef struct {
     OptimizerKind kind;

@@ -103,6 +103,12 @@ typedef struct UpdateRule {
     const float *(*moment)(const DistOptim *d);
     const float *(*residual)(const DistOptim *d);
     const uint8_t *(*mask)(DistOptim *d, int next);
+    /* local-update rules (DiLoCo): 1 when each rank's parameters are its own between the rule's synchronizations;
+     * synced then gives the synchronized model (P floats, identical on every rank), or NULL while the parameters
+     * are it (right after a synchronization). The loop evaluates, samples, checks (SCAPE_CHECK_SYNC) and writes the
+     * checkpoint's model file from it (distopt_use_synced); the rule's blob keeps every rank's own parameters. */
+    int local_params;
+    float *(*synced)(DistOptim *d);
 } UpdateRule;
 
 /* The rules in OptimizerKind order (optim/rules.c) and their count; update_rule returns kind's row, or NULL for a

@@ -7,7 +7,8 @@
 
 #include <string.h>
 
-extern const UpdateRule rule_adamw, rule_adams, rule_scape, rule_topk_ef, rule_powersgd, rule_onebit_adam, rule_demo;
+extern const UpdateRule rule_adamw, rule_adams, rule_scape, rule_topk_ef, rule_powersgd, rule_onebit_adam, rule_demo,
+    rule_diloco, rule_sparseloco;
 
 const UpdateRule *const update_rules[] = {
     &rule_adamw,       /* OPT_ADAMW (0), dist_dense.c */
@@ -17,6 +18,8 @@ const UpdateRule *const update_rules[] = {
     &rule_powersgd,    /* OPT_POWERSGD (4), dist_powersgd.c */
     &rule_onebit_adam, /* OPT_ONEBIT_ADAM (5), dist_onebit_adam.c */
     &rule_demo,        /* OPT_DEMO (6), dist_demo.c */
+    &rule_diloco,      /* OPT_DILOCO (7), dist_diloco.c */
+    &rule_sparseloco,  /* OPT_SPARSELOCO (8), dist_sparseloco.c */
 };
 const int update_rule_count = (int)(sizeof update_rules / sizeof update_rules[0]);
 _Static_assert(sizeof update_rules / sizeof update_rules[0] == OPT_COUNT, "one row per OptimizerKind, in its order");

@@ -53,6 +53,10 @@ struct Updater {
     /* mask-stability statistics (distopt_mask_stats_enable / distopt_mask_stats); NULL stats where none */
     void (*mask_stats_enable)(Updater *u, int on);
     const DistMaskStats *(*mask_stats)(const Updater *u);
+    /* local-update rules (distopt_use_synced): on = 1 puts the synchronized model into the model's parameters for
+     * validation, samples, tasks and the checkpoint's model file, on = 0 puts this rank's own back; NULL where the
+     * parameters are always synchronized */
+    void (*use_synced)(Updater *u, int on);
     void (*free)(Updater *u);
 };
 

@@ -29,6 +29,7 @@ static void hu_load(Updater *u, const void *const *blobs, const size_t *sizes, i
 }
 static void hu_mask_stats_enable(Updater *u, int on) { distopt_mask_stats_enable(hu(u), on); }
 static const DistMaskStats *hu_mask_stats(const Updater *u) { return distopt_mask_stats(hu(u)); }
+static void hu_use_synced(Updater *u, int on) { distopt_use_synced(hu(u), on); }
 static void hu_free(Updater *u) {
     if (!u) return;
     distopt_free(hu(u));
@@ -47,6 +48,7 @@ static const Updater hu_ops = {
     .memory_bytes = hu_memory_bytes,
     .mask_stats_enable = hu_mask_stats_enable,
     .mask_stats = hu_mask_stats,
+    .use_synced = hu_use_synced,
     .free = hu_free,
 };
 

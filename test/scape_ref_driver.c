@@ -13,7 +13,12 @@
  * OUT_PREFIX.q.bin; or VARIANT onebit-adam with PARAM its freeze step F: --optimizer onebit-adam, m the shared
  * momentum, r the worker error e_i, the mask dumped as zeros, and every rank writes its server error after every
  * step (P floats) to OUT_PREFIX.es.<rank>.bin; or VARIANT demo with PARAM its top-k: --optimizer demo, blocks of
- * side 8, decay 0.999, r the local momentum delta_i, m and the mask dumped as zeros)
+ * side 8, decay 0.999, r the local momentum delta_i, m and the mask dumped as zeros; or VARIANT diloco with PARAM the
+ * rule's "flag=value,..." (e.g. diloco-h=4,diloco-inner=adams): --optimizer diloco with its last step at STEPS, theta
+ * this rank's own parameters, m its inner first moment, r the outer momentum, the mask dumped as zeros, and every rank
+ * writes after every step the synchronized model theta_prev and its inner second moment (zeros for AdamS), P floats
+ * each, to OUT_PREFIX.dl.<rank>.bin; or VARIANT sparseloco with PARAM its "flag=value,...": the same dumps, r its error
+ * feedback e_i)
  * Writes OUT_PREFIX.<rank>.bin: int32 P, world, rank, nslices, steps; per slice int64 offset, numel, int32 decay,
  * dense_only; per rank int64 owner lo, hi; float32 theta_0 (P); then per step: float32 theta, m, r (P each),
  * uint8 mask_cur (P, unpacked), float32 grad_norm.
@@ -62,8 +67,21 @@ int main(int argc, char **argv) {
     int psgd = argc == 8 && strcmp(argv[6], "powersgd") == 0;
     int onebit = argc == 8 && strcmp(argv[6], "onebit-adam") == 0;
     int demo = argc == 8 && strcmp(argv[6], "demo") == 0;
-    FILE *fq = NULL, *fes = NULL;
-    if (demo) {
+    int sparseloco = argc == 8 && strcmp(argv[6], "sparseloco") == 0;
+    int diloco = (argc == 8 && strcmp(argv[6], "diloco") == 0) || sparseloco;
+    FILE *fq = NULL, *fes = NULL, *fdl = NULL;
+    if (diloco) {
+        c.opt.kind = sparseloco ? OPT_SPARSELOCO : OPT_DILOCO;
+        c.last_step = steps;
+        distopt_default_options(&c);
+        /* argv[7]: the rule's own options as "flag=value,..." (argv's text outlives c, as string options need) */
+        for (char *save = NULL, *kv = strtok_r(argv[7], ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+            char *eq = strchr(kv, '=');
+            if (eq) *eq = '\0';
+            if (!eq || distopt_set_option(&c, kv, eq + 1) != 0)
+                fatal("scape_ref_driver: '%s' is not FLAG=VALUE of one of --optimizer %s's options", kv, argv[6]);
+        }
+    } else if (demo) {
         c.opt.kind = OPT_DEMO;
         distopt_set_option(&c, "demo-chunk", "8");
         distopt_set_option(&c, "demo-topk", argv[7]);
@@ -113,6 +131,10 @@ int main(int argc, char **argv) {
         snprintf(path, sizeof path, "%s.es.%d.bin", argv[1], rank);
         fes = xfopen(path, "wb", "pass a writable OUT_PREFIX");
     }
+    if (diloco) {
+        snprintf(path, sizeof path, "%s.dl.%d.bin", argv[1], rank);
+        fdl = xfopen(path, "wb", "pass a writable OUT_PREFIX");
+    }
     uint8_t *mk = xmalloc(P, "mask");
     for (int t = 1; t <= steps; t++) {
         for (size_t j = 0; j < P; j++) {
@@ -138,7 +160,14 @@ int main(int argc, char **argv) {
             fwrite(q, sizeof(float), nq, fq);
         }
         if (fes) fwrite(distopt_onebit_server_error(d), sizeof(float), P, fes);
+        if (fdl) {
+            fwrite(distopt_synced(d), sizeof(float), P, fdl);
+            const float *v = distopt_loco_inner_v(d);
+            if (v) fwrite(v, sizeof(float), P, fdl);
+            else for (size_t j = 0; j < P; j++) fwrite(&(float){0.0f}, sizeof(float), 1, fdl);
+        }
     }
+    if (fdl) fclose(fdl);
     if (fq) fclose(fq);
     if (fes) fclose(fes);
     fclose(f);

@@ -2,8 +2,8 @@
 # test/test_preempt.sh [TRAIN_GPT] [DATA] - preemption: SIGTERM mid-run makes the trainer finish the step in progress,
 # write a checkpoint of it and exit 143 with one line saying so; `--resume latest` then continues to the same final
 # model file and the same losses as a run never interrupted. On 1 rank (the signal to the trainer) and on 2 ranks
-# (the signal to rank 1 alone, as a cluster may notify one node: both ranks stop after the same step). Two signals
-# in a row end the process at once. A stalled rank (SIGSTOP) ends the job through the watchdog (--comm-timeout).
+# (the signal to rank 1 alone, as a cluster may notify one node: both ranks stop after the same step). SIGHUP (a
+# closed terminal) stops the same way, status 129, named on every rank. Two signals in a row end the process at once. A stalled rank (SIGSTOP) ends the job through the watchdog (--comm-timeout).
 # Prints "ok NAME" / "FAIL NAME: ..."; exits non-zero on any failure.
 set -u
 TRAIN=${1:-./train_gpt}
@@ -64,6 +64,30 @@ preempt_case() {
 }
 preempt_case sigterm_checkpoints_and_resume_bit_identically_1_rank 1
 preempt_case sigterm_to_one_rank_stops_all_ranks_2_ranks 2
+
+# SIGHUP (the terminal or ssh session that started the run closed) is a stop like SIGTERM: a checkpoint of the step,
+# one line, status 129 (it ended the run without a checkpoint). On 2 ranks it goes to rank 1 alone: rank 0, which got
+# no signal, learns it from the vote and names it (two ranks' votes never read as another signal)
+hup_case() { # NAME NP
+    local name=$1 np=$2 launch=() victim="" k st
+    [ "$np" -gt 1 ] && launch=("${MPI[@]}" -np "$np")
+    "${launch[@]}" "$TRAIN" "${ARGS[@]}" --steps 100000 --out "$TMP/$name" > "$TMP/$name.out" 2>&1 &
+    local job=$!
+    if ! wait_step "$TMP/$name/log.jsonl" 2; then kill -9 $job; fail "$name" "the run never reached step 2"; return; fi
+    for p in $(pgrep -f -- "--out $TMP/$name\$"); do
+        [ "$(cat /proc/$p/comm 2>/dev/null)" = "$(basename "$TRAIN")" ] && victim=$p # the last rank's process
+    done
+    kill -HUP "$victim"
+    wait $job
+    st=$?
+    k=$(grep -oE '^stopped by SIGHUP after step [0-9]+' "$TMP/$name.out" | grep -oE '[0-9]+$')
+    if [ -n "$k" ] && [ "$(grep -c '^stopped by' "$TMP/$name.out")" = 1 ] && [ -s "$TMP/$name/ckpt_$k/manifest.json" ] \
+       && { [ "$np" != 1 ] || [ "$st" = 129 ]; } && [ "$st" != 0 ]; then
+        ok "$name (stopped after step $k, status $st)"
+    else fail "$name" "status $st, stop line '$(grep -m1 -E 'stopped|error' "$TMP/$name.out")', checkpoint ckpt_${k:-?}"; fi
+}
+hup_case sighup_checkpoints_and_stops_1_rank 1
+hup_case sighup_to_one_rank_stops_all_ranks_2_ranks 2
 
 # two signals: the second ends the process at once, whatever the step is doing
 "$TRAIN" "${ARGS[@]}" --steps 100000 --out "$TMP/twice" > "$TMP/twice.out" 2>&1 &

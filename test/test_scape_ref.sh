@@ -5,7 +5,8 @@
 # same-bytes variants of issue 31 (catchup, tensor-nu, residual-decay), each with a control run in which the
 # reference runs the faithful algorithm against the variant's dump and must FAIL (so the variant changes something
 # the comparison sees); then PowerSGD (test/powersgd_ref.py), 1-bit Adam (test/onebit_ref.py) and DeMo (test/demo_ref.py) against their own
-# float64 references, each with deliberate-mistake controls that must FAIL.
+# float64 references, each with deliberate-mistake controls that must FAIL; and DiLoCo (test/diloco_ref.py) and
+# SparseLoCo (test/sparseloco_ref.py) likewise.
 # Needs /usr/bin/python3 with numpy. Prints "ok <name>" / "FAIL <name>: ..." per case; exits non-zero on failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -96,5 +97,48 @@ done <<'CASES'
 demo_ref_n1_k3_clip 1 30 3 30 no-removal,no-dct
 demo_ref_n2_k1 2 30 1 0 no-removal,no-dct
 demo_ref_n3_k5_clip 3 30 5 30 no-removal,no-dct,sum
+CASES
+# DiLoCo (issue 45): name ranks steps spec clip controls (the pseudo-gradients summed instead of averaged only shows on
+# 2+ ranks; 30 steps is not a multiple of H, so the last step's outer step is checked too)
+while read -r name np steps spec clip controls; do
+    if ! "${mpi[@]}" -np "$np" "$drv" "$tmp/$name" "$steps" 1 0 "$clip" diloco "$spec" < /dev/null > "$tmp/$name.log" 2>&1; then
+        echo "FAIL $name: driver failed: $(tail -1 "$tmp/$name.log")"; fail=1; continue
+    fi
+    /usr/bin/python3 test/diloco_ref.py "$tmp/$name" "$spec" "$clip" "$name" || fail=1
+    for mistake in ${controls//,/ }; do
+        if /usr/bin/python3 test/diloco_ref.py "$tmp/$name" "$spec" "$clip" "$name-$mistake" "$mistake" > "$tmp/ctl" 2>&1; then
+            echo "FAIL $name-control-$mistake: a reference with the mistake $mistake matches the C"; fail=1
+        else
+            echo "ok $name-control-$mistake (the reference with the mistake differs)"
+        fi
+    done
+done <<'CASES'
+diloco_ref_n1_h4_clip 1 30 diloco-h=4 30 sign,plain,reset
+diloco_ref_n2_h5_adams 2 30 diloco-h=5,diloco-inner=adams 0 sign,plain,sum,reset
+diloco_ref_n3_h4_clip 3 30 diloco-h=4,diloco-outer-lr=0.5,diloco-outer-momentum=0.8 30 sign,plain,sum,reset
+CASES
+# SparseLoCo (issue 45): name ranks steps spec clip controls (chunks of 64 with top-5 cut the toy's tensors of 320, 8,
+# 192, 24, 192 elements where flat chunks of the whole vector would not; summing instead of averaging only shows on
+# 2+ ranks; bits 3 has levels the 2-bit grid lacks); and its shared mask (--sparseloco-mask shared: the owners' top-k
+# one outer step ahead, checked exactly; controls: each rank's own masks, and the mask chosen at the step itself)
+while read -r name np steps spec clip controls; do
+    if ! "${mpi[@]}" -np "$np" "$drv" "$tmp/$name" "$steps" 1 0 "$clip" sparseloco "$spec" < /dev/null > "$tmp/$name.log" 2>&1; then
+        echo "FAIL $name: driver failed: $(tail -1 "$tmp/$name.log")"; fail=1; continue
+    fi
+    /usr/bin/python3 test/sparseloco_ref.py "$tmp/$name" "$spec" "$clip" "$name" || fail=1
+    for mistake in ${controls//,/ }; do
+        if /usr/bin/python3 test/sparseloco_ref.py "$tmp/$name" "$spec" "$clip" "$name-$mistake" "$mistake" > "$tmp/ctl" 2>&1; then
+            echo "FAIL $name-control-$mistake: a reference with the mistake $mistake matches the C"; fail=1
+        else
+            echo "ok $name-control-$mistake (the reference with the mistake differs)"
+        fi
+    done
+done <<'CASES'
+sparseloco_ref_n1_h4_c64_k5_clip 1 30 sparseloco-h=4,sparseloco-chunk=64,sparseloco-topk=5 30 decay,rounding,chunks
+sparseloco_ref_n2_h5_c64_k3_adams 2 30 sparseloco-h=5,sparseloco-chunk=64,sparseloco-topk=3,sparseloco-inner=adams 0 decay,rounding,chunks,sum
+sparseloco_ref_n3_h4_c64_k5_b3_clip 3 30 sparseloco-h=4,sparseloco-chunk=64,sparseloco-topk=5,sparseloco-bits=3,sparseloco-beta=0.9,sparseloco-alpha=0.8 30 decay,rounding,chunks,sum
+sparseloco_ref_shared_n1_h4_c64_k5_clip 1 30 sparseloco-h=4,sparseloco-chunk=64,sparseloco-topk=5,sparseloco-mask=shared 30 decay,rounding,chunks,own,stale
+sparseloco_ref_shared_n2_h5_c64_k3_adams 2 30 sparseloco-h=5,sparseloco-chunk=64,sparseloco-topk=3,sparseloco-inner=adams,sparseloco-mask=shared 0 decay,rounding,chunks,sum,own,stale
+sparseloco_ref_shared_n3_h4_c64_k5_clip 3 30 sparseloco-h=4,sparseloco-chunk=64,sparseloco-topk=5,sparseloco-mask=shared 30 decay,rounding,chunks,sum,own,stale
 CASES
 exit $fail

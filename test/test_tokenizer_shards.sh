@@ -114,6 +114,17 @@ else
     fail shards_refuse_an_out_inside_the_inputs "status $st/$st2/$st3: $(cat "$tmp/err_in" "$tmp/err_in2" "$tmp/err_in3")"
 fi
 
+# --out naming an input file (a .jsonl) is refused as an input, not as "inside the input folder"
+printf '{"text": "one document"}\n' > "$tmp/in.jsonl"
+"$TOK" shards --out "$tmp/in.jsonl" --name s --val-percent 0 --data "$data" "$tmp/in.jsonl" > /dev/null 2> "$tmp/err_jl"
+st=$?
+if [ $st = 1 ] && one_error "$tmp/err_jl" "--out $tmp/in.jsonl names an input: $tmp/in.jsonl is an input file" \
+   && [ "$(cat "$tmp/in.jsonl")" = '{"text": "one document"}' ]; then
+    ok shards_refuse_an_out_naming_an_input_file
+else
+    fail shards_refuse_an_out_naming_an_input_file "status $st: $(cat "$tmp/err_jl")"
+fi
+
 # stdout on a full disk: an error, not a silent success
 "$TOK" shards --out "$tmp/full" --name s --val-percent 0 --data "$data" "$tmp/a" > /dev/full 2> "$tmp/err_full"
 st=$?

@@ -158,7 +158,17 @@ expect_error error_train_vocab_missing "--vocab N is required" train --out "$tmp
 printf 'ab ab' > "$tmp/tiny.txt"
 expect_error error_train_corpus_too_small "allows only 259 tokens" train --vocab 300 --val-percent 0 --out "$tmp/bad" "$tmp/tiny.txt"
 expect_error error_train_no_inputs "no INPUTS" train --vocab 300 --out "$tmp/bad"
-expect_error error_train_out_is_a_file "$tmp/tiny.txt" train --vocab 260 --val-percent 0 --out "$tmp/tiny.txt/x" "$tmp/corpus"
+# a training that fails leaves no --words-out behind (it was written before the merges were learned)
+rm -f "$tmp/words_fail.txt"
+expect_error error_train_failure_leaves_no_words_out "allows only 259 tokens" train --vocab 300 --val-percent 0 \
+    --out "$tmp/bad" --words-out "$tmp/words_fail.txt" "$tmp/tiny.txt"
+[ ! -e "$tmp/words_fail.txt" ] || fail error_train_failure_leaves_no_words_out "--words-out written though training failed"
+# an --out naming an input file (here a .jsonl) is called an input, not a folder
+printf '{"text": "ab ab ab"}\n' > "$tmp/in.jsonl"
+expect_error error_train_out_names_an_input_file "--out $tmp/in.jsonl names an input: $tmp/in.jsonl is an input file" \
+    train --vocab 260 --val-percent 0 --out "$tmp/in.jsonl" "$tmp/in.jsonl"
+[ "$(cat "$tmp/in.jsonl")" = '{"text": "ab ab ab"}' ] || fail error_train_out_names_an_input_file "the input changed"
+expect_error error_train_out_is_a_file "^error: --out $tmp/tiny.txt/x: cannot create directory $tmp/tiny.txt/x: Not a directory; choose a writable folder$" train --vocab 260 --val-percent 0 --out "$tmp/tiny.txt/x" "$tmp/corpus"
 
 # --words-out never writes over an input document (it did: tok train's own training text), into an input folder, or
 # onto the encoder.json / vocab.bpe of --out (the vocabulary replaced it, exit 0)

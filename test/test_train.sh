@@ -126,7 +126,7 @@ expect_error error_seq_above_model_maximum any 'error: --seq 128 exceeds the mod
 expect_error error_unknown_option 2 '^error: unknown option --bogus; see --help$' "${RUN[@]}" --bogus 3
 expect_error error_value_out_of_range 2 '^error: --lr: 5 is out of range \[0, 1\]$' "${RUN[@]}" --lr 5
 expect_error error_malformed_value 2 "^error: --steps: 'ten' is not an integer$" "${RUN[@]}" --steps ten
-expect_error error_bad_choice 2 "^error: --optimizer: 'sgd' is not one of adamw\|adams\|scape\|topk-ef\|powersgd\|onebit-adam\|demo$" \
+expect_error error_bad_choice 2 "^error: --optimizer: 'sgd' is not one of adamw\|adams\|scape\|topk-ef\|powersgd\|onebit-adam\|demo\|diloco\|sparseloco$" \
     "${RUN[@]}" --optimizer sgd
 # the default corpus is prepared by the trainer's own Makefile (beside the program), never by the Makefile of the
 # folder it is run from (another project's `make data`); the toy, in build/, has none and says so
@@ -145,6 +145,19 @@ expect_error error_env_switch_not_0_or_1 any '^error: SCAPE_CHECK_SYNC=yes: set 
     env SCAPE_CHECK_SYNC=yes "${RUN[@]}" --out "$TMP/x"
 expect_error error_env_switch_off_is_not_on any '^error: SCAPE_COMM_SPIN=off: set it to 1' \
     env SCAPE_COMM_SPIN=off "${RUN[@]}" --out "$TMP/x"
+# the drill SCAPE_TEST_CORRUPT_MASK=R (test_scape_gpt2.sh) names a rank: junk read as rank 0, so did an empty value,
+# and rank 0 then sent a damaged mask; junk is refused before --out is touched, empty is off
+expect_error error_corrupt_mask_drill_junk any '^error: SCAPE_TEST_CORRUPT_MASK=junk: expected a rank in 0\.\.0' \
+    env SCAPE_TEST_CORRUPT_MASK=junk "${RUN[@]}" --out "$TMP/cm" --optimizer scape --density 0.1 --steps 4
+[ -e "$TMP/cm" ] && fail error_corrupt_mask_drill_junk "--out $TMP/cm was created"
+if env SCAPE_TEST_CORRUPT_MASK= "${RUN[@]}" --out "$TMP/cm_empty" --optimizer scape --density 0.1 --steps 4 \
+        > "$TMP/cm_empty.out" 2>&1; then ok corrupt_mask_drill_empty_is_off
+else fail corrupt_mask_drill_empty_is_off "$(grep -m1 error "$TMP/cm_empty.out")"; fi
+# an --out that cannot be made names the flag and the fix (it said only "cannot create directory X: <reason>")
+: > "$TMP/a_file"
+expect_error error_out_cannot_be_created any \
+    "^error: --out $TMP/a_file/run: cannot create directory $TMP/a_file/run: Not a directory; choose a writable folder\$" \
+    "${RUN[@]}" --out "$TMP/a_file/run"
 expect_error error_lr_floor_above_lr 2 '^error: --lr-floor 0.5 is above --lr 0.1' "${RUN[@]}" --lr 0.1 --lr-floor 0.5
 expect_error error_density_without_scape 2 '^error: --density 0.1 applies only to --optimizer scape' \
     "${RUN[@]}" --density 0.1

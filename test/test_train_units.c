@@ -429,10 +429,42 @@ TEST(rule_configure_resolves_into_the_recorded_option) {
     args_format(args_find(t, n, "onebit-freeze"), after, sizeof after);
     CHECK(!strcmp(before, "0") && !strcmp(after, "30"), "--onebit-freeze %s became %s, want 0 -> 30", before, after);
     CHECK(train_option_defining("demo-topk") && train_option_defining("powersgd-rank") &&
-          !train_option_defining("onebit-freeze") && !train_option_defining("lr"), "defining options");
-    CHECK(!strcmp(train_optimizer_choices(), "adamw|adams|scape|topk-ef|powersgd|onebit-adam|demo"),
+          !train_option_defining("onebit-freeze") && !train_option_defining("lr") &&
+          train_option_defining("diloco-h") && !train_option_defining("diloco-outer-lr") &&
+          train_option_defining("sparseloco-mask") && !train_option_defining("sparseloco-beta"), "defining options");
+    CHECK(!strcmp(train_optimizer_choices(), "adamw|adams|scape|topk-ef|powersgd|onebit-adam|demo|diloco|sparseloco"),
           "--optimizer choices %s", train_optimizer_choices());
     free(t);
+}
+
+/* The memory check's bytes per parameter of the local-update rules: the staging buffer 4 plus what their init
+ * allocates (theta_prev, the outer state, the inner m and v; v not with AdamS; SparseLoCo's message, (4 + 2 k +
+ * ceil(k b / 8)) / C, and with the shared mask two masks of 1/8 and the payload 4 k / C). */
+TEST(local_update_rules_bytes_per_param) {
+    ModelFamily fam = {"toy", NULL, "v8l1t8", "toy spec", never_create, NULL};
+    const char *const runs[][5] = {
+        {"--optimizer", "diloco", NULL},
+        {"--optimizer", "diloco", "--diloco-inner", "adams", NULL},
+        {"--optimizer", "sparseloco", NULL},
+        {"--optimizer", "sparseloco", "--sparseloco-mask", "shared", NULL},
+    };
+    const double want[] = {20, 16, 20 + 148.0 / 4096, 20 + 148.0 / 4096 + 0.25 + 256.0 / 4096};
+    for (int i = 0; i < 4; i++) {
+        TrainConfig c;
+        memset(&c, 0, sizeof c);
+        int n, argc = 1;
+        ArgSpec *t = train_options(&c, &fam, &n);
+        char *argv[6] = {"prog"};
+        while (runs[i][argc - 1]) {
+            argv[argc] = (char *)runs[i][argc - 1];
+            argc++;
+        }
+        args_parse(t, n, argc, argv, "usage", NULL);
+        double b = train_optimizer_bytes_per_param(&c, 2);
+        CHECK(fabs(b - want[i]) < 1e-9, "%s %s: %g bytes per parameter, want %g", argv[2], argc > 3 ? argv[4] : "",
+              b, want[i]);
+        free(t);
+    }
 }
 
 TEST(checkpoint_state_round_trip_and_completeness) {
@@ -763,6 +795,7 @@ int main(void) {
     RUN_TEST(args_format_reads_back_to_the_same_value);
     RUN_TEST(rule_options_reach_the_chosen_rules_block);
     RUN_TEST(rule_configure_resolves_into_the_recorded_option);
+    RUN_TEST(local_update_rules_bytes_per_param);
     RUN_TEST(sample_context_has_one_bos_whatever_the_prompt);
     RUN_TEST(prune_counts_canonical_names_only_and_never_follows_links);
     RUN_TEST(manifest_options_keep_any_bytes_at_any_length);

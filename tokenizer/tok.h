@@ -79,10 +79,12 @@ typedef struct {
  * what is skipped. fatal() if they hold no document; the folders and files met are left in *seen. cmd: the command,
  * for messages. */
 void add_inputs(DocList *docs, char **inputs, int n, Seen *seen, const char *cmd);
-/* fatal() if --out is an input folder or lies inside one: the next run would read what is written there. */
+/* fatal() if --out is an input folder or lies inside one (the next run would read what is written there), or names
+ * an input file. */
 void refuse_out_in_inputs(const char *out, const Seen *seen);
 /* fatal() unless tok train's --words-out names a file of its own: not an input document (it was written over), not
- * in an input folder, not the encoder.json or vocab.bpe of --out (the vocabulary would replace it). */
+ * in an input folder, not the encoder.json or vocab.bpe of --out (the vocabulary would replace it), not a folder,
+ * device or pipe. */
 void refuse_words_out(const char *words, const char *out, const Seen *seen);
 /* fatal() if an input document's file is one of the shards of this --name in --out, which the run replaces or
  * removes (`tok shards --out o --name s o/s_train_000000.bin`). */

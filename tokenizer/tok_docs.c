@@ -162,8 +162,8 @@ void add_inputs(DocList *docs, char **inputs, int n, Seen *seen, const char *cmd
 }
 
 /* fatal() if the folder dir (of `flag shown`) is an input folder or lies inside one: what is written there would be
- * read as documents by the next run over the same inputs (and could replace an input). dir need not exist yet: its
- * nearest existing folder is checked, then each folder above it. */
+ * read as documents by the next run over the same inputs (and could replace an input); or if dir is (or lies under)
+ * an input file. dir need not exist yet: its nearest existing path is checked, then each folder above it. */
 static void refuse_in_inputs(const char *flag, const char *shown, const char *dir, const Seen *seen) {
     size_t cap = strlen(dir) + 8 + 3 * 4096;
     char *p = xmalloc(cap, "path");
@@ -175,6 +175,9 @@ static void refuse_in_inputs(const char *flag, const char *shown, const char *di
         *slash = 0;
     }
     for (int up = 0; up < 4096 && stat(p, &st) == 0; up++) {
+        if (was_visited(seen, &st) && !S_ISDIR(st.st_mode)) /* the path, or a folder of it, is an input file */
+            fatal("%s %s names an input: %s is an input file of this run; choose %s outside the inputs", flag, shown,
+                  p, !strcmp(flag, "--out") ? "an --out" : "a file");
         if (was_visited(seen, &st))
             fatal("%s %s lies inside the input folder %s: the next run would read what is written there as "
                   "documents; choose %s outside the inputs", flag, shown, p, !strcmp(flag, "--out") ? "an --out" :
@@ -195,6 +198,9 @@ void refuse_words_out(const char *words, const char *out, const Seen *seen) {
     if (stat(words, &st) == 0 && was_visited(seen, &st))
         fatal("--words-out %s is an input of this run: writing it would destroy it; name a file outside the inputs",
               words);
+    /* refused now, not after the training (which writes it only once it succeeded), as bpe_trainer_write_words would */
+    if (lstat(words, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+        fatal("%s exists and is not a regular file (a folder, device or pipe); name another file", words);
     size_t len = strlen(words);
     char *dir = xmalloc(len + 2, "path");
     snprintf(dir, len + 2, "%s", words);

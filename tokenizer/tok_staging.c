@@ -91,7 +91,7 @@ static void *staging_signals(void *arg) {
 void staging_begin(const char *out, const char *prefix) {
     struct stat out_st;
     staging.made_out = stat(out, &out_st) != 0;
-    make_dirs(out);
+    make_dirs_for("--out", out);
     staging.out = out;
     staging.prefix = prefix;
     snprintf(staging.tmp, sizeof staging.tmp, "%s/.%s.tok-shards.XXXXXX", out, prefix);

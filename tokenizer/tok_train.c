@@ -53,15 +53,14 @@ int cmd_train(int argc, char **argv) {
     if (bpe_trainer_text_bytes(bt) == 0)
         fatal("tok train: the training documents of the inputs are empty; give text to learn from");
     double t1 = now_seconds();
-    /* a signal waits until a file being written is in place (a few ms), so none is left half-written */
-    sigset_t old;
-    if (words) {
-        block_stop_signals(&old);
-        bpe_trainer_write_words(bt, words);
-        sigprocmask(SIG_SETMASK, &old, NULL);
-    }
+    /* --words-out is written only once the merges are learned: a training that fails (a --vocab the corpus cannot
+     * reach) leaves no file behind. A signal waits until a file being written is in place (a few ms), so none is
+     * left half-written. */
     bpe_trainer_train(bt, vocab);
+    sigset_t old;
     block_stop_signals(&old);
+    make_dirs_for("--out", out);
+    if (words) bpe_trainer_write_words(bt, words);
     bpe_trainer_write(bt, out);
     sigprocmask(SIG_SETMASK, &old, NULL);
     printf("tok train: %zu training documents (%zu held out), %lld bytes, %zu distinct pieces; %d tokens (%d "

@@ -168,7 +168,9 @@ void save_checkpoint(Run *r, int step) {
     comm_barrier();
     if (r->rank == 0) {
         snprintf(path, sizeof path, "%s/model.bin", dir);
+        run_synced_model(r, 1); /* the synchronized model; each rank's own parameters are in its state file */
         r->m->save(r->m, path);
+        run_synced_model(r, 0);
     }
     int64_t mine[2];
     write_rank_state(r, dir, step, mine);
@@ -581,7 +583,7 @@ int checkpoint_and_stop(Run *r, int t, int saved) {
     const TrainConfig *c = &r->c;
     /* preempted: a checkpoint of this step (never of a state reached through skipped steps), then out */
     int ckpt = !r->bad_run;
-    const char *sig = r->stop_at == SIGINT ? "SIGINT" : "SIGTERM";
+    const char *sig = r->stop_at == SIGINT ? "SIGINT" : r->stop_at == SIGHUP ? "SIGHUP" : "SIGTERM";
     if (ckpt && !saved) save_checkpoint(r, t);
     if (r->rank == 0) {
         if (ckpt)

@@ -243,8 +243,9 @@ static void eval_only_scores(Run *r, int step, JsonLog *log) {
     if (st == EVAL_STOPPED) {
         out_discard(r->eval_dump);
         fflush(stdout);
-        fprintf(stderr, "stopped by %s during --eval-only: nothing written\n", *r->eval_stop == SIGINT ? "SIGINT" :
-                "SIGTERM");
+        int s = *r->eval_stop;
+        fprintf(stderr, "stopped by %s during --eval-only: nothing written\n", s == SIGINT ? "SIGINT" :
+                s == SIGHUP ? "SIGHUP" : "SIGTERM");
         fflush(stderr);
         _exit(128 + *r->eval_stop); /* no MPI_Finalize: a job's other ranks are ended by the launcher */
     }
@@ -262,7 +263,7 @@ void eval_only(Run *r, volatile sig_atomic_t *stop) {
     int step = r->ckpt_path[0] ? r->ckpt_step : 0; /* its manifest's step, whatever its folder is called */
     JsonLog *log = NULL;
     if (r->rank == 0) {
-        make_dirs(c->out);
+        make_dirs_for("--out", c->out);
         char path[4400];
         snprintf(path, sizeof path, "%s/eval.jsonl", c->out);
         log = jlog_open(path);

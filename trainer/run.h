@@ -60,6 +60,13 @@ typedef struct {
     int stop_at;          /* the signal that asks this run to stop after the current step (any rank's); 0 none */
 } Run;
 
+/* Local-update rules (DiLoCo): on = 1 puts the synchronized model, identical on every rank, into the model's
+ * parameters for what reads them outside the steps (validation, samples, tasks, the checkpoint's model file); on = 0
+ * puts this rank's own back. Nothing for the other rules. */
+static inline void run_synced_model(Run *r, int on) {
+    if (r->u && r->u->use_synced) r->u->use_synced(r->u, on);
+}
+
 /* What one training step did (train_step), for its line and "train" event (log_step). */
 typedef struct {
     float lr;         /* the schedule's learning rate of the step */

@@ -141,10 +141,11 @@ static CommBackend comm_backend(const char *name) {
     return COMM_BACKEND_AUTO;
 }
 
-/* Preemption: SIGTERM (a cluster's notice before it kills a job) or SIGINT (Ctrl-C) asks the run to stop after
- * the step in progress; a second signal ends the process at once, removing the temp files of the writes in
- * progress (a checkpoint file, the --eval-dump beside its target). The flag is agreed on by all ranks through the
- * step's mean-loss all-reduce, so every rank stops after the same step and writes its part of one checkpoint. */
+/* Preemption: SIGTERM (a cluster's notice before it kills a job), SIGINT (Ctrl-C) or SIGHUP (the terminal or ssh
+ * session that started the run closed) asks the run to stop after the step in progress; a second signal ends the
+ * process at once, removing the temp files of the writes in progress (a checkpoint file, the --eval-dump beside its
+ * target). The flag is agreed on by all ranks through the step's mean-loss all-reduce, so every rank stops after
+ * the same step and writes its part of one checkpoint. */
 static volatile sig_atomic_t stop_signal = 0;
 static void on_stop_signal(int sig) {
     if (stop_signal) {
@@ -161,6 +162,7 @@ static void install_stop_handlers(void) {
     sa.sa_flags = SA_RESTART;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
 }
 
 /* One run per --out: rank 0 holds an exclusive flock on <out>/.lock for the run's lifetime (the descriptor is never
@@ -170,7 +172,7 @@ static void install_stop_handlers(void) {
 static int out_lock_fd = -1;
 static void lock_out_dir(const Run *r, const char *out) {
     if (r->rank != 0) return;
-    make_dirs(out);
+    make_dirs_for("--out", out);
     char path[4400];
     snprintf(path, sizeof path, "%s/.lock", out);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644); /* never through a planted link */
@@ -453,7 +455,7 @@ static void open_loop(Run *r) {
     r->inputs = xmalloc((size_t)c->B * c->T * sizeof(int), "inputs");
     r->targets = xmalloc((size_t)c->B * c->T * sizeof(int), "targets");
     if (r->rank == 0) {
-        make_dirs(c->out);
+        make_dirs_for("--out", c->out);
         char path[4400];
         snprintf(path, sizeof path, "%s/log.jsonl", c->out);
         r->log = jlog_open(path);
@@ -495,11 +497,15 @@ static int finish_run(Run *r, int status) {
  * on the wire, the other ranks wait for them), or a drill asks for it (trainer/drills.h). */
 static int vote_loss(Run *r, int t, double loss, double *mean) {
     int nan_grad = nan_injection_step(&r->inj, r->rank, t, &loss);
-    double sums[2] = {loss / r->accum, stop_signal ? (double)stop_signal : 0.0};
+    /* SIGHUP (1) votes 2^-10, not 1: two ranks' SIGHUPs then never add up to SIGINT (2); any sum that is not one
+     * rank's vote (several ranks signalled) reads as SIGTERM on the ranks that got none */
+    double hup = 1.0 / 1024;
+    double sums[2] = {loss / r->accum, stop_signal == SIGHUP ? hup : stop_signal ? (double)stop_signal : 0.0};
     comm_allreduce_sum_f64(sums, 2);
     *mean = sums[0] / r->world;
-    int s = (int)sums[1]; /* another rank's signal, when only one rank got one */
-    if (s > 0 && !r->stop_at) r->stop_at = stop_signal ? stop_signal : s == SIGINT || s == SIGTERM ? s : SIGTERM;
+    double s = sums[1]; /* another rank's signal, when only one rank got one */
+    if (s > 0 && !r->stop_at)
+        r->stop_at = stop_signal ? stop_signal : s == hup ? SIGHUP : s == SIGINT ? SIGINT : SIGTERM;
     return isfinite(*mean) && !nan_grad;
 }
 
@@ -552,6 +558,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     r->world = comm_world();
     r->threads = set_threads(c->threads);
     comm_set_timeout(c->comm_timeout);
+    distopt_test_corrupt_mask_rank(r->world); /* a drill's variable refused before --out is touched */
     if (!c->eval_only) lock_out_dir(r, c->out); /* --eval-only writes no checkpoint: --out need not be free */
 
     /* resuming: what defines the run comes from the checkpoint (ckpt_policy.h choose_checkpoint) */
@@ -600,11 +607,20 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
         }
         if (c->mask_stats_every > 0 && t % c->mask_stats_every == 0) log_mask_stats(r, t);
         int last = t == c->steps;
-        if (last || (c->eval_every > 0 && t % c->eval_every == 0)) validate(r, t);
-        if (c->sample_every > 0 && (last || t % c->sample_every == 0)) sample(r, t);
+        int val = last || (c->eval_every > 0 && t % c->eval_every == 0);
+        int smp = c->sample_every > 0 && (last || t % c->sample_every == 0);
+        int tasks = r->ntasks && (last || (c->eval_task_every > 0 && t % c->eval_task_every == 0));
+        if (val || smp) run_synced_model(r, 1); /* they see the synchronized model (local-update rules) */
+        if (val) validate(r, t);
+        if (smp) sample(r, t);
+        if (val || smp) run_synced_model(r, 0);
         int saved = checkpoint_at(r, t); /* after sampling: the saved sampler RNG is the one the next step uses */
         /* the tasks after the checkpoint: a scoring point never costs the run (eval_tasks_at) */
-        if (r->ntasks && (last || (c->eval_task_every > 0 && t % c->eval_task_every == 0))) eval_tasks_at(r, t);
+        if (tasks) {
+            run_synced_model(r, 1);
+            eval_tasks_at(r, t);
+            run_synced_model(r, 0);
+        }
         comm_stats_take(&between); /* validation/checkpoint traffic is not the next step's */
         if (r->stop_at && !last) { /* preempted: a checkpoint of this step, then out */
             status = checkpoint_and_stop(r, t, saved);

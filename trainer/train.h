@@ -46,9 +46,9 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n);
 /* Parses argv, trains, writes <out>/log.jsonl and checkpoints; returns the process exit status: 0, or 1 when the
  * run stopped after --max-bad-steps consecutive steps with a non-finite loss or gradient norm (each such step is
  * skipped: params and optimizer state unchanged; the stop writes no checkpoint, so --resume latest continues
- * from the newest one on disk), or 128 + the signal (143, 130) when SIGTERM or SIGINT stopped it: the step in
- * progress is finished on every rank, a checkpoint of it is written (unless it was skipped) and one line says so;
- * a second signal ends the process at once.
+ * from the newest one on disk), or 128 + the signal (143, 130, 129) when SIGTERM, SIGINT or SIGHUP stopped it: the
+ * step in progress is finished on every rank, a checkpoint of it is written (unless it was skipped) and one line
+ * says so; a second signal ends the process at once.
  * Usage errors exit 2 (common/args.h); runtime errors exit 1 with one line via fatal(). Calls comm_init and
  * comm_finalize itself, so a trainer's main is just `return train_main(argc, argv, &family);`. */
 int train_main(int argc, char **argv, const ModelFamily *fam);

@@ -36,7 +36,9 @@ ArgSpec *train_options(TrainConfig *c, const ModelFamily *fam, int *n) {
          "update rule (topk-ef: top-k of raw gradients with error feedback into AdamW, the baseline; powersgd: "
          "PowerSGD's low-rank gradients with error feedback into AdamW; onebit-adam: 1-bit Adam, AdamW until "
          "--onebit-freeze, then the momentum sent as signs with error compensation; demo: DeMo, each rank's momentum "
-         "sends its top DCT coefficients per block, sign step; these three run the host update, also in the CUDA "
+         "sends its top DCT coefficients per block, sign step; diloco: DiLoCo, H local inner steps per rank, then "
+         "the averaged pseudo-gradient by an outer Nesterov SGD; sparseloco: SparseLoCo, DiLoCo's inner steps, then "
+         "each rank's error feedback's top-k per chunk in 2 bits; these five run the host update, also in the CUDA "
          "trainers)", 0},
         {"beta1", ARG_FLOAT, &c->beta1, "0.9", 0, 0.999999, NULL, "first-moment decay", 0},
         {"beta2", ARG_FLOAT, &c->beta2, "0.95", 0, 0.999999, NULL, "second-moment decay", 0},

@@ -117,6 +117,7 @@ static void dist_config(const TrainConfig *c, DistConfig *dc) {
     dc->exclude_norms = c->scape_exclude_norms;
     dc->payload_bf16 = strcmp(c->scape_payload, "bf16") == 0;
     dc->mask_coding = strcmp(c->scape_mask_coding, "auto") == 0;
+    dc->last_step = c->steps; /* a local-update rule (DiLoCo) synchronizes at the run's last step */
 }
 
 void train_dist_config(TrainConfig *c, DistConfig *dc) {
@@ -128,8 +129,9 @@ void train_dist_config(TrainConfig *c, DistConfig *dc) {
 /* Bytes per parameter of the host update's state, a lower bound (optim/dist.h distopt_state_memory): the gradient
  * staging buffer every rule packs buckets into (4), plus the rule's state (its row's bytes_per_param: adamw m and v
  * 8, adams m 4, SCAPE r and m at the starting density 4 + 4 d_start, topk-ef and powersgd e, m, v 12, onebit-adam
- * e, m, v and the server error 16, demo its momentum and per-coefficient sender counts 6); ZeRO-1 shards it over
- * the world. */
+ * e, m, v and the server error 16, demo its momentum and per-coefficient sender counts 6, diloco theta_prev, the
+ * outer momentum and the inner m, v 16 (12 with the inner AdamS), sparseloco the same with e_i for the momentum plus
+ * its message, 16.04 with the defaults); ZeRO-1 shards it over the world. */
 double train_optimizer_bytes_per_param(const TrainConfig *c, int world) {
     const UpdateRule *u = chosen_rule(c);
     DistConfig dc;
