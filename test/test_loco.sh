@@ -5,7 +5,8 @@
 # state files, the logged losses); the checkpoints' model file is the synchronized model (unchanged from step 4
 # through 7, moved at 8); SCAPE_CHECK_SYNC passes; the logged bytes are 0 in every payload kind at inner steps and one
 # all-reduce of P floats at outer steps, 2 * 4P (N-1)/N; a checkpoint of an outer step resumes on 1 rank, one between
-# outer steps is refused in one line; other rule parameters than the checkpoint's are refused. Then SparseLoCo
+# outer steps is refused in one line; other rule parameters than the checkpoint's are refused, another rule's as another
+# rule's. Then SparseLoCo
 # (optim/dist_sparseloco.c; chunks of 64, top-8) likewise: in sync, 0 bytes at inner steps and one all-gather at outer
 # steps, resume between outer steps bitwise, an outer step's checkpoint on 1 rank; and with --sparseloco-mask shared
 # (in sync, bytes, resume bitwise, an outer step's checkpoint on 3 ranks). Their options are rows of their rule files
@@ -82,6 +83,13 @@ if "${MPI[@]}" -np 2 "${RUN[@]}" --diloco-h 5 --out "$TMP/e" --resume "$TMP/a/ck
     fail diloco_other_h_refused_on_resume "the resume ran"
 elif grep -q -- "--diloco-h 5 contradicts the checkpoint .*--diloco-h 4" "$TMP/e.out"; then ok diloco_other_h_refused_on_resume
 else fail diloco_other_h_refused_on_resume "$(tail -2 "$TMP/e.out")"; fi
+# another rule's option on resume is refused as another rule's, not as contradicting a value the run never used
+if "${MPI[@]}" -np 2 "$TOY" --sparseloco-h 4 --out "$TMP/e2" --resume "$TMP/a/ckpt_5" > "$TMP/e2.out" 2>&1; then
+    fail diloco_resume_refuses_sparseloco_option_as_another_rules "the resume ran"
+elif grep -q -- "^error: --sparseloco-h applies to --optimizer sparseloco only (this run has --optimizer diloco" "$TMP/e2.out" \
+    && ! grep -q "contradicts\|applies from the resumed step" "$TMP/e2.out"; then
+    ok diloco_resume_refuses_sparseloco_option_as_another_rules
+else fail diloco_resume_refuses_sparseloco_option_as_another_rules "$(grep -v '^\[' "$TMP/e2.out" | head -2)"; fi
 
 # SparseLoCo (optim/dist_sparseloco.c): H 4, chunks of 64 with top-8; the same loop, its per-rank error feedback in
 # the state files

@@ -31,9 +31,9 @@ static void model_id(const TrainConfig *c, char *buf) { snprintf(buf, CKPT_ID_MA
 /* Options of a run (trainer/train_options.c) as its checkpoints record them and a resume treats them:
  *   not recorded: where and how this process runs (--out, --resume, --threads, --comm, --update, --comm-timeout,
  *                 --verify-ckpt) and --init (recorded by content as the manifest's init_xxh3);
- *   defining:     what the checkpoint's model and optimizer state are made for (below, and the rules' own options
- *                 their rows mark defining, train_option_defining); on resume a flag that differs is refused
- *                 naming both values;
+ *   defining:     what the checkpoint's model and optimizer state are made for (below, and the options the
+ *                 checkpoint's rule's row marks defining, train_option_defining); on resume a flag that differs is
+ *                 refused naming both values (another rule's options are refused for being another rule's);
  *   the rest:     taken from the checkpoint unless given again, when the new value applies from the resumed step
  *                 on (steps, lr schedule, eval, sampling, data paths, density schedule, ...), with a note. */
 static const char *const options_not_recorded[] = {"out", "resume", "threads", "comm", "update", "comm-timeout",
@@ -372,6 +372,9 @@ static void apply_checkpoint_options(Run *r) {
             fatal("--model %s (%s) contradicts the checkpoint %s, whose model.bin is %s; drop the flag (a resumed run "
                   "keeps its model) or start a new --out", r->c.model, want, r->ckpt_path, have);
     }
+    const char *rule = r->c.optimizer; /* the checkpoint's rule, whose own options are compared */
+    for (int i = 0; i < o.n; i++)
+        if (!strcmp(o.names[i], "optimizer")) rule = o.values[i];
     for (int i = 0; i < o.n; i++) {
         const char *name = o.names[i], *saved = o.values[i];
         ArgSpec *s = args_find(r->opts, r->n_opts, name);
@@ -389,8 +392,11 @@ static void apply_checkpoint_options(Run *r) {
             r->restored[r->n_restored] = strdup(saved);
             if (!r->restored[r->n_restored]) fatal("out of memory restoring the options of %s", r->ckpt_path);
             args_set(s, r->restored[r->n_restored++]);
+        } else if (train_option_of_other_rule(name, rule)) {
+            /* another rule's option (--sparseloco-h on a DiLoCo checkpoint): the checkpoint's run never used it, so
+             * it neither contradicts nor applies; train_rule_options_check refuses it naming the rule it needs */
         } else if (strcmp(now, saved) != 0) {
-            if (IN_LIST(name, options_defining) || train_option_defining(name))
+            if (IN_LIST(name, options_defining) || train_option_defining(name, rule))
                 fatal("--%s %s contradicts the checkpoint %s, whose run has --%s %s; drop the flag (a resumed run "
                       "keeps its model, optimizer and batch shape) or start a new --out", name, now, r->ckpt_path,
                       name, saved);

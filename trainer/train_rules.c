@@ -61,11 +61,24 @@ ArgSpec *train_rule_options_insert(const ArgSpec *t, int nt, TrainConfig *c, int
     return out;
 }
 
-int train_option_defining(const char *name) {
+int train_option_defining(const char *name, const char *optimizer) {
+    for (int k = 0; k < update_rule_count; k++)
+        if (!strcmp(update_rules[k]->name, optimizer))
+            for (int j = 0; j < update_rules[k]->n_options; j++)
+                if (update_rules[k]->options[j].defining && !strcmp(update_rules[k]->options[j].spec.name, name))
+                    return 1;
+    return 0;
+}
+
+int train_option_of_other_rule(const char *name, const char *optimizer) {
+    int owned = 0;
     for (int k = 0; k < update_rule_count; k++)
         for (int j = 0; j < update_rules[k]->n_options; j++)
-            if (update_rules[k]->options[j].defining && !strcmp(update_rules[k]->options[j].spec.name, name)) return 1;
-    return 0;
+            if (!strcmp(update_rules[k]->options[j].spec.name, name)) {
+                if (!strcmp(update_rules[k]->name, optimizer)) return 0;
+                owned = 1;
+            }
+    return owned;
 }
 
 /* Whether a rule owns a row for flag that fits this run's --optimizer and --scape-variant. */

@@ -27,9 +27,13 @@ const char *train_rule_dense_as(const TrainConfig *c);
  * whose name is NULL, bound to their rule's block in c->rule_params. Returns a malloc'd array of *n specs. */
 ArgSpec *train_rule_options_insert(const ArgSpec *t, int nt, TrainConfig *c, int *n);
 
-/* 1 if a rule's row marks the option `name` defining: its state is made for the value, so a resume refuses another
- * (trainer/ckpt_policy.c). */
-int train_option_defining(const char *name);
+/* 1 if the row of the rule named `optimizer` marks its option `name` defining: its state is made for the value, so a
+ * resume refuses another (trainer/ckpt_policy.c). Another rule's option is not defining for this one. */
+int train_option_defining(const char *name, const char *optimizer);
+
+/* 1 if `name` is an option of some rule's row but not of the rule named `optimizer` (--sparseloco-h for diloco): on
+ * resume it is not compared with the checkpoint's record, train_rule_options_check refuses it for what it is. */
+int train_option_of_other_rule(const char *name, const char *optimizer);
 
 /* Refuses (usage error, exit 2) a rule's option given with another rule or variant, which would be ignored. Call
  * once the checkpoint's --optimizer and --scape-variant are in c. */
