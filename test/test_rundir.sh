@@ -24,7 +24,8 @@
 #   l5  a checkpoint folder a retention left half-removed (no manifest) is removed by the next retention;
 #   l6  --eval-only --resume <out>/ckpt_2 leaves the later checkpoints in place and latest where it was;
 #   l7  a resume refused after the roll-back was decided (--batch, --total-batch) has moved nothing;
-#   l8  a link planted at <out>/abandoned is refused before anything moves;
+#   l8  a link planted at <out>/abandoned is refused before anything moves; one planted at <out>/ckpt_N of a new run
+#       is moved aside, not left as a .rollback the next run calls malformed;
 #   l10 --eval-only --resume latest with no checkpoint is refused, nothing written;
 #   l11 --eval-only reports the manifest's step (trailing slash, renamed folder);
 #   l18 --resume "", --verify-ckpt "" (and --train, --val, --data, --tokenizer, --eval-task, --eval-dump "") are usage
@@ -206,6 +207,20 @@ if [ $st -ne 0 ] && one_error_line "$TMP/l8.err" "^error: --out .*l8: .*l8/aband
    && [ "$(lsckpt "$TMP/l8")" = "ckpt_2 ckpt_4 " ] && [ -z "$(ls -A "$TMP/l8elsewhere")" ]; then
     ok planted_abandoned_link_is_refused_before_anything_moves
 else fail planted_abandoned_link_is_refused_before_anything_moves "status $st, left '$(lsckpt "$TMP/l8")', elsewhere '$(ls -A "$TMP/l8elsewhere")': $(cat "$TMP/l8.err")"; fi
+
+# --- a link planted at <out>/ckpt_N of a new run (to a folder that is no checkpoint): the run moves it aside as a link
+#     (a run from step 0 rolls back to "step -1"), trains, and the next run resumes; the .rollback it writes said
+#     step -1, which its own reader then called malformed, leaving the --out unusable until removed by hand
+mkdir -p "$TMP/l9" "$TMP/l9target" && echo precious > "$TMP/l9target/keep"
+ln -s "$(realpath "$TMP/l9target")" "$TMP/l9/ckpt_4"
+"${RUN[@]}" --out "$TMP/l9" --steps 2 --ckpt-every 2 > "$TMP/l9.out" 2> "$TMP/l9.err"
+st=$?
+"${RUN[@]}" --out "$TMP/l9" --steps 3 --resume latest > "$TMP/l9b.out" 2> "$TMP/l9b.err"
+st2=$?
+if [ $st = 0 ] && [ $st2 = 0 ] && [ -L "$TMP/l9/abandoned/after_ckpt_-1/ckpt_4" ] && [ ! -e "$TMP/l9/.rollback" ] \
+   && [ "$(cat "$TMP/l9target/keep")" = precious ] && [ "$(lsckpt "$TMP/l9")" = "ckpt_2 ckpt_3 " ]; then
+    ok planted_checkpoint_link_in_a_new_out_is_moved_aside
+else fail planted_checkpoint_link_in_a_new_out_is_moved_aside "status $st/$st2, left '$(lsckpt "$TMP/l9")': $(cat "$TMP/l9.err" "$TMP/l9b.err" | head -3)"; fi
 
 # --- l18: an unset shell variable as the value
 "$TOY" --verify-ckpt "" --out "$TMP/l18v" > /dev/null 2> "$TMP/l18.err" # (--out: a run it starts stays in TMP)

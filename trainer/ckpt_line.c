@@ -306,7 +306,8 @@ static int read_rollback(const char *out, int *step, char *leaf, size_t leaf_cap
     if (!m) return 0;
     char dest[256];
     const char *pre = ABANDONED "/";
-    int ok = sscanf(m, "%d %255s", step, dest) == 2 && *step >= 0 && strncmp(dest, pre, strlen(pre)) == 0;
+    /* step -1: a run from step 0 (a new run, or --resume latest with no checkpoint) moving aside what it found */
+    int ok = sscanf(m, "%d %255s", step, dest) == 2 && *step >= -1 && strncmp(dest, pre, strlen(pre)) == 0;
     const char *l = dest + strlen(pre);
     ok = ok && l[0] && !strchr(l, '/') && strcmp(l, ".") != 0 && strcmp(l, "..") != 0 && strlen(l) < leaf_cap;
     free(m);
