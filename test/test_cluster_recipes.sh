@@ -3,7 +3,8 @@
 # runs (issue 29; docs/reproduction.md 1.4): DRY_RUN=1 with only DATA_DIR (and OPTIMIZER / DENSITY) prints the
 # command with each of the authors' settings for that model and density, and the trainer's parser accepts every
 # flag of it (the command is run with --verify-ckpt on a folder without checkpoints: parsed, then exit 1); every rule
-# of the trainer is run (the peers with their own defaults), and a value a recipe cannot use (a typo in any of its
+# of the trainer is run (the peers with their own defaults, the local-update rules with LOCO_H and LOCO_MASK and
+# checkpoints at outer steps), and a value a recipe cannot use (a typo in any of its
 # variables, missing data or trainer) stops it with one "error:" line and status 2 before anything is launched, also
 # through slurm.sbatch; a recipe and slurm.sbatch work from any folder (a real 1-rank run of a tiny model, and
 # slurm.sbatch as SLURM runs it: a copy in a spool folder; test/test_slurm.sh submits it with a real sbatch).
@@ -14,11 +15,14 @@ TMP=$(mktemp -d "$ROOT/build/test_cluster.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 
 # recipe density optimizer "flag value ..." : each flag must appear with exactly that value
+# (a fifth argument: more variables, "VAR=value ...")
 check() {
-    local script=$1 density=DENSITY=$2 opt=$3 want=$4 name="cluster_${1}_${3}_${2}"
+    local script=$1 density=DENSITY=$2 opt=$3 want=$4 vars=${5:-} name="cluster_${1}_${3}_${2}"
     [ "$2" = - ] && density=- name="cluster_${1}_${3}"
+    [ -n "$vars" ] && name="${name}_$(echo "$vars" | tr ' =' '__')"
     local cmd
-    cmd=$(env DRY_RUN=1 DATA_DIR=/shards OPTIMIZER=$opt ${density#-} "scripts/cluster/$script.sh" 2>&1)
+    # shellcheck disable=SC2086
+    cmd=$(env DRY_RUN=1 DATA_DIR=/shards OPTIMIZER=$opt ${density#-} $vars "scripts/cluster/$script.sh" 2>&1)
     local st=$? bad=""
     set -- $want
     while [ $# -ge 2 ]; do
@@ -50,6 +54,14 @@ for peer in powersgd onebit-adam demo; do
     check gpt345m - $peer "$gpt_common --optimizer $peer"
     check llama500m - $peer "$llama_common --optimizer $peer"
 done
+# the local-update rules: H (LOCO_H) at the papers' defaults, SparseLoCo's mask mode (LOCO_MASK), and checkpoints at
+# outer steps (the multiple of H at or above the recipes' 1,000), which resume on any number of ranks
+check gpt345m - diloco "$gpt_common --optimizer diloco --diloco-h 500 --ckpt-every 1000"
+check llama500m - diloco "$llama_common --optimizer diloco --diloco-h 300 --ckpt-every 1200" "LOCO_H=300"
+check gpt345m - sparseloco "$gpt_common --optimizer sparseloco --sparseloco-h 30 --sparseloco-mask own --ckpt-every 1020"
+check llama500m - sparseloco "$llama_common --optimizer sparseloco --sparseloco-h 50 --sparseloco-mask shared --ckpt-every 1000" \
+    "LOCO_H=050 LOCO_MASK=shared"
+check gpt345m 0.01 adamw "$gpt_common --optimizer adamw --ckpt-every 1000" "LOCO_H=30"
 # a density the authors did not run needs its schedule spelled out
 if DRY_RUN=1 DATA_DIR=/shards DENSITY=0.05 scripts/cluster/llama500m.sh > "$TMP/d.out" 2>&1; then
     fail cluster_other_density_needs_a_schedule "DENSITY=0.05 without DENSITY_WARMUP was accepted"
@@ -70,7 +82,7 @@ mkdir -p "$TMP/elsewhere"
 ok_all=1
 for script in "$ROOT/scripts/cluster/gpt345m.sh" "$ROOT/scripts/cluster/llama500m.sh" "$ROOT/scripts/cluster/slurm.sbatch"; do
     for v in OPTIMIZER=SCAPE OPTIMIZER=sgd OPTIMIZER=top-k; do
-        want="error: $v; use one of: adamw, adams, scape, topk-ef, powersgd, onebit-adam, demo"
+        want="error: $v; use one of: adamw, adams, scape, topk-ef, powersgd, onebit-adam, demo, diloco, sparseloco"
         refused cluster_unknown_optimizer_is_refused "$script" "DRY_RUN=1 DATA_DIR=/shards $v" "$want" || ok_all=0
     done
 done
@@ -98,6 +110,9 @@ G|DATA_DIR=$ROOT/data/sotu/bpe4k TRAINER=./train_gpt|error: TRAINER=./train_gpt 
 G|DATA_DIR=$ROOT/data/sotu/bpe4k LAUNCHER=mpirun HOSTFILE=hosts|error: HOSTFILE=hosts cannot be read (relative to $TMP/elsewhere)
 L|DRY_RUN=1 DATA_DIR=/shards SLURM_JOB_ID=1 SLURM_NTASKS=8 RANKS=4|error: RANKS=4 but srun runs one rank per task of this allocation (SLURM_NTASKS=8); unset RANKS, allocate 4 tasks, or LAUNCHER=mpirun
 G|DRY_RUN=1 DATA_DIR=/shards SLURM_NTASKS=abc LAUNCHER=mpirun|error: RANKS=abc; use a whole number >= 1
+G|DRY_RUN=1 DATA_DIR=/shards OPTIMIZER=diloco LOCO_H=0|error: LOCO_H=0; use a whole number >= 1
+L|DRY_RUN=1 DATA_DIR=/shards OPTIMIZER=sparseloco LOCO_H=3O|error: LOCO_H=3O; use a whole number >= 1
+G|DRY_RUN=1 DATA_DIR=/shards OPTIMIZER=sparseloco LOCO_MASK=Shared|error: LOCO_MASK=Shared; use one of: own, shared
 EOF2
 [ $ok_all = 1 ] && ok cluster_bad_values_stop_with_one_line
 

@@ -8,7 +8,7 @@
 die() { echo "error: $*" >&2; exit 2; }
 need() { for v in "$@"; do [ -n "${!v:-}" ] || die "set $v (see the header of $0)"; done; }
 # every update rule of the trainer (trainer/train_options.c --optimizer); the recipes run each of them
-RULES="adamw adams scape topk-ef powersgd onebit-adam demo"
+RULES="adamw adams scape topk-ef powersgd onebit-adam demo diloco sparseloco"
 # check_choice VAR CHOICE...: VAR's value is one of the choices (an empty choice "" allows it unset)
 check_choice() {
     local v=$1 c; shift
@@ -25,6 +25,8 @@ check_uint() {
 # rel VALUE: " (relative to <this folder>)" when VALUE is a relative path, for the messages
 rel() { case $1 in /*) ;; *) echo " (relative to $PWD)" ;; esac; }
 sparse_rule() { [ "$OPTIMIZER" = scape ] || [ "$OPTIMIZER" = topk-ef ]; }
+# the local-update rules (DiLoCo, SparseLoCo): LOCO_H inner steps per outer step, LOCO_MASK SparseLoCo's mask mode
+loco_rule() { [ "$OPTIMIZER" = diloco ] || [ "$OPTIMIZER" = sparseloco ]; }
 # check_rule: OPTIMIZER is a rule of the trainer, and for scape and topk-ef DENSITY is one with a schedule (the other
 # rules ignore the density variables, so one job script may loop over every rule); called with the user's values,
 # before the recipe's defaults
@@ -43,6 +45,20 @@ check_recipe() {
         check_uint 0 DENSITY_DENSE DENSITY_WARMUP
         check_choice EXCLUDE_NORMS 0 1
     fi
+    if loco_rule; then
+        # the trainer's defaults, the papers': DiLoCo's H 500, SparseLoCo's 30 with each rank's own mask
+        if [ "$OPTIMIZER" = diloco ]; then LOCO_H=${LOCO_H:-500}; else LOCO_H=${LOCO_H:-30}; fi
+        check_uint 1 LOCO_H
+        LOCO_MASK=${LOCO_MASK:-own}
+        check_choice LOCO_MASK own shared
+    fi
+}
+# ckpt_every N: CKPT_EVERY, the recipe's checkpoint cadence N; for a local-update rule the multiple of LOCO_H at or
+# above N, so every checkpoint is an outer step's (the ranks' parameters synchronized: it resumes on any number of
+# ranks; one between outer steps resumes on its own number only)
+ckpt_every() {
+    CKPT_EVERY=$1
+    if loco_rule; then CKPT_EVERY=$(( (($1 + 10#$LOCO_H - 1) / 10#$LOCO_H) * 10#$LOCO_H )); fi
 }
 # uses_srun: the launch goes through srun (LAUNCHER=srun, or unset inside a SLURM allocation)
 uses_srun() { [ "${LAUNCHER:-}" = srun ] || { [ -z "${LAUNCHER:-}" ] && [ -n "${SLURM_JOB_ID:-}" ]; }; }
@@ -86,13 +102,16 @@ check_launch() {
 # density 1.0, then a geometric warm-up from 1.0 over DENSITY_WARMUP steps to DENSITY, norm gains and biases
 # sparsified too when EXCLUDE_NORMS=0 (the authors' --no-topk-adams-use-exclude-from-topk); the dense rules and the
 # other peers (powersgd, onebit-adam, demo) take the trainer's defaults for their own settings (their papers'; set
-# others through EXTRA, e.g. EXTRA="--powersgd-rank 4").
+# others through EXTRA, e.g. EXTRA="--powersgd-rank 4"); diloco and sparseloco take LOCO_H (and sparseloco LOCO_MASK),
+# their other settings at the trainer's defaults.
 optimizer_flags() {
     OPT_FLAGS=(--optimizer "$OPTIMIZER")
     if sparse_rule; then
         OPT_FLAGS+=(--density "$DENSITY" --density-start 1.0 --density-dense-steps "${DENSITY_DENSE:-0}"
                     --density-warmup "$DENSITY_WARMUP" --scape-exclude-norms "${EXCLUDE_NORMS:-1}")
     fi
+    if [ "$OPTIMIZER" = diloco ]; then OPT_FLAGS+=(--diloco-h "$((10#$LOCO_H))"); fi
+    if [ "$OPTIMIZER" = sparseloco ]; then OPT_FLAGS+=(--sparseloco-h "$((10#$LOCO_H))" --sparseloco-mask "$LOCO_MASK"); fi
 }
 # DENSITY (default 0.01) must be one the authors ran (their scripts differ per density), or come with its schedule
 check_density() {

@@ -8,8 +8,10 @@
 # from step 0; norm gains and biases sparsified at d 0.01 (--no-topk-adams-use-exclude-from-topk). The dense
 # baselines (OPTIMIZER=adamw or adams) take the same schedule, and so do the peers: topk-ef with SCAPE's density
 # schedule, powersgd, onebit-adam and demo with their own settings at the trainer's defaults (EXTRA changes them).
-# Required: DATA_DIR (shards). Optional: OPTIMIZER adamw|adams|scape|topk-ef|powersgd|onebit-adam|demo (default
-# scape), DENSITY 0.1|0.01 (default 0.01; scape and topk-ef, ignored by the others), RANKS (default SLURM_NTASKS in an allocation, else 32), MICRO_BATCH (sequences per
+# Required: DATA_DIR (shards). Optional: OPTIMIZER adamw|adams|scape|topk-ef|powersgd|onebit-adam|demo|diloco|sparseloco (default
+# scape), DENSITY 0.1|0.01 (default 0.01; scape and topk-ef, ignored by the others), LOCO_H (diloco, sparseloco:
+# inner steps per outer step, default 500 / 30; checkpoints then at the multiple of it at or above 1,000 steps, so
+# each resumes on any number of ranks), LOCO_MASK own|shared (sparseloco, default own), RANKS (default SLURM_NTASKS in an allocation, else 32), MICRO_BATCH (sequences per
 # rank per micro-step, default 8; accumulation makes up the rest), and to depart from the recipe STEPS, WARMUP,
 # DENSITY_DENSE, DENSITY_WARMUP, EXCLUDE_NORMS; HOSTFILE, OUT (default out/gpt345m_<optimizer>[_<density>] in the
 # repository), RESUME (latest: continue), TRAINER (default the repository's train_gpt; the CUDA build on GPUs), EXTRA
@@ -36,9 +38,10 @@ need DATA_DIR
 check_recipe
 OUT=${OUT:-$ROOT/out/gpt345m_${OPTIMIZER}${SUFFIX}}
 optimizer_flags
+ckpt_every 1000
 launch "$TRAINER" --model d24c1024h16t1024 --train "$DATA_DIR/*train*.bin" --val "$DATA_DIR/*val*.bin" \
     --seq 1024 --batch "$MICRO_BATCH" --total-batch $((512 * 1024)) --steps "$STEPS" \
     --lr 1.5e-4 --lr-floor 1e-5 --warmup "$WARMUP" --beta1 0.9 --beta2 0.999 --eps 1e-8 --weight-decay 0.01 \
     --clip 1.0 "${OPT_FLAGS[@]}" \
-    --eval-every 1000 --eval-batches 20 --sample-every 0 --ckpt-every 1000 --keep-ckpts 2 --out "$OUT" \
+    --eval-every 1000 --eval-batches 20 --sample-every 0 --ckpt-every "$CKPT_EVERY" --keep-ckpts 2 --out "$OUT" \
     ${RESUME:+--resume "$RESUME"}

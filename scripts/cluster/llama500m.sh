@@ -9,8 +9,10 @@
 # d 0.01, 1.0 -> 0.01 over 10,000 from step 0. The dense baselines (OPTIMIZER=adamw or adams) take the same schedule,
 # and so do the peers: topk-ef with SCAPE's density schedule, powersgd, onebit-adam and demo with their own settings
 # at the trainer's defaults (EXTRA changes them).
-# Required: DATA_DIR (shards). Optional: OPTIMIZER adamw|adams|scape|topk-ef|powersgd|onebit-adam|demo (default
-# scape), DENSITY 0.1|0.01 (default 0.01; scape and topk-ef, ignored by the others), RANKS (default SLURM_NTASKS in an allocation, else 64), MICRO_BATCH (default 4), and
+# Required: DATA_DIR (shards). Optional: OPTIMIZER adamw|adams|scape|topk-ef|powersgd|onebit-adam|demo|diloco|sparseloco (default
+# scape), DENSITY 0.1|0.01 (default 0.01; scape and topk-ef, ignored by the others), LOCO_H (diloco, sparseloco:
+# inner steps per outer step, default 500 / 30; checkpoints then at the multiple of it at or above 1,000 steps, so
+# each resumes on any number of ranks), LOCO_MASK own|shared (sparseloco, default own), RANKS (default SLURM_NTASKS in an allocation, else 64), MICRO_BATCH (default 4), and
 # to depart from the recipe STEPS, WARMUP, DENSITY_DENSE, DENSITY_WARMUP, EXCLUDE_NORMS; HOSTFILE, OUT (default
 # out/llama500m_<optimizer>[_<density>] in the repository), RESUME, TRAINER (default the repository's train_llama),
 # EXTRA, DRY_RUN=1. Run it from any folder: relative paths are relative to that folder. A value it cannot use stops
@@ -37,8 +39,9 @@ need DATA_DIR
 check_recipe
 OUT=${OUT:-$ROOT/out/llama500m_${OPTIMIZER}${SUFFIX}}
 optimizer_flags
+ckpt_every 1000
 launch "$TRAINER" --model 500mt4096 --train "$DATA_DIR/*train*.bin" --val "$DATA_DIR/*val*.bin" \
     --seq 4096 --batch "$MICRO_BATCH" --total-batch $((1024 * 4096)) --steps "$STEPS" \
     --lr 3e-4 --lr-floor 3e-5 --warmup "$WARMUP" --beta1 0.9 --beta2 0.95 --eps 1e-8 --weight-decay 0.1 --clip 1.0 \
-    "${OPT_FLAGS[@]}" --eval-every 1000 --eval-batches 20 --sample-every 0 --ckpt-every 1000 --keep-ckpts 2 \
+    "${OPT_FLAGS[@]}" --eval-every 1000 --eval-batches 20 --sample-every 0 --ckpt-every "$CKPT_EVERY" --keep-ckpts 2 \
     --out "$OUT" ${RESUME:+--resume "$RESUME"}
