@@ -29,6 +29,7 @@
  * Not for: the collectives (comm/comm.c), the inner formulas (optim/optim.c).
  */
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -138,6 +139,14 @@ static double diloco_bytes_per_param(const DistConfig *cfg) {
     return strcmp(diloco_params(&cfg->rule_params)->inner, "adams") == 0 ? 12 : 16;
 }
 
+/* H covering the whole run: one outer step, at the last step (the paper's H 500 on a short run) */
+static void diloco_notes(const RuleParams *b, int steps) {
+    int h = diloco_params(b)->h;
+    if (h >= steps)
+        printf("note: --diloco-h %d >= --steps %d, so the ranks synchronize once, at the last step: each trains alone "
+               "until then; lower --diloco-h\n", h, steps);
+}
+
 static const RuleOption diloco_options[] = {
     {.spec = {"diloco-h", ARG_INT, NULL, "500", 1, 1e9, NULL,
               "--optimizer diloco: inner steps per outer step, H (the paper's 500)", 0},
@@ -155,7 +164,7 @@ static const RuleOption diloco_options[] = {
 
 const UpdateRule rule_diloco = {
     .name = "diloco", RULE_OPTIONS(diloco_options), .kind = OPT_DILOCO, .stage = 1, .local_params = 1,
-    .bytes_per_param = diloco_bytes_per_param, .check = diloco_check,
+    .notes = diloco_notes, .bytes_per_param = diloco_bytes_per_param, .check = diloco_check,
     .init = diloco_init, .bucket_ready = diloco_bucket_ready, .step = diloco_step,
     .state_bytes = loco_state_bytes, .save = diloco_save, .blob_payload = loco_blob_payload, .load = diloco_load,
     .free = diloco_free, .state_memory = loco_state_memory, .sync_hash = diloco_sync_hash,

@@ -43,6 +43,7 @@
  */
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -392,6 +393,17 @@ static double sparseloco_bytes_per_param(const DistConfig *cfg) {
     return b;
 }
 
+/* H covering the whole run (one outer step, at the last step), and a top-k that takes every value of a chunk */
+static void sparseloco_notes(const RuleParams *b, int steps) {
+    const SparselocoParams *p = sparseloco_params(b);
+    if (p->h >= steps)
+        printf("note: --sparseloco-h %d >= --steps %d, so the ranks synchronize once, at the last step: each trains "
+               "alone until then; lower --sparseloco-h\n", p->h, steps);
+    if (p->topk >= p->chunk)
+        printf("note: --sparseloco-topk %d >= --sparseloco-chunk %d, so every value of every chunk is sent (in %d "
+               "bits): nothing is sparse; lower --sparseloco-topk\n", p->topk, p->chunk, p->bits);
+}
+
 static const RuleOption sparseloco_options[] = {
     {.spec = {"sparseloco-h", ARG_INT, NULL, "30", 1, 1e9, NULL,
               "--optimizer sparseloco: inner steps per outer step, H (the paper's 72B run's 30)", 0},
@@ -424,7 +436,7 @@ static const RuleOption sparseloco_options[] = {
 
 const UpdateRule rule_sparseloco = {
     .name = "sparseloco", RULE_OPTIONS(sparseloco_options), .kind = OPT_SPARSELOCO, .stage = 1, .local_params = 1,
-    .bytes_per_param = sparseloco_bytes_per_param, .check = sparseloco_check,
+    .notes = sparseloco_notes, .bytes_per_param = sparseloco_bytes_per_param, .check = sparseloco_check,
     .init = sparseloco_init, .bucket_ready = sparseloco_bucket_ready, .step = sparseloco_step,
     .state_bytes = sparseloco_state_bytes, .save = sparseloco_save, .blob_payload = sparseloco_blob_payload,
     .load = sparseloco_load, .free = sparseloco_free, .state_memory = loco_state_memory,

@@ -10,7 +10,8 @@
 # (optim/dist_sparseloco.c; chunks of 64, top-8) likewise: in sync, 0 bytes at inner steps and one all-gather at outer
 # steps, resume between outer steps bitwise, an outer step's checkpoint on 1 rank; and with --sparseloco-mask shared
 # (in sync, bytes, resume bitwise, an outer step's checkpoint on 3 ranks). Their options are rows of their rule files
-# (optim/rule.h): --help lists them, another rule refuses them in one line.
+# (optim/rule.h): --help lists them, another rule refuses them in one line; an H at or above --steps and a top-k at or
+# above the chunk are noted.
 # Prints "ok <name>"/"FAIL <name>: ..."; temp files under build/ are removed on exit.
 set -u
 TOY=${1:?usage: test/test_loco.sh build/test_train_toy}
@@ -35,6 +36,18 @@ if "$TOY" --model v32l2t64 --train "$TMP/data/train.bin" --diloco-h 10 --optimiz
 elif [ "$(grep -c . "$TMP/own.out")" = 1 ] && grep -q "^error: --diloco-h applies to --optimizer diloco only" "$TMP/own.out"; then
     ok diloco_option_refused_with_adamw
 else fail diloco_option_refused_with_adamw "$(head -3 "$TMP/own.out")"; fi
+
+# settings that leave the rule with nothing to do are noted: H covering the whole run (one outer step, at the last),
+# SparseLoCo's top-k taking every value of a chunk
+"$TOY" --model v32l2t64 --train "$TMP/data/train.bin" --val "$TMP/data/val.bin" --batch 4 --seq 16 --steps 3 \
+    --threads 1 --optimizer diloco --out "$TMP/n1" > "$TMP/n1.out" 2>&1
+"$TOY" --model v32l2t64 --train "$TMP/data/train.bin" --val "$TMP/data/val.bin" --batch 4 --seq 16 --steps 3 \
+    --threads 1 --optimizer sparseloco --sparseloco-h 2 --sparseloco-chunk 16 --sparseloco-topk 16 --out "$TMP/n2" > "$TMP/n2.out" 2>&1
+if grep -q "^note: --diloco-h 500 >= --steps 3, so the ranks synchronize once, at the last step" "$TMP/n1.out" \
+    && grep -q "^note: --sparseloco-topk 16 >= --sparseloco-chunk 16, so every value of every chunk is sent" "$TMP/n2.out" \
+    && ! grep -q "sparseloco-h 2 >=" "$TMP/n2.out"; then
+    ok loco_settings_without_effect_are_noted
+else fail loco_settings_without_effect_are_noted "$(grep -h '^note\|^error' "$TMP/n1.out" "$TMP/n2.out")"; fi
 
 # run A: 2 ranks, a checkpoint after every step, the sync check on
 if SCAPE_CHECK_SYNC=1 "${MPI[@]}" -np 2 "${RUN[@]}" --out "$TMP/a" --ckpt-every 1 --keep-ckpts 0 > "$TMP/a.out" 2>&1 \
