@@ -78,7 +78,6 @@ static struct {
     /* this rank's node (MPI_Comm_split_type shared): local rank and size, the node's lowest world rank, its name */
     int local_rank, local_size, node_id;
     char host[64];
-    int gpu; /* the device this rank computes on (comm_note_gpu), -1 none */
 } C;
 
 static const char *job_name(JobOp op) {
@@ -191,24 +190,7 @@ int comm_local_rank(void) { return C.inited ? C.local_rank : 0; }
 int comm_local_size(void) { return C.inited ? C.local_size : 1; }
 int comm_node_id(void) { return C.inited ? C.node_id : 0; }
 const char *comm_host(void) { return C.host[0] ? C.host : "?"; }
-void comm_note_gpu(int device) { C.gpu = device; }
 
-void comm_print_placement(int threads) {
-    enum { LINE = 160 };
-    char mine[LINE];
-    char gpu[24] = "";
-    if (C.gpu >= 0) snprintf(gpu, sizeof gpu, ", GPU %d", C.gpu);
-    snprintf(mine, sizeof mine, "rank %d on %s: local rank %d of %d, %d thread%s%s", comm_rank(), comm_host(),
-             comm_local_rank(), comm_local_size(), threads, threads == 1 ? "" : "s", gpu);
-    int world = comm_world();
-    char *all = xmalloc((size_t)world * LINE, "placement");
-    comm_allgather(mine, all, LINE);
-    if (comm_rank() == 0) {
-        for (int r = 0; r < world; r++) printf("placement: %s\n", all + (size_t)r * LINE);
-        fflush(stdout);
-    }
-    free(all);
-}
 int comm_using_mpi(void) { return C.use_mpi; }
 
 static int to_int(size_t n, const char *what) {
@@ -750,7 +732,6 @@ void comm_init(int *argc, char ***argv) {
         C.local_size = 1;
         C.node_id = 0;
     }
-    C.gpu = -1;
     if (gethostname(C.host, sizeof C.host) != 0) snprintf(C.host, sizeof C.host, "?");
     C.host[sizeof C.host - 1] = '\0';
     pthread_mutex_init(&C.mu, NULL);

@@ -1,8 +1,8 @@
 /*
  * comm/comm_sync.c - placement and checks across ranks built on comm.h's blocking all-gather alone: the GPU a
- * rank takes (comm_gpu_for_rank), whether keys differ across ranks (comm_node_keys_distinct) and the ranks-in-sync
- * check of the host and device updates (comm_sync_check). Kept apart from comm.c, which holds the thread, the
- * queue and MPI itself.
+ * rank takes (comm_gpu_for_rank), the placement lines (comm_print_placement), whether keys differ across ranks
+ * (comm_node_keys_distinct) and the ranks-in-sync check of the host and device updates (comm_sync_check). Kept
+ * apart from comm.c, which holds the thread, the queue and MPI itself.
  */
 #include "comm/comm.h"
 
@@ -36,6 +36,25 @@ int comm_node_keys_distinct(const char *key) {
     return distinct;
 }
 
+static int noted_gpu = -1; /* comm_note_gpu's device, for the placement lines */
+void comm_note_gpu(int device) { noted_gpu = device; }
+
+void comm_print_placement(int threads) {
+    enum { LINE = 160 };
+    char mine[LINE];
+    char gpu[24] = "";
+    if (noted_gpu >= 0) snprintf(gpu, sizeof gpu, ", GPU %d", noted_gpu);
+    snprintf(mine, sizeof mine, "rank %d on %s: local rank %d of %d, %d thread%s%s", comm_rank(), comm_host(),
+             comm_local_rank(), comm_local_size(), threads, threads == 1 ? "" : "s", gpu);
+    int world = comm_world();
+    char *all = xmalloc((size_t)world * LINE, "placement");
+    comm_allgather(mine, all, LINE);
+    if (comm_rank() == 0) {
+        for (int r = 0; r < world; r++) printf("placement: %s\n", all + (size_t)r * LINE);
+        fflush(stdout);
+    }
+    free(all);
+}
 int comm_sync_check_enabled(void) {
     const char *e = getenv("SCAPE_CHECK_SYNC");
     return e && strcmp(e, "1") == 0;

@@ -1,14 +1,14 @@
 /*
  * cuda/dist.cu - the device-resident parameter update of the CUDA trainers (cuda/dist.h), its entry: the choice of
- * collectives (NCCL, host-staged MPI, none), shared helpers, and device_updater_create's dispatch on the optimizer
- * kind to the file of each update rule, the device counterparts of optim/'s host files:
+ * collectives (NCCL, host-staged MPI, none), shared helpers, and the device rules' table (device_rules: one row per
+ * optimizer kind with a device update, pointing into the file of its rule, the device counterparts of optim/'s):
  *   cuda/dist_dense.cuh        dense AdamW / AdamS, plain or ZeRO-1          (optim/dist_dense.c)
  *   cuda/dist_scape.cuh        SCAPE                                         (optim/dist_scape.c)
  *   cuda/dist_scape_state.cuh  SCAPE's create, free, sync check, checkpoint  (optim/dist_state.c, dist.c)
  *   cuda/dist_mask_stats.cuh   mask statistics of the device SCAPE           (optim/dist_mask_stats.c)
  *   cuda/dist_scape_zero.cuh   SCAPE with ZeRO-1: reduce-scatter, sparse sync (optim/dist_scape_zero.c)
  * The rule files are included below: one translation unit per precision (floatX), compiled by cuda/mk/dist.mk.
- * topk-ef has no device update (create returns NULL: the host path runs it). Kernels: cuda/optimizer.cuh
+ * The other rules have no row (create returns NULL: the host path runs them). Kernels: cuda/optimizer.cuh
  * (optim/optim.c's formulas) and cuda/scape.cuh (optim/scape.c's).
  */
 #include <math.h>
@@ -155,13 +155,34 @@ static void nccl_allreduce_avg_bf16(ncclComm_t nc, cudaStream_t cs, int rank, in
 #include "cuda/dist_scape_zero.cuh"
 #include "cuda/dist_scape_state.cuh"
 
+/* The device rules, one row each (the host rules' table is optim/rules.c): the optimizer kind a row serves, its
+ * creator (nccl: 1 for NCCL, 0 for host-staged MPI), and whether it sends the bf16 payload. A kind without a row
+ * (topk-ef, powersgd, onebit-adam, demo, diloco, sparseloco) runs the host update. */
+typedef struct {
+    OptimizerKind kind;
+    Updater *(*create)(const DeviceModel *dm, const UpdaterConfig *cfg, int nccl);
+    int payload_bf16_ok;
+} DeviceRule;
+
+static const DeviceRule device_rules[] = {
+    {OPT_ADAMW, dense_updater_create, 0}, /* cuda/dist_dense.cuh */
+    {OPT_ADAMS, dense_updater_create, 0},
+    {OPT_SCAPE, scape_updater_create, 1}, /* cuda/dist_scape*.cuh */
+};
+
+static const DeviceRule *device_rule(OptimizerKind kind) {
+    for (size_t i = 0; i < sizeof device_rules / sizeof device_rules[0]; i++)
+        if (device_rules[i].kind == kind) return &device_rules[i];
+    return NULL;
+}
+
+int device_updater_supports(OptimizerKind kind) { return device_rule(kind) != NULL; }
+
 Updater *device_updater_create(const DeviceModel *dm, const UpdaterConfig *cfg) {
-    OptimizerKind kind = cfg->dist.opt.kind;
-    if (kind != OPT_ADAMW && kind != OPT_ADAMS && kind != OPT_SCAPE) return NULL;
-    if (cfg->dist.payload_bf16 && kind != OPT_SCAPE)
+    const DeviceRule *rule = device_rule(cfg->dist.opt.kind);
+    if (!rule) return NULL;
+    if (cfg->dist.payload_bf16 && !rule->payload_bf16_ok)
         fatal("--scape-payload bf16 applies to --optimizer scape only; drop it or use --optimizer scape");
     if (!(cfg->dist.opt.beta1 >= 0 && cfg->dist.opt.beta1 < 1)) fatal("beta1 %g is outside [0, 1)", cfg->dist.opt.beta1);
-    int nccl = choose_nccl(cfg, comm_world());
-    if (kind == OPT_SCAPE) return scape_updater_create(dm, cfg, nccl);
-    return dense_updater_create(dm, cfg, nccl);
+    return rule->create(dm, cfg, choose_nccl(cfg, comm_world()));
 }

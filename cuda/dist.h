@@ -25,6 +25,10 @@
  * NCCL in the build, on CUDA/NCCL errors and when memory runs out. Needs comm_init (comm/comm.h). */
 Updater *device_updater_create(const DeviceModel *dm, const UpdaterConfig *cfg);
 
+/* 1 when kind has a device update (a row of cuda/dist.cu's device_rules: adamw, adams, scape), 0 when it runs the
+ * host update. */
+int device_updater_supports(OptimizerKind kind);
+
 /* 1 when this build can use NCCL (compiled with ENABLE_NCCL). */
 int device_updater_has_nccl(void);
 

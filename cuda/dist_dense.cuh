@@ -4,7 +4,7 @@
  * gradients) with the state on the GPU, step for step in the same order and with the same rounding, so that master
  * weights, moments and checkpoint blobs equal the CPU update's bit for bit (given the same gradients and ranks).
  * Part of cuda/dist.cu's translation unit (it uses that file's helpers: dmalloc, choose_nccl, fnv1a, ncclCheck);
- * device_updater_create hands adamw and adams to dense_updater_create.
+ * cuda/dist.cu's device_rules hand adamw and adams to dense_updater_create.
  *
  * Streams and events (NCCL): bucket_ready(b) records ev_ready[b] on the compute stream, right after the model
  * enqueued the bucket's last gradient write; the communication stream waits on it and runs the bucket's grouped

@@ -6,8 +6,8 @@
  * fp32 the master weights, m, r, masks and checkpoint blobs equal the host DistOptim's bit for bit (given the same
  * gradients and ranks; the g_hat norm is summed in another order, so the reported norm - and the clip factor,
  * when clipping bites - agree to the last bit of a double sum rounded to float, which in practice is all bits).
- * Included by cuda/dist.cu (one translation unit: it reuses that file's helpers); device_updater_create
- * hands --optimizer scape to scape_updater_create.
+ * Included by cuda/dist.cu (one translation unit: it reuses that file's helpers); cuda/dist.cu's device_rules
+ * hand --optimizer scape to scape_updater_create.
  *
  * Per step t (mirroring optim/dist_scape.c):
  *   first bucket (begin):  wait for M_t's all-gather (made at t-1), OR the owners' segments into the next-mask

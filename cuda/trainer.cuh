@@ -185,8 +185,7 @@ static void device_params_to_host(DeviceParams *dp) {
  * master weights. fatal() when GPU memory runs out. (Compiled where cuda/dist.o is linked: the trainers and
  * the tests that define TESTING_DEVICE_UPDATE.) */
 static Updater *device_params_create_updater(DeviceParams *dp, const UpdaterConfig *cfg) {
-    OptimizerKind k = cfg->dist.opt.kind;
-    if (k != OPT_ADAMW && k != OPT_ADAMS && k != OPT_SCAPE) return NULL;
+    if (!device_updater_supports(cfg->dist.opt.kind)) return NULL;
     size_t P = dp->table->total;
     dp->grad32 = (float *)dalloc(P * sizeof(float), "the fp32 gradients");
     cudaCheck(cudaMemset(dp->grad32, 0, P * sizeof(float)));

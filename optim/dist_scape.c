@@ -50,17 +50,6 @@
 #include "optim/dist_scape.h"
 #include "optim/mask_code.h"
 
-int distopt_test_corrupt_mask_rank(int world) {
-    const char *v = getenv("SCAPE_TEST_CORRUPT_MASK");
-    if (!v || !v[0]) return -1;
-    char *end;
-    long r = v[0] >= '0' && v[0] <= '9' ? strtol(v, &end, 10) : -1;
-    if (r < 0 || *end || r >= world)
-        fatal("SCAPE_TEST_CORRUPT_MASK=%s: expected a rank in 0..%d (a drill of test/test_scape_gpt2.sh); unset it "
-              "outside that test", v, world - 1);
-    return (int)r;
-}
-
 /* SCAPE's state, the chunks of the step passes and the owners' mask segments (one per rank, in rank order). */
 void scape_init(DistOptim *d, size_t owned_total) {
     const ParamTable *tab = d->tab;

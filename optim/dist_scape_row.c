@@ -1,8 +1,8 @@
 /*
  * optim/dist_scape_row.c - SCAPE's row of the rule table (optim/rule.h): the names of its variants, the check of
- * its settings, its checkpoint blob (the layout of dist_state.c's distopt_scape_blob_save, which the device update
- * writes too), and its state size, sync hash and inspection hooks. The update itself is dist_scape.c (with
- * dist_scape_zero.c for --zero); its state is dist_scape.h's.
+ * its settings and of its drill's variable (SCAPE_TEST_CORRUPT_MASK), its checkpoint blob (the layout of
+ * dist_state.c's distopt_scape_blob_save, which the device update writes too), and its state size, sync hash and
+ * inspection hooks. The update itself is dist_scape.c (with dist_scape_zero.c for --zero); its state is dist_scape.h's.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -23,6 +23,17 @@ int scape_variant_parse(const char *name) {
     for (int i = 0; i < (int)(sizeof variant_names / sizeof variant_names[0]); i++)
         if (strcmp(name, variant_names[i]) == 0) return i;
     return -1;
+}
+
+int distopt_test_corrupt_mask_rank(int world) {
+    const char *v = getenv("SCAPE_TEST_CORRUPT_MASK");
+    if (!v || !v[0]) return -1;
+    char *end;
+    long r = v[0] >= '0' && v[0] <= '9' ? strtol(v, &end, 10) : -1;
+    if (r < 0 || *end || r >= world)
+        fatal("SCAPE_TEST_CORRUPT_MASK=%s: expected a rank in 0..%d (a drill of test/test_scape_gpt2.sh); unset it "
+              "outside that test", v, world - 1);
+    return (int)r;
 }
 
 /* SCAPE's own settings (the defect reproduction, the variants, the bf16 payload): refused with another rule, or
