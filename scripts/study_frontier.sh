@@ -82,7 +82,8 @@ mkdir -p "$DOC"
 [ -f "$runs_tsv" ] || printf "$header" > "$runs_tsv"
 
 if [ "$mode" = tables ]; then
-    exec /usr/bin/python3 scripts/study_frontier_tables.py "$runs_tsv" "$DOC" --spec "$SPEC" --lengths "$LENGTHS"
+    exec /usr/bin/python3 scripts/study_frontier_tables.py "$runs_tsv" "$DOC" --spec "$SPEC" --lengths "$LENGTHS" \
+        --ranks "$RANKS" --batch "$B" --seq "$T"
 fi
 
 # every name and number the environment gives is checked before anything runs
