@@ -75,6 +75,11 @@ def gap_cell(g):
     return "%+.3f +- %.3f [%+.3f, %+.3f] (%d)" % g if g and g[4] > 1 else ("%+.3f (1)" % g[0] if g else "")
 
 
+def regime_run(run):
+    """whether a run name is one scripts/study_regime.sh trains (AdamS at any lr, MAIN's, SCAPE's lr controls)"""
+    return run == "adams" or run in MAIN or re.fullmatch(r"(adams|scape_0\.0?1)_lr.*", run) is not None
+
+
 def main(tsv, doc):
     by = read_runs(tsv)
 
@@ -122,7 +127,8 @@ def main(tsv, doc):
                 cells.append(cell(g))
                 if g:
                     dat.setdefault((spec, r), []).append((tpp,) + g)
-            cost = sum(x["secs"] for rr in by[p].values() for x in rr.values()) / 3600
+            # the regime study's own runs: the frontier study's other settings share its points (runs.tsv)
+            cost = sum(x["secs"] for r, rr in by[p].items() if regime_run(r) for x in rr.values()) / 3600
             out.append(table_row([format(steps, ","), "%.1f" % tpp, "%.1f" % ep, av, at, of] + cells + ["%.2f" % cost]))
         out += ["", "Train gap (last 5% of steps) and bytes sent per step and rank (mean over steps 2..):", ""]
         out += table_head(["steps"] + ["%s train gap" % r for r in runs] + ["AdamS bytes"] + ["%s bytes" % r for r in runs])
