@@ -76,6 +76,8 @@ SETTINGS=${SETTINGS:-"adams adamw scape_0.1 scape_0.03 scape_0.01 scape_0.003 sc
     topk_ef_c0.08 topk_ef_c0.008 topk_ef_c0.0008 powersgd_r1 powersgd_r4 powersgd_r16
     onebit_adam_f0.05 onebit_adam_f0.15 onebit_adam_f0.3 demo_k4 demo_k16 demo_k64 diloco_h10 diloco_h30 diloco_h100
     sparseloco_h10 sparseloco_h30 sparseloco_shared_h10 sparseloco_shared_h30"}
+# shellcheck disable=SC2086
+settings_words=" $(printf '%s ' $SETTINGS)" # one space around each name, for [[ == *" name "* ]]
 runs_tsv=$DOC/runs.tsv
 header='point\trun\tseed\tval_loss\tseconds\tbytes_per_step\ttrain_tail\tval_best\tcommit\n'
 mkdir -p "$DOC"
@@ -95,8 +97,8 @@ done
 if [ "$mode" = run ]; then
     for x in ${ONLY:-}; do
         err=$(study_flags "$x" 1000 2>&1 > /dev/null) || { echo "error: ONLY: ${err#error: }" >&2; exit 2; }
-        [[ " $(echo $SETTINGS) " == *" ${x%_lr*} "* ]] \
-            || { echo "error: ONLY names '$x', which is not among SETTINGS ($(echo $SETTINGS))" >&2; exit 2; }
+        [[ $settings_words == *" ${x%_lr*} "* ]] \
+            || { echo "error: ONLY names '$x', which is not among SETTINGS (${settings_words:1:-1})" >&2; exit 2; }
     done
     for x in ${SEEDS:-}; do [[ $x =~ $study_int ]] || { echo "error: SEEDS: '$x' is no seed (1, 2, 3)" >&2; exit 2; }; done
 fi
@@ -136,7 +138,7 @@ fi
 # run
 [ -n "$lr" ] || { echo "error: runs.tsv has no finished lr probe at $probe_point (scripts/study_regime.sh run small trains it first); or set LR" >&2; exit 1; }
 if [ -z "${STUDY_TRAINER:-}" ] && git rev-parse --verify -q "$FRONTIER_COMMIT^{commit}" > /dev/null \
-    && [[ " $(echo $SETTINGS) " == *" diloco_"* || " $(echo $SETTINGS) " == *" sparseloco_"* ]] \
+    && [[ $settings_words == *" diloco_"* || $settings_words == *" sparseloco_"* ]] \
     && ! git merge-base --is-ancestor 019dfd9 "$FRONTIER_COMMIT" 2> /dev/null; then
     echo "error: FRONTIER_COMMIT $FRONTIER_COMMIT predates DiLoCo and SparseLoCo (019dfd9); pin a later commit" >&2; exit 1
 fi

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154   # runs_tsv, OUT, DATA, SPEC, ... are the sourcing script's
 # scripts/study_lib.sh - sourced by the long studies that train one resumable run per line of docs/study/runs.tsv
 # (scripts/study_regime.sh, scripts/study_frontier.sh): the run name -> trainer flags mapping of every update rule,
 # the trainer of a pinned commit, one run trained and its line appended, the plan's printer and the loop that trains
