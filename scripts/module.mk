@@ -28,6 +28,9 @@ TEST_DEPS += train_gpt train_llama tok export_gguf data data-llama llama-cpp
 TEST_CMDS += test/test_readme.sh
 # issue 42: the regime study's lines against the logs, resume after SIGKILL, the committed tables (~60 s)
 TEST_CMDS += "test/test_study_regime.sh $(DATA)"
+# issue 45: the frontier study's run names and flags, lines against the logs, a DiLoCo resume after SIGKILL, the
+# fronts and bytes to AdamS on made-up lines, the committed tables (~35 s of CPU)
+TEST_CMDS += "test/test_study_frontier.sh $(DATA)"
 # issue 35: the first GPU run's plan (scripts/gpu_check.sh PLAN=1: order, the 8-minute estimate, T=128; ~25 s)
 TEST_CMDS += test/test_gpu_check.sh
 # issue 30: the batch job on a real one-node SLURM (munged, slurmctld, slurmd started from a scratch dir; ~2 min)

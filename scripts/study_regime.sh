@@ -73,35 +73,15 @@ mkdir -p "$DOC"
 
 if [ "$mode" = tables ]; then exec /usr/bin/python3 scripts/study_regime_tables.py "$runs_tsv" "$DOC"; fi
 
-# the update rule's flags from a run's name; DW: the density warm-up in steps
-flags_of() {
-    local run=${1%_lr*} dw=$2 sparse="--density-start 1 --density-warmup $2 --scape-exclude-norms 0"
-    case $run in
-        adams) echo "--optimizer adams" ;;
-        adamw) echo "--optimizer adamw" ;;
-        scape_0.1|scape_0.01) echo "--optimizer scape --density ${run#scape_} $sparse" ;;
-        scape_0.1_catchup_a*|scape_0.01_catchup_a*) local d=${run#scape_}; d=${d%%_*}
-            echo "--optimizer scape --density $d $sparse --scape-variant catchup --scape-variant-cap ${run##*_a}" ;;
-        topk_ef_c*) echo "--optimizer topk-ef --density ${run#topk_ef_c} --scape-exclude-norms 0" ;;
-        *) echo "error: unknown run '$1'" >&2; return 2 ;;
-    esac
-}
-done_already() { awk -F'\t' -v p="$1" -v r="$2" -v s="$3" '$1 == p && $2 == r && $3 == s { f = 1 } END { exit !f }' "$runs_tsv"; }
-val_of() { awk -F'\t' -v p="$1" -v r="$2" -v s="$3" '$1 == p && $2 == r && $3 == s { v = $4 } END { print v }' "$runs_tsv"; }
+# shellcheck source=scripts/study_lib.sh
+source scripts/study_lib.sh
 half() { awk -v x="$1" 'BEGIN { printf "%g", x / 2 }'; }
 twice() { awk -v x="$1" 'BEGIN { printf "%g", x * 2 }'; }
 
 probe_point=regime_probe_${SPEC}_steps$PROBE_STEPS
 # the probe's choice: the lr of the lowest final validation loss, once every probe lr has finished; else empty
-chosen_lr() {
-    local best="" bv="" lr v
-    for lr in $PROBE_LRS; do
-        v=$(val_of "$probe_point" "adams_lr$lr" 1)
-        [ -n "$v" ] || { echo ""; return; }
-        if [ -z "$best" ] || awk -v a="$v" -v b="$bv" 'BEGIN { exit !(a < b) }'; then best=$lr bv=$v; fi
-    done
-    echo "$best"
-}
+# shellcheck disable=SC2086
+chosen_lr() { probe_choice "$probe_point" $PROBE_LRS; }
 # plan LR: one line per run, "point run seed steps lr", in training order (the probe's lines first)
 plan() {
     local lr=$1 L run seed seeds d
@@ -136,114 +116,12 @@ plan() {
     done
 }
 
-build_trainer() { # the trainer of STUDY_COMMIT, built once into OUT/build-<commit>; or STUDY_TRAINER as it is
-    if [ -n "${STUDY_TRAINER:-}" ]; then
-        [ -x "$STUDY_TRAINER" ] || { echo "error: STUDY_TRAINER=$STUDY_TRAINER is not an executable trainer" >&2; exit 1; }
-        TRAINER=$STUDY_TRAINER COMMIT=local-$(sha1sum < "$STUDY_TRAINER" | cut -c1-12)
-        return
-    fi
-    local sha
-    sha=$(git rev-parse --verify -q "$STUDY_COMMIT^{commit}" 2> /dev/null) \
-        || { echo "error: STUDY_COMMIT $STUDY_COMMIT is not a commit of this repository; fetch it or pin another" >&2; exit 1; }
-    COMMIT=${sha:0:12}
-    local dir=$OUT/build-$COMMIT
-    TRAINER=$dir/train_gpt
-    [ -x "$TRAINER" ] && return
-    echo "== building train_gpt of $COMMIT into $dir" >&2
-    rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"
-    git archive "$sha" | tar -x -C "$dir.tmp"
-    make -C "$dir.tmp" -j2 train_gpt > "$dir.tmp/build.log" 2>&1 \
-        || { echo "error: building $COMMIT failed; see $dir.tmp/build.log" >&2; exit 1; }
-    rm -rf "$dir"; mv "$dir.tmp" "$dir"
-}
-
-# train POINT RUN SEED STEPS LR: one run (resumed from its newest checkpoint if one is there), its line appended
-train() {
-    local point=$1 run=$2 seed=$3 steps=$4 lr=$5
-    local dir=$OUT/$point/$run/seed$seed dw warm floor evals flags
-    dw=$(awk -v s="$steps" 'BEGIN { printf "%d", s * 0.1 + 0.5 }')
-    warm=$(awk -v s="$steps" 'BEGIN { printf "%d", s * 0.05 + 0.5 }')
-    floor=$(awk -v l="$lr" 'BEGIN { printf "%.6g", l / 15 }')
-    evals=$((steps / EVAL_POINTS))
-    flags=$(flags_of "$run" "$dw")
-    mkdir -p "$dir"
-    local launch=(env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1)
-    [ "$RANKS" -gt 1 ] && launch+=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$RANKS")
-    echo "== $point $run seed $seed: $steps steps, lr $lr, $(ls -d "$dir"/ckpt_* 2> /dev/null | sed 's/.*ckpt_//' | sort -n | tail -1 | sed 's/^/from step /;s/$/,/') at $(date -u +%H:%M:%S)" >&2
-    local t0=$SECONDS
-    # shellcheck disable=SC2086
-    "${launch[@]}" "$TRAINER" --model "$SPEC" --data "$DATA" --batch "$B" --seq "$T" --total-batch "$TB" \
-        --steps "$steps" --lr "$lr" --lr-floor "$floor" --warmup "$warm" --beta2 0.999 --weight-decay 0.01 --clip 1.0 \
-        --eval-every "$evals" --eval-batches "$EVAL_BATCHES" --sample-every 0 --seed "$seed" --threads 1 \
-        --ckpt-every "$CKPT_EVERY" --keep-ckpts 1 --resume latest $flags --out "$dir" >> "$dir.out" 2>&1 \
-        || { echo $((SECONDS - t0)) >> "$dir.seconds"; echo "error: the run failed or was stopped; see $dir.out:" >&2
-             tail -n 3 "$dir.out" >&2; exit 1; }
-    echo $((SECONDS - t0)) >> "$dir.seconds"
-    /usr/bin/python3 - "$dir/log.jsonl" "$dir.seconds" "$point" "$run" "$seed" "$steps" "$COMMIT" >> "$runs_tsv" <<'EOF'
-import json, sys
-path, secs_path, point, run, seed, steps, commit = sys.argv[1:8]
-steps = int(steps)
-train, val = {}, {}   # the last record of each step wins: a resumed piece repeats the steps after its checkpoint
-for line in open(path):
-    try: o = json.loads(line)
-    except ValueError: continue   # a line cut by a stop
-    if o.get("event") == "train": train[o["step"]] = o
-    if o.get("event") == "val": val[o["step"]] = o["val_loss"]
-if steps not in val: sys.exit(f"{path}: no validation at step {steps}")
-missing = [s for s in range(1, steps + 1) if s not in train]
-if missing: sys.exit(f"{path}: {len(missing)} train steps missing (first {missing[0]})")
-sent = [train[s]["comm_bytes_sent"] for s in range(2, steps + 1)]
-tail = [train[s]["train_loss"] for s in range(steps - max(1, steps // 20) + 1, steps + 1)]
-secs = sum(int(l) for l in open(secs_path))
-print(f"{point}\t{run}\t{seed}\t{val[steps]:.6f}\t{secs}\t{sum(sent) / len(sent):.0f}\t"
-      f"{sum(tail) / len(tail):.6f}\t{min(val.values()):.6f}\t{commit}")
-EOF
-    rm -rf "$dir"/ckpt_* "$dir.seconds" # the table reads the log only
-}
-
-lr=$(chosen_lr)
 if [ "$mode" = plan ]; then
-    /usr/bin/python3 - "$runs_tsv" "$SPEC" "$lr" <<EOF
-import sys, collections
-tsv, spec, lr = sys.argv[1:4]
-rows = [l.rstrip("\n").split("\t") for l in open(tsv)][1:]
-done = {(r[0], r[1], r[2]): r for r in rows}
-rate = [int(r[4]) / int(r[0].rsplit("_steps", 1)[1]) for r in rows if r[0].startswith("regime") and spec in r[0]]
-per_step = sorted(rate)[len(rate) // 2] if rate else None
-todo_s = 0
-plan = """$(plan "$lr")""".split("\n")
-for line in plan:
-    point, run, seed, steps, lr_r = line.split()
-    d = done.get((point, run, seed))
-    if not d: todo_s += int(steps) * per_step if per_step else 0
-    print("%-6s %-40s %-26s %s %7s %-6s %s" % ("done" if d else "todo", point, run, seed, steps, lr_r,
-          "val %s (%s s)" % (d[3], d[4]) if d else ""))
-if not lr: print("(the runs after the probe are planned once the probe has finished)")
-print("to do: %s" % ("%.1f h at %.1f ms/step (median of finished runs)" % (todo_s / 3600, per_step * 1000) if per_step else "cost unknown until a run finishes"))
-EOF
+    lr=$(chosen_lr)
+    plan "$lr" | print_plan "$([ -n "$lr" ] || echo "(the runs after the probe are planned once the probe has finished)")"
     exit 0
 fi
 
-# run: one study at a time per OUT (two would share runs.tsv and the cores)
-mkdir -p "$OUT"
-exec 9> "$OUT/.lock"
-flock -n 9 || { echo "error: another study_regime.sh is running with OUT=$OUT; wait for it or stop it" >&2; exit 1; }
-[ -f "$DATA/sotu/bpe4k/sotu_train_000000.bin" ] || { echo "error: no bpe4k corpus under $DATA; run make data" >&2; exit 1; }
-build_trainer
-trained=0
-while :; do
-    lr=$(chosen_lr)
-    next=""
-    while read -r point run seed steps lr_r; do
-        [ -n "$point" ] || continue
-        done_already "$point" "$run" "$seed" && continue
-        [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" ${run%_lr*} "* ]] && [[ " $ONLY " != *" $run "* ]] && continue
-        [ -n "${SEEDS:-}" ] && [[ " $SEEDS " != *" $seed "* ]] && continue
-        next="$point $run $seed $steps $lr_r"; break
-    done <<< "$(plan "$lr")"
-    [ -n "$next" ] || break
-    # shellcheck disable=SC2086
-    train $next
-    trained=$((trained + 1))
-done
-echo "== $trained runs trained; $(wc -l < "$runs_tsv") lines in $runs_tsv" >&2
+# run: one study at a time per OUT (two would share runs.tsv and the cores); the plan grows once the probe has finished
+plan_now() { plan "$(chosen_lr)"; }
+run_plan study_regime.sh "$STUDY_COMMIT" STUDY_COMMIT plan_now

@@ -43,7 +43,10 @@ def stats(xs):
     return m, sd
 
 
-def main(tsv, doc):
+def read_runs(tsv):
+    """runs.tsv's regime lines (point regime_...; the regime and frontier studies' 9 fields) as point -> run -> seed ->
+    {val, secs, bytes, tail, best, commit}; a later line of the same (point, run, seed) wins. A short regime line exits
+    naming the file and the line."""
     by = collections.defaultdict(lambda: collections.defaultdict(dict))  # point -> run -> seed -> row
     for line in list(open(tsv))[1:]:
         f = line.rstrip("\n").split("\t")
@@ -53,17 +56,37 @@ def main(tsv, doc):
             sys.exit("%s: regime line with %d fields, expected 9: %s" % (tsv, len(f), line.strip()))
         by[f[0]][f[1]][int(f[2])] = {"val": float(f[3]), "secs": int(f[4]), "bytes": float(f[5]),
                                      "tail": float(f[6]), "best": float(f[7]), "commit": f[8]}
+    return by
+
+
+def paired_gap(runs, run, key="val", base="adams"):
+    """RUN's KEY minus BASE's in one point's runs (run -> seed -> row), paired by seed over the seeds both have:
+    (mean, sample sd, min, max, seeds), or None where they share no seed"""
+    a, x = runs.get(base, {}), runs.get(run, {})
+    common = sorted(set(a) & set(x))
+    if not common:
+        return None
+    d = [x[s][key] - a[s][key] for s in common]
+    return stats(d) + (min(d), max(d), len(common))
+
+
+def gap_cell(g):
+    """a paired gap as mean +- sd [min, max] (seeds), or the one difference with (1); empty for None"""
+    return "%+.3f +- %.3f [%+.3f, %+.3f] (%d)" % g if g and g[4] > 1 else ("%+.3f (1)" % g[0] if g else "")
+
+
+def regime_run(run):
+    """whether a run name is one scripts/study_regime.sh trains (AdamS at any lr, MAIN's, SCAPE's lr controls)"""
+    return run == "adams" or run in MAIN or re.fullmatch(r"(adams|scape_0\.0?1)_lr.*", run) is not None
+
+
+def main(tsv, doc):
+    by = read_runs(tsv)
 
     def gap(point, run, key="val", base="adams"):
-        a, x = by[point].get(base, {}), by[point].get(run, {})
-        common = sorted(set(a) & set(x))
-        if not common:
-            return None
-        d = [x[s][key] - a[s][key] for s in common]
-        return stats(d) + (min(d), max(d), len(common))
+        return paired_gap(by[point], run, key, base)
 
-    def cell(g):
-        return "%+.3f +- %.3f [%+.3f, %+.3f] (%d)" % g if g and g[4] > 1 else ("%+.3f (1)" % g[0] if g else "")
+    cell = gap_cell
 
     specs = sorted({re.search(r"_(d\d+c\d+h\d+t\d+v\d+)_steps", p).group(1) for p in by}, key=lambda s: params_of(s)[0])
     commits = sorted({r["commit"] for p in by for x in by[p].values() for r in x.values()})
@@ -104,7 +127,8 @@ def main(tsv, doc):
                 cells.append(cell(g))
                 if g:
                     dat.setdefault((spec, r), []).append((tpp,) + g)
-            cost = sum(x["secs"] for rr in by[p].values() for x in rr.values()) / 3600
+            # the regime study's own runs: the frontier study's other settings share its points (runs.tsv)
+            cost = sum(x["secs"] for r, rr in by[p].items() if regime_run(r) for x in rr.values()) / 3600
             out.append(table_row([format(steps, ","), "%.1f" % tpp, "%.1f" % ep, av, at, of] + cells + ["%.2f" % cost]))
         out += ["", "Train gap (last 5% of steps) and bytes sent per step and rank (mean over steps 2..):", ""]
         out += table_head(["steps"] + ["%s train gap" % r for r in runs] + ["AdamS bytes"] + ["%s bytes" % r for r in runs])
