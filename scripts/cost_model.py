@@ -290,6 +290,8 @@ def rule_settings(optimizer, setting="", where="setting"):
         if flag in NEUTRAL_FLAGS:
             if val is None:
                 raise ValueError("%s: %s needs a value" % (where, flag))
+            if flag == "--scape-variant":
+                r["variant"] = val  # the same bytes; named in the label
             continue
         if flag not in BYTE_FLAGS:
             raise ValueError("%s: '%s' is not a trainer flag this model knows (--zero and the device update are not "
@@ -316,7 +318,7 @@ def rule_label(r):
     """A short name for a rule's setting: 'scape 0.1', 'diloco H30', 'sparseloco H30 shared'."""
     o = r["optimizer"]
     if o in ("scape", "topk-ef"):
-        return "%s %g" % (o, r["density"])
+        return "%s %g%s" % (o, r["density"], " " + r["variant"] if r.get("variant", "faithful") != "faithful" else "")
     if o == "powersgd":
         return "powersgd r%d" % r["psgd_rank"]
     if o == "diloco":
@@ -685,33 +687,36 @@ def time_to_loss(args):
                                   args.alpha_us, "each rate shared by all ranks (rate / N each)" if args.shared_link
                                   else "each rank its own link of that rate"))
     cols = [(n, rate) for n in args.ranks for rate in args.rates]
-    print("%-24s %-40s %11s %10s" % ("rule", "setting", "steps", "MB N=%d" % M) +
-          "".join("%14s" % ("N=%d %s" % c) for c in cols))
+    print("%-24s %11s %10s" % ("rule", "steps", "MB N=%d" % M) + "".join("%14s" % ("N=%d %s" % c) for c in cols) +
+          "  setting")
     times = {}
     for i, (r, text, steps) in enumerate(rows):
         if steps is None:
-            print("%-24s %-40s %11s %10s" % (rule_label(r), text, "not reached", "-") + "".join("%14s" % "-" for _ in cols))
+            print("%-24s %11s %10s" % (rule_label(r), "not reached", "-") + "".join("%14s" % "-" for _ in cols) + "  " + text)
             continue
         prof = run_profile(table, r, M, steps)
         mb = sum(k * counted_bytes(c, M)["total"] for k, c in prof) / steps / 1e6
-        line = "%-24s %-40s %11d %10.4f" % (rule_label(r), text, steps, mb)
+        line = "%-24s %11d %10.4f" % (rule_label(r), steps, mb)
         for n, rate in cols:
             beta = rate_bytes_per_s(rate) / (n if args.shared_link else 1)
             t_c = t_c0 * M / n if args.scaling == "strong" else t_c0
             times[i, n, rate] = run_s(table, r, n, steps, t_c, alpha, beta, args.overlap)
             line += "%14s" % fmt_duration(times[i, n, rate])
-        print(line)
+        print(line + "  " + text)
+    labels = collections.Counter(rule_label(r) for r, _, _ in rows)
+
+    def name(i):  # the label, with the setting where two rows share it
+        r, text, _ = rows[i]
+        return rule_label(r) + (" [%s]" % text if labels[rule_label(r)] > 1 else "")
     print("fastest to the target:")
     for n, rate in cols:
         ranked = sorted((times[i, n, rate], i) for i, (_, _, s) in enumerate(rows) if s is not None)
         if not ranked:
             print("  N=%d %s: no rule reached the target" % (n, rate))
             continue
-        win = rows[ranked[0][1]]
-        more = ", then %s (%s, %.2fx)" % (rule_label(rows[ranked[1][1]][0]), fmt_duration(ranked[1][0]),
-                                        ranked[1][0] / ranked[0][0]) if len(ranked) > 1 else ""
-        print("  N=%d %s: %s%s (%s)%s" % (n, rate, rule_label(win[0]), "" if win[1] == "-" else " [%s]" % win[1],
-                                         fmt_duration(ranked[0][0]), more))
+        more = ", then %s (%s, %.2fx)" % (name(ranked[1][1]), fmt_duration(ranked[1][0]), ranked[1][0] / ranked[0][0]) \
+            if len(ranked) > 1 else ""
+        print("  N=%d %s: %s (%s)%s" % (n, rate, name(ranked[0][1]), fmt_duration(ranked[0][0]), more))
 
 
 def load_runs(d):
