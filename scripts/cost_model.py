@@ -3,20 +3,22 @@
 (plain python3), so that a rule can be chosen by the network one has.
 
   cost_model.py check DIR      fit on the unshaped runs of scripts/netem_bench.sh --out DIR (measured compute time
-                               and byte counts) and predict its shaped runs; prints predicted vs measured step time
+                               and byte counts) and predict its shaped runs; prints predicted vs measured mean step
+                               time of every run (steps 2..)
   cost_model.py project [...]  project step time to the paper's settings (32 and 64 ranks; GPT-345M, Llama-500M,
                                Llama-1.8B; 200 Gbit/s-class links) and set it beside the paper's claims: first dense
                                AdamS vs SCAPE, then every rule at its best documented setting (RULE_SETTINGS)
-  cost_model.py time-to-loss --steps-to-target FILE --compute-ms X [--model SPEC] [--ranks 4 32]
-                               [--rates "100mbit 1gbit 10gbit"] [...]
+  cost_model.py time-to-loss --steps-to-target FILE --compute-ms X [--model SPEC] [--measured-ranks M]
+                               [--ranks 4 32] [--rates 1gbit 100mbit 10gbit] [--shared-link] [--scaling strong|weak]
                                the time each rule needs to reach a target validation loss on each network: FILE's
                                lines are `rule<TAB>setting<TAB>steps` (# comments; steps an integer or `not reached`);
                                rule is the --optimizer name, setting the run's trainer flags that set its bytes
                                (`--density 0.1`, `--diloco-h 30 --sparseloco-mask shared`; `-` for the defaults) or
                                the rule's main number (density, PowerSGD rank, H) with `own`/`shared` for SparseLoCo;
-                               X is the measured forward+backward+update time of one step on --measured-ranks ranks
-                               (default 4). Prints the time to target per rank count and per-rank link rate, and
-                               which rule wins at each.
+                               X is the measured forward+backward+update time of one step on M ranks (default 4),
+                               SPEC the runs' GPT-2 model (default d4c64h4t64v4096, the regime study's small one).
+                               Prints the time to target per rank count and per-rank link rate (--shared-link: the
+                               rate is all ranks' total, as netem_bench.sh's), and which rule wins at each.
 
 The model (Hockney's alpha-beta; ring collectives as in Thakur, Rabenseifner and Gropp 2005):
   ring all-reduce of S bytes over N ranks   2 (N-1) alpha + 2 (N-1)/N S / beta
@@ -55,7 +57,8 @@ trainer's comm_bytes_sent):
   step time        t_c + (1 - overlap) * the --overlap collectives + the exposed ones + max(0, the mask's - t_c);
                    one alpha term per collective (buckets pipelined)
 time-to-loss: a rule's time to target is the sum of its step times over the steps FILE gives, warm-ups included
-(the density schedule, PowerSGD's dense start, 1-bit Adam's AdamW steps); the rank counts keep the measured global
+(the density schedule, PowerSGD's dense start, 1-bit Adam's AdamW steps: its default F from the setting's --steps,
+else from the steps to target); the rank counts keep the measured global
 batch (--scaling strong: t_c M / N on N ranks, the same steps to target) or each rank's batch (weak: t_c on every
 N, steps still as measured: optimistic); the local-update rules' steps to target are taken as measured whatever N.
 Not for: anything but first-order estimates; it ignores congestion, stragglers and bucket pipelining.
@@ -782,7 +785,8 @@ def main():
     p.add_argument("--gpus-per-node", type=int, default=1, help="ranks sharing one link [1]; 8 for one NIC per 8-GPU node")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="peak dense bf16 TFLOP/s per GPU [989, H100 SXM]")
     p.add_argument("--mfu", type=float, default=0.4, help="model FLOP utilisation assumed [0.4]")
-    p.add_argument("--overlap", type=float, default=0.0, help="share of the gradient all-reduce hidden [0]")
+    p.add_argument("--overlap", type=float, default=0.0,
+                   help="share of the gradient all-reduce (of every rule's per-bucket collectives) hidden [0]")
     p.add_argument("--ranks", type=int, nargs="+", default=[32, 64])
     c = sub.add_parser("check", help="fit on netem_bench.sh's unshaped runs, predict its shaped ones")
     c.add_argument("dir")
@@ -794,7 +798,7 @@ def main():
                    help="measured forward+backward+update ms of one step on --measured-ranks ranks")
     t.add_argument("--measured-ranks", type=int, default=4, help="ranks the steps and the compute were measured on [4]")
     t.add_argument("--model", default="d4c64h4t64v4096", help="GPT-2 spec of the runs [d4c64h4t64v4096: study_regime's]")
-    t.add_argument("--ranks", type=int, nargs="+", default=[4, 32])
+    t.add_argument("--ranks", type=int, nargs="+", default=[4, 32], help="rank counts to project to [4 32]")
     t.add_argument("--rates", nargs="+", default=["1gbit", "100mbit", "10gbit"],
                    help="link rates, <number>kbit|mbit|gbit [1gbit 100mbit 10gbit]")
     t.add_argument("--shared-link", action="store_true",

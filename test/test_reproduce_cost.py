@@ -159,6 +159,18 @@ try:
 finally:
     shutil.rmtree(tmpd)
 
+# --- project: the first table's rows as docs/reproduction.md section 3 lists them, then every rule per model ---------
+res = subprocess.run([sys.executable, os.path.join(here_root, "scripts", "cost_model.py"), "project"],
+                     capture_output=True, text=True)
+lines = res.stdout.splitlines()
+check_true("project_first_table_kept", res.returncode == 0 and any(
+    l.split()[:9] == ["GPT-345M", "32", "355", "0.088", "0.198", "0.100", "0.090", "1.99x", "2.21x"] for l in lines),
+    "no 'GPT-345M 32 355 0.088 0.198 0.100 0.090 1.99x 2.21x' row: %s" % res.stdout[:400])
+labels = [cm.rule_label(cm.rule_settings(o, st)) for o, st in cm.RULE_SETTINGS]
+rows = [l.strip() for l in lines if l.startswith("  ") and any(l.strip().startswith(x + " ") for x in labels)]
+check_true("project_every_rule_per_model", len(rows) == len(labels) * len(cm.PAPER_MODELS),
+           "%d rule rows, expected %d x %d" % (len(rows), len(labels), len(cm.PAPER_MODELS)))
+
 # --- every rule's bytes per step against the trainer's counters -------------------------------------------------------
 data = sys.argv[1] if len(sys.argv) > 1 else "data"
 os.chdir(here_root)
@@ -191,10 +203,16 @@ try:
                    "--model", "d2c64h2t64", "--data", data, "--batch", "2", "--seq", "32", "--steps", str(STEPS),
                    "--out", out, "--eval-every", "0", "--eval-batches", "1", "--sample-every", "0", "--threads", "1",
                    "--optimizer", rule] + ([] if setting == "-" else setting.split())
-            res = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True)
-            if res.returncode != 0:
-                check_true(name, False, "the run failed (status %d): %s" % (res.returncode,
-                                                                             (res.stdout + res.stderr).strip()[-300:]))
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True)
+            try:
+                output = proc.communicate()[0]
+            except BaseException:  # SIGTERM or Ctrl-C: mpirun forwards SIGTERM to its ranks; wait for them to end
+                proc.terminate()
+                proc.wait()
+                raise
+            if proc.returncode != 0:
+                check_true(name, False, "the run failed (status %d): %s" % (proc.returncode, output.strip()[-300:]))
                 continue
             ev = [json.loads(l) for l in open(os.path.join(out, "log.jsonl")) if l.strip()]
             steps = [e for e in ev if e["event"] == "train"]
