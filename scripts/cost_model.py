@@ -197,21 +197,15 @@ def gpt2_spec_table(spec):
 def owner_ranges(table, n):
     """[(lo, hi)] of each rank's owned parameters: optim/scape.c's owner_table_build (whole slices, the boundary the
     slice start closest to r P / N)."""
-    offs, o = [], 0
+    offs = [0]
     for s in table:
-        offs.append(o)
-        o += numel(s)
-    total, ns = o, len(table)
+        offs.append(offs[-1] + numel(s))
+    total, ns = offs.pop(), len(table)
     first, i = [0], 0
     for r in range(1, n):
         target = total * r / n
-        while i < ns:
-            here = offs[i]
-            nxt = offs[i + 1] if i + 1 < ns else total
-            if abs(nxt - target) < abs(here - target):
-                i += 1
-            else:
-                break
+        while i < ns and abs((offs[i + 1] if i + 1 < ns else total) - target) < abs(offs[i] - target):
+            i += 1
         first.append(i)
     first.append(ns)
     out = []
@@ -263,9 +257,7 @@ def rule_settings(optimizer, setting="", where="setting"):
     if optimizer not in RULES:
         raise ValueError("%s: unknown rule '%s'; use one of %s" % (where, optimizer, ", ".join(RULES)))
     r = dict(DEFAULTS, optimizer=optimizer)
-    words = setting.split()
-    if words == ["-"]:
-        words = []
+    words = [] if setting.split() == ["-"] else setting.split()
     if words and not words[0].startswith("--"):  # shorthand: "0.1", "30 shared"
         flags = []
         for w in words:
@@ -286,13 +278,14 @@ def rule_settings(optimizer, setting="", where="setting"):
             val = words[i + 1]
             i += 1
         i += 1
+        if flag in BYTE_FLAGS or flag in NEUTRAL_FLAGS or flag == "--optimizer":
+            if val is None:
+                raise ValueError("%s: %s needs a value" % (where, flag))
         if flag == "--optimizer":
             if val != optimizer:
                 raise ValueError("%s: --optimizer %s disagrees with the rule '%s'" % (where, val, optimizer))
             continue
         if flag in NEUTRAL_FLAGS:
-            if val is None:
-                raise ValueError("%s: %s needs a value" % (where, flag))
             if flag == "--scape-variant":
                 r["variant"] = val  # the same bytes; named in the label
             continue
@@ -300,8 +293,6 @@ def rule_settings(optimizer, setting="", where="setting"):
             raise ValueError("%s: '%s' is not a trainer flag this model knows (--zero and the device update are not "
                              "modelled); flags that set bytes: %s" % (where, flag, " ".join(sorted(BYTE_FLAGS))))
         key, typ, lo, hi = BYTE_FLAGS[flag]
-        if val is None:
-            raise ValueError("%s: %s needs a value" % (where, flag))
         if isinstance(typ, tuple):
             if val not in typ:
                 raise ValueError("%s: %s %s: expected %s" % (where, flag, val, "|".join(typ)))
@@ -336,13 +327,9 @@ def rule_label(r):
 # sum_f64 (size: doubles; an all-gather of N x 8 size bytes), max_i64 (size: int64s; an all-reduce); hide: overlap
 # (during backward, hidden by --overlap), behind (behind the next step's compute), exposed; bound: the size is an upper
 # bound (a coded mask), not the count
-Coll = collections.namedtuple("Coll", "kind size hide bound")
+Coll = collections.namedtuple("Coll", "kind size hide bound", defaults=("exposed", False))
 COUNTER = {"allreduce": "allreduce", "allgather": "allgather", "alltoall": "reduce_scatter", "sum_f64": "control",
            "max_i64": "control"}
-
-
-def coll(kind, size, hide="exposed", bound=False):
-    return Coll(kind, size, hide, bound)
 
 
 def slice_k(d, n):
@@ -389,15 +376,11 @@ def rule_plan(table, r, n):
         plan["k_at"] = k_at
     elif o == "powersgd":
         kp = kq = 0
-        for s in table:
-            ne = numel(s)
-            rs = 0
-            if len(s.shape) >= 2 and ne:
-                a, b = s.shape[0], ne // s.shape[0]
-                rs = min(r["psgd_rank"], a, b)
-                if a * b < r["psgd_min_compression"] * rs * (a + b):
-                    rs = 0
-            if rs:
+        for s in table:  # a matrix n x m at rank r_s = min(R, n, m), compressed if n m >= min_compression r_s (n + m)
+            ne, a = numel(s), s.shape[0]
+            b = ne // a if ne else 0
+            rs = min(r["psgd_rank"], a, b) if len(s.shape) >= 2 else 0
+            if rs and a * b >= r["psgd_min_compression"] * rs * (a + b):
                 kp, kq = kp + a * rs, kq + b * rs
             else:
                 kp += ne
@@ -442,45 +425,45 @@ def step_collectives(table, r, n, t, last=None, plan=None):
     synchronize there; None: not in view). See the module's header for each rule's list."""
     plan = plan or rule_plan(table, r, n)
     o, P = r["optimizer"], plan["P"]
-    out = [coll("sum_f64", 2)]  # the loss vote (trainer/train.c)
+    out = [Coll("sum_f64", 2)]  # the loss vote (trainer/train.c)
     if o in ("adamw", "adams"):
-        out.append(coll("allreduce", 4 * P, "overlap"))
+        out.append(Coll("allreduce", 4 * P, "overlap"))
     elif o == "scape":
         vb = 2 if r["payload"] == "bf16" else 4
-        out.append(coll("allreduce", vb * plan["k_at"](density_at(r, t)), "overlap"))
+        out.append(Coll("allreduce", vb * plan["k_at"](density_at(r, t)), "overlap"))
         m, bound = (plan["mask"], False) if r["mask_coding"] == "none" else (plan["mask_coded"], True)
         if t == 1 and density_at(r, 1) < 1.0:
-            out.append(coll("allgather", m, "exposed", bound))  # the bootstrap mask M_1, gathered at once
-        out.append(coll("allgather", m, "behind", bound))
-        out.append(coll("max_i64", 1))
+            out.append(Coll("allgather", m, "exposed", bound))  # the bootstrap mask M_1, gathered at once
+        out.append(Coll("allgather", m, "behind", bound))
+        out.append(Coll("max_i64", 1))
     elif o == "topk-ef":
-        out.append(coll("allgather", 8 * plan["k_at"](density_at(r, t)) * n, "overlap"))
-        out.append(coll("max_i64", 1))
+        out.append(Coll("allgather", 8 * plan["k_at"](density_at(r, t)) * n, "overlap"))
+        out.append(Coll("max_i64", 1))
     elif o == "powersgd":
         if t <= r["psgd_start"]:
-            out.append(coll("allreduce", 4 * P, "overlap"))
+            out.append(Coll("allreduce", 4 * P, "overlap"))
         else:
-            out += [coll("allreduce", 4 * plan["kp"], "overlap"), coll("allreduce", 4 * plan["kq"])]
-        out.append(coll("max_i64", 1))
+            out += [Coll("allreduce", 4 * plan["kp"], "overlap"), Coll("allreduce", 4 * plan["kq"])]
+        out.append(Coll("max_i64", 1))
     elif o == "onebit-adam":
         if t <= onebit_freeze(r, last):
-            out.append(coll("allreduce", 4 * P, "overlap"))
+            out.append(Coll("allreduce", 4 * P, "overlap"))
         else:
-            out += [coll("alltoall", plan["bk"] * n), coll("allgather", plan["bk"] * n), coll("sum_f64", 2)]
+            out += [Coll("alltoall", plan["bk"] * n), Coll("allgather", plan["bk"] * n), Coll("sum_f64", 2)]
     elif o == "demo":
-        out += [coll("allgather", 8 * plan["k"] * n), coll("sum_f64", 2)]
+        out += [Coll("allgather", 8 * plan["k"] * n), Coll("sum_f64", 2)]
     elif o in ("diloco", "sparseloco"):
-        out.append(coll("sum_f64", 2))
+        out.append(Coll("sum_f64", 2))
         H = r["diloco_h"] if o == "diloco" else r["sparseloco_h"]
         if t % H == 0 or t == last:
             if o == "diloco":
-                out.append(coll("allreduce", 4 * P))
+                out.append(Coll("allreduce", 4 * P))
             elif r["sl_mask"] == "own":
-                out.append(coll("allgather", plan["msg"] * n))
+                out.append(Coll("allgather", plan["msg"] * n))
             else:
-                out.append(coll("allreduce", 4 * plan["k"]))
+                out.append(Coll("allreduce", 4 * plan["k"]))
                 first = min(H, last) if last else H
-                out += [coll("allgather", plan["mask"])] * (2 if t == first else 1)
+                out += [Coll("allgather", plan["mask"])] * (2 if t == first else 1)
     return out
 
 
@@ -651,12 +634,9 @@ def read_steps_to_target(path):
             sys.exit("error: %s: expected 3 tab-separated fields (rule, setting, steps or 'not reached'), got %d"
                      % (where, len(f)))
         rule, setting, steps = (x.strip() for x in f)
-        if steps == "not reached":
-            steps = None
-        elif re.fullmatch(r"[0-9]+", steps) and int(steps) > 0:
-            steps = int(steps)
-        else:
+        if steps != "not reached" and not (re.fullmatch(r"[0-9]+", steps) and int(steps) > 0):
             sys.exit("error: %s: steps '%s' is not a positive integer or 'not reached'" % (where, steps))
+        steps = None if steps == "not reached" else int(steps)
         try:
             r = rule_settings(rule, setting, where)
             if rule == "onebit-adam":
@@ -670,11 +650,7 @@ def read_steps_to_target(path):
 
 
 def fmt_duration(s):
-    if s < 120:
-        return "%.1f s" % s
-    if s < 7200:
-        return "%.1f min" % (s / 60)
-    return "%.2f h" % (s / 3600)
+    return "%.1f s" % s if s < 120 else "%.1f min" % (s / 60) if s < 7200 else "%.2f h" % (s / 3600)
 
 
 def time_to_loss(args):
@@ -724,9 +700,7 @@ def time_to_loss(args):
 
 def load_runs(d):
     """netem_bench.sh's runs.tsv -> {(rate, name): dict(step: mean step s, compute: median compute s, sent: mean bytes
-    sent per step, world)} over steps 2.. (step 1 bootstraps), in the file's order. Means, not medians, for the step
-    and the bytes: a local-update rule's outer step comes once in H steps, and its time and bytes are part of the
-    run's."""
+    per step, world)} over steps 2.. (step 1 bootstraps); means, as a local-update rule's outer step is part of a run."""
     out = {}
     path = os.path.join(d, "runs.tsv")
     if not os.path.isfile(path):
@@ -758,8 +732,8 @@ def check(args):
     if "unlimited" not in rates:
         sys.exit("error: %s has no 'unlimited' runs to take the compute time from; rerun netem_bench.sh with "
                  "--rates 'unlimited ...'" % args.dir)
-    print("predicted vs measured mean step time (s) over steps 2..; compute = unshaped run's median (ms - comm_wait_ms),"
-          " bytes = the trainer's mean comm_bytes_sent; all ranks share the link, so a rank's share of it is rate / N")
+    print("predicted vs measured mean step time (s) over steps 2..; compute = unshaped run's median (ms - comm_wait_ms), "
+          "bytes = the trainer's mean comm_bytes_sent; all ranks share the link, so a rank's share of it is rate / N")
     w = max([11] + [len(n) for n in names])
     print("%-10s %-*s %10s %10s %8s" % ("rate", w, "config", "predicted", "measured", "ratio"))
     for rate in rates:
