@@ -1,25 +1,25 @@
 # scripts/module.mk - reproduction engineer: the SCAPE paper's experiments at CPU scale, on a bandwidth-limited
 # network on one machine, and its cost model (docs/reproduction.md). The long runs are targets, not tests:
 #   make reproduce-gpt / reproduce-llama   scripts/reproduce_cpu.sh gpt|llama (4 ranks, 3 seeds, 2 lengths; gpt ~2.5 h on 2 cores)
-#   make netem-bench                       scripts/netem_bench.sh (root: ip netns + tc tbf; about 3 min)
-#   make cost-model                        scripts/cost_model.py project (the paper's settings)
+#   make netem-bench                       scripts/netem_bench.sh (root: ip netns + tc tbf; about 3 min; NETEM_RUNS=FILE: its --runs)
+#   make cost-model                        scripts/cost_model.py project (the paper's settings, every rule)
 .PHONY: reproduce-gpt reproduce-llama netem-bench cost-model
 reproduce-gpt: train_gpt data
 	scripts/reproduce_cpu.sh gpt
 reproduce-llama: train_llama data
 	scripts/reproduce_cpu.sh llama
 netem-bench: train_gpt data
-	scripts/netem_bench.sh
+	scripts/netem_bench.sh $(if $(NETEM_RUNS),--runs $(NETEM_RUNS))
 cost-model:
 	/usr/bin/python3 scripts/cost_model.py project
 
 # tests: the quick mode's table and plot against the logs (~20 s per family), the network script's clean-up after SIGINT
-# (root; ~15 s), the cost model's formulas (instant)
+# and its --runs file (root; ~40 s), the cost model's formulas and every rule's bytes per step against the trainer's counters (~3.5 min)
 TEST_DEPS += train_gpt data train_llama data-llama
 TEST_CMDS += "test/test_reproduce.sh gpt $(DATA)"
 TEST_CMDS += "test/test_reproduce.sh llama $(DATA)"
 TEST_CMDS += test/test_reproduce_netem.sh
-TEST_CMDS += "/usr/bin/python3 test/test_reproduce_cost.py"
+TEST_CMDS += "/usr/bin/python3 test/test_reproduce_cost.py $(DATA)"
 TEST_CMDS += test/test_cluster_recipes.sh
 # issue 31: the variants study's tsv and table against the logs (~30 s)
 TEST_CMDS += "test/test_study_variants.sh $(DATA)"

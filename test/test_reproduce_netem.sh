@@ -3,8 +3,11 @@
 # steps), waits until its ranks run inside its namespace behind a tbf qdisc, sends SIGINT to the script alone,
 # then checks: it exits with 130 promptly, its namespace is gone (with it the shaped loopback), no process it
 # started remains, and the root namespace's loopback qdisc is untouched;
-# and that it removes a namespace left behind by an earlier, SIGKILLed run. Needs root and `ip netns`: where a
-# namespace cannot be created, it FAILS (CI runs as root, where it works). About 20-40 s.
+# and that it removes a namespace left behind by an earlier, SIGKILLed run; --runs FILE: a bad file is refused with
+# one line naming its line before anything starts, and a file of two rules (dense AdamS, DiLoCo H 2) on 2 ranks of a
+# tiny model, unshaped and at 100 Mbit/s, runs both in its order, prints both at both rates with their bytes and the
+# speedup over the first, and every counted byte crossed the shaped link. Needs root and `ip netns`: where a
+# namespace cannot be created, it FAILS (CI runs as root, where it works). About 40-60 s.
 # Not for: the benchmark's figures (run the script itself).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -84,5 +87,39 @@ if ip netns list | grep -qw "$stale" || kill -0 "$stale_pid" 2> /dev/null && [ "
 else
     ok netem_stale_namespace_removed
 fi
+# --runs FILE: refused whole with one line (no namespace, no output folder), then a tiny run of two rules
+printf 'adams\t--optimizer adams\nbad one\t--optimizer adams\n' > "$tmp/bad.tsv"
+out=$(scripts/netem_bench.sh --runs "$tmp/bad.tsv" --out "$tmp/never" 2>&1); rc=$?
+if [ $rc = 2 ] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] && [[ $out == "error: --runs $tmp/bad.tsv:2: run name 'bad one'"* ]] \
+   && [ ! -e "$tmp/never" ]; then ok netem_runs_bad_file_refused
+else fail netem_runs_bad_file_refused "status $rc, output: $out"; fi
+printf 'x\t--optimizer adams --out elsewhere\n' > "$tmp/bad.tsv"
+out=$(scripts/netem_bench.sh --runs "$tmp/bad.tsv" 2>&1); rc=$?
+[ $rc = 2 ] && [[ $out == *":1: '--out' is set by the bench"* ]] && ok netem_runs_bench_options_refused \
+    || fail netem_runs_bench_options_refused "status $rc, output: $out"
+printf '# the baseline first\nadams\t--optimizer adams\n\ndiloco_2\t--optimizer diloco --diloco-h 2\n' > "$tmp/runs.tsv"
+ns_before=$(ip netns list | grep -c '^scapebench_')
+scripts/netem_bench.sh --runs "$tmp/runs.tsv" --rates "unlimited 100mbit" --np 2 --steps 3 --model d2c64h2t64v4096 \
+    --out "$tmp/runs_out" > "$tmp/runs.log" 2>&1; rc=$?
+if [ $rc = 0 ]; then ok netem_runs_file_runs; else fail netem_runs_file_runs "status $rc: $(tail -3 "$tmp/runs.log")"; fi
+got=$(cut -f1,2 "$tmp/runs_out/runs.tsv" 2> /dev/null | tr '\t\n' ': ')
+[ "$got" = "unlimited:adams unlimited:diloco_2 100mbit:adams 100mbit:diloco_2 " ] && ok netem_runs_in_file_order \
+    || fail netem_runs_in_file_order "runs.tsv holds '$got'"
+# each rate x run has its line: rate, run, median ms, mean ms, MB/step/rank, speedup over adams, link/counted
+/usr/bin/python3 - "$tmp/runs.log" <<'EOF' && ok netem_runs_summary || fail netem_runs_summary "$(tail -8 "$tmp/runs.log")"
+import sys
+lines = [l.split() for l in open(sys.argv[1])]
+rows = {(l[0], l[1]): l for l in lines if len(l) >= 7 and l[0] in ("unlimited", "100mbit") and l[1] in ("adams", "diloco_2")}
+assert len(rows) == 4, rows
+assert all(rows[r, "adams"][5] == "1.00x" for r in ("unlimited", "100mbit")), "adams is not its own baseline"
+for (rate, name), l in rows.items():
+    assert float(l[4]) > 0, "%s %s counted no bytes" % (rate, name)
+    if rate == "100mbit":
+        assert float(l[6]) >= 0.9, "%s: the link carried %s of the counted bytes" % (name, l[6])
+assert not any("WARNING" in " ".join(l) for l in lines), "a WARNING was printed"
+assert any(l[:1] == ["diloco_2:"] for l in lines), "no crossover line for diloco_2"
+EOF
+[ "$(ip netns list | grep -c '^scapebench_')" = "$ns_before" ] && ok netem_runs_namespace_removed \
+    || fail netem_runs_namespace_removed "$(ip netns list)"
 rm -rf "$tmp"
 exit $((fails > 0))
