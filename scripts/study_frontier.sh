@@ -60,16 +60,9 @@ fi
 mode=$1
 case $mode in plan|run|tables) ;; *) echo "error: unknown mode '$mode'; $usage" >&2; exit 2 ;; esac
 OUT=${OUT:-out/frontier}
-DOC=${DOC:-docs/study}
-DATA=${DATA:-data}
 FRONTIER_COMMIT=${FRONTIER_COMMIT:-68cd8c908aaa0462819c151407c70b616bb658ac}
-PROBE_LRS=${PROBE_LRS:-"5e-4 1e-3 2e-3"}
-PROBE_STEPS=${PROBE_STEPS:-10000}
-EVAL_BATCHES=${EVAL_BATCHES:-140}
-EVAL_POINTS=${EVAL_POINTS:-20}
-CKPT_EVERY=${CKPT_EVERY:-2000}
-RANKS=${RANKS:-4}; B=${B:-4}; T=${T:-64}
-TB=$((RANKS * B * T))
+# the settings both studies share (their lines share runs.tsv, so one place sets them)
+source scripts/study_settings.sh
 SPEC=${SPEC:-d4c64h4t64v4096}
 LENGTHS=${LENGTHS:-"1000 10000"}
 SETTINGS=${SETTINGS:-"adams adamw scape_0.1 scape_0.03 scape_0.01 scape_0.003 scape_0.1_catchup_a4 scape_0.01_catchup_a4

@@ -50,16 +50,9 @@ case ${1:-} in -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//
 [ $# -ge 1 ] && [ $# -le 2 ] || { echo "$usage" >&2; exit 2; }
 mode=$1 size=${2:-small}
 OUT=${OUT:-out/regime}
-DOC=${DOC:-docs/study}
-DATA=${DATA:-data}
 STUDY_COMMIT=${STUDY_COMMIT:-7753401fc518f9699179ce385dc67cdb6efb52ff}
-PROBE_LRS=${PROBE_LRS:-"5e-4 1e-3 2e-3"}
-PROBE_STEPS=${PROBE_STEPS:-10000}
-EVAL_BATCHES=${EVAL_BATCHES:-140}
-EVAL_POINTS=${EVAL_POINTS:-20}
-CKPT_EVERY=${CKPT_EVERY:-2000}
-RANKS=${RANKS:-4}; B=${B:-4}; T=${T:-64}
-TB=$((RANKS * B * T))
+# the settings both studies share (their lines share runs.tsv, so one place sets them)
+source scripts/study_settings.sh
 case $size in
     small)  SPEC=${SPEC:-d4c64h4t64v4096};  LENGTHS=${LENGTHS:-"1000 3000 10000 30000 68000"} ;;
     medium) SPEC=${SPEC:-d7c112h4t64v4096}; LENGTHS=${LENGTHS:-"1000 3000 10000 30000"} ;;
