@@ -173,15 +173,18 @@ rows=$(wc -l < "$TMP/step.dump" 2>/dev/null); with=$(grep -c '^{"step":6,' "$TMP
 if [ $st = 0 ] && [ "${rows:-0}" -gt 20 ] && [ "$rows" = "$with" ]; then ok eval_dump_rows_carry_the_step
 else fail eval_dump_rows_carry_the_step "exit $st: $with of $rows rows with step 6"; fi
 
-# symptom 17b: SIGINT stops a long --eval-only at once (status 130), with neither the dump nor eval.jsonl written
-items "$TMP/many.jsonl" 3000 40
+# symptom 17b: SIGINT stops a long --eval-only at once (status 130), with neither the dump nor eval.jsonl written.
+# "At once" against the whole evaluation: 12,000 items take some 35 s on a busy 2-core machine (3,000 took 9.3 s),
+# so a stop within 8 s is one between items, not at the end, and leaves room for a sanitized build under load (a
+# 2 s bound failed there at 3.1 s)
+items "$TMP/many.jsonl" 12000 40
 "$trainer" "${only[@]}" --eval-task "jsonl=$TMP/many.jsonl" --eval-dump "$TMP/int.dump" --out "$TMP/int" > "$TMP/int.out" 2>&1 &
 pid=$!
-for _ in $(seq 100); do grep -q '^eval only' "$TMP/int.out" && break; sleep 0.1; done
+for _ in $(seq 300); do grep -q '^eval only' "$TMP/int.out" && break; sleep 0.1; done
 sleep 0.3; kill -INT $pid; t0=$(date +%s.%N)
 wait $pid; st=$?
 took=$(echo "$(date +%s.%N) - $t0" | bc)
-if [ $st = 130 ] && [ "$(echo "$took < 2" | bc)" = 1 ] && [ ! -e "$TMP/int.dump" ] && ! grep -q eval_task "$TMP/int/eval.jsonl" 2>/dev/null &&
+if [ $st = 130 ] && [ "$(echo "$took < 8" | bc)" = 1 ] && [ ! -e "$TMP/int.dump" ] && ! grep -q eval_task "$TMP/int/eval.jsonl" 2>/dev/null &&
    [ -z "$(ls "$TMP" | grep 'int.dump.tmp')" ] && grep -q "stopped by SIGINT during --eval-only: nothing written" "$TMP/int.out"; then
     ok sigint_stops_eval_only_at_once_with_nothing_written
 else fail sigint_stops_eval_only_at_once_with_nothing_written "exit $st after ${took}s: $(tail -1 "$TMP/int.out")"; fi
