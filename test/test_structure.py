@@ -30,9 +30,23 @@ def report(name, problems):
         print("ok %s" % name)
 
 
+SOURCE_EXT = (".c", ".h", ".cu", ".cuh")
+# a copy of the tree that is no git work tree of its own (make test-sanitize's build-san/tree holds the tracked and
+# untracked-but-not-ignored files) is walked instead, without the folders .gitignore names
+NOT_SOURCES = {".git", "build", "build-san", "data", "out", "node_modules", "__pycache__"}
+
+
 def sources():
-    out = subprocess.run(["git", "-C", ROOT, "ls-files", "*.c", "*.h", "*.cu", "*.cuh"], capture_output=True, text=True,
-                         check=True).stdout.split()
+    root = os.path.realpath(ROOT)
+    top = subprocess.run(["git", "-C", root, "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+    if top.returncode == 0 and os.path.realpath(top.stdout.strip()) == root:
+        out = subprocess.run(["git", "-C", root, "ls-files", *("*" + e for e in SOURCE_EXT)], capture_output=True,
+                             text=True, check=True).stdout.split()
+    else:
+        out = []
+        for d, dirs, names in os.walk(root):
+            dirs[:] = sorted(x for x in dirs if x not in NOT_SOURCES and not x.startswith("log"))
+            out += [os.path.relpath(os.path.join(d, n), root) for n in sorted(names) if n.endswith(SOURCE_EXT)]
     return [f for f in out if not f.startswith(("test/", "dev/"))]
 
 
@@ -51,6 +65,10 @@ def read(f):
 
 def main():
     files = sources()
+    missing = [f for f in ("optim/optim.h", "optim/rules.c", "trainer/train.c") if f not in files]
+    if missing:
+        print("FAIL sources_found: %s not among the %d source files found under %s" % (", ".join(missing), len(files), ROOT))
+        sys.exit(1)
     text = {f: read(f) for f in files}
 
     long_files = ["%s %d lines" % (f, t.count("\n")) for f, t in text.items()
