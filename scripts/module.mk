@@ -19,6 +19,8 @@ TEST_DEPS += train_gpt data train_llama data-llama
 TEST_CMDS += "test/test_reproduce.sh gpt $(DATA)"
 TEST_CMDS += "test/test_reproduce.sh llama $(DATA)"
 TEST_CMDS += test/test_reproduce_netem.sh
+# netem_bench.sh refuses bad arguments and --runs files with one line before it needs root (~2 s)
+TEST_CMDS += test/test_netem_args.sh
 TEST_CMDS += "/usr/bin/python3 test/test_reproduce_cost.py $(DATA)"
 TEST_CMDS += test/test_cluster_recipes.sh
 # issue 31: the variants study's tsv and table against the logs (~30 s)
