@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """test/test_reproduce_cost.py [DATA] - scripts/cost_model.py's formulas against hand-computed cases and the published
-parameter counts of GPT-2 124M and Llama-2 7B; its time-to-loss mode on a small table and its refusals (bad or repeated lines, non-UTF-8 files, nan and
-inf, abbreviated flags, a runs.tsv of `check` not netem_bench.sh's: one line each, no traceback); then every
-update rule's bytes per step as the model computes them from the parameter table of d2c64h2t64 against the trainer's
+parameter counts of GPT-2 124M and Llama-2 7B; its time-to-loss mode on a small table and its refusals (bad or
+repeated lines, non-UTF-8 files, nan and inf, abbreviated flags, a runs.tsv of `check` not netem_bench.sh's: one line
+each, no traceback); then every update rule's bytes per step as the model computes them from the parameter table of d2c64h2t64 against the trainer's
 own counters (comm_bytes_sent and its kinds in log.jsonl), each rule run for 6 steps on 2 and 3 ranks with settings
 that walk through its phases (density warm-up, PowerSGD's dense start, 1-bit Adam's freeze, outer steps at H and at
 the last step, SparseLoCo's first shared mask). Needs ./train_gpt, mpirun and DATA (default data; `make data`).
