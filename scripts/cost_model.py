@@ -63,14 +63,14 @@ batch (--scaling strong: t_c M / N on N ranks, the same steps to target) or each
 N, steps still as measured: optimistic); the local-update rules' steps to target are taken as measured whatever N.
 Not for: anything but first-order estimates; it ignores congestion, stragglers and bucket pipelining.
 """
-import argparse
 import collections
-import json
 import math
 import os
 import re
-import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cost_inputs import RATE_RE, OneLineParser, finite, load_runs, rate_bytes_per_s  # noqa: E402
 
 
 def ring_allreduce_s(nbytes, n, alpha, beta):
@@ -613,16 +613,20 @@ def project_rules(args, alpha, beta, flops):
                                    for r, (o, s) in zip(rules, RULE_SETTINGS)) + " (the other options at their defaults)")
 
 
-RATE_RE = re.compile(r"[0-9]+(\.[0-9]+)?(kbit|mbit|gbit)")
 
 
 def read_steps_to_target(path):
     """FILE of time-to-loss: [(rule settings, setting text, steps or None)]; exits with one line naming the line."""
     try:
-        lines = open(path).read().splitlines()
+        with open(path, "rb") as f:
+            data = f.read()
+        lines = data.decode("utf-8").splitlines()
     except OSError as e:
         sys.exit("error: --steps-to-target %s: %s" % (path, e.strerror))
-    rows = []
+    except UnicodeDecodeError as e:
+        sys.exit("error: %s:%d: not UTF-8 text; write rule<TAB>setting<TAB>steps lines" % (
+            path, data[:e.start].count(b"\n") + 1))
+    rows, first = [], {}
     for i, line in enumerate(lines, 1):
         where = "%s:%d" % (path, i)
         if not line.strip() or line.lstrip().startswith("#"):
@@ -643,6 +647,11 @@ def read_steps_to_target(path):
                 onebit_freeze(r, steps or 1)
         except ValueError as e:
             sys.exit("error: %s" % e)
+        key = tuple(sorted(r.items()))
+        if key in first:
+            sys.exit("error: %s: the same rule and setting as line %d (%s); keep one line per run" % (
+                where, first[key], rule_label(r)))
+        first[key] = i
         rows.append((r, setting or "-", steps))
     if not rows:
         sys.exit("error: --steps-to-target %s has no rows; write rule<TAB>setting<TAB>steps lines" % path)
@@ -698,33 +707,6 @@ def time_to_loss(args):
         print("  N=%d %s: %s (%s)%s" % (n, rate, name(ranked[0][1]), fmt_duration(ranked[0][0]), more))
 
 
-def load_runs(d):
-    """netem_bench.sh's runs.tsv -> {(rate, name): dict(step: mean step s, compute: median compute s, sent: mean bytes
-    per step, world)} over steps 2.. (step 1 bootstraps); means, as a local-update rule's outer step is part of a run."""
-    out = {}
-    path = os.path.join(d, "runs.tsv")
-    if not os.path.isfile(path):
-        sys.exit("error: %s not found; pass the --out directory of scripts/netem_bench.sh" % path)
-    for line in open(path):
-        rate, name, run, _ = line.rstrip("\n").split("\t")
-        ev = [json.loads(l) for l in open(os.path.join(run, "log.jsonl")) if l.strip()]
-        tr = [e for e in ev if e["event"] == "train" and e["step"] >= 2]
-        start = next(e for e in ev if e["event"] == "start")
-        if not tr:
-            sys.exit("error: %s has no train steps >= 2; run netem_bench.sh with --steps >= 2" % run)
-        out[rate, name] = dict(step=statistics.mean(e["ms"] for e in tr) / 1e3,
-                               compute=statistics.median(e["ms"] - e["comm_wait_ms"] for e in tr) / 1e3,
-                               sent=statistics.mean(e["comm_bytes_sent"] for e in tr), world=start["world"])
-    return out
-
-
-def rate_bytes_per_s(rate):
-    for u, f in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
-        if rate.endswith(u):
-            return float(rate[:-len(u)]) * f / 8
-    return math.inf
-
-
 def check(args):
     runs = load_runs(args.dir)
     rates = sorted({r for r, _ in runs}, key=lambda r: -rate_bytes_per_s(r))
@@ -751,24 +733,24 @@ def check(args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("project", help="project to the paper's settings")
-    p.add_argument("--alpha-us", type=float, default=5.0, help="per-message latency, microseconds [5]")
-    p.add_argument("--link-gbit", type=float, default=200.0, help="per-rank link bandwidth, Gbit/s [200]")
+    p = sub.add_parser("project", help="project to the paper's settings", allow_abbrev=False)
+    p.add_argument("--alpha-us", type=finite, default=5.0, help="per-message latency, microseconds [5]")
+    p.add_argument("--link-gbit", type=finite, default=200.0, help="per-rank link bandwidth, Gbit/s [200]")
     p.add_argument("--gpus-per-node", type=int, default=1, help="ranks sharing one link [1]; 8 for one NIC per 8-GPU node")
-    p.add_argument("--peak-tflops", type=float, default=989.0, help="peak dense bf16 TFLOP/s per GPU [989, H100 SXM]")
-    p.add_argument("--mfu", type=float, default=0.4, help="model FLOP utilisation assumed [0.4]")
-    p.add_argument("--overlap", type=float, default=0.0,
+    p.add_argument("--peak-tflops", type=finite, default=989.0, help="peak dense bf16 TFLOP/s per GPU [989, H100 SXM]")
+    p.add_argument("--mfu", type=finite, default=0.4, help="model FLOP utilisation assumed [0.4]")
+    p.add_argument("--overlap", type=finite, default=0.0,
                    help="share of the gradient all-reduce (of every rule's per-bucket collectives) hidden [0]")
     p.add_argument("--ranks", type=int, nargs="+", default=[32, 64])
-    c = sub.add_parser("check", help="fit on netem_bench.sh's unshaped runs, predict its shaped ones")
+    c = sub.add_parser("check", help="fit on netem_bench.sh's unshaped runs, predict its shaped ones", allow_abbrev=False)
     c.add_argument("dir")
-    c.add_argument("--alpha-us", type=float, default=50.0, help="per-message latency over loopback TCP [50]")
-    t = sub.add_parser("time-to-loss", help="time to a target loss per rule, rank count and link rate")
+    c.add_argument("--alpha-us", type=finite, default=50.0, help="per-message latency over loopback TCP [50]")
+    t = sub.add_parser("time-to-loss", help="time to a target loss per rule, rank count and link rate", allow_abbrev=False)
     t.add_argument("--steps-to-target", required=True, metavar="FILE",
                    help="rule<TAB>setting<TAB>steps (or 'not reached') lines; # comments")
-    t.add_argument("--compute-ms", type=float, required=True,
+    t.add_argument("--compute-ms", type=finite, required=True,
                    help="measured forward+backward+update ms of one step on --measured-ranks ranks")
     t.add_argument("--measured-ranks", type=int, default=4, help="ranks the steps and the compute were measured on [4]")
     t.add_argument("--model", default="d4c64h4t64v4096", help="GPT-2 spec of the runs [d4c64h4t64v4096: study_regime's]")
@@ -779,8 +761,8 @@ def main():
                    help="each rate is the total of all ranks, as netem_bench.sh's shaped loopback (default: per rank)")
     t.add_argument("--scaling", choices=("strong", "weak"), default="strong",
                    help="strong: the global batch kept, compute x measured-ranks / N; weak: each rank's batch kept")
-    t.add_argument("--alpha-us", type=float, default=50.0, help="per-message latency, microseconds [50]")
-    t.add_argument("--overlap", type=float, default=0.0, help="share of the per-bucket collectives hidden [0]")
+    t.add_argument("--alpha-us", type=finite, default=50.0, help="per-message latency, microseconds [50]")
+    t.add_argument("--overlap", type=finite, default=0.0, help="share of the per-bucket collectives hidden [0]")
     args = ap.parse_args()
     for k in ("link_gbit", "peak_tflops", "mfu", "gpus_per_node", "compute_ms", "measured_ranks"):
         if getattr(args, k, 1) <= 0:
@@ -794,7 +776,11 @@ def main():
             sys.exit("error: --rates entry '%s' is not <number>kbit|mbit|gbit (e.g. 100mbit)" % rate)
     if getattr(args, "overlap", 0) < 0 or getattr(args, "overlap", 0) > 1:
         sys.exit("error: --overlap must be in [0, 1]")
-    {"project": project, "check": check, "time-to-loss": time_to_loss}[args.cmd](args)
+    try:
+        {"project": project, "check": check, "time-to-loss": time_to_loss}[args.cmd](args)
+        sys.stdout.flush()
+    except BrokenPipeError:  # a reader that went away (| head): nothing left to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 if __name__ == "__main__":
     main()

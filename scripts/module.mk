@@ -19,6 +19,8 @@ TEST_DEPS += train_gpt data train_llama data-llama
 TEST_CMDS += "test/test_reproduce.sh gpt $(DATA)"
 TEST_CMDS += "test/test_reproduce.sh llama $(DATA)"
 TEST_CMDS += test/test_reproduce_netem.sh
+# netem_bench.sh refuses bad arguments and --runs files with one line before it needs root (~2 s)
+TEST_CMDS += test/test_netem_args.sh
 TEST_CMDS += "/usr/bin/python3 test/test_reproduce_cost.py $(DATA)"
 TEST_CMDS += test/test_cluster_recipes.sh
 # issue 31: the variants study's tsv and table against the logs (~30 s)
@@ -31,6 +33,8 @@ TEST_CMDS += "test/test_study_regime.sh $(DATA)"
 # issue 45: the frontier study's run names and flags, lines against the logs, a DiLoCo resume after SIGKILL, the
 # fronts and bytes to AdamS on made-up lines, the committed tables (~35 s of CPU)
 TEST_CMDS += "test/test_study_frontier.sh $(DATA)"
+# both studies refuse bad settings and runs.tsv lines with one line; tables never half-written (~10 s)
+TEST_CMDS += test/test_study_inputs.sh
 # issue 35: the first GPU run's plan (scripts/gpu_check.sh PLAN=1: order, the 8-minute estimate, T=128; ~25 s)
 TEST_CMDS += test/test_gpu_check.sh
 # issue 30: the batch job on a real one-node SLURM (munged, slurmctld, slurmd started from a scratch dir; ~2 min)

@@ -29,6 +29,9 @@ cd "$(dirname "$0")/.."
 RATES="unlimited 2gbit 500mbit 100mbit"; NP=4; STEPS=4; MODEL=d2c64h2t64; B=2; T=32; DATA=data; OUT=out/netem_bench; RUNS=
 usage="usage: $0 [--rates \"unlimited 2gbit 500mbit ...\"] [--runs FILE] [--np N] [--steps N] [--model S] [--batch B] [--seq T] [--data DIR] [--out DIR]"
 while [ $# -gt 0 ]; do
+    case $1 in --rates|--np|--steps|--model|--batch|--seq|--data|--out|--runs)
+        [ $# -ge 2 ] || { echo "error: $1 needs a value; $usage" >&2; exit 2; } ;;
+    esac
     case $1 in
         --rates) RATES=$2; shift 2 ;; --np) NP=$2; shift 2 ;; --steps) STEPS=$2; shift 2 ;;
         --model) MODEL=$2; shift 2 ;; --batch) B=$2; shift 2 ;; --seq) T=$2; shift 2 ;;
@@ -39,6 +42,14 @@ while [ $# -gt 0 ]; do
 done
 [ "$STEPS" -ge 2 ] 2>/dev/null || { echo "error: --steps $STEPS must be an integer >= 2 (step 1 is not measured)" >&2; exit 2; }
 [ "$NP" -ge 2 ] 2>/dev/null || { echo "error: --np $NP must be an integer >= 2 (one rank sends nothing)" >&2; exit 2; }
+for v in "--batch $B" "--seq $T"; do
+    [[ ${v#* } =~ ^[1-9][0-9]{0,5}$ ]] || { echo "error: ${v% *} '${v#* }' must be a positive integer" >&2; exit 2; }
+done
+[[ $MODEL =~ ^[a-z0-9]+$ ]] || { echo "error: --model '$MODEL' is no model spec (e.g. d2c64h2t64)" >&2; exit 2; }
+[ -n "${RATES// /}" ] || { echo "error: --rates is empty; give e.g. --rates \"unlimited 100mbit\"" >&2; exit 2; }
+if [ -e "$OUT" ] && [ ! -d "$OUT" ] || [ -L "$OUT/runs.tsv" ]; then
+    echo "error: --out $OUT is no folder (or its runs.tsv is a symlink); give a folder of its own" >&2; exit 2
+fi
 for r in $RATES; do
     [[ $r == unlimited || $r =~ ^[0-9]+(\.[0-9]+)?(kbit|mbit|gbit)$ ]] \
         || { echo "error: --rates entry '$r' is not 'unlimited' or <number>kbit|mbit|gbit (e.g. 500mbit)" >&2; exit 2; }
@@ -127,7 +138,7 @@ fi
 
 qdisc_bytes() { nsx tc -s qdisc show dev lo | awk '/Sent/ { print $2; exit }'; }
 mkdir -p "$OUT"
-: > "$OUT/runs.tsv"
+rm -f "$OUT/runs.tsv"; : > "$OUT/runs.tsv"   # a file of its own, never through a link
 # shellcheck disable=SC2054  # "tcp,self" is one argument
 MPI=(env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe --bind-to none
      --mca btl tcp,self --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo -np "$NP")

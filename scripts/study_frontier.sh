@@ -39,6 +39,9 @@
 # OUT/build-<commit>/ (STUDY_TRAINER=FILE runs that binary instead, its lines recording local-<sha1 of the file>).
 # ONLY="run ..." and SEEDS="s ..." restrict `run` to those runs and seeds; LR sets the lr where runs.tsv has no probe
 # (a test's fresh runs.tsv; it must agree with the probe where there is one, as the runs share their points).
+# Every setting of the environment and every regime line of runs.tsv is checked first: one of the wrong form is
+# refused with one line naming it (and the file's line) before anything is written. `tables` writes each file
+# whole into a temporary one and renames it into place (a symlink there is replaced, not followed).
 # Run it under nice, alone per OUT (default out/frontier; the regime study's out/regime has its own lock, and two
 # studies at once share the cores), e.g. `nice -n 10 scripts/study_frontier.sh run`.
 # Not for: the regime study's lengths and lr controls (scripts/study_regime.sh), time to a target loss over a thin
@@ -71,30 +74,22 @@ SETTINGS=${SETTINGS:-"adams adamw scape_0.1 scape_0.03 scape_0.01 scape_0.003 sc
     sparseloco_h10 sparseloco_h30 sparseloco_shared_h10 sparseloco_shared_h30"}
 # shellcheck disable=SC2086
 settings_words=" $(printf '%s ' $SETTINGS)" # one space around each name, for [[ == *" name "* ]]
-runs_tsv=$DOC/runs.tsv
-header='point\trun\tseed\tval_loss\tseconds\tbytes_per_step\ttrain_tail\tval_best\tcommit\n'
-mkdir -p "$DOC"
-[ -f "$runs_tsv" ] || printf "$header" > "$runs_tsv"
-
 if [ "$mode" = tables ]; then
+    study_runs_tsv tables
     exec /usr/bin/python3 scripts/study_frontier_tables.py "$runs_tsv" "$DOC" --spec "$SPEC" --lengths "$LENGTHS" \
         --ranks "$RANKS" --batch "$B" --seq "$T"
 fi
 
-# every name and number the environment gives is checked before anything runs
-for x in $LENGTHS; do [[ $x =~ $study_int ]] || { echo "error: LENGTHS: '$x' is no positive number of steps" >&2; exit 2; }; done
-[ -n "${LENGTHS// /}" ] || { echo "error: LENGTHS is empty; give the steps of each point, e.g. LENGTHS=\"1000 10000\"" >&2; exit 2; }
+# every name and number the environment gives is checked before anything is written
+study_check_spec
 for x in $SETTINGS; do
     err=$(study_flags "$x" 1000 2>&1 > /dev/null) || { echo "error: SETTINGS: ${err#error: }" >&2; exit 2; }
 done
-if [ "$mode" = run ]; then
-    for x in ${ONLY:-}; do
-        err=$(study_flags "$x" 1000 2>&1 > /dev/null) || { echo "error: ONLY: ${err#error: }" >&2; exit 2; }
-        [[ $settings_words == *" ${x%_lr*} "* ]] \
-            || { echo "error: ONLY names '$x', which is not among SETTINGS (${settings_words:1:-1})" >&2; exit 2; }
-    done
-    for x in ${SEEDS:-}; do [[ $x =~ $study_int ]] || { echo "error: SEEDS: '$x' is no seed (1, 2, 3)" >&2; exit 2; }; done
-fi
+[ -n "${SETTINGS// /}" ] || { echo "error: SETTINGS is empty; name the runs, or unset it for the study's 27" >&2; exit 2; }
+# shellcheck disable=SC2086
+[ "$mode" = plan ] || study_check_filters SETTINGS $SETTINGS
+study_runs_tsv "$mode"
+[ "$mode" = plan ] || study_check_tsv
 
 probe_point=regime_probe_${SPEC}_steps$PROBE_STEPS
 # shellcheck disable=SC2086

@@ -17,7 +17,8 @@ import argparse, math, os, re, shutil, subprocess, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from study_regime_tables import (TRAIN_TOKENS, params_of, read_runs, paired_gap, gap_cell, stats,
-                                 mean_sd, table_head, table_row)
+                                 mean_sd, table_head, table_row, write_temp, temp_beside, put_in_place, say,
+                                 run_safely)
 
 NUM = r"(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
 # (pattern of a run name, rule key, label); scripts/study_lib.sh's study_flags names, in the tables' order
@@ -88,9 +89,12 @@ def main():
     try:
         lengths = sorted(int(x) for x in a.lengths.split())
         P, blocks = params_of(a.spec)
+        if not lengths or min(lengths + [a.ranks, a.batch, a.seq, P]) < 1:
+            raise ValueError
     except (ValueError, AttributeError):
-        sys.exit("study_frontier_tables.py: --spec %s / --lengths '%s': expected a d<L>c<C>h<NH>t<T>v<V> spec and "
-                 "positive step counts" % (a.spec, a.lengths))
+        sys.exit("error: study_frontier_tables.py: --spec %s / --lengths '%s' / --ranks %d --batch %d --seq %d: expected "
+                 "a d<L>c<C>h<NH>t<T>v<V> spec, positive step counts and positive sizes" % (
+                     a.spec, a.lengths, a.ranks, a.batch, a.seq))
     by = read_runs(a.tsv)
     probe = {}
     for p in by:
@@ -190,22 +194,24 @@ def main():
                 " (7753401fc518: the regime study's lines, whose update digests, dev/update_digest.sh, equal the later "
                 "trainer's for every rule both have)" if "7753401fc518" in commits and len(commits) > 1 else ""), ""]
     text = "\n".join(head + [l for s in sections for l in s]) + "\n"
-    open(os.path.join(a.doc, "frontier.md"), "w").write(text)
+    md = os.path.join(a.doc, "frontier.md")
+    put_in_place([(write_temp(md, text), md)])
     plot(os.path.join(a.doc, "frontier.png"), panels)
-    print(text, end="")
+    say(text)
 
 
 def plot(png, panels):
     """frontier.png by gnuplot: a panel per length with data, x bytes per step and rank (log), y final val loss; a
     rule's front as a line (its seeds' range in the key), its dominated settings as open points, AdamS +0.02 / +0.05
     dashed. No panel (no data): no file. No gnuplot: a note on stderr."""
-    if os.path.exists(png):
-        os.remove(png)
+    if os.path.lexists(png):
+        os.remove(png)  # drawn again below into a temporary file, or absent
     if not panels:
         return
     if not shutil.which("gnuplot"):
         print("note: no gnuplot; %s not drawn" % png, file=sys.stderr)
         return
+    tmp = temp_beside(png)
     order, keys = {}, []
     for _, rules, _, _ in panels:
         order.update({k: v[0]["order"] for k, v in rules.items()})
@@ -214,7 +220,7 @@ def plot(png, panels):
     xs = [x["bytes"] for _, rules, _, _ in panels for v in rules.values() for x in v]
     lo, hi = 10 ** math.floor(math.log10(min(xs))), 10 ** math.ceil(math.log10(max(xs)))
     hi = hi * 10 if hi == lo else hi
-    s = ["set terminal pngcairo size %d,650 noenhanced" % (560 * len(panels) + 260), "set output '%s'" % png,
+    s = ["set terminal pngcairo size %d,650 noenhanced" % (560 * len(panels) + 260), "set output '%s'" % tmp,
          "set multiplot layout 1,%d title 'final validation loss against bytes per step and rank (issue 45)'" % len(panels)]
     for i, (L, rules, fronts, adams_loss) in enumerate(panels):
         series, blocks = [], []
@@ -242,9 +248,12 @@ def plot(png, panels):
                        "set key top right font ',9'",
                        "set title '%s steps'" % format(L, ","), "plot " + ", ".join(series)]
     s.append("unset multiplot")
-    if subprocess.run(["gnuplot"], input="\n".join(s).encode(), stderr=subprocess.PIPE).returncode:
+    if subprocess.run(["gnuplot"], input="\n".join(s).encode(), stderr=subprocess.PIPE).returncode \
+            or not os.path.getsize(tmp):
         print("note: gnuplot could not draw %s" % png, file=sys.stderr)
+        return
+    put_in_place([(tmp, png)])
 
 
 if __name__ == "__main__":
-    main()
+    run_safely(main, sys.argv[2] if len(sys.argv) > 2 else "DOC_DIR")

@@ -68,6 +68,80 @@ study_flags() {
 }
 study_unit() { awk -v x="$1" 'BEGIN { exit !(x > 0 && x <= 1) }'; } # 0 < X <= 1
 
+# runs.tsv's header: the fields of every line train appends
+study_header='point\trun\tseed\tval_loss\tseconds\tbytes_per_step\ttrain_tail\tval_best\tcommit\n'
+
+# study_check_spec: SPEC a GPT-2 spec d<L>c<C>h<NH>t<T>v<V> (the form the tables read), LENGTHS positive step counts
+# and PROBE_STEPS, each at least EVAL_POINTS (validation every steps / EVAL_POINTS steps); else one line and exit 2
+study_check_spec() {
+    local x
+    [[ $SPEC =~ ^d[1-9][0-9]*c[1-9][0-9]*h[1-9][0-9]*t[1-9][0-9]*v[1-9][0-9]*$ ]] \
+        || { echo "error: SPEC '$SPEC' is no GPT-2 spec d<L>c<C>h<NH>t<T>v<V> (e.g. d4c64h4t64v4096); unset it" >&2; exit 2; }
+    [ -n "${LENGTHS// /}" ] || { echo "error: LENGTHS is empty; give the steps of each point, e.g. LENGTHS=\"1000 10000\"" >&2; exit 2; }
+    for x in $LENGTHS $PROBE_STEPS; do
+        [[ $x =~ ^[1-9][0-9]{0,8}$ ]] || { echo "error: LENGTHS: '$x' is no positive number of steps" >&2; exit 2; }
+        [ "$x" -ge "$EVAL_POINTS" ] \
+            || { echo "error: a length of $x steps is shorter than EVAL_POINTS=$EVAL_POINTS validations; lower EVAL_POINTS" >&2; exit 2; }
+    done
+}
+
+# study_check_filters WHAT NAMES...: ONLY's words (run names, with or without their _lr suffix) among NAMES (WHAT names
+# them in the error) and SEEDS's among the plans' seeds 1 2 3; else one line and exit 2 (for `run`, which would
+# otherwise train nothing and say only that)
+study_check_filters() {
+    local what=$1 x err
+    shift
+    local names=" $* "
+    if [ -n "${ONLY+x}" ] && [ -n "$ONLY" ] && [ -z "${ONLY// /}" ]; then
+        echo "error: ONLY is blank; name runs (e.g. ONLY=\"adams scape_0.1\") or unset it to train every run" >&2; exit 2
+    fi
+    for x in ${ONLY:-}; do
+        err=$(study_flags "$x" 1000 2>&1 > /dev/null) || { echo "error: ONLY: ${err#error: }" >&2; exit 2; }
+        [[ $names == *" ${x%_lr*} "* ]] || { echo "error: ONLY names '$x', which is not among $what (${names:1:-1})" >&2; exit 2; }
+    done
+    if [ -n "${SEEDS:-}" ] && [ -z "${SEEDS// /}" ]; then
+        echo "error: SEEDS is blank; name seeds (e.g. SEEDS=\"1 2\") or unset it to train every seed" >&2; exit 2
+    fi
+    for x in ${SEEDS:-}; do [[ $x =~ ^[123]$ ]] || { echo "error: SEEDS: '$x' is no seed (1, 2, 3)" >&2; exit 2; }; done
+}
+
+# study_runs_tsv MODE: runs_tsv=DOC/runs.tsv made ready for MODE, or one line and exit 1: `plan` reads it (a missing
+# one: no run done yet, runs_tsv=/dev/null), `tables` needs it, `run` creates it with its header where it is missing or
+# empty and must be able to append to it: a file of its own, not a symlink (an append would write through the link)
+study_runs_tsv() {
+    runs_tsv=$DOC/runs.tsv
+    if [ -e "$DOC" ] && [ ! -d "$DOC" ]; then
+        echo "error: DOC=$DOC is no folder; set DOC to the folder of runs.tsv and the tables (default docs/study)" >&2; exit 1
+    fi
+    case $1 in
+        plan)
+            if [ ! -e "$runs_tsv" ] && [ ! -L "$runs_tsv" ]; then
+                echo "note: $runs_tsv does not exist yet: no run is done (\`run\` creates it)" >&2; runs_tsv=/dev/null; return
+            fi ;;
+        tables)
+            [ -e "$runs_tsv" ] || { echo "error: $runs_tsv not found; the tables are made from the study's runs.tsv: set DOC to its folder (default docs/study)" >&2; exit 1; } ;;
+        run)
+            [ ! -L "$runs_tsv" ] || { echo "error: $runs_tsv is a symlink, and the study appends its lines to it; replace the link by a copy of its file or set DOC to another folder" >&2; exit 1; }
+            mkdir -p "$DOC" 2> /dev/null || { echo "error: cannot create DOC=$DOC; set DOC to a writable folder" >&2; exit 1; }
+            if [ ! -e "$runs_tsv" ] || [ -f "$runs_tsv" ] && [ ! -s "$runs_tsv" ]; then
+                { printf "$study_header" > "$runs_tsv"; } 2> /dev/null \
+                    || { echo "error: cannot write $runs_tsv; set DOC to a writable folder" >&2; exit 1; }
+            fi
+            [ ! -f "$runs_tsv" ] || { : >> "$runs_tsv"; } 2> /dev/null \
+                || { echo "error: cannot append to $runs_tsv, where each finished run's line goes; set DOC to a writable folder" >&2; exit 1; } ;;
+    esac
+    [ -f "$runs_tsv" ] && [ -r "$runs_tsv" ] \
+        || { echo "error: $runs_tsv is not a readable file; set DOC to the folder of the study's runs.tsv (default docs/study)" >&2; exit 1; }
+}
+
+# study_check_tsv: runs.tsv's header and every regime line checked (scripts/study_regime_tables.py read_lines); a bad
+# one exits 1 with one line naming the file and the line
+study_check_tsv() {
+    [ "$runs_tsv" = /dev/null ] \
+        || /usr/bin/python3 -c 'import sys; sys.path.insert(0, "scripts"); import study_regime_tables as t; t.read_lines(sys.argv[1])' \
+            "$runs_tsv" || exit 1
+}
+
 # done_already / val_of POINT RUN SEED: whether runs.tsv has the line; its final validation loss (or empty)
 done_already() { awk -F'\t' -v p="$1" -v r="$2" -v s="$3" '$1 == p && $2 == r && $3 == s { f = 1 } END { exit !f }' "$runs_tsv"; }
 val_of() { awk -F'\t' -v p="$1" -v r="$2" -v s="$3" '$1 == p && $2 == r && $3 == s { v = $4 } END { print v }' "$runs_tsv"; }
@@ -162,8 +236,10 @@ EOF
 print_plan() {
     /usr/bin/python3 -c '
 import sys
+sys.path.insert(0, "scripts")
+from study_regime_tables import read_lines
 tsv, spec, note, by_run = sys.argv[1:5]
-rows = [l.rstrip("\n").split("\t") for l in open(tsv)][1:]
+rows = read_lines(tsv) if tsv != "/dev/null" else []  # its lines checked: one line naming a bad one
 done = {(r[0], r[1], r[2]): r for r in rows}
 ours = [r for r in rows if r[0].startswith("regime") and spec in r[0]]
 rate = [int(r[4]) / int(r[0].rsplit("_steps", 1)[1]) for r in ours]
@@ -194,8 +270,11 @@ print("to do: %s" % ("%.1f h at %.1f ms/step (median of finished runs%s)" % (tod
 run_plan() {
     local name=$1 pin=$2 var=$3 next point run seed steps lr_r trained=0
     shift 3
-    mkdir -p "$OUT"
-    exec 9> "$OUT/.lock"
+    if [ -e "$OUT" ] && [ ! -d "$OUT" ] || [ -L "$OUT/.lock" ]; then
+        echo "error: OUT=$OUT is no folder of runs (or its .lock is a symlink); set OUT to a folder of its own" >&2; exit 1
+    fi
+    mkdir -p "$OUT" 2> /dev/null || { echo "error: cannot create OUT=$OUT; set OUT to a writable folder" >&2; exit 1; }
+    exec 9>> "$OUT/.lock"
     flock -n 9 || { echo "error: another $name is running with OUT=$OUT; wait for it or stop it" >&2; exit 1; }
     [ -f "$DATA/sotu/bpe4k/sotu_train_000000.bin" ] || { echo "error: no bpe4k corpus under $DATA; run make data" >&2; exit 1; }
     build_trainer "$pin" "$var"

@@ -40,6 +40,9 @@
 # is built from STUDY_COMMIT (pinned below) into OUT/build-<commit>/, so work on the code while the study runs
 # cannot change its runs (STUDY_TRAINER=FILE runs that binary instead, its lines recording local-<sha1 of the file>:
 # for trying the script outside a git checkout). ONLY="run ..." and SEEDS="s ..." restrict `run` to those runs and seeds.
+# Every setting of the environment and every regime line of runs.tsv is checked first: one of the wrong form is
+# refused with one line naming it (and the file's line) before anything is written. `tables` writes each file
+# whole into a temporary one and renames it into place (a symlink there is replaced, not followed).
 # Run it under nice, alone (it takes both cores), e.g. `nice -n 10 scripts/study_regime.sh run small`.
 # Not for: the undertrained length and batch studies (scripts/study_gap.sh), the paper-shaped comparison
 # (scripts/reproduce_cpu.sh).
@@ -59,15 +62,18 @@ case $size in
     *) echo "error: unknown size '$size' (small or medium); $usage" >&2; exit 2 ;;
 esac
 case $mode in plan|run|tables) ;; *) echo "error: unknown mode '$mode'; $usage" >&2; exit 2 ;; esac
-runs_tsv=$DOC/runs.tsv
-header='point\trun\tseed\tval_loss\tseconds\tbytes_per_step\ttrain_tail\tval_best\tcommit\n'
-mkdir -p "$DOC"
-[ -f "$runs_tsv" ] || printf "$header" > "$runs_tsv"
-
-if [ "$mode" = tables ]; then exec /usr/bin/python3 scripts/study_regime_tables.py "$runs_tsv" "$DOC"; fi
-
 # shellcheck source=scripts/study_lib.sh
 source scripts/study_lib.sh
+if [ "$mode" = tables ]; then
+    study_runs_tsv tables
+    exec /usr/bin/python3 scripts/study_regime_tables.py "$runs_tsv" "$DOC"
+fi
+# every name and number the environment gives is checked before anything is written
+study_check_spec
+[ "$mode" = plan ] || study_check_filters "the regime study's runs" adams adamw scape_0.1 scape_0.01 topk_ef_c0.008 \
+    scape_0.1_catchup_a4 scape_0.01_catchup_a4
+study_runs_tsv "$mode"
+[ "$mode" = plan ] || study_check_tsv
 half() { awk -v x="$1" 'BEGIN { printf "%g", x / 2 }'; }
 twice() { awk -v x="$1" 'BEGIN { printf "%g", x * 2 }'; }
 

@@ -9,7 +9,7 @@ mean +- sample sd [min, max] over the seeds both have. The train gap is the same
 last 5% of steps. Overfit = final minus lowest validation loss along the run (AdamS's mean): above zero, the
 validation loss rose while training went on, the corpus having been seen too often.
 Not for: the undertrained studies' tables (scripts/study_gap.sh tables)."""
-import collections, glob, math, os, re, subprocess, sys, shutil
+import collections, glob, math, os, re, signal, subprocess, sys, shutil, tempfile
 
 TRAIN_TOKENS = 2332677  # the bpe4k State of the Union training shard (`make data`)
 TOKENS_PER_STEP = 1024  # 4 ranks x B 4 x T 64
@@ -43,20 +43,161 @@ def stats(xs):
     return m, sd
 
 
+POINT_RE = re.compile(r"regime(_probe)?_(d[1-9]\d*c[1-9]\d*h[1-9]\d*t[1-9]\d*v[1-9]\d*)_steps([1-9]\d*)")
+NUM_RE = re.compile(r"(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+FIELDS = "point run seed val_loss seconds bytes_per_step train_tail val_best commit".split()
+
+
+def fail(msg):
+    """exit with one line on stderr (status 1)"""
+    sys.exit("error: " + msg)
+
+
+def regime_line_error(f):
+    """what is wrong with a regime line's fields (scripts/study_lib.sh's train writes them), or None"""
+    if len(f) != 9:
+        return "%d fields, expected 9 (%s)" % (len(f), ", ".join(FIELDS))
+    if not POINT_RE.fullmatch(f[0]):
+        return "point '%s' is not regime[_probe]_<spec d..c..h..t..v..>_steps<N>" % f[0]
+    if not re.fullmatch(r"[A-Za-z0-9_.+-]+", f[1]) or ("_lr" in f[1] and not NUM_RE.fullmatch(f[1].split("_lr", 1)[1])):
+        return "run '%s' is no run name (e.g. scape_0.1, adams_lr5e-4)" % f[1]
+    if f[0].startswith("regime_probe") and not f[1].startswith("adams_lr"):
+        return "the probe's run '%s' is not adams_lr<lr>" % f[1]
+    if not re.fullmatch(r"[1-9]\d*", f[2]):
+        return "seed '%s' is no positive integer" % f[2]
+    if not re.fullmatch(r"\d+", f[4]):
+        return "seconds '%s' is no whole number of seconds" % f[4]
+    for name, x in zip(("val_loss", "bytes_per_step", "train_tail", "val_best"), (f[3], f[5], f[6], f[7])):
+        try:
+            if not math.isfinite(float(x)):
+                raise ValueError
+        except ValueError:
+            return "%s '%s' is no finite number" % (name, x)
+    if not f[8].strip():
+        return "no commit"
+    return None
+
+
+def read_lines(tsv):
+    """runs.tsv's lines after its header as field lists (blank lines left out); every regime line (the regime and
+    frontier studies' 9 fields) checked, the other studies' lines as they are. Exits with one line naming FILE:LINE
+    and the fix on an unreadable file, a missing header or a bad regime line; a repeated (point, run, seed) gets a note
+    on stderr (the later line counts)."""
+    try:
+        with open(tsv, "rb") as fh:
+            data = fh.read()
+        text = data.decode("utf-8")
+    except OSError as e:
+        fail("%s: %s; set DOC to the folder of the study's runs.tsv (default docs/study)" % (tsv, e.strerror))
+    except UnicodeDecodeError as e:
+        fail("%s:%d: not UTF-8 text; remove the line or restore the file (e.g. from git)" % (
+            tsv, data[:e.start].count(b"\n") + 1))
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if not lines or lines[0].split("\t")[0] != "point":
+        fail("%s:1: no header line (%s, tab-separated); add it above the runs' lines" % (tsv, ", ".join(FIELDS)))
+    rows, seen = [], {}
+    for i, line in enumerate(lines[1:], 2):
+        if not line.strip():
+            continue
+        f = line.split("\t")
+        if f[0].startswith("regime"):
+            err = regime_line_error(f)
+            if err:
+                fail("%s:%d: %s; fix or remove the line (scripts/study_regime.sh run writes it again)" % (tsv, i, err))
+            key = tuple(f[:3])
+            if key in seen:
+                print("note: %s:%d repeats the run of line %d (%s); the later line counts" % (
+                    tsv, i, seen[key], " ".join(key)), file=sys.stderr)
+            seen[key] = i
+        rows.append(f)
+    return rows
+
+
 def read_runs(tsv):
     """runs.tsv's regime lines (point regime_...; the regime and frontier studies' 9 fields) as point -> run -> seed ->
-    {val, secs, bytes, tail, best, commit}; a later line of the same (point, run, seed) wins. A short regime line exits
-    naming the file and the line."""
+    {val, secs, bytes, tail, best, commit}; a later line of the same (point, run, seed) wins. A bad line exits
+    naming the file and the line (read_lines)."""
     by = collections.defaultdict(lambda: collections.defaultdict(dict))  # point -> run -> seed -> row
-    for line in list(open(tsv))[1:]:
-        f = line.rstrip("\n").split("\t")
+    for f in read_lines(tsv):
         if not f[0].startswith("regime"):
             continue
-        if len(f) < 9:
-            sys.exit("%s: regime line with %d fields, expected 9: %s" % (tsv, len(f), line.strip()))
         by[f[0]][f[1]][int(f[2])] = {"val": float(f[3]), "secs": int(f[4]), "bytes": float(f[5]),
                                      "tail": float(f[6]), "best": float(f[7]), "commit": f[8]}
     return by
+
+
+# --- outputs: whole or absent ------------------------------------------------------------------------------------
+_temps = []  # temporary files not yet renamed into place, removed on an error or a signal
+
+
+class Stopped(Exception):
+    """SIGINT, SIGTERM or SIGHUP arrived while the tables were being written"""
+
+
+def _stop(signum, frame):
+    raise Stopped(signum)
+
+
+def temp_beside(path):
+    """a new empty file in path's folder (created exclusively: never an existing file or a symlink's target),
+    removed by run_safely unless renamed into place"""
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=os.path.dirname(path) or ".")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # as a file open() makes, not mkstemp's 0600
+    os.close(fd)
+    _temps.append(tmp)
+    return tmp
+
+
+def write_temp(path, text):
+    """text written whole into a temp_beside(path); its name"""
+    tmp = temp_beside(path)
+    with open(tmp, "w") as f:
+        f.write(text)
+    return tmp
+
+
+def put_in_place(pairs):
+    """rename each (temporary, path) over its path: a symlink there is replaced, not followed"""
+    for tmp, path in pairs:
+        os.replace(tmp, path)
+        _temps.remove(tmp)
+
+
+def say(text):
+    """text on stdout; a reader that went away (| head) ends the program quietly, the files being written"""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
+
+
+def run_safely(fn, doc, *args):
+    """fn(*args), turning what can go wrong while writing into DOC (an OSError such as a full disk or a read-only
+    folder, a signal) into one line and a non-zero exit, with every temporary file removed and the outputs as they
+    were or complete"""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop)
+    try:
+        fn(*args)
+    except (OSError, Stopped) as e:
+        for tmp in _temps:
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+        if isinstance(e, Stopped):
+            signum = e.args[0]
+            sys.stderr.write("error: stopped by %s while writing the tables into %s (left as they were or complete); "
+                             "run `tables` again\n" % (signal.Signals(signum).name, doc))
+            sys.exit(128 + signum)
+        sys.exit("error: writing the tables into %s: %s%s; free space or set DOC to a writable folder" % (
+            doc, e.strerror or e, " (%s)" % e.filename if getattr(e, "filename", None) else ""))
 
 
 def paired_gap(runs, run, key="val", base="adams"):
@@ -169,15 +310,21 @@ def main(tsv, doc):
                 if r != "adams" and 1 in by[p].get(r, {}):
                     out.append("| %s | probed | %.4f | %+.3f |" % (r, by[p][r][1]["val"], by[p][r][1]["val"] - bv))
         out.append("")
-    open(os.path.join(doc, "regime.md"), "w").write("\n".join(out) + "\n")
-    for old in glob.glob(os.path.join(doc, "regime_gap_*.dat")):
-        os.remove(old)
+    # every file into a temporary one first, then all renamed into place: complete or as they were
+    md = os.path.join(doc, "regime.md")
+    files = [(write_temp(md, "\n".join(out) + "\n"), md)]
     for (spec, r), rows in dat.items():
-        with open(os.path.join(doc, "regime_gap_%s_%s.dat" % (spec, r)), "w") as f:
-            f.write("# tokens_per_param mean sd min max seeds\n")
-            for t in rows:
-                f.write("%.3f %.6f %.6f %.6f %.6f %d\n" % t)
+        path = os.path.join(doc, "regime_gap_%s_%s.dat" % (spec, r))
+        files.append((write_temp(path, "# tokens_per_param mean sd min max seeds\n" +
+                                 "".join("%.3f %.6f %.6f %.6f %.6f %d\n" % t for t in rows)), path))
+    stale = [old for old in glob.glob(os.path.join(doc, "regime_gap_*.dat")) if old not in {p for _, p in files}]
+    put_in_place(files)
+    for old in stale:
+        os.remove(old)
+    png = os.path.join(doc, "regime_gap.png")
+    drawn = False
     if dat and shutil.which("gnuplot"):
+        tmp = temp_beside(png)
         series = ", ".join("'%s' using 1:2:4:5 with yerrorlines pt 7 title '%s %s'" % (
             os.path.join(doc, "regime_gap_%s_%s.dat" % k), k[0], k[1]) for k in sorted(dat))
         script = ("set terminal pngcairo size 1000,600 noenhanced; set output '%s'\n"
@@ -185,13 +332,21 @@ def main(tsv, doc):
                   "mean, seed min..max)'\nset key outside right; set title 'SCAPE gap to AdamS against tokens per "
                   "parameter (issue 42)'\nplot %s, 0 with lines lc 'black' notitle, 0.02 with lines dt 2 lc 'black' "
                   "title 'paper +0.02 (d 0.1)', 0.04 with lines dt 3 lc 'black' title 'paper +0.04 (d 0.01)'\n"
-                  % (os.path.join(doc, "regime_gap.png"), series))
-        if subprocess.run(["gnuplot"], input=script.encode(), stderr=subprocess.DEVNULL).returncode:
-            print("note: gnuplot could not draw %s/regime_gap.png" % doc, file=sys.stderr)
-    print("\n".join(out))
+                  % (tmp, series))
+        if subprocess.run(["gnuplot"], input=script.encode(), stderr=subprocess.DEVNULL).returncode == 0 \
+                and os.path.getsize(tmp) > 0:
+            put_in_place([(tmp, png)])
+            drawn = True
+        else:
+            print("note: gnuplot could not draw %s" % png, file=sys.stderr)
+    elif dat:
+        print("note: no gnuplot; %s not drawn" % png, file=sys.stderr)
+    if not drawn and os.path.lexists(png):
+        os.remove(png)  # a plot of other lines than the tables'
+    say("\n".join(out) + "\n")
 
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         sys.exit("usage: study_regime_tables.py RUNS_TSV DOC_DIR")
-    main(sys.argv[1], sys.argv[2])
+    run_safely(main, sys.argv[2], sys.argv[1], sys.argv[2])

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """test/test_reproduce_cost.py [DATA] - scripts/cost_model.py's formulas against hand-computed cases and the published
-parameter counts of GPT-2 124M and Llama-2 7B; its time-to-loss mode on a small table and its refusals; then every
-update rule's bytes per step as the model computes them from the parameter table of d2c64h2t64 against the trainer's
+parameter counts of GPT-2 124M and Llama-2 7B; its time-to-loss mode on a small table and its refusals (bad or
+repeated lines, non-UTF-8 files, nan and inf, abbreviated flags, a runs.tsv of `check` not netem_bench.sh's: one line
+each, no traceback); then every update rule's bytes per step as the model computes them from the parameter table of d2c64h2t64 against the trainer's
 own counters (comm_bytes_sent and its kinds in log.jsonl), each rule run for 6 steps on 2 and 3 ranks with settings
 that walk through its phases (density warm-up, PowerSGD's dense start, 1-bit Adam's freeze, outer steps at H and at
 the last step, SparseLoCo's first shared mask). Needs ./train_gpt, mpirun and DATA (default data; `make data`).
@@ -146,15 +147,38 @@ try:
     check_true("ttl_thin_link_wins_sparseloco", "N=4 100mbit: sparseloco H30 own" in out, out[-600:])
     check_true("ttl_fat_link_wins_fewer_steps", "N=4 100gbit: adams" in out, out[-600:])
     check_true("ttl_not_reached_shown", "not reached" in out, out[-600:])
-    for content, why in (("adams\t-\n", "3 tab-separated"), ("adams\t-\tmany\n", "not a positive integer"),
-                         ("bogus\t-\t10\n", "unknown rule"), ("scape\t--densty 0.1\t10\n", "not a trainer flag")):
-        with open(tsv, "w") as f:
-            f.write(content)
+    for content, why, line in (("adams\t-\n", "3 tab-separated", 1), ("adams\t-\tmany\n", "not a positive integer", 1),
+                               ("bogus\t-\t10\n", "unknown rule", 1), ("scape\t--densty 0.1\t10\n", "not a trainer flag", 1),
+                               ("scape\t0.1\t10\nscape\t--density 0.1\t20\n", "the same rule and setting as line 1", 2),
+                               (b"adams\t-\t10\n\xff\n", "not UTF-8", 2)):
+        with open(tsv, "wb") as f:
+            f.write(content if isinstance(content, bytes) else content.encode())
         res = subprocess.run([sys.executable, os.path.join(here_root, "scripts", "cost_model.py"), "time-to-loss",
                               "--steps-to-target", tsv, "--compute-ms", "100"], capture_output=True, text=True)
         err = res.stderr.strip()
-        check_true("ttl_refuses_" + why.replace(" ", "_").replace("-", "_"),
-                   res.returncode != 0 and err.count("\n") == 0 and err.startswith("error: %s:1: " % tsv) and why in err,
+        check_true("ttl_refuses_" + why.split(" as ")[0].replace(" ", "_").replace("-", "_"),
+                   res.returncode != 0 and err.count("\n") == 0 and err.startswith("error: %s:%d: " % (tsv, line))
+                   and why in err, "status %d, stderr %r" % (res.returncode, err))
+    # arguments: nan and inf, abbreviations (a typo of a flag) and unknown subcommands in one line, status 2
+    with open(tsv, "w") as f:
+        f.write("adams\t-\t10\n")
+    for label, args in (("nan", ["time-to-loss", "--steps-to-target", tsv, "--compute-ms", "nan"]),
+                        ("inf", ["project", "--alpha-us", "inf"]), ("abbreviated", ["project", "--rank", "8"]),
+                        ("subcommand", ["projcet"])):
+        res = subprocess.run([sys.executable, os.path.join(here_root, "scripts", "cost_model.py")] + args,
+                             capture_output=True, text=True)
+        err = res.stderr.strip()
+        check_true("args_refuse_" + label, res.returncode == 2 and err.count("\n") == 0 and err.startswith("error: ")
+                   and "Traceback" not in err, "status %d, stderr %r" % (res.returncode, err))
+    # check: a runs.tsv not netem_bench.sh's, a run without its log: one line naming them
+    for label, content, why in (("short", "unlimited\tadams\n", "runs.tsv:1: expected rate"),
+                                ("no_log", "unlimited\tadams\t%s\t0\n" % os.path.join(tmpd, "gone"), "gone/log.jsonl (")):
+        with open(os.path.join(tmpd, "runs.tsv"), "w") as f:
+            f.write(content)
+        res = subprocess.run([sys.executable, os.path.join(here_root, "scripts", "cost_model.py"), "check", tmpd],
+                             capture_output=True, text=True)
+        err = res.stderr.strip()
+        check_true("check_refuses_" + label, res.returncode == 1 and err.count("\n") == 0 and why in err,
                    "status %d, stderr %r" % (res.returncode, err))
 finally:
     shutil.rmtree(tmpd)

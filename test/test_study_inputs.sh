@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# test/test_study_inputs.sh - scripts/study_regime.sh and scripts/study_frontier.sh refuse bad input with one line
+# and write nothing half: a setting of the wrong form in the environment (each variable), ONLY and SEEDS that would
+# train nothing, a runs.tsv with a short, non-numeric, headerless, non-UTF-8 or misnamed regime line, or none at all
+# for `tables`, a symlinked runs.tsv or a file as OUT for `run`; `tables` replaces a symlink at an output instead of
+# writing through it, and a write that fails (a file-size limit standing in for a full disk) leaves the old tables as
+# they were, no temporary file behind and no traceback. Trains nothing (a trainer that is /bin/false, data that are
+# not there); about 10 s. Run from another folder, as a user may.
+# Not for: the studies' runs and tables (test/test_study_regime.sh, test/test_study_frontier.sh).
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd) || exit 1
+fails=0
+ok()   { echo "ok $1"; }
+fail() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+regime=$repo/scripts/study_regime.sh frontier=$repo/scripts/study_frontier.sh
+export STUDY_TRAINER=/bin/false DATA=$tmp/no-data OUT=$tmp/out DOC=$tmp/doc
+header=$(printf 'point\trun\tseed\tval_loss\tseconds\tbytes_per_step\ttrain_tail\tval_best\tcommit')
+p1000=regime_d4c64h4t64v4096_steps1000
+fresh() { # a DOC holding a runs.tsv of two AdamS seeds and SCAPE 0.1 at 1,000 steps, and another study's line
+    rm -rf "$DOC"; mkdir -p "$DOC"
+    { echo "$header"; printf 'tb2048\tadams\t1\t5.1\t3\t4\n'
+      printf '%s\tadams\t%s\t5.%s\t60\t100000\t5.2\t5.%s\tabc123\n' "$p1000" 1 30 30 "$p1000" 2 32 32
+      printf '%s\tscape_0.1\t%s\t5.%s\t60\t10000\t5.2\t5.%s\tabc123\n' "$p1000" 1 40 40 "$p1000" 2 41 41; } > "$DOC/runs.tsv"
+}
+# refused ENV... -- SCRIPT ARGS...: status 1 or 2, exactly one line on stdout and stderr together, starting error:,
+# holding WANT, no traceback
+refused() {
+    local name=$1 want=$2 out rc
+    shift 2
+    out=$(env "$@" 2>&1); rc=$?
+    if [ $rc -ne 0 ] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] && [[ $out == error:* && $out == *"$want"* ]]; then return 0; fi
+    bad="$bad; $name: status $rc, '$(printf '%s' "$out" | head -3 | tr '\n' '|')'"
+}
+
+# the environment: each variable of the wrong form, named in the one line
+fresh
+bad=""
+for case in "RANKS=abc|RANKS" "RANKS=0|RANKS" "B=-1|B" "T=0|T" "EVAL_BATCHES=-1|EVAL_BATCHES" "EVAL_POINTS=0|EVAL_POINTS" \
+            "EVAL_POINTS=5000|EVAL_POINTS" "PROBE_STEPS=abc|PROBE_STEPS" "CKPT_EVERY=x|CKPT_EVERY" "PROBE_LRS=abc|PROBE_LRS" \
+            "PROBE_LRS=0|PROBE_LRS" "SPEC=foo|SPEC" "LENGTHS=abc|LENGTHS" "LENGTHS= |LENGTHS"; do
+    refused "regime plan $case" "${case#*|}" "${case%|*}" "$regime" plan small
+    refused "frontier plan $case" "${case#*|}" "${case%|*}" "$frontier" plan
+done
+for case in "ONLY=nonexistent|ONLY" "ONLY=demo_k5|ONLY" "ONLY= |ONLY" "SEEDS=abc|SEEDS" "SEEDS=4|SEEDS"; do
+    refused "regime run $case" "${case#*|}" "${case%|*}" "$regime" run small
+    refused "frontier run $case" "${case#*|}" "${case%|*}" LR=1e-3 "$frontier" run
+done
+refused "frontier run SETTINGS= " SETTINGS "SETTINGS= " "$frontier" run
+refused "regime run OUT a file" OUT OUT="$DOC/runs.tsv" "$regime" run small
+[ "$(wc -l < "$DOC/runs.tsv")" = 6 ] && [ ! -e "$OUT" ] || bad="$bad; a refusal wrote something"
+[ -z "$bad" ] && ok study_settings_of_the_wrong_form_refused_with_one_line || fail study_settings_of_the_wrong_form_refused_with_one_line "${bad#; }"
+
+# runs.tsv: every bad regime line refused naming FILE:LINE, in plan, run and tables; other studies' lines as they are
+bad=""
+while IFS='|' read -r name line want; do
+    fresh
+    printf "$line\n" >> "$DOC/runs.tsv"
+    for cmd in "$regime plan" "$frontier plan" "$regime tables" "$frontier tables" "$regime run"; do
+        # shellcheck disable=SC2086
+        refused "$name: $cmd" "$want" DOC="$DOC" $cmd
+    done
+    [ ! -e "$DOC/regime.md" ] && [ ! -e "$DOC/frontier.md" ] || bad="$bad; $name: tables written"
+done <<EOF
+short line|$p1000\tadams\t3\t5.3|runs.tsv:7: 4 fields
+seed no number|$p1000\tadams\tx\t5.3\t1\t2\t3\t4\tc|runs.tsv:7: seed 'x'
+loss no number|$p1000\tadams\t3\tnan\t1\t2\t3\t4\tc|runs.tsv:7: val_loss 'nan'
+point misnamed|regime_foo_steps1000\tadams\t3\t5.3\t1\t2\t3\t4\tc|runs.tsv:7: point 'regime_foo_steps1000'
+lr suffix no number|$p1000\tscape_0.1_lrx\t1\t5.3\t1\t2\t3\t4\tc|runs.tsv:7: run 'scape_0.1_lrx'
+not UTF-8|\xff\xfe|runs.tsv:7: not UTF-8
+EOF
+fresh; sed -i 1d "$DOC/runs.tsv"
+refused "no header" "runs.tsv:1: no header" DOC="$DOC" "$regime" tables
+rm -rf "$DOC"
+refused "tables without runs.tsv" "runs.tsv not found" "$regime" tables
+refused "frontier tables without runs.tsv" "runs.tsv not found" "$frontier" tables
+[ ! -e "$DOC" ] || bad="$bad; tables without runs.tsv created $DOC"
+fresh; mv "$DOC/runs.tsv" "$tmp/real.tsv"; ln -s "$tmp/real.tsv" "$DOC/runs.tsv"
+refused "run with a symlinked runs.tsv" "symlink" "$regime" run small
+[ -z "$bad" ] && ok study_bad_runs_tsv_refused_naming_its_line || fail study_bad_runs_tsv_refused_naming_its_line "${bad#; }"
+
+# a plan without runs.tsv lists every run as to do and writes nothing
+rm -rf "$DOC"
+out=$("$frontier" plan 2> "$tmp/err"); rc=$?
+[ $rc = 0 ] && [ ! -e "$DOC" ] && ! grep -q '^done' <<< "$out" && grep -q "does not exist yet" "$tmp/err" \
+    && ok study_plan_without_runs_tsv_writes_nothing || fail study_plan_without_runs_tsv_writes_nothing "status $rc, $(head -2 "$tmp/err")"
+
+# tables: a symlink at an output is replaced, its target untouched; a repeated line is noted, the later one counting
+fresh
+printf '%s\tscape_0.1\t2\t5.52\t60\t10000\t5.2\t5.52\tabc123\n' "$p1000" >> "$DOC/runs.tsv"
+echo precious > "$tmp/target"
+ln -s "$tmp/target" "$DOC/regime.md"; ln -s "$tmp/target" "$DOC/frontier.md"
+"$regime" tables > /dev/null 2> "$tmp/err1" && "$frontier" tables > /dev/null 2> "$tmp/err2"; rc=$?
+if [ $rc = 0 ] && [ "$(cat "$tmp/target")" = precious ] && [ ! -L "$DOC/regime.md" ] && [ ! -L "$DOC/frontier.md" ] \
+   && grep -q "| +0.150 +- 0.071 \[+0.100, +0.200\] (2) |" "$DOC/regime.md" && grep -q "runs.tsv:7 repeats the run of line 6" "$tmp/err1" \
+   && [ "$(stat -c %a "$DOC/regime.md")" = "$(stat -c %a "$DOC/runs.tsv")" ]; then
+    ok study_tables_replace_a_symlink_not_write_through_it
+else fail study_tables_replace_a_symlink_not_write_through_it "status $rc, target '$(cat "$tmp/target")', $(ls -l "$DOC" | tr '\n' ' ')"; fi
+
+# a write that fails (file-size limit: EFBIG, as a full disk's ENOSPC) leaves the old tables, no temporary file
+sed -i 7d "$DOC/runs.tsv"; "$regime" tables > /dev/null 2>&1
+cp "$DOC/regime.md" "$tmp/regime.md.before"; ls "$DOC" > "$tmp/ls.before"
+printf '%s\ttopk_ef_c0.008\t1\t5.5\t60\t9000\t5.2\t5.5\tabc123\n' "$p1000" >> "$DOC/runs.tsv"
+out=$(ulimit -f 1; "$regime" tables 2>&1 > /dev/null); rc=$?
+if [ $rc = 1 ] && [[ $out == "error: writing the tables into $DOC:"* ]] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] \
+   && cmp -s "$DOC/regime.md" "$tmp/regime.md.before" && ls "$DOC" | cmp -s - "$tmp/ls.before" \
+   && [ -z "$(find "$DOC" -name '.*.tmp')" ]; then ok study_tables_failed_write_leaves_the_old_tables
+else fail study_tables_failed_write_leaves_the_old_tables "status $rc: $out; $(ls -A "$DOC" | tr '\n' ' ')"; fi
+exit $((fails > 0))
