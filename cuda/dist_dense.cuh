@@ -364,6 +364,7 @@ static const Updater du_ops = {
     .memory_bytes = NULL,
     .mask_stats_enable = du_mask_stats_enable,
     .mask_stats = du_mask_stats,
+    .use_synced = NULL, /* the device rules are synchronous */
     .free = du_free,
 };
 

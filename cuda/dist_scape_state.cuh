@@ -208,6 +208,7 @@ static const Updater sd_ops = {
     .memory_bytes = sd_memory_bytes,
     .mask_stats_enable = sd_mask_stats_enable,
     .mask_stats = sd_mask_stats,
+    .use_synced = NULL, /* the device rules are synchronous */
     .free = sd_free,
 };
 
