@@ -33,7 +33,11 @@ def report(name, problems):
 SOURCE_EXT = (".c", ".h", ".cu", ".cuh")
 # a copy of the tree that is no git work tree of its own (make test-sanitize's build-san/tree holds the tracked and
 # untracked-but-not-ignored files) is walked instead, without the folders .gitignore names
-NOT_SOURCES = {".git", "build", "build-san", "data", "out", "node_modules", "__pycache__"}
+NOT_SOURCES = {".git", "build", "build-san", "data", "out", "node_modules", "__pycache__"}  # at the root only
+
+
+def ignored(d, root, name):
+    return name == "__pycache__" or d == root and (name in NOT_SOURCES or name.startswith("log"))
 
 
 def sources():
@@ -45,7 +49,7 @@ def sources():
     else:
         out = []
         for d, dirs, names in os.walk(root):
-            dirs[:] = sorted(x for x in dirs if x not in NOT_SOURCES and not x.startswith("log"))
+            dirs[:] = sorted(x for x in dirs if not ignored(d, root, x))
             out += [os.path.relpath(os.path.join(d, n), root) for n in sorted(names) if n.endswith(SOURCE_EXT)]
     return [f for f in out if not f.startswith(("test/", "dev/"))]
 
