@@ -10,15 +10,29 @@
 
 #include "common/util.h"
 
-/* Usage errors exit 2 (not fatal()'s 1) so scripts can tell "you called it wrong" from "it failed". */
-static void NORETURN PRINTF_LIKE(1, 2) args_error(const char *fmt, ...) {
+/* The rank a launcher (mpirun, srun) gave this process, read from its environment before any MPI call; 0 when
+ * started alone. */
+static int launcher_rank(void) {
+    static const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 0;
+}
+
+/* Usage errors exit 2 (not fatal()'s 1) so scripts can tell "you called it wrong" from "it failed". Every rank
+ * parses the same command line, so under a launcher only rank 0 prints the line. */
+void args_fail(const char *fmt, ...) {
     va_list ap;
     fflush(stdout);
-    fputs("error: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
+    if (launcher_rank() == 0) {
+        fputs("error: ", stderr);
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fputc('\n', stderr);
+    }
     exit(2);
 }
 
@@ -36,7 +50,7 @@ static int in_choices(const char *choices, const char *v) {
 }
 
 static void check_range(const ArgSpec *s, double x, const char *text) {
-    if (x < s->min || x > s->max) args_error("--%s: %s is out of range [%.15g, %.15g]", s->name, text, s->min, s->max);
+    if (x < s->min || x > s->max) args_fail("--%s: %s is out of range [%.15g, %.15g]", s->name, text, s->min, s->max);
 }
 
 /* Parses `text` into the field; `text` is either user input or the table's default. */
@@ -49,7 +63,7 @@ static void set_value(ArgSpec *s, const char *text) {
         /* strtod first so "1e6" works for sizes; then insist it is an exact integer */
         double x = strtod(text, &end);
         if (end == text || *end != '\0' || errno == ERANGE || !isfinite(x) || x != floor(x))
-            args_error("--%s: '%s' is not an integer", s->name, text);
+            args_fail("--%s: '%s' is not an integer", s->name, text);
         check_range(s, x, text);
         if (s->type == ARG_INT) *(int *)s->field = (int)x;
         else {
@@ -64,7 +78,7 @@ static void set_value(ArgSpec *s, const char *text) {
         errno = 0;
         double x = strtod(text, &end);
         if (end == text || *end != '\0' || errno == ERANGE || !isfinite(x))
-            args_error("--%s: '%s' is not a number", s->name, text);
+            args_fail("--%s: '%s' is not a number", s->name, text);
         check_range(s, x, text);
         if (s->type == ARG_FLOAT) *(float *)s->field = (float)x;
         else *(double *)s->field = x;
@@ -72,14 +86,25 @@ static void set_value(ArgSpec *s, const char *text) {
     }
     case ARG_STRING:
         if (s->choices && !in_choices(s->choices, text))
-            args_error("--%s: '%s' is not one of %s", s->name, text, s->choices);
+            args_fail("--%s: '%s' is not one of %s", s->name, text, s->choices);
         *(const char **)s->field = text;
         break;
     case ARG_FLAG:
-        if (strcmp(text, "0") != 0 && strcmp(text, "1") != 0) args_error("--%s: '%s' is not 0 or 1", s->name, text);
+        if (strcmp(text, "0") != 0 && strcmp(text, "1") != 0) args_fail("--%s: '%s' is not 0 or 1", s->name, text);
         *(int *)s->field = text[0] == '1';
         break;
     }
+}
+
+/* 1 when text is "--name" or "--name=..." for an option of the table (or --help). */
+static int names_option(const ArgSpec *specs, int n, const char *text) {
+    if (strncmp(text, "--", 2) != 0) return 0;
+    const char *name = text + 2;
+    size_t len = strcspn(name, "=");
+    if (len == 4 && strncmp(name, "help", 4) == 0) return 1;
+    for (int i = 0; i < n; i++)
+        if (strlen(specs[i].name) == len && strncmp(specs[i].name, name, len) == 0) return 1;
+    return 0;
 }
 
 void args_set(ArgSpec *s, const char *text) { set_value(s, text); }
@@ -123,18 +148,21 @@ void args_parse(ArgSpec *specs, int n, int argc, char **argv, const char *usage,
             args_print_help(stdout, specs, n, usage, extra);
             exit(0);
         } else if (c == ':') {
-            args_error("%s needs a value; see --help", argv[optind - 1]);
+            args_fail("%s needs a value; see --help", argv[optind - 1]);
         } else if (c == '?') {
             const char *bad = argv[optind - 1];
-            if (optopt && optopt < 256) args_error("unknown option -%c; see --help", optopt);
-            args_error("unknown option %s; see --help", bad);
+            if (optopt && optopt < 256) args_fail("unknown option -%c; see --help", optopt);
+            args_fail("unknown option %s; see --help", bad);
         } else {
             ArgSpec *s = &specs[c - 256];
+            /* "--out --steps 10": the value of --out would be "--steps", and "10" a stray argument */
+            if (optarg && optarg == argv[optind - 1] && names_option(specs, n, optarg))
+                args_fail("--%s needs a value (the next argument is the option %s); see --help", s->name, optarg);
             set_value(s, s->type == ARG_FLAG && !optarg ? "1" : optarg);
             s->given = 1;
         }
     }
-    if (optind < argc) args_error("unexpected argument '%s' (options are --name value); see --help", argv[optind]);
+    if (optind < argc) args_fail("unexpected argument '%s' (options are --name value); see --help", argv[optind]);
     free(opts);
 }
 

@@ -4,7 +4,8 @@
  * Every option is a long option taking a value ("--lr 3e-4" or "--lr=3e-4"), except flags: "--zero" sets one,
  * "--zero=0" clears it (so a resumed run can turn off what its checkpoint recorded), "--zero=1" sets it.
  * Errors (unknown option, missing value, malformed number, out of range, not one of the choices) print one line
- * "error: --lr: 5 is out of range [0, 1]" on stderr and exit with status 2.
+ * "error: --lr: 5 is out of range [0, 1]" on stderr and exit with status 2 (under mpirun or srun, rank 0 alone
+ * prints it); a value that is another option of the table ("--out --steps 10") is refused as a missing value.
  * Not for: what the options mean (trainer/train.c owns the training table).
  */
 #ifndef COMMON_ARGS_H
@@ -49,6 +50,13 @@ void args_set(ArgSpec *s, const char *text);
 /* s's current value as text that args_set reads back to the same value (floats with 9, doubles with 17
  * significant digits; flags "0"/"1"); cut at cap - 1 bytes. */
 void args_format(const ArgSpec *s, char *buf, size_t cap);
+
+/* Prints "error: <message>" as one line on stderr and exits 2, as the parser's own errors do; for the usage errors
+ * a program finds after parsing (options that contradict each other). Under mpirun or srun only rank 0 prints. */
+#if defined(__GNUC__)
+__attribute__((noreturn, format(printf, 1, 2)))
+#endif
+void args_fail(const char *fmt, ...);
 
 /* The spec named `name`, or NULL. */
 ArgSpec *args_find(ArgSpec *specs, int n, const char *name);

@@ -79,4 +79,18 @@ for np in 2 4; do
     else fail "$name" "ranks$bad: $(grep placement "$TMP/pl$np.out" | head -4; tail -n 2 "$TMP/pl$np.out")"; fi
 done
 
+# --- a usage error under mpirun is one line, from rank 0, with status 2 (each rank used to print it: 3 lines at
+#     3 ranks); a value that is another option ("--out --steps 8") is named as such, not as a stray "8"
+for args in "--lr abc|--lr: 'abc' is not a number" "--out --steps 8|--out needs a value (the next argument is the option --steps)" \
+            "--out |--out was given an empty value" "--density 0.5|--density 0.5 applies only to"; do
+    name="usage_error_one_line_${args%%|*}"; name=${name// /_}
+    read -ra extra <<< "${args%%|*}"
+    [ "${args%%|*}" = "--out " ] && extra=(--out "")
+    "${MPI[@]}" -np 3 "${RUN[@]}" "${extra[@]}" > "$TMP/usage.out" 2>&1
+    st=$?
+    if [ "$st" = 2 ] && [ "$(grep -c '^error: ' "$TMP/usage.out")" = 1 ] && grep -qF "error: ${args#*|}" "$TMP/usage.out"
+    then ok "$name"
+    else fail "$name" "status $st: $(grep '^error' "$TMP/usage.out" | head -4)"; fi
+done
+
 [ "$failures" -eq 0 ]

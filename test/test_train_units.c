@@ -165,7 +165,7 @@ static int count_lines(const char *s) {
 
 TEST(args_errors_are_one_line_with_status_2) {
     struct {
-        char *args[4];
+        char *args[5];
         const char *want;
     } cases[] = {
         {{"prog", "--lr", "5", NULL}, "error: --lr: 5 is out of range [0, 1]\n"},
@@ -175,6 +175,9 @@ TEST(args_errors_are_one_line_with_status_2) {
         {{"prog", "--bogus", "1", NULL}, "error: unknown option --bogus; see --help\n"},
         {{"prog", "--optimizer", "sgd", NULL}, "error: --optimizer: 'sgd' is not one of adamw|adams|scape\n"},
         {{"prog", "--num", NULL, NULL}, "error: --num needs a value; see --help\n"},
+        {{"prog", "--num", "--lr", "0.1"}, "error: --num needs a value (the next argument is the option --lr); see --help\n"},
+        {{"prog", "--optimizer", "--zero", NULL},
+         "error: --optimizer needs a value (the next argument is the option --zero); see --help\n"},
         {{"prog", "stray", NULL, NULL}, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

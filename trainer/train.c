@@ -253,9 +253,7 @@ static void refuse_empty_values(ArgSpec *opts, int n_opts) {
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
         ArgSpec *s = args_find(opts, n_opts, paths[i].name);
         if (s && s->given && !(*(const char *const *)s->field)[0]) {
-            fprintf(stderr, "error: --%s was given an empty value (an unset shell variable?); %s\n", paths[i].name,
-                    paths[i].fix);
-            exit(2);
+            args_fail("--%s was given an empty value (an unset shell variable?); %s", paths[i].name, paths[i].fix);
         }
     }
 }
@@ -310,10 +308,7 @@ static int parse_options(Run *r, int argc, char **argv, int *floor_given) {
         return status;
     }
     const char *conflict = c->resume[0] ? NULL : options_conflict(c, *floor_given);
-    if (conflict) {
-        fprintf(stderr, "error: %s\n", conflict);
-        exit(2);
-    }
+    if (conflict) args_fail("%s", conflict);
     nan_injection_parse(&r->inj); /* before anything is set up or written, as a usage error would be */
     return -1;
 }
