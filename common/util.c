@@ -19,9 +19,11 @@
 #endif
 
 static void (*fatal_hook)(int) = NULL;
+static void (*fatal_cleanup)(void) = NULL;
 static void remove_open_temps(void);
 
 void set_fatal_hook(void (*hook)(int status)) { fatal_hook = hook; }
+void set_fatal_cleanup(void (*cleanup)(void)) { fatal_cleanup = cleanup; }
 
 void xflush_stdout(void) {
     errno = 0;
@@ -49,6 +51,7 @@ void fatal(const char *fmt, ...) {
     fputc('\n', stderr);
     fflush(stderr);
     remove_open_temps(); /* the hook (MPI_Abort) ends the process without running atexit */
+    if (fatal_cleanup) fatal_cleanup();
     if (fatal_hook) fatal_hook(1);
     exit(1);
 }

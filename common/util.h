@@ -23,6 +23,9 @@
 NORETURN void fatal(const char *fmt, ...) PRINTF_LIKE(1, 2);
 /* Hook called by fatal() before exit (e.g. MPI_Abort); NULL clears it. */
 void set_fatal_hook(void (*hook)(int status));
+/* Called by fatal() before the hook, after the open outputs' temp files are removed (e.g. to remove an output
+ * directory the program made and left empty); NULL clears it. */
+void set_fatal_cleanup(void (*cleanup)(void));
 
 /* fflush(stdout) and fatal() naming the OS error if standard output can no longer be written (redirected to a full
  * disk, say); call where a program must not go on unheard (the trainer: after each step's line). */

@@ -259,6 +259,15 @@ expect_error error_resume_corrupt_state any 'ckpt_5: damaged or incomplete check
 if [ -e "$TMP/x/log.jsonl" ] && grep -q '"event": "train"' "$TMP/x/log.jsonl"; then
     fail errors_leave_nothing_half_written "a failed run logged training steps"
 else ok errors_leave_nothing_half_written; fi
+# a run refused before it starts leaves no --out it made (it used to leave the folder with its .lock), and an --out
+# that was there keeps what it held
+"${RUN[@]}" --out "$TMP/made/a/b" --resume "$TMP/b/ckpt_99" > /dev/null 2>&1
+mkdir -p "$TMP/kept" && echo mine > "$TMP/kept/notes.txt"
+"${RUN[@]}" --out "$TMP/kept" --resume "$TMP/b/ckpt_99" > /dev/null 2>&1
+"${RUN[@]}" --out "$TMP/made2" --train "$TMP/nothere*.bin" > /dev/null 2>&1
+if [ ! -e "$TMP/made" ] && [ ! -e "$TMP/made2" ] && [ "$(cat "$TMP/kept/notes.txt")" = mine ]; then
+    ok refused_run_leaves_no_out_folder
+else fail refused_run_leaves_no_out_folder "left: $(find "$TMP/made" "$TMP/made2" 2>/dev/null | tr "\n" " ") kept: $(ls -A "$TMP/kept" | tr "\n" " ")"; fi
 
 # --- scripts/plot_loss.sh turns logs into one PNG (two runs compared)
 if scripts/plot_loss.sh "$TMP/loss.png" "$TMP/a/log.jsonl" "$TMP/c/log.jsonl" > "$TMP/p.out" 2>&1 \

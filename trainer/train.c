@@ -12,6 +12,7 @@
 #include "trainer/train.h"
 
 #include <cblas.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -170,9 +171,53 @@ static void install_stop_handlers(void) {
  * A second run on the same directory stops here, before it reads or writes anything there, naming the holder's pid
  * (which the holder wrote into the file). fatal() also when the directory cannot be made or the file opened. */
 static int out_lock_fd = -1;
+
+/* A run refused before it writes anything (a --resume that is not there, shards of another tokenizer) leaves no
+ * --out behind that it made: the folders it created are removed again while <out> holds nothing but the lock. */
+static char fresh_out[4200], fresh_top[4200]; /* the --out this run made, and the first of its folders it made */
+static void remove_fresh_out(void) {
+    if (!fresh_out[0]) return;
+    DIR *d = opendir(fresh_out);
+    if (!d) return;
+    int others = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        others += strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, ".lock");
+    closedir(d);
+    if (others) return;
+    char path[4400];
+    snprintf(path, sizeof path, "%s/.lock", fresh_out);
+    unlink(path);
+    snprintf(path, sizeof path, "%s", fresh_out);
+    for (;;) { /* from <out> up to the first folder the run made */
+        if (rmdir(path) != 0) break;
+        size_t len = strlen(path);
+        if (len <= strlen(fresh_top)) break;
+        char *slash = strrchr(path, '/');
+        if (!slash || slash == path) break;
+        *slash = '\0';
+    }
+    fresh_out[0] = '\0';
+}
+
+/* Records in fresh_top the shortest prefix of out (cut at a '/') that does not exist yet; "" when out exists. */
+static void note_fresh_out(const char *out) {
+    struct stat st;
+    fresh_out[0] = fresh_top[0] = '\0';
+    if (stat(out, &st) == 0 || strlen(out) >= sizeof fresh_out) return;
+    snprintf(fresh_out, sizeof fresh_out, "%s", out);
+    for (size_t i = 1; out[i]; i++) {
+        if (out[i] != '/') continue;
+        snprintf(fresh_top, sizeof fresh_top, "%.*s", (int)i, out);
+        if (stat(fresh_top, &st) != 0) return;
+    }
+    snprintf(fresh_top, sizeof fresh_top, "%s", out);
+}
+
 static void lock_out_dir(const Run *r, const char *out) {
     if (r->rank != 0) return;
+    note_fresh_out(out);
     make_dirs_for("--out", out);
+    if (fresh_out[0]) set_fatal_cleanup(remove_fresh_out);
     char path[4400];
     snprintf(path, sizeof path, "%s/.lock", out);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644); /* never through a planted link */
@@ -585,6 +630,7 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
      * resume with --steps at or below its checkpoint's step, a typo for a longer run, moves nothing aside) */
     if (start < c->steps) commit_lineage(r);
     log_start(r, start);
+    set_fatal_cleanup(NULL); /* the run has begun: --out is its, whatever happens now */
     if (start >= c->steps && r->rank == 0) printf("checkpoint is at step %d, --steps %d: nothing to do\n", start,
                                                    c->steps);
     if (start == 0 && c->eval_every > 0) validate(r, 0);
