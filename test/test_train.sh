@@ -235,6 +235,8 @@ else
 fi
 expect_error error_demo_topk_changed_on_resume any "demo-topk" \
     "${RUN[@]}" --optimizer demo --demo-chunk 16 --demo-topk 8 --sample-every 0 --out "$TMP/dd" --resume "$TMP/db/ckpt_5"
+expect_error error_mask_stats_without_masks 2 "error: --mask-stats-every 3 logs the masks of --optimizer scape or topk-ef, and adams keeps none" \
+    "${RUN[@]}" --out "$TMP/x" --optimizer adams --mask-stats-every 3
 expect_error error_demo_flag_without_demo any "error: --demo-topk applies to --optimizer demo only" \
     "${RUN[@]}" --out "$TMP/x" --demo-topk 4
 

@@ -271,6 +271,9 @@ static const char *options_conflict(TrainConfig *c, int floor_given) {
     else if (c->density < 1.0 && !train_rule_sparse(c))
         snprintf(msg, sizeof msg, "--density %g applies only to --optimizer scape or topk-ef (got %s)", c->density,
                  c->optimizer);
+    else if (c->mask_stats_every > 0 && !train_rule_sparse(c))
+        snprintf(msg, sizeof msg, "--mask-stats-every %d logs the masks of --optimizer scape or topk-ef, and %s keeps "
+                 "none; drop it", c->mask_stats_every, c->optimizer);
     else if (c->eval_only && !c->eval_task[0])
         snprintf(msg, sizeof msg, "--eval-only scores --eval-task FORMAT=FILE[,...]; give the tasks");
     else if (c->eval_only && !c->init[0] && !c->resume[0])
