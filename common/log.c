@@ -142,6 +142,17 @@ void jlog_num(JsonLog *l, const char *key, double v) {
     else append(l, ", \"%s\": null", key);
 }
 
+void jlog_float(JsonLog *l, const char *key, float v) {
+    if (!l) return;
+    if (!isfinite(v)) { append(l, ", \"%s\": null", key); return; }
+    char buf[32];
+    for (int digits = 1; digits <= 9; digits++) { /* 9 digits always read back as the same float */
+        snprintf(buf, sizeof buf, "%.*g", digits, (double)v);
+        if (strtof(buf, NULL) == v) break;
+    }
+    append(l, ", \"%s\": %s", key, buf);
+}
+
 void jlog_str(JsonLog *l, const char *key, const char *v) {
     if (!l) return;
     append(l, ", \"%s\": ", key);

@@ -24,6 +24,9 @@ void jlog_close(JsonLog *l);
 void jlog_begin(JsonLog *l, const char *event);
 void jlog_int(JsonLog *l, const char *key, int64_t v);
 void jlog_num(JsonLog *l, const char *key, double v);
+/* A float setting (lr, weight decay) in the fewest digits that read back as the same float: 0.001, not the
+ * 0.00100000005 that %.9g prints for 1e-3f. */
+void jlog_float(JsonLog *l, const char *key, float v);
 void jlog_str(JsonLog *l, const char *key, const char *v);
 /* Arrays of n numbers (as jlog_num: non-finite -> null) and of n strings (added by the optimizer engineer). */
 void jlog_nums(JsonLog *l, const char *key, const double *v, int n);

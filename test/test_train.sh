@@ -50,6 +50,11 @@ for n, line in enumerate(open(sys.argv[1]), 1):
         if k not in o:
             sys.exit(f"line {n}: event {ev} lacks key {k}: {line.strip()}")
 want = {"start": 1, "train": 12, "val": 5, "sample": 3, "ckpt": 1}
+# the start event's settings as typed (--lr 5e-2 --lr-floor 1e-3), not as %.9g prints their floats
+start = next(line for line in open(sys.argv[1]) if '"event": "start"' in line)
+for text in ('"lr": 0.05,', '"lr_floor": 0.001,', '"weight_decay": 0.1,'):
+    if text not in start:
+        sys.exit(f"start event lacks {text}: {start.strip()}")
 if seen != want:
     sys.exit(f"event counts {seen}, expected {want}")
 EOF

@@ -59,10 +59,10 @@ void log_start(Run *r, int start_step) {
     jlog_str(r->log, "optimizer", c->optimizer);
     jlog_str(r->log, "update", r->u->desc);
     jlog_int(r->log, "steps", c->steps);
-    jlog_num(r->log, "lr", c->lr);
-    jlog_num(r->log, "lr_floor", c->lr_floor);
+    jlog_float(r->log, "lr", c->lr);
+    jlog_float(r->log, "lr_floor", c->lr_floor);
     jlog_int(r->log, "warmup", c->warmup);
-    jlog_num(r->log, "weight_decay", c->weight_decay);
+    jlog_float(r->log, "weight_decay", c->weight_decay);
     jlog_num(r->log, "density", c->density);
     jlog_int(r->log, "seed", (int64_t)c->seed);
     if (r->ckpt_path[0]) jlog_str(r->log, "checkpoint", r->ckpt_path);
