@@ -96,14 +96,16 @@ static void set_value(ArgSpec *s, const char *text) {
     }
 }
 
-/* 1 when text is "--name" or "--name=..." for an option of the table (or --help). */
+/* 1 when text is "--name" or "--name=..." for an option of the table (or --help), or a start of one's name, which
+ * getopt_long takes for the option ("--ste 5" is --steps 5). */
 static int names_option(const ArgSpec *specs, int n, const char *text) {
     if (strncmp(text, "--", 2) != 0) return 0;
     const char *name = text + 2;
     size_t len = strcspn(name, "=");
-    if (len == 4 && strncmp(name, "help", 4) == 0) return 1;
+    if (len == 0) return 0; /* "--", the end of the options */
+    if (len <= 4 && strncmp(name, "help", len) == 0) return 1;
     for (int i = 0; i < n; i++)
-        if (strlen(specs[i].name) == len && strncmp(specs[i].name, name, len) == 0) return 1;
+        if (strlen(specs[i].name) >= len && strncmp(specs[i].name, name, len) == 0) return 1;
     return 0;
 }
 

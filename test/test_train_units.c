@@ -178,6 +178,8 @@ TEST(args_errors_are_one_line_with_status_2) {
         {{"prog", "--num", "--lr", "0.1"}, "error: --num needs a value (the next argument is the option --lr); see --help\n"},
         {{"prog", "--optimizer", "--zero", NULL},
          "error: --optimizer needs a value (the next argument is the option --zero); see --help\n"},
+        /* getopt_long takes "--se 5" as --seed 5, so "--num --se 5" is a missing value too, not a stray "5" */
+        {{"prog", "--num", "--se", "5"}, "error: --num needs a value (the next argument is the option --se); see --help\n"},
         {{"prog", "stray", NULL, NULL}, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
