@@ -21,12 +21,15 @@ static int launcher_rank(void) {
     return 0;
 }
 
-/* Usage errors exit 2 (not fatal()'s 1) so scripts can tell "you called it wrong" from "it failed". Every rank
- * parses the same command line, so under a launcher only rank 0 prints the line. */
+static int rank0_prints; /* args_rank0_prints: an MPI program, whose ranks all parse one command line */
+void args_rank0_prints(void) { rank0_prints = 1; }
+
+/* Usage errors exit 2 (not fatal()'s 1) so scripts can tell "you called it wrong" from "it failed". In an MPI
+ * program every rank parses the same command line, so under a launcher only rank 0 prints the line. */
 void args_fail(const char *fmt, ...) {
     va_list ap;
     fflush(stdout);
-    if (launcher_rank() == 0) {
+    if (!rank0_prints || launcher_rank() == 0) {
         fputs("error: ", stderr);
         va_start(ap, fmt);
         vfprintf(stderr, fmt, ap);

@@ -195,6 +195,24 @@ TEST(args_errors_are_one_line_with_status_2) {
     }
 }
 
+/* Only an MPI program (args_rank0_prints) leaves its usage errors to rank 0: any other, export_gguf say, run as a
+ * task of `srun -n 4 bash -c ...` (PMIX_RANK 1..3), printed nothing and exited 2. */
+TEST(args_errors_print_on_every_rank_unless_the_program_is_mpi) {
+    char err[4096], out[65536];
+    char *args[] = {"prog", "--lr", "abc", NULL};
+    setenv("PMIX_RANK", "1", 1);
+    int st = parse_in_child(3, args, err, sizeof err, out, sizeof out);
+    CHECK(st == 2 && strcmp(err, "error: --lr: 'abc' is not a number\n") == 0,
+          "PMIX_RANK=1, not an MPI program: expected the error line and status 2, got %d '%s'", st, err);
+    args_rank0_prints(); /* the child inherits it */
+    st = parse_in_child(3, args, err, sizeof err, out, sizeof out);
+    CHECK(st == 2 && err[0] == '\0', "PMIX_RANK=1, an MPI program: expected silence and status 2, got %d '%s'", st,
+          err);
+    unsetenv("PMIX_RANK");
+    st = parse_in_child(3, args, err, sizeof err, out, sizeof out);
+    CHECK(st == 2 && count_lines(err) == 1, "rank 0 of an MPI program: expected one line, got %d '%s'", st, err);
+}
+
 /* --help of the REAL trainer table: every option appears as "--name", and help exits 0. */
 static Model *never_create(const char *s, const char *i, uint64_t seed, int B, int T) { return NULL; }
 
@@ -797,6 +815,7 @@ int main(void) {
     RUN_TEST(sampler_greedy_topk_and_frequencies);
     RUN_TEST(args_defaults_values_and_repeats);
     RUN_TEST(args_errors_are_one_line_with_status_2);
+    RUN_TEST(args_errors_print_on_every_rank_unless_the_program_is_mpi);
     RUN_TEST(help_lists_every_option_of_the_trainer_table);
     RUN_TEST(jsonl_lines_are_objects_with_event_and_exact_floats);
     RUN_TEST(checkpoint_state_round_trip_and_completeness);

@@ -332,6 +332,7 @@ static int parse_options(Run *r, int argc, char **argv, int *floor_given) {
     ArgSpec *opts = train_options(c, r->fam, &n_opts);
     char usage[256];
     snprintf(usage, sizeof usage, "usage: %s [options]   (multi-rank: mpirun -np N %s [options])", argv[0], argv[0]);
+    args_rank0_prints(); /* every rank parses this command line: one error line, rank 0's */
     args_parse(opts, n_opts, argc, argv, usage,
                "Pre-trains a model on token shards and writes <out>/log.jsonl and <out>/ckpt_<step>/.");
     r->opts = opts;
