@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -193,6 +194,30 @@ TEST(args_errors_are_one_line_with_status_2) {
         if (cases[i].want) CHECK(strcmp(err, cases[i].want) == 0, "case %zu: expected '%s', got '%s'", i,
                                  cases[i].want, err);
     }
+}
+
+/* A usage error reaches stderr in one write: under mpirun the line was written in three pieces ("error: ", the
+ * message, "\n"), and mpirun's own banner about the ranks that had already exited 2 landed between them
+ * ("error: ------..."; test_train_mpi's usage_error_one_line). stderr is a SOCK_SEQPACKET socket here, so each
+ * write is one packet and the first recv holds exactly the first write. */
+TEST(args_error_is_one_write) {
+    int sv[2];
+    CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) == 0, "socketpair");
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(sv[0]);
+        dup2(sv[1], 2);
+        args_fail("--out was given an empty value (%s)", "an unset shell variable?");
+    }
+    close(sv[1]);
+    char got[512] = "";
+    ssize_t n = recv(sv[0], got, sizeof got - 1, 0);
+    got[n > 0 ? n : 0] = '\0';
+    close(sv[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(strcmp(got, "error: --out was given an empty value (an unset shell variable?)\n") == 0 && WIFEXITED(st)
+              && WEXITSTATUS(st) == 2, "first write: '%s', status %d", got, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 }
 
 /* Only an MPI program (args_rank0_prints) leaves its usage errors to rank 0: any other, export_gguf say, run as a
@@ -816,6 +841,7 @@ int main(void) {
     RUN_TEST(args_defaults_values_and_repeats);
     RUN_TEST(args_errors_are_one_line_with_status_2);
     RUN_TEST(args_errors_print_on_every_rank_unless_the_program_is_mpi);
+    RUN_TEST(args_error_is_one_write);
     RUN_TEST(help_lists_every_option_of_the_trainer_table);
     RUN_TEST(jsonl_lines_are_objects_with_event_and_exact_floats);
     RUN_TEST(checkpoint_state_round_trip_and_completeness);
