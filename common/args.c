@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/util.h"
 
@@ -21,17 +22,29 @@ static int launcher_rank(void) {
     return 0;
 }
 
-/* Usage errors exit 2 (not fatal()'s 1) so scripts can tell "you called it wrong" from "it failed". Every rank
- * parses the same command line, so under a launcher only rank 0 prints the line. */
+static int rank0_prints; /* args_rank0_prints: an MPI program, whose ranks all parse one command line */
+void args_rank0_prints(void) { rank0_prints = 1; }
+
+/* Usage errors exit 2 (not fatal()'s 1) so scripts can tell "you called it wrong" from "it failed". In an MPI
+ * program every rank parses the same command line, so under a launcher only rank 0 prints the line. */
 void args_fail(const char *fmt, ...) {
     va_list ap;
     fflush(stdout);
-    if (launcher_rank() == 0) {
-        fputs("error: ", stderr);
+    if (!rank0_prints || launcher_rank() == 0) { /* one write: mpirun puts its own lines between two writes */
+        char line[8192];
         va_start(ap, fmt);
-        vfprintf(stderr, fmt, ap);
+        int n = vsnprintf(line + 7, sizeof line - 8, fmt, ap);
         va_end(ap);
-        fputc('\n', stderr);
+        size_t len = 7 + (n < 0 ? 0 : (size_t)n < sizeof line - 8 ? (size_t)n : sizeof line - 9);
+        memcpy(line, "error: ", 7);
+        line[len++] = '\n';
+        fflush(stderr);
+        for (size_t done = 0; done < len;) {
+            ssize_t w = write(STDERR_FILENO, line + done, len - done);
+            if (w <= 0 && errno == EINTR) continue;
+            if (w <= 0) break;
+            done += (size_t)w;
+        }
     }
     exit(2);
 }
@@ -96,14 +109,16 @@ static void set_value(ArgSpec *s, const char *text) {
     }
 }
 
-/* 1 when text is "--name" or "--name=..." for an option of the table (or --help). */
+/* 1 when text is "--name" or "--name=..." for an option of the table (or --help), or a start of one's name, which
+ * getopt_long takes for the option ("--ste 5" is --steps 5). */
 static int names_option(const ArgSpec *specs, int n, const char *text) {
     if (strncmp(text, "--", 2) != 0) return 0;
     const char *name = text + 2;
     size_t len = strcspn(name, "=");
-    if (len == 4 && strncmp(name, "help", 4) == 0) return 1;
+    if (len == 0) return 0; /* "--", the end of the options */
+    if (len <= 4 && strncmp(name, "help", len) == 0) return 1;
     for (int i = 0; i < n; i++)
-        if (strlen(specs[i].name) == len && strncmp(specs[i].name, name, len) == 0) return 1;
+        if (strlen(specs[i].name) >= len && strncmp(specs[i].name, name, len) == 0) return 1;
     return 0;
 }
 

@@ -5,7 +5,7 @@
  * "--zero=0" clears it (so a resumed run can turn off what its checkpoint recorded), "--zero=1" sets it.
  * Errors (unknown option, missing value, malformed number, out of range, not one of the choices) print one line
  * "error: --lr: 5 is out of range [0, 1]" on stderr and exit with status 2 (under mpirun or srun, rank 0 alone
- * prints it); a value that is another option of the table ("--out --steps 10") is refused as a missing value.
+ * prints it in a program that called args_rank0_prints); a value that is another option of the table ("--out --steps 10") is refused as a missing value.
  * Not for: what the options mean (trainer/train.c owns the training table).
  */
 #ifndef COMMON_ARGS_H
@@ -52,11 +52,17 @@ void args_set(ArgSpec *s, const char *text);
 void args_format(const ArgSpec *s, char *buf, size_t cap);
 
 /* Prints "error: <message>" as one line on stderr and exits 2, as the parser's own errors do; for the usage errors
- * a program finds after parsing (options that contradict each other). Under mpirun or srun only rank 0 prints. */
+ * a program finds after parsing (options that contradict each other). Under mpirun or srun only rank 0 prints, in a
+ * program that called args_rank0_prints. */
 #if defined(__GNUC__)
 __attribute__((noreturn, format(printf, 1, 2)))
 #endif
 void args_fail(const char *fmt, ...);
+
+/* For an MPI program (the trainers), whose ranks all parse the same command line: from now on a usage error prints
+ * only on rank 0 of a launcher (mpirun's OMPI_COMM_WORLD_RANK, srun's PMIX_RANK or PMI_RANK). Any other program
+ * (export_gguf) prints its errors wherever it runs, a task of `srun -n 4 bash -c ...` included. */
+void args_rank0_prints(void);
 
 /* The spec named `name`, or NULL. */
 ArgSpec *args_find(ArgSpec *specs, int n, const char *name);

@@ -123,8 +123,9 @@ int file_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
-/* mkdir -p; flag: the option that named path (in the error line with the fix), or NULL. */
-static void make_dirs_named(const char *flag, const char *path) {
+/* mkdir -p; flag: the option that named path (in the error line with the fix), or NULL. made (cap entries, or NULL):
+ * the lengths of the prefixes of path whose mkdir made a folder, shortest first; *n_made their count. */
+static void make_dirs_named(const char *flag, const char *path, size_t *made, int cap, int *n_made) {
     char buf[4096];
     size_t n = strlen(path);
     if (n == 0 || n >= sizeof buf) {
@@ -136,7 +137,9 @@ static void make_dirs_named(const char *flag, const char *path) {
         if (buf[i] == '/' || buf[i] == '\0') {
             char c = buf[i];
             buf[i] = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+            int rc = mkdir(buf, 0755);
+            if (rc == 0 && made && *n_made < cap) made[(*n_made)++] = i;
+            if (rc != 0 && errno != EEXIST) {
                 if (flag)
                     fatal("%s %s: cannot create directory %s: %s; choose a writable folder", flag, path, buf,
                           strerror(errno));
@@ -147,9 +150,15 @@ static void make_dirs_named(const char *flag, const char *path) {
     }
 }
 
-void make_dirs(const char *path) { make_dirs_named(NULL, path); }
+void make_dirs(const char *path) { make_dirs_named(NULL, path, NULL, 0, NULL); }
 
-void make_dirs_for(const char *flag, const char *path) { make_dirs_named(flag, path); }
+void make_dirs_for(const char *flag, const char *path) { make_dirs_named(flag, path, NULL, 0, NULL); }
+
+int make_dirs_for_noting(const char *flag, const char *path, size_t *made, int cap) {
+    int n = 0;
+    make_dirs_named(flag, path, made, cap, &n);
+    return n;
+}
 
 double now_seconds(void) {
     struct timespec ts;

@@ -107,6 +107,10 @@ void make_dirs(const char *path);
 /* mkdir -p for the folder an option names (flag: "--out"); fatal() on failure with one line naming the option and
  * the fix: "--out X: cannot create directory Y: <reason>; choose a writable folder". */
 void make_dirs_for(const char *flag, const char *path);
+/* make_dirs_for, noting in made[] (at most cap) the length of each prefix of path that it made a folder of, shortest
+ * first, and returning how many: the folders to remove again, deepest first, are exactly these (a prefix that was
+ * there, "a/.." or a doubled '/', is not among them). */
+int make_dirs_for_noting(const char *flag, const char *path, size_t *made, int cap);
 
 /* ---- output files (issue 43): every output of a run is written the way checkpoints are ----
  * A run names the files it reads (out_guard_input) before it opens its outputs; no output is then written over one

@@ -275,6 +275,24 @@ mkdir -p "$TMP/kept" && echo mine > "$TMP/kept/notes.txt"
 if [ ! -e "$TMP/made" ] && [ ! -e "$TMP/made2" ] && [ "$(cat "$TMP/kept/notes.txt")" = mine ]; then
     ok refused_run_leaves_no_out_folder
 else fail refused_run_leaves_no_out_folder "left: $(find "$TMP/made" "$TMP/made2" 2>/dev/null | tr "\n" " ") kept: $(ls -A "$TMP/kept" | tr "\n" " ")"; fi
+# ... however --out is spelled: a trailing '/' ("runs/x/", as the shell completes it) or a ".." left the folders above
+# the last one ("runs"), the cleanup walking up a string that named no folder it had made
+"${RUN[@]}" --out "$TMP/made3/a/b/" --resume "$TMP/b/ckpt_99" > /dev/null 2>&1
+"${RUN[@]}" --out "$TMP/made4//c/../d" --resume "$TMP/b/ckpt_99" > /dev/null 2>&1
+if [ ! -e "$TMP/made3" ] && [ ! -e "$TMP/made4" ]; then ok refused_run_leaves_no_out_folder_however_spelled
+else fail refused_run_leaves_no_out_folder_however_spelled "left: $(find "$TMP/made3" "$TMP/made4" 2>/dev/null | tr "\n" " ")"; fi
+# ... and a run refused because another run holds --out leaves that run's lock and folder alone, even when this run
+# made a folder on the way there ("new/../held": it removed the holder's .lock and folder, so a third run could start)
+mkdir -p "$TMP/held" && : > "$TMP/held/.lock"
+flock "$TMP/held/.lock" sleep 30 & holder=$!
+for _ in $(seq 1 50); do flock -n "$TMP/held/.lock" true || break; sleep 0.1; done
+"${RUN[@]}" --out "$TMP/new/../held" > "$TMP/held.out" 2>&1
+st=$?
+if [ "$st" = 1 ] && grep -q "is in use by another run" "$TMP/held.out" && [ -e "$TMP/held/.lock" ] && [ ! -e "$TMP/new" ] \
+   && ! flock -n "$TMP/held/.lock" true; then
+    ok refused_run_leaves_the_holders_lock
+else fail refused_run_leaves_the_holders_lock "status $st: $(head -1 "$TMP/held.out"); left: $(ls -A "$TMP/held" "$TMP/new" 2>&1 | tr "\n" " ")"; fi
+kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
 
 # --- scripts/plot_loss.sh turns logs into one PNG (two runs compared)
 if scripts/plot_loss.sh "$TMP/loss.png" "$TMP/a/log.jsonl" "$TMP/c/log.jsonl" > "$TMP/p.out" 2>&1 \

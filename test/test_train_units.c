@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -178,6 +179,8 @@ TEST(args_errors_are_one_line_with_status_2) {
         {{"prog", "--num", "--lr", "0.1"}, "error: --num needs a value (the next argument is the option --lr); see --help\n"},
         {{"prog", "--optimizer", "--zero", NULL},
          "error: --optimizer needs a value (the next argument is the option --zero); see --help\n"},
+        /* getopt_long takes "--se 5" as --seed 5, so "--num --se 5" is a missing value too, not a stray "5" */
+        {{"prog", "--num", "--se", "5"}, "error: --num needs a value (the next argument is the option --se); see --help\n"},
         {{"prog", "stray", NULL, NULL}, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -191,6 +194,48 @@ TEST(args_errors_are_one_line_with_status_2) {
         if (cases[i].want) CHECK(strcmp(err, cases[i].want) == 0, "case %zu: expected '%s', got '%s'", i,
                                  cases[i].want, err);
     }
+}
+
+/* A usage error reaches stderr in one write: under mpirun the line was written in three pieces ("error: ", the
+ * message, "\n"), and mpirun's own banner about the ranks that had already exited 2 landed between them
+ * ("error: ------..."; test_train_mpi's usage_error_one_line). stderr is a SOCK_SEQPACKET socket here, so each
+ * write is one packet and the first recv holds exactly the first write. */
+TEST(args_error_is_one_write) {
+    int sv[2];
+    CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) == 0, "socketpair");
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(sv[0]);
+        dup2(sv[1], 2);
+        args_fail("--out was given an empty value (%s)", "an unset shell variable?");
+    }
+    close(sv[1]);
+    char got[512] = "";
+    ssize_t n = recv(sv[0], got, sizeof got - 1, 0);
+    got[n > 0 ? n : 0] = '\0';
+    close(sv[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(strcmp(got, "error: --out was given an empty value (an unset shell variable?)\n") == 0 && WIFEXITED(st)
+              && WEXITSTATUS(st) == 2, "first write: '%s', status %d", got, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
+/* Only an MPI program (args_rank0_prints) leaves its usage errors to rank 0: any other, export_gguf say, run as a
+ * task of `srun -n 4 bash -c ...` (PMIX_RANK 1..3), printed nothing and exited 2. */
+TEST(args_errors_print_on_every_rank_unless_the_program_is_mpi) {
+    char err[4096], out[65536];
+    char *args[] = {"prog", "--lr", "abc", NULL};
+    setenv("PMIX_RANK", "1", 1);
+    int st = parse_in_child(3, args, err, sizeof err, out, sizeof out);
+    CHECK(st == 2 && strcmp(err, "error: --lr: 'abc' is not a number\n") == 0,
+          "PMIX_RANK=1, not an MPI program: expected the error line and status 2, got %d '%s'", st, err);
+    args_rank0_prints(); /* the child inherits it */
+    st = parse_in_child(3, args, err, sizeof err, out, sizeof out);
+    CHECK(st == 2 && err[0] == '\0', "PMIX_RANK=1, an MPI program: expected silence and status 2, got %d '%s'", st,
+          err);
+    unsetenv("PMIX_RANK");
+    st = parse_in_child(3, args, err, sizeof err, out, sizeof out);
+    CHECK(st == 2 && count_lines(err) == 1, "rank 0 of an MPI program: expected one line, got %d '%s'", st, err);
 }
 
 /* --help of the REAL trainer table: every option appears as "--name", and help exits 0. */
@@ -795,6 +840,8 @@ int main(void) {
     RUN_TEST(sampler_greedy_topk_and_frequencies);
     RUN_TEST(args_defaults_values_and_repeats);
     RUN_TEST(args_errors_are_one_line_with_status_2);
+    RUN_TEST(args_errors_print_on_every_rank_unless_the_program_is_mpi);
+    RUN_TEST(args_error_is_one_write);
     RUN_TEST(help_lists_every_option_of_the_trainer_table);
     RUN_TEST(jsonl_lines_are_objects_with_event_and_exact_floats);
     RUN_TEST(checkpoint_state_round_trip_and_completeness);

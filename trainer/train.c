@@ -173,51 +173,39 @@ static void install_stop_handlers(void) {
 static int out_lock_fd = -1;
 
 /* A run refused before it writes anything (a --resume that is not there, shards of another tokenizer) leaves no
- * --out behind that it made: the folders it created are removed again while <out> holds nothing but the lock. */
-static char fresh_out[4200], fresh_top[4200]; /* the --out this run made, and the first of its folders it made */
+ * --out behind that it made: the folders it created are removed again while <out> holds nothing but the lock.
+ * Only the folders its own mkdir made (an "a/../b" or "runs/x/" walks no further) and only a lock it holds: a run
+ * refused because another holds --out leaves that run's lock and folder alone. */
+static char fresh_out[4200];  /* the --out whose folders this run made */
+static size_t fresh_made[64]; /* the lengths of the prefixes of fresh_out it made, shortest first */
+static int n_fresh_made;
 static void remove_fresh_out(void) {
-    if (!fresh_out[0]) return;
+    if (!n_fresh_made) return;
     DIR *d = opendir(fresh_out);
-    if (!d) return;
-    int others = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        others += strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, ".lock");
-    closedir(d);
-    if (others) return;
+    if (d) {
+        int others = 0;
+        for (struct dirent *e; (e = readdir(d));)
+            others += strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, ".lock");
+        closedir(d);
+        if (others) return;
+    }
     char path[4400];
-    snprintf(path, sizeof path, "%s/.lock", fresh_out);
-    unlink(path);
-    snprintf(path, sizeof path, "%s", fresh_out);
-    for (;;) { /* from <out> up to the first folder the run made */
+    if (out_lock_fd >= 0) { /* the lock is this run's: another run's is never removed */
+        snprintf(path, sizeof path, "%s/.lock", fresh_out);
+        unlink(path);
+    }
+    for (int i = n_fresh_made - 1; i >= 0; i--) { /* deepest first; rmdir leaves a folder anything was put in */
+        snprintf(path, sizeof path, "%.*s", (int)fresh_made[i], fresh_out);
         if (rmdir(path) != 0) break;
-        size_t len = strlen(path);
-        if (len <= strlen(fresh_top)) break;
-        char *slash = strrchr(path, '/');
-        if (!slash || slash == path) break;
-        *slash = '\0';
     }
-    fresh_out[0] = '\0';
-}
-
-/* Records in fresh_top the shortest prefix of out (cut at a '/') that does not exist yet; "" when out exists. */
-static void note_fresh_out(const char *out) {
-    struct stat st;
-    fresh_out[0] = fresh_top[0] = '\0';
-    if (stat(out, &st) == 0 || strlen(out) >= sizeof fresh_out) return;
-    snprintf(fresh_out, sizeof fresh_out, "%s", out);
-    for (size_t i = 1; out[i]; i++) {
-        if (out[i] != '/') continue;
-        snprintf(fresh_top, sizeof fresh_top, "%.*s", (int)i, out);
-        if (stat(fresh_top, &st) != 0) return;
-    }
-    snprintf(fresh_top, sizeof fresh_top, "%s", out);
+    n_fresh_made = 0;
 }
 
 static void lock_out_dir(const Run *r, const char *out) {
     if (r->rank != 0) return;
-    note_fresh_out(out);
-    make_dirs_for("--out", out);
-    if (fresh_out[0]) set_fatal_cleanup(remove_fresh_out);
+    snprintf(fresh_out, sizeof fresh_out, "%s", out); /* whole: make_dirs refuses a path of 4096 bytes or more */
+    n_fresh_made = make_dirs_for_noting("--out", out, fresh_made, (int)(sizeof fresh_made / sizeof fresh_made[0]));
+    if (n_fresh_made) set_fatal_cleanup(remove_fresh_out);
     char path[4400];
     snprintf(path, sizeof path, "%s/.lock", out);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644); /* never through a planted link */
@@ -236,11 +224,11 @@ static void lock_out_dir(const Run *r, const char *out) {
         fatal("--out %s is in use by another run (pid %s holds %s); wait for it to finish or stop it, or pass "
               "another --out", out, pid[0] ? pid : "unknown", path);
     }
+    out_lock_fd = fd; /* kept open for the run's lifetime: closing it would release the lock */
     char pid[32];
     int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
     if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
         fatal("cannot write %s: %s; check free space and permissions", path, strerror(errno));
-    out_lock_fd = fd; /* kept open for the run's lifetime: closing it would release the lock */
     out_guard_input(path, "the --out lock file"); /* an output renamed onto it would free --out for a second run */
 }
 
@@ -344,6 +332,7 @@ static int parse_options(Run *r, int argc, char **argv, int *floor_given) {
     ArgSpec *opts = train_options(c, r->fam, &n_opts);
     char usage[256];
     snprintf(usage, sizeof usage, "usage: %s [options]   (multi-rank: mpirun -np N %s [options])", argv[0], argv[0]);
+    args_rank0_prints(); /* every rank parses this command line: one error line, rank 0's */
     args_parse(opts, n_opts, argc, argv, usage,
                "Pre-trains a model on token shards and writes <out>/log.jsonl and <out>/ckpt_<step>/.");
     r->opts = opts;
