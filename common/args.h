@@ -5,7 +5,8 @@
  * "--zero=0" clears it (so a resumed run can turn off what its checkpoint recorded), "--zero=1" sets it.
  * Errors (unknown option, missing value, malformed number, out of range, not one of the choices) print one line
  * "error: --lr: 5 is out of range [0, 1]" on stderr and exit with status 2 (under mpirun or srun, rank 0 alone
- * prints it in a program that called args_rank0_prints); a value that is another option of the table ("--out --steps 10") is refused as a missing value.
+ * prints it in a program that called args_rank0_prints); a value that is another option of the table
+ * ("--out --steps 10") is refused as a missing value.
  * Not for: what the options mean (trainer/train.c owns the training table).
  */
 #ifndef COMMON_ARGS_H

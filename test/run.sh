@@ -7,15 +7,16 @@ passed=0; failed=0
 for cmd in "$@"; do
     echo "=== $cmd"
     skip=""
+    set -f # the words as written: no glob in TEST_SKIP or in a command expands
     for s in ${TEST_SKIP:-}; do
         for w in $cmd; do [ "$w" = "$s" ] && skip=$s; done
     done
+    set +f
     if [ -n "$skip" ]; then echo "--- $cmd: not run (TEST_SKIP names $skip)"; continue; fi
     out=$(mktemp)
     start=$(date +%s)
-    bash -c "$cmd" > >(tee "$out") 2>&1
-    rc=$?
-    wait
+    bash -c "$cmd" 2>&1 | tee "$out" # a pipeline: tee has written all of it when the counts below read $out
+    rc=${PIPESTATUS[0]}
     p=$(grep -c '^ok ' "$out"); f=$(grep -c '^FAIL ' "$out")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "FAIL $cmd: exited with status $rc"; fi
     if [ "$rc" -eq 0 ] && [ "$f" -ne 0 ]; then echo "FAIL $cmd: printed FAIL but exited 0"; f=$((f+1)); fi
