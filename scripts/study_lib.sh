@@ -191,6 +191,8 @@ build_trainer() {
 train() {
     local point=$1 run=$2 seed=$3 steps=$4 lr=$5
     local dir=$OUT/$point/$run/seed$seed warm floor evals flags
+    # a study's hook may find this run already trained under another name (the same flags, seed and trainer)
+    if declare -F same_run > /dev/null && same_run "$point" "$run" "$seed" "$steps" "$lr"; then return; fi
     warm=$(awk -v s="$steps" 'BEGIN { printf "%d", s * 0.05 + 0.5 }')
     floor=$(awk -v l="$lr" 'BEGIN { printf "%.6g", l / 15 }')
     evals=$((steps / EVAL_POINTS))

@@ -121,6 +121,19 @@ if [ "$mode" = plan ]; then
     exit 0
 fi
 
+# same_run POINT RUN SEED STEPS LR: AdamS at the probe's length, seed 1 and the chosen lr is the probe's run of that lr
+# (the same flags, seed and pinned trainer: the small size's pair agrees to the last digit, 4.329022): its line is
+# copied under the run's own name instead of training it again (half an hour of the medium size)
+same_run() {
+    local point=$1 run=$2 seed=$3 steps=$4 lr=$5 line
+    [ "$point" = "regime_${SPEC}_steps$PROBE_STEPS" ] && [ "$run" = adams ] && [ "$seed" = 1 ] || return 1
+    line=$(awk -F'\t' -v p="$probe_point" -v r="adams_lr$lr" -v c="$COMMIT" '$1 == p && $2 == r && $3 == 1 && $9 == c' \
+           "$runs_tsv" | tail -n 1)
+    [ -n "$line" ] || return 1
+    printf '%s\t%s\t%s\n' "$point" "$run" "$(cut -f3- <<< "$line")" >> "$runs_tsv"
+    echo "== $point $run seed 1: the probe's run adams_lr$lr (same flags, seed and trainer); its line copied" >&2
+}
+
 # run: one study at a time per OUT (two would share runs.tsv and the cores); the plan grows once the probe has finished
 plan_now() { plan "$(chosen_lr)"; }
 run_plan study_regime.sh "$STUDY_COMMIT" STUDY_COMMIT plan_now

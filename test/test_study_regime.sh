@@ -2,7 +2,7 @@
 # test/test_study_regime.sh [DATA] - scripts/study_regime.sh (issue 42) on a tiny model (2 ranks, a 12-step probe,
 # lengths 6, 12 and 18, 2 seeds): the trainer is built from the pinned commit and every line names it; each run's line
 # is recomputed here from its log.jsonl (final and lowest validation loss, mean bytes of steps 2.., mean train loss of
-# the last 5%); every run after the probe used the probe's lr, the SCAPE lr controls half and twice it, and past the
+# the last 5%), but AdamS at the probe's length and lr, seed 1, whose line is the probe's run's; every run after the probe used the probe's lr, the SCAPE lr controls half and twice it, and past the
 # probe's length AdamS ran again at half and twice it; the table's gaps are the tsv's paired means, and the long
 # length's rules are set against the best of its AdamS lrs; a second `run` trains nothing; a run killed (SIGKILL) after a checkpoint resumes
 # to the line of a run never interrupted; bad sizes, modes and commits are refused with one line; and the committed
@@ -54,9 +54,17 @@ for ctl in ("%g" % (x / 2), "%g" % (x * 2)):
 want.add("regime_%s_steps18 adamw 1" % spec)
 if set(got) != want or len(rows) != len(want):
     bad.append("lines %s, expected %s" % (sorted(set(got) ^ want), len(want)))
+# AdamS at the probe's length, seed 1, the chosen lr is the probe's run of that lr: its line copied, never trained
+copied = "regime_%s_steps12 adams 1" % spec
+if copied in got and got[copied][2:] != got["regime_probe_%s_steps12 adams_lr%s 1" % (spec, lr)][2:]:
+    bad.append("%s: %s is not the probe's line of lr %s" % (copied, got[copied], lr))
+import os
+if os.path.exists("%s/out/regime_%s_steps12/adams/seed1" % (tmp, spec)):
+    bad.append("%s was trained again (the probe's run has the same flags, seed and trainer)" % copied)
 for key, r in got.items():
     point, run, seed = key.split()
     steps = int(point.rsplit("steps", 1)[1])
+    if key == copied: continue
     train, val, start = {}, {}, None
     for line in open("%s/out/%s/%s/seed%s/log.jsonl" % (tmp, point, run, seed)):
         o = json.loads(line)
