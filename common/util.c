@@ -44,12 +44,21 @@ void fatal(const char *fmt, ...) {
     fatal_mine = 1;
     va_list ap;
     fflush(stdout);
-    fputs("error: ", stderr);
+    /* one write: under mpirun, the launcher's banner about a rank that already exited could land between pieces */
+    char line[8192];
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    int n = vsnprintf(line + 7, sizeof line - 8, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    size_t len = 7 + (n < 0 ? 0 : (size_t)n < sizeof line - 8 ? (size_t)n : sizeof line - 9);
+    memcpy(line, "error: ", 7);
+    line[len++] = '\n';
     fflush(stderr);
+    for (size_t done = 0; done < len;) {
+        ssize_t w = write(STDERR_FILENO, line + done, len - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        done += (size_t)w;
+    }
     remove_open_temps(); /* the hook (MPI_Abort) ends the process without running atexit */
     if (fatal_cleanup) fatal_cleanup();
     if (fatal_hook) fatal_hook(1);
