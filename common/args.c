@@ -7,7 +7,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/util.h"
 
@@ -30,21 +29,10 @@ void args_rank0_prints(void) { rank0_prints = 1; }
 void args_fail(const char *fmt, ...) {
     va_list ap;
     fflush(stdout);
-    if (!rank0_prints || launcher_rank() == 0) { /* one write: mpirun puts its own lines between two writes */
-        char line[8192];
+    if (!rank0_prints || launcher_rank() == 0) {
         va_start(ap, fmt);
-        int n = vsnprintf(line + 7, sizeof line - 8, fmt, ap);
+        error_line_v(fmt, ap);
         va_end(ap);
-        size_t len = 7 + (n < 0 ? 0 : (size_t)n < sizeof line - 8 ? (size_t)n : sizeof line - 9);
-        memcpy(line, "error: ", 7);
-        line[len++] = '\n';
-        fflush(stderr);
-        for (size_t done = 0; done < len;) {
-            ssize_t w = write(STDERR_FILENO, line + done, len - done);
-            if (w <= 0 && errno == EINTR) continue;
-            if (w <= 0) break;
-            done += (size_t)w;
-        }
     }
     exit(2);
 }

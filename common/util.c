@@ -34,21 +34,9 @@ void xflush_stdout(void) {
     }
 }
 
-static atomic_int fatal_taken;      /* a thread is ending the process in fatal() */
-static _Thread_local int fatal_mine; /* ... and it is this one */
-
-void fatal(const char *fmt, ...) {
-    /* one line per process: a second thread failing meanwhile (tok's encoders on two bad lines) waits for the exit */
-    if (atomic_exchange(&fatal_taken, 1) && !fatal_mine)
-        for (;;) pause();
-    fatal_mine = 1;
-    va_list ap;
-    fflush(stdout);
-    /* one write: under mpirun, the launcher's banner about a rank that already exited could land between pieces */
+void error_line_v(const char *fmt, va_list ap) {
     char line[8192];
-    va_start(ap, fmt);
     int n = vsnprintf(line + 7, sizeof line - 8, fmt, ap);
-    va_end(ap);
     size_t len = 7 + (n < 0 ? 0 : (size_t)n < sizeof line - 8 ? (size_t)n : sizeof line - 9);
     memcpy(line, "error: ", 7);
     line[len++] = '\n';
@@ -59,6 +47,21 @@ void fatal(const char *fmt, ...) {
         if (w <= 0) break;
         done += (size_t)w;
     }
+}
+
+static atomic_int fatal_taken;      /* a thread is ending the process in fatal() */
+static _Thread_local int fatal_mine; /* ... and it is this one */
+
+void fatal(const char *fmt, ...) {
+    /* one line per process: a second thread failing meanwhile (tok's encoders on two bad lines) waits for the exit */
+    if (atomic_exchange(&fatal_taken, 1) && !fatal_mine)
+        for (;;) pause();
+    fatal_mine = 1;
+    va_list ap;
+    fflush(stdout);
+    va_start(ap, fmt);
+    error_line_v(fmt, ap);
+    va_end(ap);
     remove_open_temps(); /* the hook (MPI_Abort) ends the process without running atexit */
     if (fatal_cleanup) fatal_cleanup();
     if (fatal_hook) fatal_hook(1);

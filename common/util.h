@@ -6,6 +6,7 @@
 #ifndef COMMON_UTIL_H
 #define COMMON_UTIL_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +22,9 @@
 /* Prints "error: <message>" as one line on stderr and exits with status 1. If the process runs under MPI
  * (comm layer initialised) the hook set by set_fatal_hook runs first so the whole job is brought down. */
 NORETURN void fatal(const char *fmt, ...) PRINTF_LIKE(1, 2);
+/* Writes "error: <message>\n" to stderr in one write() (cut at 8 KiB): under mpirun the launcher's own lines could
+ * otherwise land between the pieces of one line. fatal() and the usage errors (common/args.c) print with it. */
+void error_line_v(const char *fmt, va_list ap);
 /* Hook called by fatal() before exit (e.g. MPI_Abort); NULL clears it. */
 void set_fatal_hook(void (*hook)(int status));
 /* Called by fatal() before the hook, after the open outputs' temp files are removed (e.g. to remove an output
