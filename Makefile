@@ -84,10 +84,10 @@ SAN_ENV   := ASAN_OPTIONS=halt_on_error=1:detect_leaks=$(SAN_LEAKS):abort_on_err
              UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
              LSAN_OPTIONS=suppressions=$(CURDIR)/test/lsan.supp:print_suppressions=0
 SAN_DATA_DEP := $(sort $(filter data data-%,$(TEST_DEPS)))
-# Left out of the sanitized suite (the plain `make test` runs them): tests of the project against outside programs,
-# whose own C paths other tests already run sanitized, and which took 28 of its 46 minutes in a clean-clone run (2026-12-07): llama.cpp on the
-# GGUF exports (the writer: test_gguf_writer), a SLURM cluster's requeues (the SIGTERM checkpoint: test_preempt) and
-# the README's commands (the trainers, at a few steps each: every trainer test).
+# Left out of the sanitized suite (the plain `make test` runs them): the slowest tests there, which test the project
+# against outside programs and whose own C paths other tests already run sanitized: llama.cpp on the GGUF exports
+# (the writer: test_gguf_writer), a SLURM cluster's requeues (the SIGTERM checkpoint: test_preempt) and the README's
+# commands (the trainers, at a few steps each: every trainer test).
 SAN_SKIP := test/test_gguf.sh test/test_slurm.sh test/test_readme.sh
 
 .PHONY: test-sanitize fuzz fuzz-ci fuzz-build cppcheck lint

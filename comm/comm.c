@@ -698,15 +698,11 @@ static int env_switch(const char *name, const char *what) {
     fatal("%s=%s: set it to 1 (%s) or 0, or unset it", name, v, what);
 }
 
-static int launched_by_mpirun(void) {
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
-}
-
 void comm_init(int *argc, char ***argv) {
     if (C.inited) return;
     C.rank = 0;
     C.world = 1;
-    if (launched_by_mpirun()) {
+    if (launcher_rank() >= 0) {
         int provided;
         MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
         C.use_mpi = 1;

@@ -10,17 +10,6 @@
 
 #include "common/util.h"
 
-/* The rank a launcher (mpirun, srun) gave this process, read from its environment before any MPI call; 0 when
- * started alone. */
-static int launcher_rank(void) {
-    static const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && *v) return atoi(v);
-    }
-    return 0;
-}
-
 static int rank0_prints; /* args_rank0_prints: an MPI program, whose ranks all parse one command line */
 void args_rank0_prints(void) { rank0_prints = 1; }
 
@@ -29,7 +18,7 @@ void args_rank0_prints(void) { rank0_prints = 1; }
 void args_fail(const char *fmt, ...) {
     va_list ap;
     fflush(stdout);
-    if (!rank0_prints || launcher_rank() == 0) {
+    if (!rank0_prints || launcher_rank() <= 0) {
         va_start(ap, fmt);
         error_line_v(fmt, ap);
         va_end(ap);

@@ -16,6 +16,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "common/util.h"
+
 typedef enum {
     ARG_INT,    /* int field; min/max apply */
     ARG_U64,    /* uint64_t field (seeds); min/max apply */
@@ -55,10 +57,7 @@ void args_format(const ArgSpec *s, char *buf, size_t cap);
 /* Prints "error: <message>" as one line on stderr and exits 2, as the parser's own errors do; for the usage errors
  * a program finds after parsing (options that contradict each other). Under mpirun or srun only rank 0 prints, in a
  * program that called args_rank0_prints. */
-#if defined(__GNUC__)
-__attribute__((noreturn, format(printf, 1, 2)))
-#endif
-void args_fail(const char *fmt, ...);
+NORETURN void args_fail(const char *fmt, ...) PRINTF_LIKE(1, 2);
 
 /* For an MPI program (the trainers), whose ranks all parse the same command line: from now on a usage error prints
  * only on rank 0 of a launcher (mpirun's OMPI_COMM_WORLD_RANK, srun's PMIX_RANK or PMI_RANK). Any other program

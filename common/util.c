@@ -25,6 +25,15 @@ static void remove_open_temps(void);
 void set_fatal_hook(void (*hook)(int status)) { fatal_hook = hook; }
 void set_fatal_cleanup(void (*cleanup)(void)) { fatal_cleanup = cleanup; }
 
+int launcher_rank(void) {
+    static const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return -1;
+}
+
 void xflush_stdout(void) {
     errno = 0;
     if (fflush(stdout) != 0 || ferror(stdout)) {

@@ -30,6 +30,9 @@ void set_fatal_hook(void (*hook)(int status));
 /* Called by fatal() before the hook, after the open outputs' temp files are removed (e.g. to remove an output
  * directory the program made and left empty); NULL clears it. */
 void set_fatal_cleanup(void (*cleanup)(void));
+/* The rank a launcher gave this process, read from its environment before any MPI call (mpirun's
+ * OMPI_COMM_WORLD_RANK, srun's PMIX_RANK or PMI_RANK); -1 when no launcher started it. */
+int launcher_rank(void);
 
 /* fflush(stdout) and fatal() naming the OS error if standard output can no longer be written (redirected to a full
  * disk, say); call where a program must not go on unheard (the trainer: after each step's line). */
