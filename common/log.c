@@ -146,10 +146,7 @@ void jlog_float(JsonLog *l, const char *key, float v) {
     if (!l) return;
     if (!isfinite(v)) { append(l, ", \"%s\": null", key); return; }
     char buf[32];
-    for (int digits = 1; digits <= 9; digits++) { /* 9 digits always read back as the same float */
-        snprintf(buf, sizeof buf, "%.*g", digits, (double)v);
-        if (strtof(buf, NULL) == v) break;
-    }
+    format_float_shortest(buf, sizeof buf, v);
     append(l, ", \"%s\": %s", key, buf);
 }
 

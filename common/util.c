@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -421,6 +422,13 @@ void fp_flush_denormals(void) {
 #if defined(__SSE2__)
     _mm_setcsr(_mm_getcsr() | 0x8040); /* bit 15 FTZ: results; bit 6 DAZ: inputs */
 #endif
+}
+
+void format_float_shortest(char *buf, size_t cap, float v) {
+    for (int digits = 1; digits <= 9; digits++) { /* 9 digits always read back as the same float */
+        snprintf(buf, cap, "%.*g", digits, (double)v);
+        if (!isfinite(v) || strtof(buf, NULL) == v) return;
+    }
 }
 
 int utf8_valid_n(const char *str, size_t n) {

@@ -105,6 +105,9 @@ int same_file(const char *a, const char *b);
 void fsync_parent_dir(const char *path);
 /* Size of a file in bytes, or -1 if it cannot be stat'ed. */
 int64_t file_size(const char *path);
+/* v as the fewest significant digits (1-9) that read back (strtof) as the same float, "%g" style: 0.1f is "0.1",
+ * not "0.100000001". Non-finite values print as "%g" does. */
+void format_float_shortest(char *buf, size_t cap, float v);
 /* 1 if s[0..n) is well-formed UTF-8: no overlong forms, surrogates or code points above U+10FFFF (a NUL byte is
  * valid; callers that want C strings pass strlen). */
 int utf8_valid_n(const char *s, size_t n);

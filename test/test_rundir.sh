@@ -148,6 +148,19 @@ if [ $st = 0 ] && grep -q "note: the training data changed" "$TMP/s9b.out" && [ 
     ok resume_with_other_training_data_reads_them_from_the_start
 else fail resume_with_other_training_data_reads_them_from_the_start "status $st: $(cat "$TMP/s9b.err")"; fi
 
+# a resume refused for an option prints its refusal only, not first a note that the option "applies from the resumed
+# step on"; the notes of a resume that runs show floats as typed (0.01, not 0.00999999978)
+"${RUN[@]}" --out "$TMP/s9n" --optimizer adamw --steps 2 > /dev/null 2>&1
+"$TOY" --out "$TMP/s9n" --resume latest --steps 4 --lr 0.01 --mask-stats-every 2 > "$TMP/s9n.out" 2> "$TMP/s9n.err"
+st=$?
+"$TOY" --out "$TMP/s9n" --resume latest --steps 4 --lr 0.01 > "$TMP/s9n2.out" 2> "$TMP/s9n2.err"
+st2=$?
+if [ $st = 1 ] && one_error_line "$TMP/s9n.err" "^error: --mask-stats-every 2 logs the masks" \
+   && ! grep -q "applies from the resumed step" "$TMP/s9n.out" && [ $st2 = 0 ] \
+   && grep -qx "note: --lr 0.01 applies from the resumed step on (the checkpoint's run had 0.05)" "$TMP/s9n2.out"; then
+    ok refused_resume_prints_no_applies_note
+else fail refused_resume_prints_no_applies_note "status $st/$st2: $(cat "$TMP/s9n.err"; grep note "$TMP/s9n.out" "$TMP/s9n2.out")"; fi
+
 # --- 10: every step skipped, fewer than --max-bad-steps
 SCAPE_TEST_INJECT_NAN=loss:1,loss:2,loss:3 "${RUN[@]}" --out "$TMP/s10" --steps 3 --max-bad-steps 5 \
     > "$TMP/s10.out" 2> "$TMP/s10.err"

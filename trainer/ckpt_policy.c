@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -344,6 +345,22 @@ static void init_file_hash(const char *path, char *hex) {
     snprintf(hex, 32, "%016llx", (unsigned long long)h);
 }
 
+/* Appends one formatted line to r->resume_notes (log_start prints them once the run has passed every check). */
+static void add_resume_note(Run *r, const char *fmt, ...) PRINTF_LIKE(2, 3);
+static void add_resume_note(Run *r, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    size_t have = r->resume_notes ? strlen(r->resume_notes) : 0;
+    char *s = n < 0 ? NULL : realloc(r->resume_notes, have + (size_t)n + 1);
+    if (!s) fatal("out of memory noting the options of %s", r->ckpt_path);
+    va_start(ap, fmt);
+    vsnprintf(s + have, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    r->resume_notes = s;
+}
+
 /* Resume from the checkpoint alone: every recorded option that this command line does not set is taken from the
  * checkpoint (see options_defining above for what may not change); --init, when given, must be the same file by
  * content. A version-1 checkpoint recorded no options: the flags of the command line apply, as before. */
@@ -402,9 +419,20 @@ static void apply_checkpoint_options(Run *r) {
                       name, saved);
             int data = !strcmp(name, "train") || !strcmp(name, "data");
             if (data) r->data_changed = 1;
-            if (r->rank == 0 && !r->c.eval_only) /* --eval-only trains no step: nothing applies "from" one */
-                printf("note: --%s %s applies from the resumed step on (the checkpoint's run had %s)\n", name, now,
-                       saved[0] ? saved : "none");
+            if (r->rank == 0 && !r->c.eval_only) { /* --eval-only trains no step: nothing applies "from" one */
+                char now_shown[64], saved_shown[64]; /* a float as typed (0.01), not as compared (0.00999999978) */
+                const char *a = now, *b = saved[0] ? saved : "none";
+                if (s->type == ARG_FLOAT) {
+                    format_float_shortest(now_shown, sizeof now_shown, *(const float *)s->field);
+                    a = now_shown;
+                    if (saved[0]) {
+                        format_float_shortest(saved_shown, sizeof saved_shown, strtof(saved, NULL));
+                        b = saved_shown;
+                    }
+                }
+                add_resume_note(r, "note: --%s %s applies from the resumed step on (the checkpoint's run had %s)\n",
+                                name, a, b);
+            }
         }
         free(now);
     }

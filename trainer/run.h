@@ -42,6 +42,8 @@ typedef struct {
     int n_opts;
     char *restored[CKPT_MAX_OPTIONS]; /* option values taken from the checkpoint (string fields point here) */
     int n_restored;
+    char *resume_notes;   /* rank 0: the "applies from the resumed step on" lines, printed by log_start once every
+                           * check has passed (a refused resume prints only its refusal); NULL none */
     char init_hash[32];   /* XXH3 of the --init file (hex), carried forward from the checkpoint on resume; "" none */
     char run_id[32];      /* the run's identity (16 hex digits): made at step 0, carried by every resume */
     int ckpt_step;        /* the resumed checkpoint's step as its manifest says (whatever its folder is called) */

@@ -498,6 +498,7 @@ static void open_loop(Run *r) {
 static void free_options(Run *r) {
     for (int i = 0; i < r->n_restored; i++) free(r->restored[i]);
     free(r->opts);
+    free(r->resume_notes);
 }
 
 /* Frees everything the run holds, commits the --eval-dump and ends MPI; returns the exit status: status, or 1 when

@@ -19,6 +19,7 @@
 void log_start(Run *r, int start_step) {
     const TrainConfig *c = &r->c;
     if (r->rank == 0) {
+        if (r->resume_notes) fputs(r->resume_notes, stdout);
         printf("%s %s: %zu parameters | %d rank%s x %d thread%s | B=%d T=%d accum=%d -> %lld tokens/step | "
                "optimizer %s | steps %d | lr %g -> %g (warm-up %d)\n",
                r->fam->family, r->m->desc, r->m->table.total, r->world, r->world == 1 ? "" : "s", r->threads,
