@@ -68,8 +68,8 @@ study_flags() {
 }
 study_unit() { awk -v x="$1" 'BEGIN { exit !(x > 0 && x <= 1) }'; } # 0 < X <= 1
 
-# runs.tsv's header: the fields of every line train appends
-study_header='point\trun\tseed\tval_loss\tseconds\tbytes_per_step\ttrain_tail\tval_best\tcommit\n'
+# runs.tsv's fields are named in scripts/study_regime_tables.py (FIELDS), which writes the header and each run's line
+study_tsv=(/usr/bin/python3 scripts/study_regime_tables.py)
 
 # study_check_spec: SPEC a GPT-2 spec d<L>c<C>h<NH>t<T>v<V> (the form the tables read), LENGTHS positive step counts
 # and PROBE_STEPS, each at least EVAL_POINTS (validation every steps / EVAL_POINTS steps); else one line and exit 2
@@ -124,7 +124,7 @@ study_runs_tsv() {
             [ ! -L "$runs_tsv" ] || { echo "error: $runs_tsv is a symlink, and the study appends its lines to it; replace the link by a copy of its file or set DOC to another folder" >&2; exit 1; }
             mkdir -p "$DOC" 2> /dev/null || { echo "error: cannot create DOC=$DOC; set DOC to a writable folder" >&2; exit 1; }
             if [ ! -e "$runs_tsv" ] || [ -f "$runs_tsv" ] && [ ! -s "$runs_tsv" ]; then
-                { printf "$study_header" > "$runs_tsv"; } 2> /dev/null \
+                { "${study_tsv[@]}" --header > "$runs_tsv"; } 2> /dev/null \
                     || { echo "error: cannot write $runs_tsv; set DOC to a writable folder" >&2; exit 1; }
             fi
             [ ! -f "$runs_tsv" ] || { : >> "$runs_tsv"; } 2> /dev/null \
@@ -210,25 +210,7 @@ train() {
         || { echo $((SECONDS - t0)) >> "$dir.seconds"; echo "error: the run failed or was stopped; see $dir.out:" >&2
              tail -n 3 "$dir.out" >&2; exit 1; }
     echo $((SECONDS - t0)) >> "$dir.seconds"
-    /usr/bin/python3 - "$dir/log.jsonl" "$dir.seconds" "$point" "$run" "$seed" "$steps" "$COMMIT" >> "$runs_tsv" <<'EOF'
-import json, sys
-path, secs_path, point, run, seed, steps, commit = sys.argv[1:8]
-steps = int(steps)
-train, val = {}, {}   # the last record of each step wins: a resumed piece repeats the steps after its checkpoint
-for line in open(path):
-    try: o = json.loads(line)
-    except ValueError: continue   # a line cut by a stop
-    if o.get("event") == "train": train[o["step"]] = o
-    if o.get("event") == "val": val[o["step"]] = o["val_loss"]
-if steps not in val: sys.exit(f"{path}: no validation at step {steps}")
-missing = [s for s in range(1, steps + 1) if s not in train]
-if missing: sys.exit(f"{path}: {len(missing)} train steps missing (first {missing[0]})")
-sent = [train[s]["comm_bytes_sent"] for s in range(2, steps + 1)]
-tail = [train[s]["train_loss"] for s in range(steps - max(1, steps // 20) + 1, steps + 1)]
-secs = sum(int(l) for l in open(secs_path))
-print(f"{point}\t{run}\t{seed}\t{val[steps]:.6f}\t{secs}\t{sum(sent) / len(sent):.0f}\t"
-      f"{sum(tail) / len(tail):.6f}\t{min(val.values()):.6f}\t{commit}")
-EOF
+    "${study_tsv[@]}" --line "$dir/log.jsonl" "$dir.seconds" "$point" "$run" "$seed" "$steps" "$COMMIT" >> "$runs_tsv"
     rm -rf "$dir"/ckpt_* "$dir.seconds" # the table reads the log only
 }
 

@@ -8,8 +8,12 @@ Gap = final validation loss minus AdamS's at the same point and seed (same initi
 mean +- sample sd [min, max] over the seeds both have. The train gap is the same for the mean train loss over the
 last 5% of steps. Overfit = final minus lowest validation loss along the run (AdamS's mean): above zero, the
 validation loss rose while training went on, the corpus having been seen too often.
+Also, for scripts/study_lib.sh (so runs.tsv's fields are named in one place, FIELDS below):
+  --header                                             runs.tsv's header line
+  --line LOG SECONDS POINT RUN SEED STEPS COMMIT         the line of a finished run from its log.jsonl and the file
+                                                       of its pieces' wall seconds (one number per line)
 Not for: the undertrained studies' tables (scripts/study_gap.sh tables)."""
-import collections, glob, math, os, re, signal, subprocess, sys, shutil, tempfile
+import collections, glob, json, math, os, re, signal, subprocess, sys, shutil, tempfile
 
 TRAIN_TOKENS = 2332677  # the bpe4k State of the Union training shard (`make data`)
 TOKENS_PER_STEP = 1024  # 4 ranks x B 4 x T 64
@@ -346,7 +350,42 @@ def main(tsv, doc):
     say("\n".join(out) + "\n")
 
 
+def run_line(log, secs_path, point, run, seed, steps, commit):
+    """runs.tsv's line (FIELDS, tab-separated) of a run of STEPS steps: the final validation loss, the wall seconds of
+    all its pieces, the mean bytes sent per step and rank over steps 2.., the mean train loss over the last 5% of
+    steps and the lowest validation loss along the run, from its log.jsonl (the last record of a step wins: a resumed
+    piece repeats the steps after its checkpoint). Exits with one line when the log lacks a step."""
+    steps = int(steps)
+    train, val = {}, {}
+    for line in open(log):
+        try:
+            o = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a stop
+        if o.get("event") == "train":
+            train[o["step"]] = o
+        if o.get("event") == "val":
+            val[o["step"]] = o["val_loss"]
+    if steps not in val:
+        sys.exit("%s: no validation at step %d" % (log, steps))
+    missing = [s for s in range(1, steps + 1) if s not in train]
+    if missing:
+        sys.exit("%s: %d train steps missing (first %d)" % (log, len(missing), missing[0]))
+    sent = [train[s]["comm_bytes_sent"] for s in range(2, steps + 1)]
+    tail = [train[s]["train_loss"] for s in range(steps - max(1, steps // 20) + 1, steps + 1)]
+    secs = sum(int(x) for x in open(secs_path))
+    row = {"point": point, "run": run, "seed": seed, "val_loss": "%.6f" % val[steps], "seconds": str(secs),
+           "bytes_per_step": "%.0f" % (sum(sent) / len(sent)), "train_tail": "%.6f" % (sum(tail) / len(tail)),
+           "val_best": "%.6f" % min(val.values()), "commit": commit}
+    return "\t".join(row[k] for k in FIELDS)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: study_regime_tables.py RUNS_TSV DOC_DIR")
-    run_safely(main, sys.argv[2], sys.argv[1], sys.argv[2])
+    if sys.argv[1:] == ["--header"]:
+        print("\t".join(FIELDS))
+    elif sys.argv[1:2] == ["--line"] and len(sys.argv) == 9:
+        print(run_line(*sys.argv[2:]))
+    elif len(sys.argv) != 3 or sys.argv[1].startswith("--"):
+        sys.exit("usage: study_regime_tables.py RUNS_TSV DOC_DIR | --header | --line LOG SECONDS POINT RUN SEED STEPS COMMIT")
+    else:
+        run_safely(main, sys.argv[2], sys.argv[1], sys.argv[2])
