@@ -354,26 +354,46 @@ def run_line(log, secs_path, point, run, seed, steps, commit):
     """runs.tsv's line (FIELDS, tab-separated) of a run of STEPS steps: the final validation loss, the wall seconds of
     all its pieces, the mean bytes sent per step and rank over steps 2.., the mean train loss over the last 5% of
     steps and the lowest validation loss along the run, from its log.jsonl (the last record of a step wins: a resumed
-    piece repeats the steps after its checkpoint). Exits with one line when the log lacks a step."""
+    piece repeats the steps after its checkpoint). Exits with one line naming the file or argument when the log lacks
+    a step, a file cannot be read or an argument is of the wrong form."""
+    if not re.fullmatch(r"[1-9][0-9]*", steps):
+        sys.exit("error: --line STEPS '%s' is not a positive integer; pass the run's --steps" % steps)
     steps = int(steps)
     train, val = {}, {}
-    for line in open(log):
-        try:
-            o = json.loads(line)
-        except ValueError:
-            continue  # a line cut by a stop
-        if o.get("event") == "train":
-            train[o["step"]] = o
-        if o.get("event") == "val":
-            val[o["step"]] = o["val_loss"]
+    try:
+        with open(log) as f:
+            for line in f:
+                try:
+                    o = json.loads(line)
+                except ValueError:
+                    continue  # a line cut by a stop
+                if not isinstance(o, dict) or not isinstance(o.get("step"), int):
+                    continue  # not a record of a step
+                if o.get("event") == "train" and isinstance(o.get("train_loss"), (int, float)) \
+                        and isinstance(o.get("comm_bytes_sent"), (int, float)):
+                    train[o["step"]] = o
+                if o.get("event") == "val" and isinstance(o.get("val_loss"), (int, float)):
+                    val[o["step"]] = o["val_loss"]
+    except (OSError, UnicodeDecodeError) as e:
+        sys.exit("error: --line LOG %s: %s; pass the run's log.jsonl" % (log, getattr(e, "strerror", None) or e))
     if steps not in val:
-        sys.exit("%s: no validation at step %d" % (log, steps))
+        sys.exit("error: %s: no validation at step %d; finish the run (--resume latest) or pass its --steps"
+                 % (log, steps))
     missing = [s for s in range(1, steps + 1) if s not in train]
     if missing:
-        sys.exit("%s: %d train steps missing (first %d)" % (log, len(missing), missing[0]))
-    sent = [train[s]["comm_bytes_sent"] for s in range(2, steps + 1)]
+        sys.exit("error: %s: %d train steps missing (first %d); finish the run (--resume latest) or pass its log.jsonl"
+                 % (log, len(missing), missing[0]))
+    sent = [train[s]["comm_bytes_sent"] for s in range(2, steps + 1)] or [train[1]["comm_bytes_sent"]]
     tail = [train[s]["train_loss"] for s in range(steps - max(1, steps // 20) + 1, steps + 1)]
-    secs = sum(int(x) for x in open(secs_path))
+    try:
+        with open(secs_path) as f:
+            secs = sum(int(x) for x in f.read().split())
+    except (OSError, UnicodeDecodeError) as e:
+        sys.exit("error: --line SECONDS %s: %s; pass the file of the run's wall seconds (one number per line)"
+                 % (secs_path, getattr(e, "strerror", None) or e))
+    except ValueError:
+        sys.exit("error: --line SECONDS %s: not whole numbers, one per line; pass the file of the run's wall seconds"
+                 % secs_path)
     row = {"point": point, "run": run, "seed": seed, "val_loss": "%.6f" % val[steps], "seconds": str(secs),
            "bytes_per_step": "%.0f" % (sum(sent) / len(sent)), "train_tail": "%.6f" % (sum(tail) / len(tail)),
            "val_best": "%.6f" % min(val.values()), "commit": commit}
@@ -381,11 +401,19 @@ def run_line(log, secs_path, point, run, seed, steps, commit):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--header"]:
+    USAGE = "usage: study_regime_tables.py RUNS_TSV DOC_DIR | --header | --line LOG SECONDS POINT RUN SEED STEPS COMMIT"
+    if sys.argv[1:2] == ["--header"]:
+        if len(sys.argv) != 2:
+            sys.exit("error: --header takes no arguments (got %d); %s" % (len(sys.argv) - 2, USAGE))
         print("\t".join(FIELDS))
-    elif sys.argv[1:2] == ["--line"] and len(sys.argv) == 9:
+    elif sys.argv[1:2] == ["--line"]:
+        if len(sys.argv) != 9:
+            sys.exit("error: --line takes 7 arguments, LOG SECONDS POINT RUN SEED STEPS COMMIT (got %d)"
+                     % (len(sys.argv) - 2))
         print(run_line(*sys.argv[2:]))
+    elif sys.argv[1:2] in (["-h"], ["--help"]):
+        print(__doc__)
     elif len(sys.argv) != 3 or sys.argv[1].startswith("--"):
-        sys.exit("usage: study_regime_tables.py RUNS_TSV DOC_DIR | --header | --line LOG SECONDS POINT RUN SEED STEPS COMMIT")
+        sys.exit(USAGE)
     else:
         run_safely(main, sys.argv[2], sys.argv[1], sys.argv[2])

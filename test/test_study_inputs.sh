@@ -4,8 +4,9 @@
 # train nothing, a runs.tsv with a short, non-numeric, headerless, non-UTF-8 or misnamed regime line, or none at all
 # for `tables`, a symlinked runs.tsv or a file as OUT for `run`; `tables` replaces a symlink at an output instead of
 # writing through it, and a write that fails (a file-size limit standing in for a full disk) leaves the old tables as
-# they were, no temporary file behind and no traceback. Trains nothing (a trainer that is /bin/false, data that are
-# not there); about 10 s. Run from another folder, as a user may.
+# they were, no temporary file behind and no traceback; study_regime_tables.py --line / --header given bad arguments
+# or files (a missing log, a seconds file that is not numbers, STEPS not a number) stop with one line. Trains nothing
+# (a trainer that is /bin/false, data that are not there); about 10 s. Run from another folder, as a user may.
 # Not for: the studies' runs and tables (test/test_study_regime.sh, test/test_study_frontier.sh).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd) || exit 1
@@ -108,4 +109,34 @@ if [ $rc = 1 ] && [[ $out == "error: writing the tables into $DOC:"* ]] && [ "$(
    && cmp -s "$DOC/regime.md" "$tmp/regime.md.before" && ls "$DOC" | cmp -s - "$tmp/ls.before" \
    && [ -z "$(find "$DOC" -name '.*.tmp')" ]; then ok study_tables_failed_write_leaves_the_old_tables
 else fail study_tables_failed_write_leaves_the_old_tables "status $rc: $out; $(ls -A "$DOC" | tr '\n' ' ')"; fi
+# study_regime_tables.py --line / --header given bad arguments or files (study_lib.sh writes each finished run's line
+# with it): one line naming the argument or file and the fix, status 1, no traceback, nothing on stdout
+tables=$repo/scripts/study_regime_tables.py
+{ echo '{"event": "val", "step": 0, "val_loss": 9.0}'
+  for s in 1 2 3; do echo '{"event": "train", "step": '$s', "train_loss": 8.'$s', "comm_bytes_sent": 100}'; done
+  echo '[1]'; echo '{"event": "train"}'; echo '{"event": "val", "step": 3, "val_loss": 7.5}'; } > "$tmp/log.jsonl"
+echo 5 > "$tmp/secs"; printf '5\nx\n' > "$tmp/secs.bad"
+line_bad=()
+check_line() { # WANT ARGS...: the message starts with WANT
+    local want=$1; shift
+    out=$(/usr/bin/python3 "$tables" "$@" 2> "$tmp/line.err"); rc=$?
+    err=$(cat "$tmp/line.err")
+    if [ $rc != 1 ] || [ -n "$out" ] || [ "$(wc -l < "$tmp/line.err")" != 1 ] || [[ $err != "$want"* ]]; then
+        line_bad+=("[$*] status $rc, stdout '$out', stderr '$(head -c 300 "$tmp/line.err")'"); fi
+}
+check_line "error: --line LOG $tmp/no-log: No such file" --line "$tmp/no-log" "$tmp/secs" p r 1 3 c
+check_line "error: --line LOG $tmp: Is a directory" --line "$tmp" "$tmp/secs" p r 1 3 c
+check_line "error: --line SECONDS $tmp/no-secs: No such file" --line "$tmp/log.jsonl" "$tmp/no-secs" p r 1 3 c
+check_line "error: --line SECONDS $tmp/secs.bad: not whole numbers" --line "$tmp/log.jsonl" "$tmp/secs.bad" p r 1 3 c
+check_line "error: --line STEPS 'three' is not a positive integer" --line "$tmp/log.jsonl" "$tmp/secs" p r 1 three c
+check_line "error: --line STEPS '0' is not a positive integer" --line "$tmp/log.jsonl" "$tmp/secs" p r 1 0 c
+check_line "error: $tmp/log.jsonl: no validation at step 4" --line "$tmp/log.jsonl" "$tmp/secs" p r 1 4 c
+check_line "error: --line takes 7 arguments" --line "$tmp/log.jsonl" "$tmp/secs" p r 1
+check_line "error: --line takes 7 arguments" --line "$tmp/log.jsonl" "$tmp/secs" p r 1 3 c extra
+check_line "error: --header takes no arguments" --header extra
+good=$(/usr/bin/python3 "$tables" --line "$tmp/log.jsonl" "$tmp/secs" p r 1 3 c 2>&1)
+[ "$good" = "$(printf 'p\tr\t1\t7.500000\t5\t100\t8.300000\t7.500000\tc')" ] || line_bad+=("good log: '$good'")
+if [ ${#line_bad[@]} = 0 ]; then ok study_tables_line_refuses_bad_arguments_with_one_line
+else fail study_tables_line_refuses_bad_arguments_with_one_line "$(printf '%s; ' "${line_bad[@]}")"; fi
+
 exit $((fails > 0))
