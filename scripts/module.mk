@@ -28,6 +28,8 @@ TEST_CMDS += "test/test_study_variants.sh $(DATA)"
 # issue 44: every command of README.md's shell blocks at tiny sizes (~90 s; the first `make llama-cpp` longer)
 TEST_DEPS += train_gpt train_llama tok export_gguf data data-llama llama-cpp
 TEST_CMDS += test/test_readme.sh
+# `make train` never removes a run unasked (RESUME=latest, FRESH=1)
+TEST_CMDS += test/test_train_default.sh
 # issue 42: the regime study's lines against the logs, resume after SIGKILL, the committed tables (~60 s)
 TEST_CMDS += "test/test_study_regime.sh $(DATA)"
 # issue 45: the frontier study's run names and flags, lines against the logs, a DiLoCo resume after SIGKILL, the

@@ -3,6 +3,8 @@
 # (State of the Union addresses, prepared by `make data`) into out/default, prints the samples, and plots
 # out/default/loss.png. Sized to learn visibly in about 10 minutes on 2 CPU cores. Every setting is a variable:
 #   MODEL=d4c256 STEPS=300 scripts/train_default.sh      RANKS=2 (mpirun)      RESUME=latest (continue)
+# A run already in OUT (a log or checkpoints) is never removed unasked: RESUME=latest continues it, FRESH=1 starts over
+# (removing its log, checkpoints and plot), another OUT keeps both; without either the script stops with one line.
 # Not for: paper-scale runs (see the other scripts/), or choosing data other than the default corpus.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,13 +31,31 @@ SAMPLE_TOKENS=${SAMPLE_TOKENS:-48}
 PROMPT=${PROMPT:-"The state of our Union is"}
 RANKS=${RANKS:-1}
 RESUME=${RESUME:-}
+FRESH=${FRESH:-}
 EXTRA=${EXTRA:-}                # any further trainer flags, e.g. EXTRA="--density 0.1 --optimizer scape"
 
+case $FRESH in ''|0|1) ;; *) echo "error: FRESH='$FRESH' is neither 1 (start over) nor 0; unset it" >&2; exit 2 ;; esac
+[ "$FRESH" != 1 ] || [ -z "$RESUME" ] \
+    || { echo "error: FRESH=1 starts over and RESUME=$RESUME continues; give one of them" >&2; exit 2; }
 [ -x ./train_gpt ] || make -s train_gpt
 make -s data
 
-if [ -z "$RESUME" ] && [ -d "$OUT" ]; then
-    echo "note: starting over in $OUT (removing its log and checkpoints; RESUME=latest would continue instead)"
+held=0 # OUT holds a run: its log or checkpoints
+if [ -z "$RESUME" ] && [ -d "$OUT" ] && { compgen -G "$OUT/ckpt_*" > /dev/null || [ -e "$OUT/log.jsonl" ]; }; then held=1; fi
+if [ $held = 1 ] && [ "$FRESH" != 1 ]; then
+    newest=$(cd "$OUT" && ls -d ckpt_* 2> /dev/null | sed 's/^ckpt_//' | sort -n | tail -n 1)
+    echo "error: $OUT holds a run${newest:+ (checkpoints up to step $newest)}; set RESUME=latest to continue it," \
+         "FRESH=1 to start over (removing it) or another OUT, e.g. RESUME=latest make train" >&2
+    exit 2
+fi
+if [ $held = 1 ]; then
+    # a run training there now keeps its files: the trainer holds OUT/.lock (flock) while it runs
+    if [ -f "$OUT/.lock" ] && [ ! -L "$OUT/.lock" ] && ! flock -n "$OUT/.lock" true; then
+        echo "error: $OUT is in use by a run training now (pid $(head -c 20 "$OUT/.lock" | tr -dc 0-9)); wait" \
+             "for it or stop it, or set another OUT" >&2
+        exit 1
+    fi
+    echo "note: starting over in $OUT (FRESH=1: removing its log, checkpoints and plot)"
     rm -rf "$OUT"/log.jsonl "$OUT"/ckpt_* "$OUT"/loss.png
 fi
 mkdir -p "$OUT"
@@ -50,7 +70,12 @@ fi
 "${launch[@]}" ./train_gpt --model "$MODEL" --batch "$BATCH" --seq "$SEQ" --steps "$STEPS" --lr "$LR" \
     --lr-floor "$LR_FLOOR" --warmup "$WARMUP" --optimizer "$OPTIMIZER" --eval-every "$EVAL_EVERY" \
     --eval-batches "$EVAL_BATCHES" --sample-every "$SAMPLE_EVERY" --sample-tokens "$SAMPLE_TOKENS" \
-    --prompt "$PROMPT" --ckpt-every 100 --keep-ckpts 2 --out "$OUT" ${RESUME:+--resume "$RESUME"} $EXTRA
+    --prompt "$PROMPT" --ckpt-every 100 --keep-ckpts 2 --out "$OUT" ${RESUME:+--resume "$RESUME"} $EXTRA \
+    || { status=$?
+         # stopped by SIGINT/SIGTERM after a checkpoint: the trainer named its own flags; this is the script's way
+         [ $status != 130 ] && [ $status != 143 ] || echo "note: continue with RESUME=latest make train" \
+             "(or RESUME=latest scripts/train_default.sh with the same variables)" >&2
+         exit $status; }
 
 echo
 echo "=== samples (prompt: \"$PROMPT\")"
