@@ -2,9 +2,9 @@
 # scripts/study_frontier.sh plan|run|tables|flags - the loss-against-bytes frontier of every update rule (issue 45):
 # final validation loss against the mean bytes each rank sends per step, every rule at three or more settings, on the
 # regime study's small model at two of its lengths (scripts/study_regime.sh: the same settings, points and runs.tsv).
-#   plan    print the runs in the order `run` trains them, each marked done (a line in runs.tsv, committed ones and
-#           the regime study's included) or not, with the cost left estimated from the finished runs (each run name
-#           at its own median seconds per step where one has finished)
+#   plan    print the runs in the order `run` trains them (ONLY and SEEDS restrict both), each marked done (a line
+#           in runs.tsv, committed ones and the regime study's included) or not, with the cost left estimated from the
+#           finished runs (each run name at its own median seconds per step where one has finished)
 #   run     train the runs that runs.tsv lacks, in plan order; a run cut short (a session's end, a signal) resumes
 #           from its newest checkpoint (every CKPT_EVERY steps) when `run` is started again
 #   tables  docs/study/frontier.md and frontier.png from runs.tsv alone (scripts/study_frontier_tables.py)
@@ -59,6 +59,8 @@ if [ "${1:-}" = flags ]; then
     study_flags "$2" "$steps" || exit 2
     exit 0
 fi
+[ $# -ne 2 ] || case $2 in small|medium)
+    echo "error: $0 takes no size: the frontier trains the regime study's small model (SPEC); drop '$2'" >&2; exit 2 ;; esac
 [ $# -eq 1 ] || { echo "$usage" >&2; exit 2; }
 mode=$1
 case $mode in plan|run|tables) ;; *) echo "error: unknown mode '$mode'; $usage" >&2; exit 2 ;; esac
@@ -87,7 +89,7 @@ for x in $SETTINGS; do
 done
 [ -n "${SETTINGS// /}" ] || { echo "error: SETTINGS is empty; name the runs, or unset it for the study's 27" >&2; exit 2; }
 # shellcheck disable=SC2086
-[ "$mode" = plan ] || study_check_filters SETTINGS $SETTINGS
+study_check_filters SETTINGS $SETTINGS
 study_runs_tsv "$mode"
 [ "$mode" = plan ] || study_check_tsv
 
@@ -119,7 +121,7 @@ plan() {
 }
 
 if [ "$mode" = plan ]; then
-    plan "${lr:--}" | print_plan "$([ -n "$lr" ] || echo "(lr: the regime study's AdamS probe ($probe_point) has not finished; LR sets it)")" 1
+    plan "${lr:--}" | study_filter | print_plan "$([ -n "$lr" ] || echo "(lr: the regime study's AdamS probe ($probe_point) has not finished; LR sets it)")" 1
     exit 0
 fi
 

@@ -247,6 +247,18 @@ print("to do: %s" % ("%.1f h at %.1f ms/step (median of finished runs%s)" % (tod
 ' "$runs_tsv" "$SPEC" "$1" "${2:-0}"
 }
 
+# study_filter < PLAN: the plan's lines ("point run seed steps lr") that ONLY (run names, with or without their _lr
+# suffix) and SEEDS keep, in their order; every line when neither is set
+study_filter() {
+    local point run seed steps lr_r
+    while read -r point run seed steps lr_r; do
+        [ -n "$point" ] || continue
+        [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" ${run%_lr*} "* ]] && [[ " $ONLY " != *" $run "* ]] && continue
+        [ -n "${SEEDS:-}" ] && [[ " $SEEDS " != *" $seed "* ]] && continue
+        echo "$point $run $seed $steps $lr_r"
+    done
+}
+
 # run_plan NAME COMMIT VAR PLAN_CMD...: train, one at a time, the lines PLAN_CMD prints (run again before each run,
 # so a plan that grows as runs finish is followed) that runs.tsv lacks, restricted by ONLY (run names, with or without
 # their _lr suffix) and SEEDS, with the trainer of COMMIT (build_trainer COMMIT VAR); one study per OUT (NAME: the
@@ -267,10 +279,8 @@ run_plan() {
         while read -r point run seed steps lr_r; do
             [ -n "$point" ] || continue
             done_already "$point" "$run" "$seed" && continue
-            [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" ${run%_lr*} "* ]] && [[ " $ONLY " != *" $run "* ]] && continue
-            [ -n "${SEEDS:-}" ] && [[ " $SEEDS " != *" $seed "* ]] && continue
             next="$point $run $seed $steps $lr_r"; break
-        done <<< "$("$@")"
+        done <<< "$("$@" | study_filter)"
         [ -n "$next" ] || break
         # shellcheck disable=SC2086
         train $next

@@ -4,8 +4,9 @@
 # runs: 100,000 steps of 0.5M tokens) on 2 cores, with the authors' GPT-345M optimizer settings and schedule
 # fractions at every length (beta2 0.999, weight decay 0.01, clip 1, lr warm-up 5% and cosine to lr/15, density
 # from 1.0 to d geometrically over 10% of the run, norms and biases sparsified).
-#   plan    print SIZE's runs in the order `run` trains them, each marked done (a line in runs.tsv, committed ones
-#           included) or not, with the cost left estimated from the finished runs' seconds per step
+#   plan    print SIZE's runs in the order `run` trains them (ONLY and SEEDS restrict both), each marked done (a line
+#           in runs.tsv, committed ones included) or not, with the cost left estimated from the finished runs' seconds
+#           per step
 #   run     train SIZE's runs that runs.tsv lacks, in plan order; a run cut short (a session's end, a signal)
 #           resumes from its newest checkpoint (every CKPT_EVERY steps) when `run` is started again
 #   tables  docs/study/regime.md, regime_gap_<size>_<run>.dat and regime_gap.png from runs.tsv alone
@@ -75,7 +76,7 @@ if [ "$mode" = tables ]; then
 fi
 # every name and number the environment gives is checked before anything is written
 study_check_spec
-[ "$mode" = plan ] || study_check_filters "the regime study's runs" adams adamw scape_0.1 scape_0.01 topk_ef_c0.008 \
+study_check_filters "the regime study's runs" adams adamw scape_0.1 scape_0.01 topk_ef_c0.008 \
     scape_0.1_catchup_a4 scape_0.01_catchup_a4
 study_runs_tsv "$mode"
 [ "$mode" = plan ] || study_check_tsv
@@ -122,7 +123,7 @@ plan() {
 
 if [ "$mode" = plan ]; then
     lr=$(chosen_lr)
-    plan "$lr" | print_plan "$([ -n "$lr" ] || echo "(the runs after the probe are planned once the probe has finished)")"
+    plan "$lr" | study_filter | print_plan "$([ -n "$lr" ] || echo "(the runs after the probe are planned once the probe has finished)")"
     exit 0
 fi
 

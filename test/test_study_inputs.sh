@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test/test_study_inputs.sh - scripts/study_regime.sh and scripts/study_frontier.sh refuse bad input with one line
 # and write nothing half: a setting of the wrong form in the environment (each variable), ONLY and SEEDS that would
-# train nothing, a runs.tsv with a short, non-numeric, headerless, non-UTF-8 or misnamed regime line, or none at all
+# train nothing (in plan too, whose lines they restrict as run's), a size given to the frontier, a runs.tsv with a short, non-numeric, headerless, non-UTF-8 or misnamed regime line, or none at all
 # for `tables`, a symlinked runs.tsv or a file as OUT for `run`; `tables` replaces a symlink at an output instead of
 # writing through it, and a write that fails (a file-size limit standing in for a full disk) leaves the old tables as
 # they were, no temporary file behind and no traceback; study_regime_tables.py --line / --header given bad arguments
@@ -50,9 +50,22 @@ for case in "ONLY=nonexistent|ONLY" "ONLY=demo_k5|ONLY" "ONLY= |ONLY" "SEEDS=abc
     refused "frontier run $case" "${case#*|}" "${case%|*}" LR=1e-3 "$frontier" run
 done
 refused "frontier run SETTINGS= " SETTINGS "SETTINGS= " "$frontier" run
+# plan checks ONLY and SEEDS as run does, and a size given to the frontier is named
+refused "regime plan SEEDS=x" SEEDS SEEDS=x "$regime" plan small
+refused "frontier plan ONLY=typo" ONLY ONLY=scape_O.1 "$frontier" plan
+refused "frontier plan small" "takes no size" "$frontier" plan small
 refused "regime run OUT a file" OUT OUT="$DOC/runs.tsv" "$regime" run small
 [ "$(wc -l < "$DOC/runs.tsv")" = 6 ] && [ ! -e "$OUT" ] || bad="$bad; a refusal wrote something"
 [ -z "$bad" ] && ok study_settings_of_the_wrong_form_refused_with_one_line || fail study_settings_of_the_wrong_form_refused_with_one_line "${bad#; }"
+
+# plan shows what run would train: ONLY and SEEDS restrict its lines
+fresh
+f_lines=$(LR=1e-3 ONLY=scape_0.1 SEEDS=2 "$frontier" plan 2> /dev/null | grep -E '^(done|todo) ')
+r_lines=$(ONLY=adams_lr1e-3 "$regime" plan small 2> /dev/null | grep -E '^(done|todo) ')
+if [ "$(printf '%s\n' "$f_lines" | grep -c .)" = 2 ] && [ -z "$(printf '%s\n' "$f_lines" | awk '$3 != "scape_0.1" || $4 != 2')" ] \
+   && [ "$(printf '%s\n' "$r_lines" | awk '{ print $3 }')" = adams_lr1e-3 ]; then
+    ok study_plan_follows_only_and_seeds
+else fail study_plan_follows_only_and_seeds "frontier '$(printf '%s' "$f_lines" | tr '\n' '|')', regime '$(printf '%s' "$r_lines" | tr '\n' '|')'"; fi
 
 # runs.tsv: every bad regime line refused naming FILE:LINE, in plan, run and tables; other studies' lines as they are
 bad=""
