@@ -186,7 +186,7 @@ expect_error error_resume_other_variant any "scape-variant.*tensor-nu.*catchup|s
     "${RUN[@]}" --out "$TMP/vd" --optimizer scape --density 0.1 --scape-variant tensor-nu --resume "$TMP/vb/ckpt_4"
 expect_error error_variant_needs_scape any "error: --scape-variant catchup changes SCAPE's update: it needs --optimizer scape" \
     "${RUN[@]}" --out "$TMP/x" --scape-variant catchup
-expect_error error_variant_cap_without_its_variant any "error: --scape-variant-cap applies to --scape-variant catchup or tensor-nu only" \
+expect_error error_variant_cap_without_its_variant any "error: --scape-variant-cap applies to --scape-variant catchup or tensor-nu only \\(this run has --optimizer scape, --scape-variant residual-decay\\)" \
     "${RUN[@]}" --out "$TMP/x" --optimizer scape --density 0.5 --scape-variant residual-decay --scape-variant-cap 8
 
 # --- PowerSGD (issue 33) through the trainer: compression from step 3, a resume from step 4 reproduces step 12 bit for
@@ -202,7 +202,8 @@ if [ -f "$TMP/pa/ckpt_12/model.bin" ] && cmp -s "$TMP/pa/ckpt_12/model.bin" "$TM
 else
     fail powersgd_resumes_bit_identically "ckpt_12 differs from the uninterrupted PowerSGD run: $(tail -2 "$TMP/pc.out")"
 fi
-expect_error error_powersgd_flag_without_powersgd any "error: --powersgd-rank applies to --optimizer powersgd only" \
+# the SCAPE variant is named only where the option needs one
+expect_error error_powersgd_flag_without_powersgd any "error: --powersgd-rank applies to --optimizer powersgd only \\(this run has --optimizer adamw\\); name it" \
     "${RUN[@]}" --out "$TMP/x" --powersgd-rank 4
 expect_error error_powersgd_zero any "error: --zero 1 applies to adamw, adams and scape; drop --zero for powersgd" \
     "${RUN[@]}" --out "$TMP/x" --optimizer powersgd --zero

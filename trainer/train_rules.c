@@ -103,8 +103,10 @@ void train_rule_options_check(ArgSpec *opts, int n_opts, const TrainConfig *c) {
             if (!args_find(opts, n_opts, o->spec.name)->given || owned_fits(o->spec.name, c)) continue;
             char needs[128];
             snprintf(needs, sizeof needs, "--optimizer %s", update_rules[k]->name);
-            fatal("--%s applies to %s only (this run has --optimizer %s, --scape-variant %s); name it or drop the flag",
-                  o->spec.name, o->needs ? o->needs : needs, c->optimizer, c->scape_variant);
+            /* the variant is named only where the option needs one (a SCAPE variant's option on another variant) */
+            fatal("--%s applies to %s only (this run has --optimizer %s%s%s); name it or drop the flag", o->spec.name,
+                  o->needs ? o->needs : needs, c->optimizer, o->variant ? ", --scape-variant " : "",
+                  o->variant ? c->scape_variant : "");
         }
 }
 
