@@ -831,30 +831,32 @@ static GPT2Config gpt2_parse_spec(const char *spec) {
         vals[k++] = v;
         s = end;
     }
-    if (!ok) fatal("--model '%s' is not a GPT-2 spec; use %s", spec ? spec : "", GPT2_MODEL_HELP);
+    if (!ok) fatal_usage("--model '%s' is not a GPT-2 spec; use %s", spec ? spec : "", GPT2_MODEL_HELP);
     c.L = (int)vals[0];
     if (vals[1] == 0) {
         static const int table[][3] = {{6, 384, 6}, {12, 768, 12}, {24, 1024, 16}, {36, 1280, 20}, {48, 1600, 25}};
         for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
             if (table[i][0] == c.L) { c.C = table[i][1]; c.NH = table[i][2]; }
         if (c.C == 0)
-            fatal("--model '%s': no standard GPT-2 of depth %d; give the width, e.g. d%dc256 (%s)", spec, c.L, c.L,
-                  GPT2_MODEL_HELP);
+            fatal_usage("--model '%s': no standard GPT-2 of depth %d; give the width, e.g. d%dc256 (%s)", spec, c.L,
+                        c.L, GPT2_MODEL_HELP);
         if (vals[2]) c.NH = (int)vals[2];
     } else {
         c.C = (int)vals[1];
         c.NH = vals[2] ? (int)vals[2] : c.C / 64;
         if (c.NH < 1)
-            fatal("--model '%s': C=%d is under 64, so give the number of heads, e.g. d%dc%dh2", spec, c.C, c.L, c.C);
+            fatal_usage("--model '%s': C=%d is under 64, so give the number of heads, e.g. d%dc%dh2", spec, c.C, c.L,
+                        c.C);
     }
     if (vals[3]) c.maxT = (int)vals[3];
     if (vals[4]) {
-        if (vals[4] < 2) fatal("--model '%s': a vocabulary of %ld tokens is too small (%s)", spec, vals[4], GPT2_MODEL_HELP);
+        if (vals[4] < 2)
+            fatal_usage("--model '%s': a vocabulary of %ld tokens is too small (%s)", spec, vals[4], GPT2_MODEL_HELP);
         c.V = (int)vals[4];
         c.Vp = (c.V + 127) / 128 * 128;
     }
     if (c.C % c.NH != 0)
-        fatal("--model '%s': C=%d is not divisible by NH=%d heads; pick h so that C/h is whole", spec, c.C, c.NH);
+        fatal_usage("--model '%s': C=%d is not divisible by NH=%d heads; pick h so that C/h is whole", spec, c.C, c.NH);
     return c;
 }
 

@@ -868,12 +868,12 @@ static LlamaConfig llama_parse_spec(const char *spec) {
         s = end;
     }
     if (!ok || c.L < 1 || c.C < 1 || c.NH < 1)
-        fatal("--model '%s' is not a Llama spec; use %s", spec ? spec : "", LLAMA_MODEL_HELP);
+        fatal_usage("--model '%s' is not a Llama spec; use %s", spec ? spec : "", LLAMA_MODEL_HELP);
     if (c.NKV == 0) c.NKV = c.NH;
     if (c.F == 0) c.F = (8 * c.C / 3 + 15) / 16 * 16;
     c.Vp = llama_pad_vocab(c.V);
     const char *why = llama_config_problem(&c);
-    if (why) fatal("--model '%s': %s; %s", spec, why, LLAMA_MODEL_HELP);
+    if (why) fatal_usage("--model '%s': %s; %s", spec, why, LLAMA_MODEL_HELP);
     return c;
 }
 

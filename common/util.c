@@ -62,20 +62,29 @@ void error_line_v(const char *fmt, va_list ap) {
 static atomic_int fatal_taken;      /* a thread is ending the process in fatal() */
 static _Thread_local int fatal_mine; /* ... and it is this one */
 
-void fatal(const char *fmt, ...) {
+NORETURN static void fatal_v(int status, const char *fmt, va_list ap) {
     /* one line per process: a second thread failing meanwhile (tok's encoders on two bad lines) waits for the exit */
     if (atomic_exchange(&fatal_taken, 1) && !fatal_mine)
         for (;;) pause();
     fatal_mine = 1;
-    va_list ap;
     fflush(stdout);
-    va_start(ap, fmt);
     error_line_v(fmt, ap);
-    va_end(ap);
     remove_open_temps(); /* the hook (MPI_Abort) ends the process without running atexit */
     if (fatal_cleanup) fatal_cleanup();
-    if (fatal_hook) fatal_hook(1);
-    exit(1);
+    if (fatal_hook) fatal_hook(status);
+    exit(status);
+}
+
+void fatal(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fatal_v(1, fmt, ap);
+}
+
+void fatal_usage(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fatal_v(2, fmt, ap);
 }
 
 void *xmalloc(size_t bytes, const char *what) {

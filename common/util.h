@@ -22,6 +22,9 @@
 /* Prints "error: <message>" as one line on stderr and exits with status 1. If the process runs under MPI
  * (comm layer initialised) the hook set by set_fatal_hook runs first so the whole job is brought down. */
 NORETURN void fatal(const char *fmt, ...) PRINTF_LIKE(1, 2);
+/* fatal() with status 2: a command-line value found wrong after the parse (e.g. a --model spec), so that scripts can
+ * tell "called wrong" from "failed" as for args_fail's usage errors. */
+NORETURN void fatal_usage(const char *fmt, ...) PRINTF_LIKE(1, 2);
 /* Writes "error: <message>\n" to stderr in one write() (cut at 8 KiB): under mpirun the launcher's own lines could
  * otherwise land between the pieces of one line. fatal() and the usage errors (common/args.c) print with it. */
 void error_line_v(const char *fmt, va_list ap);

@@ -261,6 +261,18 @@ else fail empty_data_or_eval_path_is_a_usage_error "$bad"; fi
 # ---------------------------------------------------------------- the GPT-2 trainer
 GPT=(./train_gpt --batch 2 --seq 32 --eval-every 0 --sample-every 0 --threads 1 --data "$DATA")
 
+# a --model spec that does not parse is a command-line error (status 2, as for the parser's own), one line, no --out
+bad=""
+for cmd in "./train_gpt --model d2x" "./train_gpt --model d3" "./train_gpt --model d2c96h5" "./train_llama --model l2x"; do
+    # shellcheck disable=SC2086
+    $cmd --data "$DATA" --threads 1 --out "$TMP/m_bad" > /dev/null 2> "$TMP/m_bad.err"
+    st=$?
+    { [ $st = 2 ] && one_error_line "$TMP/m_bad.err" "^error: --model '" && [ ! -e "$TMP/m_bad" ]; } \
+        || bad="$bad; $cmd: status $st, $(cat "$TMP/m_bad.err")"
+done
+if [ -z "$bad" ]; then ok bad_model_spec_is_a_usage_error
+else fail bad_model_spec_is_a_usage_error "${bad#; }"; fi
+
 # --- 7: --init records the real model
 "${GPT[@]}" --model d2c32h4t32v4096 --steps 1 --out "$TMP/s7init" > /dev/null 2>&1
 "${GPT[@]}" --init "$TMP/s7init/ckpt_1/model.bin" --steps 2 --out "$TMP/s7" > /dev/null 2>&1

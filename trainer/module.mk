@@ -47,5 +47,5 @@ TEST_CMDS += "test/test_train.sh $(BUILD)/test_train_toy"
 TEST_CMDS += "test/test_train_mpi.sh $(BUILD)/test_train_toy"
 # issue 34: a run directory survives slips and faults (lineage, links, exporter, memory, make data twice, learned
 # vocabularies); uses the toy model and train_gpt / export_gguf / tok on the default corpus
-TEST_DEPS += train_gpt export_gguf tok data
+TEST_DEPS += train_gpt train_llama export_gguf tok data
 TEST_CMDS += "test/test_rundir.sh $(BUILD)/test_train_toy $(DATA)"
