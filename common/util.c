@@ -440,6 +440,13 @@ void format_float_shortest(char *buf, size_t cap, float v) {
     }
 }
 
+void format_double_shortest(char *buf, size_t cap, double v) {
+    for (int digits = 1; digits <= 17; digits++) { /* 17 digits always read back as the same double */
+        snprintf(buf, cap, "%.*g", digits, v);
+        if (!isfinite(v) || strtod(buf, NULL) == v) return;
+    }
+}
+
 int utf8_valid_n(const char *str, size_t n) {
     const unsigned char *s = (const unsigned char *)str;
     size_t i = 0;

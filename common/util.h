@@ -111,6 +111,9 @@ int64_t file_size(const char *path);
 /* v as the fewest significant digits (1-9) that read back (strtof) as the same float, "%g" style: 0.1f is "0.1",
  * not "0.100000001". Non-finite values print as "%g" does. */
 void format_float_shortest(char *buf, size_t cap, float v);
+/* format_float_shortest for a double: the fewest significant digits (1-17) that read back (strtod) as the same
+ * double, so a --density typed as 0.05 shows as "0.05", not "0.050000000000000003". */
+void format_double_shortest(char *buf, size_t cap, double v);
 /* 1 if s[0..n) is well-formed UTF-8: no overlong forms, surrogates or code points above U+10FFFF (a NUL byte is
  * valid; callers that want C strings pass strlen). */
 int utf8_valid_n(const char *s, size_t n);

@@ -160,6 +160,16 @@ if [ $st = 1 ] && one_error_line "$TMP/s9n.err" "^error: --mask-stats-every 2 lo
    && grep -qx "note: --lr 0.01 applies from the resumed step on (the checkpoint's run had 0.05)" "$TMP/s9n2.out"; then
     ok refused_resume_prints_no_applies_note
 else fail refused_resume_prints_no_applies_note "status $st/$st2: $(cat "$TMP/s9n.err"; grep note "$TMP/s9n.out" "$TMP/s9n2.out")"; fi
+# ... and doubles as typed too (--density 0.05, not 0.050000000000000003), while the manifest keeps the exact text
+"${RUN[@]}" --out "$TMP/s9d" --optimizer scape --density 0.1 --density-start 0.5 --density-warmup 2 --steps 2 \
+    > /dev/null 2>&1
+"$TOY" --out "$TMP/s9d" --resume latest --steps 4 --density 0.05 --density-start 0.3 > "$TMP/s9d.out" 2> "$TMP/s9d.err"
+st=$?
+if [ $st = 0 ] && grep -qx "note: --density 0.05 applies from the resumed step on (the checkpoint's run had 0.1)" "$TMP/s9d.out" \
+   && grep -qx "note: --density-start 0.3 applies from the resumed step on (the checkpoint's run had 0.5)" "$TMP/s9d.out" \
+   && grep -q '"density": "0.050000000000000003"' "$TMP/s9d/ckpt_4/manifest.json"; then
+    ok resume_notes_show_doubles_as_typed
+else fail resume_notes_show_doubles_as_typed "status $st: $(cat "$TMP/s9d.err"; grep note "$TMP/s9d.out")"; fi
 
 # --- 10: every step skipped, fewer than --max-bad-steps
 SCAPE_TEST_INJECT_NAN=loss:1,loss:2,loss:3 "${RUN[@]}" --out "$TMP/s10" --steps 3 --max-bad-steps 5 \

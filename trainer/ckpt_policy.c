@@ -429,6 +429,13 @@ static void apply_checkpoint_options(Run *r) {
                         format_float_shortest(saved_shown, sizeof saved_shown, strtof(saved, NULL));
                         b = saved_shown;
                     }
+                } else if (s->type == ARG_DOUBLE) { /* 0.05, not 0.050000000000000003 */
+                    format_double_shortest(now_shown, sizeof now_shown, *(const double *)s->field);
+                    a = now_shown;
+                    if (saved[0]) {
+                        format_double_shortest(saved_shown, sizeof saved_shown, strtod(saved, NULL));
+                        b = saved_shown;
+                    }
                 }
                 add_resume_note(r, "note: --%s %s applies from the resumed step on (the checkpoint's run had %s)\n",
                                 name, a, b);
