@@ -251,6 +251,11 @@ expect_error error_missing_train_data any "error: --train $TMP/nothere.*make dat
     "${RUN[@]}" --out "$TMP/x" --train "$TMP/nothere*.bin"
 expect_error error_resume_missing_dir any "error: --resume $TMP/b/ckpt_99: no such checkpoint directory" \
     "${RUN[@]}" --out "$TMP/x" --resume "$TMP/b/ckpt_99"
+# a run's --out folder or a checkpoint's file given to --resume says what it is and what to pass, not "no manifest"
+expect_error error_resume_of_run_folder any "^error: --resume $TMP/b: is a run's --out folder \(it holds ckpt_<step> folders\), not one checkpoint; pass --resume latest --out $TMP/b, or --resume $TMP/b/ckpt_<step>$" \
+    "${RUN[@]}" --out "$TMP/x" --resume "$TMP/b"
+expect_error error_resume_of_file any "^error: --resume $TMP/b/ckpt_4/model.bin: is a file, not a checkpoint folder; pass the ckpt_<step> folder that holds it" \
+    "${RUN[@]}" --out "$TMP/x" --resume "$TMP/b/ckpt_4/model.bin"
 rm "$TMP/b/ckpt_8/manifest.json"
 expect_error error_resume_incomplete any "error: --resume $TMP/b/ckpt_8: damaged or incomplete checkpoint \(no manifest" \
     "${RUN[@]}" --out "$TMP/x" --resume "$TMP/b/ckpt_8"

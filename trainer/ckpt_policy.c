@@ -251,6 +251,25 @@ static int latest_checkpoint(Run *r, int max_step) {
     return step;
 }
 
+/* --resume PATH where PATH is no checkpoint folder but a slip for one: a file of a checkpoint (.../ckpt_40/model.bin)
+ * or a run's --out folder (it holds ckpt_<step> folders, no manifest.json of its own). fatal() with one line saying
+ * which and what to pass; returns for anything else (ckpt_verify then says what is wrong with it). */
+static void refuse_resume_of_no_checkpoint_folder(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return;
+    if (S_ISREG(st.st_mode))
+        fatal("--resume %s: is a file, not a checkpoint folder; pass the ckpt_<step> folder that holds it, or "
+              "--resume latest --out <the run's folder>", path);
+    char manifest[4200];
+    int *steps = NULL;
+    snprintf(manifest, sizeof manifest, "%s/manifest.json", path);
+    int run_folder = S_ISDIR(st.st_mode) && !file_exists(manifest) && ckpt_list(path, &steps) > 0;
+    free(steps);
+    if (run_folder)
+        fatal("--resume %s: is a run's --out folder (it holds ckpt_<step> folders), not one checkpoint; pass "
+              "--resume latest --out %s, or --resume %s/ckpt_<step>", path, path, path);
+}
+
 /* Rank 0 decides which checkpoint to resume (so every rank uses the same one) and broadcasts its directory and
  * step. An --out holds one line of checkpoints (trainer/ckpt.h "Lineage"):
  *   a new run (no --resume) refuses an --out that holds another run's checkpoints;
@@ -295,6 +314,7 @@ static void decide_checkpoint(Run *r) {
             CkptInfo info;
             if (!file_exists(c->resume))
                 fatal("--resume %s: no such checkpoint directory; pass <out>/ckpt_<step> or \"latest\"", c->resume);
+            refuse_resume_of_no_checkpoint_folder(c->resume);
             if (!ckpt_verify(c->resume, &info, why, sizeof why))
                 fatal("--resume %s: damaged or incomplete checkpoint (%s); use an older one, or --resume latest for "
                       "the newest that verifies", c->resume, why);
