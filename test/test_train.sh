@@ -447,6 +447,13 @@ if "$TOY" --resume latest --out "$TMP/b3" --steps 14 > "$TMP/b3.out" 2>&1 \
    && [ -d "$TMP/b3/ckpt_14" ]; then
     ok resume_takes_a_changed_schedule_with_a_note
 else fail resume_takes_a_changed_schedule_with_a_note "$(grep -E 'note|error' "$TMP/b3.out" | head -3)"; fi
+# a changed --total-batch gets one note, in tokens per step (the manifest's 0 means B*T*ranks: not "had 0")
+rm -rf "$TMP/b4"; cp -r "$TMP/b" "$TMP/b4"; rm -rf "$TMP/b4/ckpt_5" "$TMP/b4/ckpt_8" "$TMP/b4/ckpt_12"
+if "$TOY" --resume latest --out "$TMP/b4" --total-batch 128 > "$TMP/b4.out" 2>&1 \
+   && [ "$(grep -c 'total-batch' "$TMP/b4.out")" = 1 ] \
+   && grep -qx 'note: --total-batch changed from 64 to 128 tokens on resume' "$TMP/b4.out"; then
+    ok resume_with_another_total_batch_has_one_note
+else fail resume_with_another_total_batch_has_one_note "$(grep -E 'total-batch|error' "$TMP/b4.out" | head -3)"; fi
 
 # --- --init is identified by content: the same bytes under another path resume, other bytes are refused
 cp "$TMP/a/ckpt_12/model.bin" "$TMP/init1.bin"

@@ -439,7 +439,10 @@ static void apply_checkpoint_options(Run *r) {
                       name, saved);
             int data = !strcmp(name, "train") || !strcmp(name, "data");
             if (data) r->data_changed = 1;
-            if (r->rank == 0 && !r->c.eval_only) { /* --eval-only trains no step: nothing applies "from" one */
+            /* --eval-only trains no step: nothing applies "from" one. --total-batch is noted by restore_checkpoint,
+             * in tokens per step: the manifest's 0 means B*T*ranks, so "the checkpoint's run had 0" would mislead */
+            int noted_elsewhere = !strcmp(name, "total-batch");
+            if (r->rank == 0 && !r->c.eval_only && !noted_elsewhere) {
                 char now_shown[64], saved_shown[64]; /* a float as typed (0.01), not as compared (0.00999999978) */
                 const char *a = now, *b = saved[0] ? saved : "none";
                 if (s->type == ARG_FLOAT) {
