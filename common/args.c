@@ -39,8 +39,17 @@ static int in_choices(const char *choices, const char *v) {
     return 0;
 }
 
+/* An ARG_U64 bound as a whole number: 18446744073709551615, not 1.84467440737096e+19 (a max of 2^64 as a double,
+ * the table's way to say "any uint64_t", is UINT64_MAX). */
+static unsigned long long u64_bound(double b) {
+    return b >= 18446744073709551615.0 ? 18446744073709551615ull : b <= 0 ? 0 : (unsigned long long)b;
+}
+
 static void check_range(const ArgSpec *s, double x, const char *text) {
-    if (x < s->min || x > s->max) args_fail("--%s: %s is out of range [%.15g, %.15g]", s->name, text, s->min, s->max);
+    if (x >= s->min && x <= s->max) return;
+    if (s->type == ARG_U64)
+        args_fail("--%s: %s is out of range [%llu, %llu]", s->name, text, u64_bound(s->min), u64_bound(s->max));
+    args_fail("--%s: %s is out of range [%.15g, %.15g]", s->name, text, s->min, s->max);
 }
 
 /* Parses `text` into the field; `text` is either user input or the table's default. */
@@ -49,18 +58,27 @@ static void set_value(ArgSpec *s, const char *text) {
     switch (s->type) {
     case ARG_INT:
     case ARG_U64: {
+        if (s->type == ARG_U64 && text[0] >= '0' && text[0] <= '9') {
+            /* plain digits are read exactly (a seed of 2^64 - 1 as a double is 2^64); past 2^64 - 1 is out of range,
+             * not strtoull's clamp */
+            errno = 0;
+            unsigned long long u = strtoull(text, &end, 10);
+            if (*end == '\0') {
+                if (errno == ERANGE) check_range(s, INFINITY, text);
+                check_range(s, (double)u, text);
+                *(uint64_t *)s->field = (uint64_t)u;
+                break;
+            }
+        }
         errno = 0;
         /* strtod first so "1e6" works for sizes; then insist it is an exact integer */
         double x = strtod(text, &end);
         if (end == text || *end != '\0' || errno == ERANGE || !isfinite(x) || x != floor(x))
             args_fail("--%s: '%s' is not an integer", s->name, text);
+        if (s->type == ARG_U64 && x >= 18446744073709551616.0) check_range(s, INFINITY, text); /* 2e19 */
         check_range(s, x, text);
         if (s->type == ARG_INT) *(int *)s->field = (int)x;
-        else {
-            /* large seeds lose precision as doubles: reparse exactly */
-            unsigned long long u = strtoull(text, &end, 10);
-            *(uint64_t *)s->field = (*end == '\0') ? (uint64_t)u : (uint64_t)x;
-        }
+        else *(uint64_t *)s->field = (uint64_t)x;
         break;
     }
     case ARG_FLOAT:
@@ -177,8 +195,7 @@ void args_print_help(FILE *out, const ArgSpec *specs, int n, const char *usage, 
         if (s->type != ARG_FLAG && !(empty && strstr(s->help, "default")))
             fprintf(out, " [default %s]", empty ? "none" : s->def);
         if (s->type == ARG_U64) /* whole numbers, not 1.84467440737096e+19 */
-            fprintf(out, " [range %.0f..%llu]", s->min, s->max >= 18446744073709551615.0 ? 18446744073709551615ull
-                                                                                       : (unsigned long long)s->max);
+            fprintf(out, " [range %llu..%llu]", u64_bound(s->min), u64_bound(s->max));
         else if (s->type == ARG_INT || s->type == ARG_FLOAT || s->type == ARG_DOUBLE)
             fprintf(out, " [range %.15g..%.15g]", s->min, s->max);
         fputc('\n', out);

@@ -173,6 +173,12 @@ TEST(args_errors_are_one_line_with_status_2) {
         {{"prog", "--lr", "abc", NULL}, "error: --lr: 'abc' is not a number\n"},
         {{"prog", "--num", "2.5", NULL}, "error: --num: '2.5' is not an integer\n"},
         {{"prog", "--num", "11", NULL}, "error: --num: 11 is out of range [1, 10]\n"},
+        /* a seed past 2^64 - 1 is refused, not clamped; the range reads as whole numbers, not 1.84467440737096e+19 */
+        {{"prog", "--seed", "18446744073709551616", NULL},
+         "error: --seed: 18446744073709551616 is out of range [0, 18446744073709551615]\n"},
+        {{"prog", "--seed", "1.8446744073709552e19", NULL},
+         "error: --seed: 1.8446744073709552e19 is out of range [0, 18446744073709551615]\n"},
+        {{"prog", "--seed", "-1", NULL}, "error: --seed: -1 is out of range [0, 18446744073709551615]\n"},
         {{"prog", "--bogus", "1", NULL}, "error: unknown option --bogus; see --help\n"},
         {{"prog", "--optimizer", "sgd", NULL}, "error: --optimizer: 'sgd' is not one of adamw|adams|scape\n"},
         {{"prog", "--num", NULL, NULL}, "error: --num needs a value; see --help\n"},
