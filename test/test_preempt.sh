@@ -3,7 +3,9 @@
 # write a checkpoint of it and exit 143 with one line saying so; `--resume latest` then continues to the same final
 # model file and the same losses as a run never interrupted. On 1 rank (the signal to the trainer) and on 2 ranks
 # (the signal to rank 1 alone, as a cluster may notify one node: both ranks stop after the same step). SIGHUP (a
-# closed terminal) stops the same way, status 129, named on every rank. Two signals in a row end the process at once. A stalled rank (SIGSTOP) ends the job through the watchdog (--comm-timeout).
+# closed terminal) stops the same way, status 129, named on every rank. Two signals in a row end the process at once,
+# with one error line saying how to continue. A stalled rank (SIGSTOP) ends the job through the watchdog
+# (--comm-timeout).
 # Prints "ok NAME" / "FAIL NAME: ..."; exits non-zero on any failure.
 set -u
 TRAIN=${1:-./train_gpt}
@@ -93,10 +95,15 @@ hup_case sighup_to_one_rank_stops_all_ranks_2_ranks 2
 "$TRAIN" "${ARGS[@]}" --steps 100000 --out "$TMP/twice" > "$TMP/twice.out" 2>&1 &
 job=$!
 if wait_step "$TMP/twice/log.jsonl" 2; then
-    kill -TERM $job; kill -TERM $job
+    # both pending while it is stopped (two of one signal would merge into one): SIGINT comes first, then SIGTERM
+    kill -STOP $job; kill -TERM $job; kill -INT $job; kill -CONT $job
     t0=$(date +%s); wait $job; st=$?; secs=$(( $(date +%s) - t0 ))
-    if [ "$st" = 143 ] && [ "$secs" -lt 10 ]; then ok "second_signal_exits_at_once (status $st, ${secs}s)"
-    else fail second_signal_exits_at_once "status $st after ${secs}s"; fi
+    # ... saying so: the first signal's note, then one error line with the way to continue
+    if [ "$st" = 143 ] && [ "$secs" -lt 10 ] && [ "$(grep -c '^error' "$TMP/twice.out")" = 1 ] \
+       && grep -qx "error: second signal: stopped at once, without a checkpoint of this step; continue from the newest checkpoint with --resume latest --out $TMP/twice" "$TMP/twice.out" \
+       && grep -q '^note: SIGINT received: stopping after this step with a checkpoint' "$TMP/twice.out"; then
+        ok "second_signal_exits_at_once (status $st, ${secs}s)"
+    else fail second_signal_exits_at_once "status $st after ${secs}s: $(grep -E '^(note: SIG|error)' "$TMP/twice.out")"; fi
 else kill -9 $job; fail second_signal_exits_at_once "the run never reached step 2"; fi
 
 # the watchdog: rank 1 stopped (SIGSTOP: alive but silent, as a hung node) ends the whole job within --comm-timeout

@@ -488,6 +488,21 @@ if "${RUN[@]}" --out "$TMP/pl" --steps 2 > /dev/null 2> "$TMP/pl.err" \
    && /usr/bin/python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' "$TMP/pl/log.jsonl"; then
     ok partial_log_line_is_cut_on_open
 else fail partial_log_line_is_cut_on_open "$(cat "$TMP/pl.err")"; fi
+# a stop signal is acknowledged at once on stderr (the run's last output was a step line, so a Ctrl-C seemed ignored),
+# and a second one, which ends the process at once, says so in one error line with the way to continue
+"${RUN[@]}" --out "$TMP/sg" --steps 100000000 --eval-every 0 --sample-every 0 > "$TMP/sg.out" 2> "$TMP/sg.err" &
+pid=$!
+for _ in $(seq 100); do grep -q '^step' "$TMP/sg.out" && break; sleep 0.1; done
+# both pending while it is stopped (two of one signal would merge into one): SIGINT comes first, then SIGTERM
+kill -STOP $pid; kill -TERM $pid; kill -INT $pid; kill -CONT $pid
+wait $pid; st=$?
+if [ $st = 143 ] && [ "$(wc -l < "$TMP/sg.err")" = 2 ] \
+   && [ "$(head -1 "$TMP/sg.err")" = "note: SIGINT received: stopping after this step with a checkpoint (a second signal stops at once)" ] \
+   && [ "$(grep -c '^error' "$TMP/sg.err")" = 1 ] \
+   && [ "$(tail -1 "$TMP/sg.err")" = "error: second signal: stopped at once, without a checkpoint of this step; continue from the newest checkpoint with --resume latest --out $TMP/sg" ]; then
+    ok stop_signals_are_acknowledged_and_the_second_says_how_to_continue
+else fail stop_signals_are_acknowledged_and_the_second_says_how_to_continue "status $st: $(cat "$TMP/sg.err")"; fi
+
 # a real full disk: a small tmpfs fills while the run logs and checkpoints. It stops with one line naming the file
 # and the OS error; log.jsonl holds whole lines only; the newest complete checkpoint verifies
 MNT="$TMP/mnt"; mkdir -p "$MNT"

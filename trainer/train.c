@@ -146,20 +146,51 @@ static CommBackend comm_backend(const char *name) {
  * session that started the run closed) asks the run to stop after the step in progress; a second signal ends the
  * process at once, removing the temp files of the writes in progress (a checkpoint file, the --eval-dump beside its
  * target). The flag is agreed on by all ranks through the step's mean-loss all-reduce, so every rank stops after
- * the same step and writes its part of one checkpoint. */
+ * the same step and writes its part of one checkpoint. Rank 0 says so on stderr, with write(2) (all a handler may
+ * call): one note at the first signal (none under --eval-only, which stops at once and says so), one error line at
+ * the second. On stderr, not stdout: after Ctrl-C on `train_gpt ... | tee log` the pipe's reader is gone, and a
+ * write to it would end the run by SIGPIPE before its checkpoint. */
 static volatile sig_atomic_t stop_signal = 0;
+static int stop_says;               /* 1: this process writes the lines (rank 0) */
+static int stop_notes_first;        /* 1: the first signal gets its note (not --eval-only) */
+static char stop_second_line[4600]; /* the second signal's error line, made before any signal can come */
+static void say(const char *line) {
+    ssize_t n = write(2, line, strlen(line));
+    (void)n; /* nothing to do if stderr is gone */
+}
 static void on_stop_signal(int sig) {
     if (stop_signal) {
+        if (stop_says) say(stop_second_line);
         atomic_remove_temps();
         _exit(128 + sig);
     }
     stop_signal = sig;
+    if (stop_says && stop_notes_first)
+        say(sig == SIGINT  ? "note: SIGINT received: stopping after this step with a checkpoint (a second signal "
+                             "stops at once)\n"
+            : sig == SIGHUP ? "note: SIGHUP received: stopping after this step with a checkpoint (a second signal "
+                              "stops at once)\n"
+                            : "note: SIGTERM received: stopping after this step with a checkpoint (a second signal "
+                              "stops at once)\n");
 }
-static void install_stop_handlers(void) {
+static void install_stop_handlers(const Run *r) {
+    stop_says = r->rank == 0;
+    stop_notes_first = !r->c.eval_only;
+    if (r->c.eval_only)
+        snprintf(stop_second_line, sizeof stop_second_line, "error: second signal: stopped at once, nothing "
+                 "written\n");
+    else if ((size_t)snprintf(stop_second_line, sizeof stop_second_line, "error: second signal: stopped at once, "
+                              "without a checkpoint of this step; continue from the newest checkpoint with --resume "
+                              "latest --out %s\n", r->c.out) >= sizeof stop_second_line)
+        snprintf(stop_second_line, sizeof stop_second_line, "error: second signal: stopped at once, without a "
+                 "checkpoint of this step; continue from the newest checkpoint with --resume latest and this --out\n");
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
+    sigemptyset(&sa.sa_mask); /* one handler at a time: a second signal is handled as the second, after the first */
+    sigaddset(&sa.sa_mask, SIGTERM);
+    sigaddset(&sa.sa_mask, SIGINT);
+    sigaddset(&sa.sa_mask, SIGHUP);
     sa.sa_flags = SA_RESTART;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
@@ -586,9 +617,9 @@ int train_main(int argc, char **argv, const ModelFamily *fam) {
     if (verified >= 0) return verified; /* --verify-ckpt */
 
     comm_init(&argc, &argv);
-    install_stop_handlers();
     r->rank = comm_rank();
     r->world = comm_world();
+    install_stop_handlers(r);
     r->threads = set_threads(c->threads);
     comm_set_timeout(c->comm_timeout);
     distopt_test_corrupt_mask_rank(r->world); /* a drill's variable refused before --out is touched */
