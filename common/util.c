@@ -154,6 +154,18 @@ int file_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
+/* fatal() when the path an option named (flag) is there but no folder: a file, or a link to nothing (which mkdir
+ * calls existing); "cannot open X/.lock: Not a directory" said neither what it is nor the fix. */
+static void refuse_no_folder(const char *flag, const char *path) {
+    struct stat st;
+    const char *what = NULL;
+    if (stat(path, &st) != 0)
+        what = lstat(path, &st) == 0 && S_ISLNK(st.st_mode) ? "a symbolic link to nothing" : NULL;
+    else if (!S_ISDIR(st.st_mode))
+        what = S_ISREG(st.st_mode) ? "a file" : "a FIFO, socket or device";
+    if (what) fatal("%s %s is %s, not a folder; pass a folder (one that is not there is made)", flag, path, what);
+}
+
 /* mkdir -p; flag: the option that named path (in the error line with the fix), or NULL. made (cap entries, or NULL):
  * the lengths of the prefixes of path whose mkdir made a folder, shortest first; *n_made their count. */
 static void make_dirs_named(const char *flag, const char *path, size_t *made, int cap, int *n_made) {
@@ -176,6 +188,7 @@ static void make_dirs_named(const char *flag, const char *path, size_t *made, in
                           strerror(errno));
                 fatal("cannot create directory %s: %s", buf, strerror(errno));
             }
+            if (rc != 0 && flag && c == '\0') refuse_no_folder(flag, path);
             buf[i] = c;
         }
     }

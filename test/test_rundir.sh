@@ -268,6 +268,17 @@ done
 if [ -z "$bad" ]; then ok empty_data_or_eval_path_is_a_usage_error
 else fail empty_data_or_eval_path_is_a_usage_error "$bad"; fi
 
+# --- --out naming a file or a dangling link says what it is, not "cannot open X/.lock: Not a directory", and leaves
+#     them as they were (a path through a file: test_train.sh error_out_cannot_be_created)
+printf 'keep' > "$TMP/outfile"; ln -s "$TMP/nowhere" "$TMP/outlink"
+"${RUN[@]}" --out "$TMP/outfile" > /dev/null 2> "$TMP/of1.err"; st1=$?
+"${RUN[@]}" --out "$TMP/outlink" > /dev/null 2> "$TMP/of2.err"; st2=$?
+if [ $st1 = 1 ] && one_error_line "$TMP/of1.err" "^error: --out $TMP/outfile is a file, not a folder; pass a folder" \
+   && [ $st2 = 1 ] && one_error_line "$TMP/of2.err" "^error: --out $TMP/outlink is a symbolic link to nothing, not a folder; pass a folder" \
+   && [ "$(cat "$TMP/outfile")" = keep ] && [ ! -e "$TMP/nowhere" ]; then
+    ok out_that_is_a_file_or_dangling_link_is_named_as_such
+else fail out_that_is_a_file_or_dangling_link_is_named_as_such "status $st1/$st2: $(cat "$TMP/of1.err" "$TMP/of2.err")"; fi
+
 # ---------------------------------------------------------------- the GPT-2 trainer
 GPT=(./train_gpt --batch 2 --seq 32 --eval-every 0 --sample-every 0 --threads 1 --data "$DATA")
 
