@@ -718,7 +718,8 @@ static GPT2Config gpt2_read_config(const char *path, int T, size_t *elem, FILE *
               path, (long long)size);
     xfread(h, sizeof h, f, path, "the model header");
     if (h[0] != GPT2_MAGIC)
-        fatal("%s: bad magic %d (expected %d); not a llm.c GPT-2 model file", path, h[0], GPT2_MAGIC);
+        fatal("%s: bad magic %d (expected %d); not a llm.c GPT-2 model file (Llama files go to train_llama)", path,
+              h[0], GPT2_MAGIC);
     if (h[1] != GPT2_VERSION_FP32 && h[1] != GPT2_VERSION_BF16)
         fatal("%s: unsupported model file version %d (expected 3 fp32 or 5 bf16); re-export it with llm.c's "
               "train_gpt2.py", path, h[1]);

@@ -306,6 +306,16 @@ if [ $st = 0 ] && grep -q '"model": "d2c32h4t32v4096"' "$TMP/s7/ckpt_2/manifest.
     ok init_run_records_its_real_model
 else fail init_run_records_its_real_model "status $st/$st2: $(cat "$TMP/s7.err" "$TMP/s7b.err")"; fi
 
+# --- a Llama model given to train_gpt (--init, or --resume of a Llama run's checkpoint) names train_llama, as
+#     train_llama names train_gpt for a GPT-2 file
+/usr/bin/python3 -c 'import struct, sys; open(sys.argv[1], "wb").write(struct.pack("<i", 20261129) + bytes(2044))' \
+    "$TMP/llama.bin"
+"${GPT[@]}" --init "$TMP/llama.bin" --steps 1 --out "$TMP/sl" > /dev/null 2> "$TMP/sl.err"
+st=$?
+if [ $st = 1 ] && one_error_line "$TMP/sl.err" "^error: $TMP/llama.bin: bad magic 20261129 .*not a llm.c GPT-2 model file \(Llama files go to train_llama\)"; then
+    ok llama_file_given_to_train_gpt_names_train_llama
+else fail llama_file_given_to_train_gpt_names_train_llama "status $st: $(cat "$TMP/sl.err")"; fi
+
 # --- 8: a prompt in Latin-1
 "${GPT[@]}" --model d2c32h4t32v4096 --steps 1 --sample-every 1 --sample-tokens 2 --prompt $'caf\xe9 \xff' \
     --out "$TMP/s8" > /dev/null 2>&1
