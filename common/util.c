@@ -79,12 +79,14 @@ void fatal(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fatal_v(1, fmt, ap);
+    va_end(ap); /* not reached: fatal_v exits */
 }
 
 void fatal_usage(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fatal_v(2, fmt, ap);
+    va_end(ap); /* not reached: fatal_v exits */
 }
 
 void *xmalloc(size_t bytes, const char *what) {
