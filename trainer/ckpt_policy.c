@@ -365,6 +365,16 @@ static void init_file_hash(const char *path, char *hex) {
     snprintf(hex, 32, "%016llx", (unsigned long long)h);
 }
 
+/* An option's recorded text (option_text, or the manifest's) as a user would type it: a float or double in the
+ * fewest digits that read back the same (--lr 0.01, not 0.00999999978; --density 0.05, not 0.050000000000000003),
+ * anything else as it is. Returns text or buf. */
+static const char *option_shown(const ArgSpec *s, const char *text, char *buf, size_t cap) {
+    if (s->type == ARG_FLOAT) format_float_shortest(buf, cap, strtof(text, NULL));
+    else if (s->type == ARG_DOUBLE) format_double_shortest(buf, cap, strtod(text, NULL));
+    else return text;
+    return buf;
+}
+
 /* Appends one formatted line to r->resume_notes (log_start prints them once the run has passed every check). */
 static void add_resume_note(Run *r, const char *fmt, ...) PRINTF_LIKE(2, 3);
 static void add_resume_note(Run *r, const char *fmt, ...) {
@@ -443,25 +453,10 @@ static void apply_checkpoint_options(Run *r) {
              * in tokens per step: the manifest's 0 means B*T*ranks, so "the checkpoint's run had 0" would mislead */
             int noted_elsewhere = !strcmp(name, "total-batch");
             if (r->rank == 0 && !r->c.eval_only && !noted_elsewhere) {
-                char now_shown[64], saved_shown[64]; /* a float as typed (0.01), not as compared (0.00999999978) */
-                const char *a = now, *b = saved[0] ? saved : "none";
-                if (s->type == ARG_FLOAT) {
-                    format_float_shortest(now_shown, sizeof now_shown, *(const float *)s->field);
-                    a = now_shown;
-                    if (saved[0]) {
-                        format_float_shortest(saved_shown, sizeof saved_shown, strtof(saved, NULL));
-                        b = saved_shown;
-                    }
-                } else if (s->type == ARG_DOUBLE) { /* 0.05, not 0.050000000000000003 */
-                    format_double_shortest(now_shown, sizeof now_shown, *(const double *)s->field);
-                    a = now_shown;
-                    if (saved[0]) {
-                        format_double_shortest(saved_shown, sizeof saved_shown, strtod(saved, NULL));
-                        b = saved_shown;
-                    }
-                }
+                char now_shown[64], saved_shown[64];
                 add_resume_note(r, "note: --%s %s applies from the resumed step on (the checkpoint's run had %s)\n",
-                                name, a, b);
+                                name, option_shown(s, now, now_shown, sizeof now_shown),
+                                saved[0] ? option_shown(s, saved, saved_shown, sizeof saved_shown) : "none");
             }
         }
         free(now);
